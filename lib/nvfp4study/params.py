@@ -1,0 +1,295 @@
+"""Study parameters: one YAML file per profile under ``params/``, validated before any notebook.
+
+Every section is a pydantic model with ``extra="forbid"``: a typo in a key is a
+:class:`~nvfp4study.errors.ParamsError` naming the key, the file and the closest valid name.
+``-p a.b=value`` overrides are applied to the raw YAML before validation; the value is parsed
+as a YAML scalar (``-p quantize.device=cuda``, ``-p mtp.depths=[0,2]``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ParamsError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PARAMS_DIR = REPO_ROOT / "params"
+DEFAULT_PARAMS = PARAMS_DIR / "default.yaml"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# --- checkpoint (issue 3) --------------------------------------------------------------------
+class LingShape(_Strict):
+    """Ling-3.0-flash sizes; the defaults are the real model's (``ling3-flash.md``)."""
+
+    vocab_size: int = 157184
+    hidden_size: int = 2560
+    intermediate_size: int = 6144
+    num_hidden_layers: int = 42
+    num_attention_heads: int = 32
+    num_key_value_heads: int = 32
+    head_dim: int = 128
+    layer_group_size: int = 6
+    num_experts: int = 512
+    num_experts_per_tok: int = 8
+    num_shared_experts: int = 1
+    n_group: int = 8
+    topk_group: int = 4
+    moe_intermediate_size: int = 768
+    moe_shared_expert_intermediate_size: int = 768
+    first_k_dense_replace: int = 2
+    kv_lora_rank: int = 512
+    qk_nope_head_dim: int = 128
+    qk_rope_head_dim: int = 64
+    v_head_dim: int = 128
+    short_conv_kernel_size: int = 4
+    num_nextn_predict_layers: int = 1
+    # Clamp lists: {layer: limit}; unlisted layers are 0 (no clamp). Real model's by default.
+    expert_swiglu_limits: dict[int, float] = Field(
+        default_factory=lambda: {i: 4.0 for i in range(35, 42)}
+    )
+    share_expert_swiglu_limits: dict[int, float] = Field(
+        default_factory=lambda: {**{i: 5.0 for i in range(34, 40)}, 40: 7.0, 41: 7.0}
+    )
+
+
+class CheckpointParams(_Strict):
+    source: Literal["generate", "path"] = "generate"
+    source_path: str | None = None  # BF16 source checkpoint when source == "path"
+    shape: LingShape = Field(default_factory=LingShape)
+    shards: int = 4
+    seed: int = 0
+    quantized_path: str | None = None  # audit this existing quantized checkpoint instead
+
+
+# --- quantize (issue 3) ----------------------------------------------------------------------
+class QuantizeParams(_Strict):
+    enabled: bool = True
+    scheme: Literal["NVFP4A16"] = "NVFP4A16"
+    device: str = "cpu"
+    max_workers: int = 1
+    share_gate_up_global_scale: bool = True
+    serving_rewrite: bool = True  # add input_global_scale = 1.0 and the W4A4 config block
+    python: str | None = None  # interpreter of a separate quantizer environment
+    roundtrip_experts: int = 8  # experts dequantized for the round-trip check
+
+
+# --- sglang (issue 4) ------------------------------------------------------------------------
+class SGLangParams(_Strict):
+    version: str = "0.5.23"
+    source: Literal["wheel", "installed", "path"] = "wheel"
+    path: str | None = None  # an SGLang tree (the folder holding sglang/srt) when source == path
+    audit_versions: list[str] = Field(default_factory=lambda: ["0.5.20", "0.5.21", "0.5.22", "0.5.23"])
+    patch_modes: list[Literal["stock", "none", "exact"]] = Field(
+        default_factory=lambda: ["stock", "none", "exact"]
+    )
+    deterministic_patch: bool = True
+    apply_to_install: bool = False  # True: patch the serving install in place (GPU profile)
+
+
+# --- serving (issue 6) -----------------------------------------------------------------------
+class SpeculativeParams(_Strict):
+    algorithm: Literal["NEXTN"] | None = "NEXTN"
+    num_steps: int = 2
+    eagle_topk: int = 1
+    num_draft_tokens: int = 3
+
+
+class ServerParams(_Strict):
+    enabled: bool = False  # False: stages 04/06/07 record "not run" (no NVFP4-capable GPU)
+    python: str | None = None  # interpreter of the SGLang environment
+    model_path: str | None = None  # served checkpoint; None = this run's quantized checkpoint
+    host: str = "127.0.0.1"
+    port: int = 30013
+    tp_size: int = 1
+    ep_size: int = 1
+    mem_fraction_static: float = 0.75
+    context_length: int = 32768
+    max_running_requests: int = 1
+    chunked_prefill_size: int = 2048
+    disable_shared_experts_fusion: bool = True
+    tool_call_parser: str | None = "glm45"
+    reasoning_parser: str | None = None
+    speculative: SpeculativeParams = Field(default_factory=SpeculativeParams)
+    enable_metrics: bool = True
+    extra_args: list[str] = Field(default_factory=list)
+    startup_timeout_s: float = 1800.0
+    request_timeout_s: float = 600.0
+
+
+# --- corruption (issue 5) --------------------------------------------------------------------
+class SamplingConfig(_Strict):
+    name: str
+    temperature: float
+    top_p: float = 1.0
+    top_k: int = -1
+    thinking: bool = False
+    max_tokens: int = 2048
+
+
+def _card_sampling() -> list[SamplingConfig]:
+    return [
+        SamplingConfig(name="t0-off-a", temperature=0.0, thinking=False),
+        SamplingConfig(name="t0-off-b", temperature=0.0, thinking=False),
+        SamplingConfig(name="t06-on", temperature=0.6, top_p=0.95, top_k=20, thinking=True),
+        SamplingConfig(name="t06-off", temperature=0.6, top_p=0.95, top_k=20, thinking=False),
+    ]
+
+
+class SandboxParams(_Strict):
+    timeout_s: float = 10.0
+    memory_mb: int = 1024
+    cpu_s: int = 10
+    file_size_mb: int = 16
+
+
+class CorruptionParams(_Strict):
+    humaneval_count: int = 164  # first N HumanEval problems (0..164)
+    card_tasks: bool = True  # include the card-style algorithmic prompts
+    sampling: list[SamplingConfig] = Field(default_factory=_card_sampling)
+    clamp_modes: list[Literal["stock", "none", "exact"]] = Field(
+        default_factory=lambda: ["none", "exact"]
+    )
+    validate_detector: bool = True
+    junk_variants_per_kind: int = 1  # junk-injected variants per canonical solution and kind
+    sandbox: SandboxParams = Field(default_factory=SandboxParams)
+
+
+# --- MTP and determinism (issue 6) -----------------------------------------------------------
+class MTPParams(_Strict):
+    depths: list[int] = Field(default_factory=lambda: [0, 1, 2, 3])
+    prompts: int = 10
+    max_tokens: int = 512
+    warmup_requests: int = 1
+
+
+class DeterminismParams(_Strict):
+    prompts: int = 5
+    repeats: int = 2
+    max_tokens: int = 512
+    deterministic_mode: bool = True
+
+
+# --- the whole profile -----------------------------------------------------------------------
+class Params(_Strict):
+    profile: str
+    description: str = ""
+    execution_timeout_s: int = 1800  # per notebook cell; a timeout fails the run
+    replay_from: str | None = None  # a recorded run folder: re-analyse its raw files, no server
+    checkpoint: CheckpointParams = Field(default_factory=CheckpointParams)
+    quantize: QuantizeParams = Field(default_factory=QuantizeParams)
+    sglang: SGLangParams = Field(default_factory=SGLangParams)
+    server: ServerParams = Field(default_factory=ServerParams)
+    corruption: CorruptionParams = Field(default_factory=CorruptionParams)
+    mtp: MTPParams = Field(default_factory=MTPParams)
+    determinism: DeterminismParams = Field(default_factory=DeterminismParams)
+
+    def digest(self) -> str:
+        """SHA-256 (hex, first 16 chars) of the canonical JSON of the validated params."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model class that owns the field at ``loc`` (for "did you mean")."""
+    cur: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = cur.model_fields.get(part) if isinstance(cur, type) else None
+        if field is None:
+            return None
+        ann = field.annotation
+        args = getattr(ann, "__args__", ())
+        nxt = next((a for a in (ann, *args) if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if nxt is None:
+            return None
+        cur = nxt
+    return cur
+
+
+def _explain(err: ValidationError, source: str) -> str:
+    lines = []
+    for e in err.errors():
+        loc = tuple(e["loc"])
+        key = ".".join(str(p) for p in loc)
+        if e["type"] == "extra_forbidden":
+            owner = _model_at(Params, loc)
+            valid = sorted(owner.model_fields) if owner else []
+            close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (valid: {', '.join(valid)})"
+            lines.append(f"{source}: unknown key '{key}'{hint}")
+        elif e["type"] == "missing":
+            lines.append(f"{source}: missing required key '{key}'")
+        else:
+            lines.append(f"{source}: key '{key}': {e['msg']} (got {e.get('input')!r})")
+    return "; ".join(lines)
+
+
+def apply_override(raw: dict, assignment: str) -> None:
+    """Apply one ``dotted.key=value`` override to raw params in place.
+
+    The value is parsed as YAML (so ``3``, ``true``, ``[0, 2]``, ``null`` work).
+
+    Raises:
+        ParamsError: no ``=`` in the assignment, or a path through a non-mapping.
+    """
+    if "=" not in assignment:
+        raise ParamsError(f"override '{assignment}' is not key=value")
+    key, value = assignment.split("=", 1)
+    parts = key.strip().split(".")
+    cur = raw
+    for p in parts[:-1]:
+        nxt = cur.setdefault(p, {})
+        if not isinstance(nxt, dict):
+            raise ParamsError(f"override '{key}': '{p}' is not a section")
+        cur = nxt
+    cur[parts[-1]] = yaml.safe_load(value) if value.strip() else None
+
+
+def load_params(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Params:
+    """Read, override and validate a params YAML file.
+
+    Args:
+        path: the YAML file; ``None`` means ``params/default.yaml``.
+        overrides: ``dotted.key=value`` strings, applied before validation.
+
+    Returns:
+        The validated :class:`Params`.
+
+    Raises:
+        ParamsError: missing/unreadable file, invalid YAML, unknown key, wrong type; the message
+            names the file and the key.
+    """
+    p = Path(path) if path else DEFAULT_PARAMS
+    if not p.is_file():
+        raise ParamsError(f"params file not found: {p}")
+    try:
+        raw = yaml.safe_load(p.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ParamsError(f"{p}: cannot read params: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{p}: top level must be a mapping, got {type(raw).__name__}")
+    for o in overrides:
+        apply_override(raw, o)
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        raise ParamsError(_explain(exc, str(p))) from None
+
+
+def dump_params(params: Params, path: str | Path) -> Path:
+    """Write the resolved params as YAML (what a run actually used). Returns the path."""
+    path = Path(path)
+    path.write_text(yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False))
+    return path
