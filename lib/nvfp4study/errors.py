@@ -25,7 +25,7 @@ class NotebookFailed(StudyError):
 
     def __init__(self, notebook: str, cell: int | None, ename: str, evalue: str):
         self.notebook, self.cell, self.ename, self.evalue = notebook, cell, ename, evalue
-        where = f"cell {cell}" if cell is not None else "kernel"
+        where = f"cell {cell} (executed notebook)" if cell is not None else "kernel"
         super().__init__(f"{notebook} failed at {where}: {ename}: {evalue}")
 
 
@@ -38,6 +38,45 @@ class StageInputMissing(StudyError):
 
 
 # --- checkpoint: generate, quantize, audit (issue 3) -----------------------------------------
+class CheckpointFileError(StudyError):
+    """A checkpoint file the audit reads is unusable; ``path`` names the file."""
+
+    def __init__(self, path: object, message: str):
+        self.path = str(path)
+        super().__init__(f"{self.path}: {message}")
+
+
+class ShardTruncated(CheckpointFileError):
+    """A safetensors shard ends before its 8-byte header length or before a tensor's data."""
+
+
+class HeaderLengthBeyondFile(CheckpointFileError):
+    """A shard's header length (first 8 bytes, little-endian u64) points past the file's end."""
+
+
+class HeaderJSONInvalid(CheckpointFileError):
+    """A shard's header is not valid UTF-8 JSON of the safetensors form (or has bad offsets)."""
+
+
+class UnknownDtype(CheckpointFileError):
+    """A header names a dtype that safetensors does not define."""
+
+
+class IndexShardMissing(CheckpointFileError):
+    """``model.safetensors.index.json`` names a shard file that is not in the folder."""
+
+
+class IndexTensorMissing(CheckpointFileError):
+    """The index maps a tensor to a shard whose header does not contain it."""
+
+
+class CheckpointConfigError(CheckpointFileError):
+    """``config.json`` is missing or not a JSON object."""
+
+
+class QuantizationConfigMissing(CheckpointFileError):
+    """``config.json`` has no ``quantization_config``: not a quantized checkpoint."""
+
 
 
 # --- sglang: source trees, audit, patches (issue 4) -------------------------------------------

@@ -1,0 +1,43 @@
+# Two commands on a fresh machine:  `make study`  (the study on the embedded default)
+#                                   `make test`   (the tests, including one end-to-end study run)
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+PARAMS ?= params/default.yaml
+
+.PHONY: setup study test lint notebooks bench jupyter clean-outputs
+
+setup: $(STAMP)
+
+# System packages (bubblewrap sandboxes generated code), then the venv with the project.
+$(STAMP): pyproject.toml
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq bubblewrap) || echo "warning: bubblewrap missing; generated code will run in a limited subprocess"; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (nvfp4study)" >/dev/null
+	rm -f $(VENV)/.installed-* && touch $@
+
+study: $(STAMP)
+	$(BIN)/nvfp4study run --params $(PARAMS)
+
+test: $(STAMP)
+	$(BIN)/ruff check lib tests benchmarks
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check lib tests benchmarks
+
+# Regenerate the stored notebooks (no outputs) from their py:percent sources.
+notebooks: $(STAMP)
+	$(BIN)/jupytext --to ipynb notebooks/[0-9][0-9]_*.py
+
+bench: $(STAMP)
+	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+jupyter: $(STAMP)
+	cd notebooks && ../$(BIN)/jupyter lab
+
+clean-outputs:
+	find outputs -mindepth 1 -maxdepth 1 ! -name .gitkeep -exec rm -rf {} +

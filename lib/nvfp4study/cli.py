@@ -1,0 +1,58 @@
+"""``nvfp4study`` command line: a thin table of subcommands over the library.
+
+Each subcommand lives in the module that does the work, as ``main(argv) -> int``; heavy imports
+happen only when that command runs. A :class:`~nvfp4study.errors.StudyError` becomes one line
+on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from .errors import StudyError
+
+# command -> (module, one-line help with an example)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("nvfp4study.runner", "run the study's notebooks: nvfp4study run --params params/default.yaml"),
+    "make-checkpoint": ("nvfp4study.ling_layout", "write a Ling-layout BF16 checkpoint: nvfp4study make-checkpoint OUT"),
+    "quantize": ("nvfp4study.quantize", "NVFP4-quantize a checkpoint: nvfp4study quantize SRC DST"),
+    "audit-checkpoint": ("nvfp4study.checkpoint_audit", "audit a checkpoint from its headers: nvfp4study audit-checkpoint PATH --json"),
+    "audit-sglang": ("nvfp4study.sglang_audit", "audit SGLang's clamp plumbing: nvfp4study audit-sglang --version 0.5.23"),
+    "patch": ("nvfp4study.sglang_patch", "patch SGLang's clamp: nvfp4study patch apply --mode exact --sglang PATH"),
+    "detect": ("nvfp4study.detect", "classify code for junk tokens: nvfp4study detect --json FILE..."),
+    "serve": ("nvfp4study.server", "start SGLang with the study's flags: nvfp4study serve --params params/ling3-flash.yaml"),
+}
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: nvfp4study COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "`nvfp4study COMMAND --help` shows a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``nvfp4study`` script. Returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"nvfp4study: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    try:
+        module = importlib.import_module(COMMANDS[name][0])
+        return int(module.main(rest) or 0)
+    except StudyError as exc:
+        print(f"nvfp4study {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"nvfp4study {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

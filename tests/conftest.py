@@ -1,0 +1,29 @@
+"""Shared fixtures. Tests of each module live in test_<module>.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # test helpers (e.g. fake_sglang)
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    """An empty run folder with the default params and a fresh ledger."""
+    from nvfp4study.ledger import init_ledger
+    from nvfp4study.params import dump_params, load_params
+
+    d = tmp_path / "run"
+    d.mkdir()
+    dump_params(load_params(), d / "params.yaml")
+    init_ledger(d)
+    return d

@@ -1,0 +1,114 @@
+"""The runner executes real notebooks through papermill (tiny notebooks made here)."""
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from nvfp4study import runner
+from nvfp4study.errors import ParamsError
+
+PARAMS_CELL = ('params_file: str = "../params/default.yaml"  # params\n'
+               'run_dir: str = ""  # run folder')
+
+
+def _nb(path: Path, *sources: str) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    cell = nbformat.v4.new_code_cell(PARAMS_CELL)
+    cell.metadata["tags"] = ["parameters"]
+    nb.cells = [cell] + [nbformat.v4.new_code_cell(s) for s in sources]
+    nbformat.write(nb, str(path))
+    return path
+
+
+WRITE = ('from pathlib import Path\n'
+         'Path(run_dir, "data").mkdir(exist_ok=True)\n'
+         'Path(run_dir, "data", "{name}.json").write_text(\'{{"ok": 1}}\')')
+
+
+@pytest.fixture
+def nbdir(tmp_path):
+    d = tmp_path / "nbs"
+    d.mkdir()
+    _nb(d / "00_first.ipynb", WRITE.format(name="first"))
+    _nb(d / "01_second.ipynb", WRITE.format(name="second"))
+    _nb(d / "99_report.ipynb", "print('report')")
+    return d
+
+
+def test_runs_in_order_and_writes_everything(nbdir, tmp_path):
+    lines = []
+    root, manifest = runner.run_study(outputs=tmp_path / "out", notebook_dir=nbdir, echo=lines.append)
+    assert manifest["status"] == "ok"
+    assert [n["notebook"] for n in manifest["notebooks"]] == ["00_first", "01_second", "99_report"]
+    for name in ["00_first.ipynb", "01_second.ipynb", "99_report.ipynb", "report.html",
+                 "manifest.json", "ledger.json", "params.yaml", "data/first.json",
+                 "html/00_first.html"]:
+        assert (root / name).exists(), name
+    m = json.loads((root / "manifest.json").read_text())
+    for key in ["params_hash", "params", "git", "packages", "python", "cpu", "started", "ended"]:
+        assert m[key] is not None, key
+    assert (tmp_path / "out" / "latest").resolve() == root.resolve()
+    assert any("00_first" in line and " ok" in line for line in lines)
+    # report.html carries no code cells
+    html = (root / "report.html").read_text()
+    assert "print('report')" not in html and "report" in html
+
+
+def test_injected_parameters_reach_the_kernel(nbdir, tmp_path):
+    root, _ = runner.run_study(outputs=tmp_path / "out", notebook_dir=nbdir, echo=lambda s: None,
+                               only="00")
+    executed = nbformat.read(str(root / "00_first.ipynb"), as_version=4)
+    injected = [c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert injected and str(root) in injected[0].source
+
+
+def test_stops_at_first_failure_and_keeps_what_it_wrote(nbdir, tmp_path):
+    _nb(nbdir / "01_second.ipynb", "x = 1", "raise ValueError('boom')")
+    lines = []
+    root, manifest = runner.run_study(outputs=tmp_path / "out", notebook_dir=nbdir, echo=lines.append)
+    assert manifest["status"] == "failed"
+    failed = manifest["notebooks"][-1]
+    assert failed["notebook"] == "01_second" and failed["status"] == "failed"
+    # index in the executed notebook: parameters, injected-parameters, x = 1, raise
+    assert failed["cell"] == 3 and "ValueError: boom" in failed["error"]
+    assert len(manifest["notebooks"]) == 2  # 99 did not run
+    assert (root / "data" / "first.json").exists() and (root / "01_second.ipynb").exists()
+    assert any(line.startswith("FAILED") and "boom" in line for line in lines)
+
+
+def test_cell_timeout_is_a_failure(nbdir, tmp_path):
+    _nb(nbdir / "01_second.ipynb", "import time; time.sleep(30)")
+    root, manifest = runner.run_study(None,
+                                      overrides=["execution_timeout_s=2"],
+                                      outputs=tmp_path / "out", notebook_dir=nbdir,
+                                      echo=lambda s: None)
+    assert manifest["status"] == "failed"
+    assert "CellTimeoutError" in manifest["notebooks"][-1]["error"]
+
+
+def test_only_and_from(nbdir):
+    nbs = runner.notebooks(nbdir)
+    assert [p.stem for p in runner.select(nbs, only="0,99")] == ["00_first", "99_report"]
+    assert [p.stem for p in runner.select(nbs, start="01")] == ["01_second", "99_report"]
+    with pytest.raises(ParamsError, match="no notebook numbered '42'"):
+        runner.select(nbs, only="42")
+
+
+def test_bad_params_fail_before_any_folder(nbdir, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("profile: x\nbogus: 1\n")
+    with pytest.raises(ParamsError, match="bogus"):
+        runner.run_study(bad, outputs=tmp_path / "out", notebook_dir=nbdir)
+    assert not (tmp_path / "out").exists()
+
+
+def test_unwritable_outputs_is_named(nbdir, tmp_path):
+    from nvfp4study.errors import RunDirError
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(RunDirError):
+        runner.run_study(outputs=blocker / "out", notebook_dir=nbdir)
