@@ -38,6 +38,22 @@ class StageInputMissing(StudyError):
 
 
 # --- checkpoint: generate, quantize, audit (issue 3) -----------------------------------------
+# generator, quantizer, round trip (ling_layout.py, quantize.py, roundtrip.py)
+class LayoutError(StudyError):
+    """A Ling shape that cannot be built or quantized (e.g. experts not divisible by n_group)."""
+
+
+class OutputExists(StudyError):
+    """The output folder of a generator/quantizer already exists (names it); nothing written."""
+
+
+class SourceCheckpointMissing(StudyError):
+    """The source checkpoint folder, its config.json, its shards or a tensor is missing."""
+
+
+class QuantizeFailed(StudyError):
+    """llmcompressor's model_free_ptq (or the serving rewrite) raised; names the source and error."""
+
 class CheckpointFileError(StudyError):
     """A checkpoint file the audit reads is unusable; ``path`` names the file."""
 
@@ -80,9 +96,123 @@ class QuantizationConfigMissing(CheckpointFileError):
 
 
 # --- sglang: source trees, audit, patches (issue 4) -------------------------------------------
+class SGLangSourceError(StudyError):
+    """An SGLang source tree cannot be obtained (download, unpack or lookup failed)."""
+
+
+class NotAnSGLangTree(SGLangSourceError):
+    """A folder given as an SGLang tree has no ``sglang/srt/layers/moe`` package (names the folder)."""
+
+
+class SGLangNotInstalled(SGLangSourceError):
+    """``--installed`` was asked for, but the interpreter has no importable ``sglang``."""
+
+
+class AuditError(StudyError):
+    """The clamp audit cannot parse a file it needs, or was given an unknown option."""
+
+
+class PatchError(StudyError):
+    """Base of every refusal of ``nvfp4study patch``; when raised, no file was changed."""
+
+
+class UnknownPatchVersion(PatchError):
+    """The tree's SGLang version has no patch set (names the version and the ones that exist)."""
+
+
+class UnknownPatchMode(PatchError):
+    """The mode is not one of the patch set's modes for this version."""
+
+
+class PatchConflict(PatchError):
+    """A target file matches neither its released original nor the requested patch
+    (it changed since the patch was made, or another mode is applied)."""
+
+
+class PatchTargetReadOnly(PatchError):
+    """A file or folder the patch must write is not writable (e.g. a read-only site-packages)."""
+
+
+class PatchStateError(PatchError):
+    """The recorded patch state (``sglang_patch_state.json``) disagrees with the tree."""
 
 
 # --- corruption: tasks, extraction, detection, sandbox (issue 5) ------------------------------
+class CompletionFormatError(StudyError):
+    """A completion record is not a chat message (no ``content``/``reasoning_content``/``choices``)."""
+
+
+class DetectInputError(StudyError):
+    """``nvfp4study detect`` was given a file it cannot read (missing, a folder, unreadable)."""
+
+
+class DetectorValidationError(StudyError):
+    """The detector validation cannot run: no tasks with canonical solutions, or bad settings."""
+
+
+class TaskSelectionError(StudyError):
+    """The task selection is invalid: a HumanEval count outside 0..164, or an unknown task id."""
+
+
+class SandboxUnavailable(StudyError):
+    """``sandbox.isolation: bwrap`` was required but bubblewrap is missing or cannot run here."""
+
+
+class RawDataError(StudyError):
+    """A recorded corruption JSONL file is unreadable or holds a row that is not a request record."""
 
 
 # --- serving: lifecycle, client, MTP, determinism (issue 6) ----------------------------------
+class ServerError(StudyError):
+    """A failure of the SGLang server or of a request to it; ``log_tail`` holds the server log's
+    last lines (errors first) when a log exists, and ``log`` its path."""
+
+    def __init__(self, message: str, *, log: object = None, log_tail: str = ""):
+        self.log = None if log is None else str(log)
+        self.log_tail = log_tail
+        text = message
+        if self.log:
+            text += f" (log: {self.log})"
+        if log_tail:
+            text += "\n--- server log, last lines ---\n" + log_tail
+        super().__init__(text)
+
+
+class WrongInterpreter(ServerError):
+    """``server.python`` is missing, not executable, has no ``sglang``, or the wrong version."""
+
+
+class PortInUse(ServerError):
+    """Something already listens on the server's host:port (checked before launch)."""
+
+
+class NoCapableGPU(ServerError):
+    """No GPU of compute capability >= 10.0 (SGLang's NVFP4 W4A4 MoE path needs Blackwell)."""
+
+
+class ServerExitedDuringLoad(ServerError):
+    """The server process exited before ``/health_generate`` answered 200."""
+
+
+class HealthTimeout(ServerError):
+    """``/health_generate`` never answered 200 within the startup timeout."""
+
+
+class ServerDied(ServerError):
+    """The server process exited while the study was sending it requests."""
+
+
+class ResponseMissingFields(ServerError):
+    """A response lacks a field the study needs (content, finish_reason, usage, spec details)."""
+
+
+class StreamCut(ServerError):
+    """A streamed response ended before its ``data: [DONE]`` (connection closed or truncated)."""
+
+
+class RequestFailed(ServerError):
+    """A request got an HTTP error status, an error chunk, a timeout or no connection."""
+
+
+class ReplayDataMissing(StageInputMissing):
+    """``replay_from`` names a run whose recorded raw files for this stage are missing."""

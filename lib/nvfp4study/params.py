@@ -82,6 +82,7 @@ class QuantizeParams(_Strict):
     serving_rewrite: bool = True  # add input_global_scale = 1.0 and the W4A4 config block
     python: str | None = None  # interpreter of a separate quantizer environment
     roundtrip_experts: int = 8  # experts dequantized for the round-trip check
+    compare_unshared: bool = True  # also quantize without the gate/up rule to measure the scale mismatch (2x time)
 
 
 # --- sglang (issue 4) ------------------------------------------------------------------------
@@ -125,6 +126,13 @@ class ServerParams(_Strict):
     extra_args: list[str] = Field(default_factory=list)
     startup_timeout_s: float = 1800.0
     request_timeout_s: float = 600.0
+    trust_remote_code: bool = True  # the card's command passes --trust-remote-code
+    clamp_mode: Literal["stock", "none", "exact"] = "exact"  # clamp mode served in 04/06/07
+    require_gpu: bool = True  # refuse to launch below compute capability 10 (tests: False)
+    check_version: bool = True  # the interpreter's sglang must be sglang.version
+    shutdown_grace_s: float = 30.0  # SIGTERM -> SIGKILL grace for the server's process group
+    health_poll_s: float = 2.0  # seconds between /health_generate polls while loading
+    env: dict[str, str] = Field(default_factory=dict)  # extra environment for the server
 
 
 # --- corruption (issue 5) --------------------------------------------------------------------
@@ -147,10 +155,15 @@ def _card_sampling() -> list[SamplingConfig]:
 
 
 class SandboxParams(_Strict):
-    timeout_s: float = 10.0
-    memory_mb: int = 1024
-    cpu_s: int = 10
-    file_size_mb: int = 16
+    timeout_s: float = 10.0  # wall clock per program; the whole sandbox is killed after it
+    memory_mb: int = 1024  # RLIMIT_AS per process, and the sandbox's total RSS (watchdog)
+    cpu_s: int = 10  # RLIMIT_CPU per process (SIGXCPU)
+    file_size_mb: int = 16  # RLIMIT_FSIZE
+    isolation: Literal["auto", "bwrap", "subprocess"] = "auto"  # auto: bwrap if it runs here
+    max_processes: int = 32  # processes in the sandbox before the watchdog kills it
+    tmp_size_mb: int = 64  # size of the sandbox's private /tmp (tmpfs)
+    output_tail_bytes: int = 2000  # stdout/stderr kept per run (the rest is counted, dropped)
+    python: str | None = None  # interpreter run in the sandbox; None = this one's base interpreter
 
 
 class CorruptionParams(_Strict):
@@ -162,7 +175,20 @@ class CorruptionParams(_Strict):
     )
     validate_detector: bool = True
     junk_variants_per_kind: int = 1  # junk-injected variants per canonical solution and kind
+    junk_seed: int = 0  # seed of the junk injection (detector validation); same seed, same variants
+    validation_execute: bool = True  # detector validation also runs every variant in the sandbox
+    validation_timeout_s: float = 5.0  # wall clock per program in the detector validation (<= sandbox.timeout_s)
     sandbox: SandboxParams = Field(default_factory=SandboxParams)
+    # The card's claim sets: a claim of n tasks uses the first n ids of this list (n from
+    # claims.yaml: 15 for corruption.t0-off-15, 10 for the others); [] = the card-style tasks
+    # in tasks.py order (requires card_tasks: true), else the first n loaded tasks.
+    claim_tasks: list[str] = Field(default_factory=list)
+    before_mode: Literal["stock", "none", "exact"] = "none"  # the card's "before patch" state
+    after_mode: Literal["stock", "none", "exact"] = "exact"  # the card's "after patch" state
+    executed_n: int = 8  # corruption.executed: first n claim tasks, first sampling, after_mode
+    reasoning_probe_parser: str | None = "ling3"  # serve.reasoning-parser probe; None = skip
+    reasoning_probe_tasks: int = 5  # thinking-off requests per stream mode in the probe
+    max_workers: int = 2  # parallel sandboxed executions when classifying
 
 
 # --- MTP and determinism (issue 6) -----------------------------------------------------------
@@ -171,6 +197,9 @@ class MTPParams(_Strict):
     prompts: int = 10
     max_tokens: int = 512
     warmup_requests: int = 1
+    thinking: bool = False  # chat_template_kwargs enable_thinking for the timed prompts
+    flush_cache: bool = True  # POST /flush_cache before each request (no prefix-cache reuse)
+    broken_model_path: str | None = None  # a checkpoint with layer 42 mis-declared (mtp.broken-draft)
 
 
 class DeterminismParams(_Strict):
@@ -178,6 +207,7 @@ class DeterminismParams(_Strict):
     repeats: int = 2
     max_tokens: int = 512
     deterministic_mode: bool = True
+    spec_depth: int = 2  # the NEXTN depth compared with speculation off (the card's k=2)
 
 
 # --- the whole profile -----------------------------------------------------------------------

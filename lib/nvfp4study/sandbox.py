@@ -1,0 +1,585 @@
+"""Run a generated program against its assertions, inside bubblewrap.
+
+Generated code is never executed in the harness process. :func:`check_program` builds the
+program (the task's prompt, then the code), sends it on stdin to a small runner script inside a
+``bwrap`` sandbox, and reads back one JSON result line on a private pipe.
+
+The sandbox (``bwrap`` 0.8; flags from ``bwrap --help``; reference ``evaluation.md``):
+
+* namespaces: ``--unshare-all --unshare-user``: no network (only a private loopback), own PID,
+  IPC, UTS and cgroup namespaces; ``--uid 65534 --gid 65534`` (nobody) inside;
+  ``--cap-drop ALL``; ``--new-session`` (no terminal injection); ``--die-with-parent``.
+* file system: a fresh root holding only ``/usr`` (plus the ``/bin``, ``/lib``... links),
+  ``/etc/ld.so.cache``, the interpreter's own prefix (read-only, so a Python under a 0700
+  ``/root`` works), ``/proc`` of the new PID namespace, a minimal ``/dev`` and a private
+  size-limited ``/tmp`` (tmpfs); the root is then remounted read-only. ``/work``, ``/root``'s
+  other contents, ``/home`` and ``/etc/shadow`` do not exist inside. The environment is cleared.
+* limits, set by the runner before the program starts (soft = hard, so the program cannot raise
+  them): ``RLIMIT_AS`` (memory_mb), ``RLIMIT_CPU`` (cpu_s; SIGXCPU), ``RLIMIT_FSIZE``
+  (file_size_mb), ``RLIMIT_CORE`` 0, ``RLIMIT_NOFILE`` 256, ``RLIMIT_NPROC`` (max_processes).
+  When the harness runs as root, the sandbox's nobody maps to root outside its user namespace
+  and the kernel ignores ``RLIMIT_NPROC`` (kernel/fork.c exempts INIT_USER), so processes are
+  bounded by a watchdog instead: every 20 ms the harness counts the sandbox's processes and
+  their total RSS and kills the sandbox above ``max_processes`` / ``memory_mb``. Killing the
+  PID namespace's init (bwrap) kills every process in it, so nothing survives a run.
+* wall clock: after ``timeout_s`` the process group is killed with SIGKILL.
+* output: stdout/stderr are drained continuously; the last ``output_tail_bytes`` are kept and a
+  program that prints more than ``file_size_mb`` in total is killed (``killed``, "output limit").
+
+Where ``bwrap`` is missing or cannot create its namespaces (e.g. user namespaces disabled), and
+``isolation`` is ``auto``, the same runner runs as a plain subprocess in a fresh temporary
+folder with the same rlimits, a cleared environment, its own session and the same watchdog, and
+every result says ``isolation="subprocess"`` with the reason: this fallback has network access
+and can read and write what the harness's user can. ``isolation: bwrap`` refuses to fall back.
+
+Outcomes (:class:`Outcome`): the runner classifies what the program raised; the harness
+classifies deaths (signal, watchdog, timeout) and silent exits. The result line is protected
+against accidents (a program that exits, prints, closes stdout, or monkeypatches ``os``), not
+against code written to forge the runner's protocol.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from .errors import SandboxUnavailable
+from .params import SandboxParams
+from .tasks import Task
+
+BWRAP = "bwrap"
+NOBODY = 65534
+POLL_S = 0.02  # watchdog period (seconds)
+
+
+class Outcome(StrEnum):
+    """What happened to one program (one value per run)."""
+
+    PASS = "pass"  # check(entry_point) returned
+    ASSERTION_FAILURE = "assertion_failure"  # an AssertionError (the checks, or the code's own)
+    NAME_ERROR = "name_error"  # NameError / UnboundLocalError; ``name`` says which name
+    EXCEPTION = "exception"  # any other exception; ``exception`` is its class name
+    SYNTAX_ERROR = "syntax_error"  # the program does not compile
+    ENTRY_POINT_MISSING = "entry_point_missing"  # ran, but defines no callable entry point
+    TIMEOUT = "timeout"  # wall clock or CPU-time limit
+    MEMORY = "memory"  # MemoryError, or total RSS above the limit
+    KILLED = "killed"  # died by a signal, or the process / output limit
+    EXITED = "exited"  # sys.exit / os._exit before the checks finished
+    SANDBOX_ERROR = "sandbox_error"  # the sandbox itself failed to start
+
+
+class Isolation(StrEnum):
+    BWRAP = "bwrap"
+    SUBPROCESS = "subprocess"
+
+
+@dataclass
+class ExecResult:
+    """The result of one sandboxed run (one row of a results table; :meth:`to_dict`).
+
+    Attributes:
+        task_id: the task's id.
+        outcome: an :class:`Outcome` value.
+        exception: the exception's class name (``"NameError"``, ``"SystemExit"``...) or None.
+        name: for NameError / UnboundLocalError, the undefined name; else None.
+        message: the exception's message (first 300 characters) or a harness explanation.
+        phase: where it happened: ``define`` (running the program), ``entry`` (looking up the
+            entry point), ``test`` (defining check), ``check`` (running it), or None.
+        lineno: the program line of the innermost frame in the program, when known.
+        detail: the harness's reason for a kill ("wall clock 10.0 s", "cpu limit", "process
+            limit", "memory limit", "output limit", "SIGSEGV") or "".
+        isolation: ``bwrap`` or ``subprocess``.
+        isolation_note: why the fallback was used ("" under bwrap).
+        duration_s: wall-clock seconds from start to end of the sandbox (monotonic clock).
+        returncode: the sandbox process's exit status (negative = signal, subprocess mode).
+        signal: name of the signal that ended the program, if any.
+        stdout_tail, stderr_tail: the last ``output_tail_bytes`` of each (UTF-8, replaced).
+        output_bytes: total bytes the program wrote to stdout + stderr.
+    """
+
+    task_id: str
+    outcome: str
+    exception: str | None
+    name: str | None
+    message: str
+    phase: str | None
+    lineno: int | None
+    detail: str
+    isolation: str
+    isolation_note: str
+    duration_s: float
+    returncode: int | None
+    signal: str | None
+    stdout_tail: str
+    stderr_tail: str
+    output_bytes: int
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == Outcome.PASS
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- the runner (executed inside the sandbox by the sandbox's python -I) -----------------------
+RUNNER = r'''
+import json, os, resource, sys, traceback
+_write, _exit, _dumps = os.write, os._exit, json.dumps
+job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+RFD, NONCE = job["result_fd"], job["nonce"]
+for _key, (_soft, _hard) in job["limits"].items():
+    try:
+        resource.setrlimit(getattr(resource, _key), (_soft, _hard))
+    except (ValueError, OSError, AttributeError):
+        pass
+_null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(_null, 0)
+os.close(_null)
+
+def _lineno(exc):
+    line = getattr(exc, "lineno", None) if isinstance(exc, SyntaxError) else None
+    for frame, lno in traceback.walk_tb(exc.__traceback__):
+        if frame.f_code.co_filename == "<candidate>":
+            line = lno
+    return line
+
+def _report(outcome, phase, exc=None):
+    rec = {"nonce": NONCE, "outcome": outcome, "phase": phase, "exception": None,
+           "name": None, "message": "", "lineno": None}
+    if exc is not None:
+        rec["exception"] = type(exc).__name__
+        try:
+            rec["message"] = str(exc)[:300]
+        except BaseException:
+            rec["message"] = "<unprintable>"
+        rec["lineno"] = _lineno(exc)
+        if isinstance(exc, NameError):
+            rec["name"] = getattr(exc, "name", None)
+        try:
+            traceback.print_exception(type(exc), exc, exc.__traceback__, limit=8)
+        except BaseException:
+            pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    try:
+        _write(RFD, (_dumps(rec) + "\n").encode())
+    finally:
+        _exit(0)
+
+def _classify(exc):
+    if isinstance(exc, SystemExit):
+        return "exited"
+    if isinstance(exc, AssertionError):
+        return "assertion_failure"
+    if isinstance(exc, NameError):
+        return "name_error"
+    if isinstance(exc, MemoryError):
+        return "memory"
+    return "exception"
+
+ns = {"__name__": "candidate", "__builtins__": __builtins__}
+try:
+    code = compile(job["program"], "<candidate>", "exec")
+except BaseException as exc:
+    _report("syntax_error" if isinstance(exc, SyntaxError) else _classify(exc), "define", exc)
+try:
+    exec(code, ns)
+except BaseException as exc:
+    _report(_classify(exc), "define", exc)
+fn = ns.get(job["entry_point"])
+if not callable(fn):
+    _report("entry_point_missing", "entry")
+try:
+    exec(compile(job["test"], "<test>", "exec"), ns)
+except BaseException as exc:
+    _report(_classify(exc), "test", exc)
+try:
+    ns["check"](fn)
+except BaseException as exc:
+    _report(_classify(exc), "check", exc)
+_report("pass", "check")
+'''
+
+
+def build_program(task: Task, code: str, prepend_prompt: bool = True) -> str:
+    """The program that is executed: the task's prompt, then ``code``.
+
+    The prompt supplies the imports and helper functions HumanEval prompts define (23 of the
+    164 import from ``typing``; e.g. HumanEval/10's ``is_palindrome``). A ``code`` that starts
+    indented is a body completing the prompt's function (HumanEval's canonical solutions); any
+    other code is a full program placed after the prompt, so its own ``def`` replaces the
+    prompt's docstring-only one.
+    """
+    if not prepend_prompt:
+        return code
+    prompt = task.prompt if task.prompt.endswith("\n") else task.prompt + "\n"
+    if code[:1] in (" ", "\t"):
+        return prompt + code
+    return prompt + "\n" + code
+
+
+def _limits(params: SandboxParams) -> dict[str, tuple[int, int]]:
+    mb = 1024 * 1024
+    return {
+        "RLIMIT_AS": (params.memory_mb * mb, params.memory_mb * mb),
+        "RLIMIT_CPU": (params.cpu_s, params.cpu_s + 1),  # SIGXCPU at soft, SIGKILL at hard
+        "RLIMIT_FSIZE": (params.file_size_mb * mb, params.file_size_mb * mb),
+        "RLIMIT_CORE": (0, 0),
+        "RLIMIT_NOFILE": (256, 256),
+        "RLIMIT_NPROC": (params.max_processes, params.max_processes),
+    }
+
+
+def sandbox_python(params: SandboxParams) -> str:
+    """The interpreter run in the sandbox: ``params.python`` or the real path of this one.
+
+    The real path of a venv's ``python`` is its base interpreter, which (run with ``-I``) has
+    only the standard library: generated code gets no site-packages of the study's venv.
+    """
+    return os.path.realpath(params.python or sys.executable)
+
+
+def _python_prefix(python: str) -> str:
+    """``<prefix>`` of ``<prefix>/bin/pythonX.Y`` (holds the stdlib and any libpython)."""
+    return str(Path(python).parent.parent)
+
+
+def _bwrap_path() -> str | None:
+    return shutil.which(BWRAP)
+
+
+def bwrap_args(python: str, params: SandboxParams) -> list[str]:
+    """The ``bwrap`` command line (without the program) for ``python``."""
+    args = [
+        _bwrap_path() or BWRAP, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
+        "--cap-drop", "ALL", "--uid", str(NOBODY), "--gid", str(NOBODY), "--hostname", "sandbox",
+        "--ro-bind", "/usr", "/usr",
+    ]
+    for d in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        host = Path("/") / d
+        if host.is_symlink():
+            args += ["--symlink", os.readlink(host), str(host)]
+        elif host.is_dir():
+            args += ["--ro-bind", str(host), str(host)]
+    args += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
+             "--proc", "/proc", "--dev", "/dev",
+             "--size", str(params.tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+    prefix = _python_prefix(python)
+    if not (prefix == "/usr" or prefix.startswith("/usr/")):
+        args += ["--ro-bind", prefix, prefix]  # after --tmpfs: a prefix under /tmp stays visible
+    args += ["--remount-ro", "/", "--chdir", "/tmp", "--clearenv",
+             "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
+             "--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8"]
+    return args
+
+
+@functools.lru_cache(maxsize=8)
+def _bwrap_probe(python: str, tmp_size_mb: int) -> tuple[bool, str]:
+    """(usable, reason): can bwrap run ``python`` here? Cached per interpreter."""
+    if _bwrap_path() is None:
+        return False, "bwrap not found on PATH"
+    args = bwrap_args(python, SandboxParams(tmp_size_mb=tmp_size_mb))
+    try:
+        r = subprocess.run([*args, "--", python, "-I", "-c", "print('ok')"],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"bwrap failed to start: {exc}"
+    if r.returncode != 0 or r.stdout.strip() != "ok":
+        return False, f"bwrap cannot run here: {(r.stderr or r.stdout).strip()[:200]}"
+    return True, ""
+
+
+@functools.lru_cache(maxsize=1)
+def _bwrap_version() -> str | None:
+    path = _bwrap_path()
+    if path is None:
+        return None
+    try:
+        return subprocess.run([path, "--version"], capture_output=True, text=True,
+                              timeout=10).stdout.strip() or None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def sandbox_status(params: SandboxParams) -> dict[str, Any]:
+    """Which isolation :func:`check_program` will use with ``params``, and why.
+
+    Returns:
+        ``{"isolation": "bwrap"|"subprocess", "note": str, "python": path, "bwrap_version": str|None}``.
+
+    Raises:
+        SandboxUnavailable: ``params.isolation == "bwrap"`` and bwrap cannot run.
+    """
+    python = sandbox_python(params)
+    version = _bwrap_version()
+    if params.isolation == "subprocess":
+        return {"isolation": "subprocess", "note": "isolation: subprocess requested in params",
+                "python": python, "bwrap_version": version}
+    ok, reason = _bwrap_probe(python, params.tmp_size_mb)
+    if ok:
+        return {"isolation": "bwrap", "note": "", "python": python, "bwrap_version": version}
+    if params.isolation == "bwrap":
+        raise SandboxUnavailable(f"sandbox.isolation is 'bwrap' but {reason}")
+    return {"isolation": "subprocess", "note": f"fallback (weaker isolation): {reason}",
+            "python": python, "bwrap_version": version}
+
+
+class _Tail:
+    """Keeps the last ``keep`` bytes of a stream and counts all of them."""
+
+    def __init__(self, keep: int):
+        self.keep, self.total, self.buf = keep, 0, bytearray()
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        self.buf += data
+        if len(self.buf) > self.keep:
+            del self.buf[: len(self.buf) - self.keep]
+
+    def text(self) -> str:
+        return self.buf.decode("utf-8", errors="replace")
+
+
+def _tree(proc: subprocess.Popen) -> list[psutil.Process]:
+    try:
+        return psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _kill(proc: subprocess.Popen, seen: dict[int, psutil.Process]) -> None:
+    """SIGKILL the sandbox's process group and every descendant ever seen (checked against
+    their start time by psutil, so a recycled pid is not hit)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for p in seen.values():
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
+def _signal_of(rc: int | None, isolation: str) -> int | None:
+    if rc is None:
+        return None
+    if rc < 0:
+        return -rc
+    if isolation == Isolation.BWRAP and rc > 128 and (rc - 128) in signal.valid_signals():
+        return rc - 128  # bwrap exits with 128 + signal when its child is killed
+    return None
+
+
+def _result_line(data: bytes, nonce: str) -> dict[str, Any] | None:
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("nonce") == nonce:
+            return rec
+    return None
+
+
+def check_program(task: Task, code: str, params: SandboxParams | None = None, *,
+                  prepend_prompt: bool = True) -> ExecResult:
+    """Run ``code`` against ``task``'s checks in the sandbox and classify what happened.
+
+    Args:
+        task: supplies ``prompt`` (prepended, see :func:`build_program`), ``test`` (defines
+            ``check``) and ``entry_point``.
+        code: the extracted program or a body completing the prompt (str).
+        params: limits and isolation; default :class:`SandboxParams`.
+        prepend_prompt: False runs ``code`` alone.
+
+    Returns:
+        An :class:`ExecResult`. A program that misbehaves (loops, forks, allocates, exits,
+        kills, writes, connects) is a result, never an exception of this function.
+
+    Raises:
+        SandboxUnavailable: ``params.isolation == "bwrap"`` and bwrap cannot run here.
+    """
+    params = params or SandboxParams()
+    status = sandbox_status(params)
+    python = status["python"]
+    isolation = status["isolation"]
+    nonce = secrets.token_hex(16)
+    rfd, wfd = os.pipe()
+    job = {"program": build_program(task, code, prepend_prompt), "test": task.test,
+           "entry_point": task.entry_point, "nonce": nonce, "result_fd": wfd,
+           "limits": _limits(params)}
+    argv = [python, "-I", "-c", RUNNER]
+    workdir = None
+    if isolation == Isolation.BWRAP:
+        argv = [*bwrap_args(python, params), "--", *argv]
+        # bwrap's own environment is readable inside (/proc/1/environ): give it nothing.
+        cwd, env = "/", {"PATH": "/usr/bin:/bin"}
+    else:
+        workdir = tempfile.mkdtemp(prefix="nvfp4study-sandbox-")
+        cwd = workdir
+        env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, pass_fds=(wfd,), cwd=cwd, env=env,
+                                start_new_session=True, close_fds=True)
+    except OSError as exc:
+        os.close(rfd)
+        os.close(wfd)
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+        return ExecResult(task.task_id, Outcome.SANDBOX_ERROR.value, None, None, str(exc), None,
+                          None, "could not start", isolation, status["note"], 0.0, None, None,
+                          "", "", 0)
+    os.close(wfd)
+    try:
+        proc.stdin.write(json.dumps(job).encode())
+        proc.stdin.close()
+    except (BrokenPipeError, OSError):
+        pass
+    out, err = _Tail(params.output_tail_bytes), _Tail(params.output_tail_bytes)
+    result_buf = bytearray()
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ, out)
+    sel.register(proc.stderr, selectors.EVENT_READ, err)
+    sel.register(rfd, selectors.EVENT_READ, None)
+    seen: dict[int, psutil.Process] = {}
+    reason = ""
+    exited_at = None
+    base = 1 if isolation == Isolation.BWRAP else -1  # bwrap's own init inside the namespace
+    output_cap = params.file_size_mb * 1024 * 1024
+    try:
+        next_poll = start
+        while True:
+            now = time.monotonic()
+            remaining = start + params.timeout_s - now
+            if remaining <= 0:
+                reason = f"wall clock {params.timeout_s:g} s"
+                break
+            for key, _ in sel.select(timeout=min(POLL_S, remaining)):
+                fd = key.fd
+                data = os.read(fd, 65536)
+                if not data:
+                    sel.unregister(key.fileobj)
+                elif key.data is None:
+                    result_buf += data
+                else:
+                    key.data.add(data)
+            if out.total + err.total > output_cap:
+                reason = "output limit"
+                break
+            if proc.poll() is not None:
+                exited_at = exited_at or time.monotonic()
+                if not sel.get_map() or time.monotonic() - exited_at > 0.5:
+                    break  # all pipes closed (or held by an orphan: killed below)
+                continue
+            if time.monotonic() >= next_poll:
+                next_poll = time.monotonic() + POLL_S
+                procs = _tree(proc)
+                for p in procs:
+                    seen.setdefault(p.pid, p)
+                if len(procs) - base > params.max_processes:
+                    reason = "process limit"
+                    break
+                rss = 0
+                for p in procs:
+                    try:
+                        rss += p.memory_info().rss
+                    except psutil.Error:
+                        pass
+                if rss > params.memory_mb * 1024 * 1024:
+                    reason = "memory limit"
+                    break
+    finally:
+        _kill(proc, seen)
+        proc.wait()
+        for key in list(sel.get_map().values()):
+            try:
+                data = os.read(key.fd, 65536)
+                (result_buf.extend(data) if key.data is None else key.data.add(data))
+            except OSError:
+                pass
+        sel.close()
+        proc.stdout.close()
+        proc.stderr.close()
+        os.close(rfd)
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    duration = time.monotonic() - start
+    rc = proc.returncode
+    rec = _result_line(bytes(result_buf), nonce)
+    sig = _signal_of(rc, isolation)
+    signame = signal.Signals(sig).name if sig else None
+    common = dict(task_id=task.task_id, isolation=isolation, isolation_note=status["note"],
+                  duration_s=round(duration, 4), returncode=rc, signal=signame,
+                  stdout_tail=out.text(), stderr_tail=err.text(),
+                  output_bytes=out.total + err.total)
+    if rec is not None:
+        return ExecResult(outcome=rec["outcome"], exception=rec["exception"], name=rec["name"],
+                          message=rec["message"], phase=rec["phase"], lineno=rec["lineno"],
+                          detail="", signal=None, **{k: v for k, v in common.items()
+                                                     if k != "signal"})
+    return ExecResult(**_death(reason, sig, signame, rc, err.text(), isolation), **common)
+
+
+def _death(reason: str, sig: int | None, signame: str | None, rc: int | None, stderr: str,
+           isolation: str) -> dict[str, Any]:
+    """Classify a run that produced no result line."""
+    blank = dict(exception=None, name=None, phase=None, lineno=None)
+    if reason.startswith("wall clock"):
+        return dict(outcome=Outcome.TIMEOUT.value, message="killed after the wall-clock limit",
+                    detail=reason, **blank)
+    if reason == "memory limit":
+        return dict(outcome=Outcome.MEMORY.value, message="total RSS above the limit",
+                    detail=reason, **blank)
+    if reason:
+        return dict(outcome=Outcome.KILLED.value, message=f"killed by the watchdog ({reason})",
+                    detail=reason, **blank)
+    if sig == signal.SIGXCPU:
+        return dict(outcome=Outcome.TIMEOUT.value, message="CPU-time limit (SIGXCPU)",
+                    detail="cpu limit", **blank)
+    if sig is not None:
+        return dict(outcome=Outcome.KILLED.value, message=f"died by {signame}", detail=signame,
+                    **blank)
+    if isolation == Isolation.BWRAP and rc == 1 and stderr.lstrip().startswith("bwrap:"):
+        return dict(outcome=Outcome.SANDBOX_ERROR.value, message=stderr.strip()[:300],
+                    detail="bwrap failed", **blank)
+    return dict(outcome=Outcome.EXITED.value,
+                message=f"process ended with status {rc} before the checks finished",
+                detail=f"exit status {rc}", **blank)
+
+
+def check_many(items: list[tuple[Task, str]], params: SandboxParams | None = None,
+               workers: int = 2) -> list[ExecResult]:
+    """:func:`check_program` over ``(task, code)`` pairs, ``workers`` sandboxes at a time.
+
+    Returns:
+        The results in the order of ``items``.
+    """
+    params = params or SandboxParams()
+    sandbox_status(params)  # probe once (and raise SandboxUnavailable) before the threads
+    if workers <= 1 or len(items) <= 1:
+        return [check_program(t, c, params) for t, c in items]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda tc: check_program(tc[0], tc[1], params), items))

@@ -1,0 +1,781 @@
+"""SGLang server lifecycle: the ``sglang serve`` command, launch, health wait, clean shutdown.
+
+The command is the model card's (``--tp-size 1 --ep-size 1 --mem-fraction-static 0.75
+--context-length 32768 --max-running-requests 1 --chunked-prefill-size 2048
+--disable-shared-experts-fusion --tool-call-parser glm45 --speculative-algorithm NEXTN
+--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3``) built
+from params, plus ``--enable-metrics`` and, per configuration, ``--enable-deterministic-inference``.
+Every flag is defined in SGLang 0.5.23 (:data:`FLAG_SOURCES` gives file and line; the tests
+re-read them from the released wheel with :func:`sglang_cli_flags`).
+
+It runs as ``<server.python> -c <SERVE_CODE> serve --model-path ...``: ``sglang serve`` is the
+console script ``sglang = sglang.cli.main:main`` (``sglang-0.5.23.dist-info/entry_points.txt``);
+``sglang/cli/main.py`` has no ``__main__`` guard, so ``python -m sglang.cli.main`` would do
+nothing, and ``-c`` runs the same ``main()`` the console script runs, with the interpreter
+named in params.
+
+:func:`serving` starts the server in its own session/process group (``start_new_session``),
+writes its output to ``logs/`` of the run, waits for ``GET /health_generate`` to answer 200
+(it answers 503 while starting: ``entrypoints/http_server.py`` 721-736), detects an early exit,
+and always terminates the whole process group (SIGTERM, then SIGKILL after a grace period) on
+normal exit, on exceptions and on KeyboardInterrupt; an ``atexit`` hook is the last resort.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import atexit
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from .errors import (
+    HealthTimeout,
+    NoCapableGPU,
+    PortInUse,
+    ServerDied,
+    ServerError,
+    ServerExitedDuringLoad,
+    StageInputMissing,
+    WrongInterpreter,
+)
+from .params import Params
+
+# ``sglang serve`` == console script ``sglang = sglang.cli.main:main`` (entry_points.txt).
+SERVE_CODE = "import sys; from sglang.cli.main import main; sys.argv[0] = 'sglang'; sys.exit(main())"
+VERSION_PROBE = "import importlib.metadata as m; print(m.version('sglang'))"
+GPU_PROBE = (
+    "import torch; c = torch.cuda.get_device_capability(0) if torch.cuda.is_available() else None; "
+    "p = torch.cuda.get_device_properties(0) if c else None; "
+    "print(repr((c[0], c[1], p.name, p.total_memory) if c else None))"
+)
+
+# Where each flag is defined in SGLang 0.5.23 (paths relative to sglang/srt/). Flags declared as
+# fields become ``--field-name`` via ``arg_groups/arg_utils.py`` 288-290 and 327-328; booleans are
+# ``store_true`` (arg_utils.py 393-399); the two parser flags are registered by hand.
+FLAG_SOURCES: dict[str, str] = {
+    "--model-path": "arg_groups/fields/model.py:51",
+    "--trust-remote-code": "arg_groups/fields/model.py:106",
+    "--context-length": "arg_groups/fields/model.py:110",
+    "--host": "arg_groups/fields/serving.py:65",
+    "--port": "arg_groups/fields/serving.py:66",
+    "--tp-size": "arg_groups/fields/parallel.py:45",
+    "--ep-size": "arg_groups/fields/parallel.py:281",
+    "--mem-fraction-static": "arg_groups/fields/schedule.py:27",
+    "--max-running-requests": "arg_groups/fields/schedule.py:31",
+    "--chunked-prefill-size": "arg_groups/fields/schedule.py:52",
+    "--disable-shared-experts-fusion": "arg_groups/fields/exec_.py:984",
+    "--enable-deterministic-inference": "arg_groups/fields/exec_.py:1153",
+    "--enable-metrics": "arg_groups/fields/observability.py:70",
+    "--speculative-algorithm": "arg_groups/fields/spec.py:31",
+    "--speculative-num-steps": "arg_groups/fields/spec.py:58",
+    "--speculative-eagle-topk": "arg_groups/fields/spec.py:62",
+    "--speculative-num-draft-tokens": "arg_groups/fields/spec.py:66",
+    "--reasoning-parser": "server_args.py:368",
+    "--tool-call-parser": "server_args.py:378",
+}
+
+# NVFP4 W4A4 MoE needs Blackwell: ``is_blackwell`` = compute capability major in {10, 11, 12}
+# and CUDA >= 12.8 (sglang/srt/utils/common.py 297-303), checked by
+# ``CompressedTensorsW4A4Nvfp4MoE.__init__`` (compressed_tensors_w4a4_nvfp4_moe.py 38-43).
+NVFP4_CAPABILITY_MAJORS = (10, 11, 12)
+
+WHEEL_CACHE = Path(os.environ.get("NVFP4STUDY_CACHE", Path.home() / ".cache" / "nvfp4study")) / "wheels"
+ERROR_LINE = re.compile(r"Traceback|Error|Exception|error:|FAILED|out of memory|Killed", re.I)
+
+
+# --- configurations --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ServerConfig:
+    """One distinct server launch. Measurements are grouped by this so each launches once.
+
+    Attributes:
+        clamp: clamp mode of the serving install (issue 4's patch modes: stock / none / exact).
+        spec_depth: NEXTN draft depth k (``--speculative-num-steps k``); ``None`` = speculation off.
+        deterministic: add ``--enable-deterministic-inference``.
+        model_path: served checkpoint; ``None`` = ``server.model_path`` or the run's quantized one.
+        model_label: a short name for the checkpoint in file names ("study", "broken-draft").
+        tp_size, ep_size: overrides of ``server.tp_size``/``ep_size`` (the upstream 4-GPU reference).
+    """
+
+    clamp: str = "exact"
+    spec_depth: int | None = 2
+    deterministic: bool = False
+    model_path: str | None = None
+    model_label: str = "study"
+    tp_size: int | None = None
+    ep_size: int | None = None
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """Configuration as ``k=v`` tags for file names (``paths.data(stem, ext, **tags)``)."""
+        t = {"clamp": self.clamp, "spec": "off" if self.spec_depth is None else str(self.spec_depth),
+             "det": "on" if self.deterministic else "off"}
+        if self.model_label != "study":
+            t["model"] = self.model_label
+        if self.tp_size not in (None, 1):
+            t["tp"] = str(self.tp_size)
+        if self.ep_size not in (None, 1):
+            t["ep"] = str(self.ep_size)
+        return t
+
+    @property
+    def key(self) -> str:
+        """``clamp=exact-spec=2-det=off``: the configuration's name in tables and files."""
+        return "-".join(f"{k}={v}" for k, v in self.tags.items())
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ServerConfig:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+def card_config(params: Params, **overrides: Any) -> ServerConfig:
+    """The card's serving configuration from params (clamp ``server.clamp_mode``, depth
+    ``server.speculative.num_steps``, or off when ``speculative.algorithm`` is null)."""
+    spec = params.server.speculative
+    base = ServerConfig(clamp=params.server.clamp_mode,
+                        spec_depth=spec.num_steps if spec.algorithm else None)
+    return replace(base, **overrides)
+
+
+def stage_configs(params: Params) -> dict[str, list[ServerConfig]]:
+    """The server configurations each serving stage needs, in launch order.
+
+    04: the card's configuration. 05: the card's configuration per ``corruption.clamp_modes``.
+    06: one per ``mtp.depths`` (0 = off), again on ``mtp.broken_model_path`` when set.
+    07: speculation off and at ``determinism.spec_depth``, then both with deterministic mode.
+    """
+    clamp = params.server.clamp_mode
+    card = card_config(params)
+    depth = lambda d: None if d == 0 else d  # noqa: E731
+    mtp = [ServerConfig(clamp=clamp, spec_depth=depth(d)) for d in params.mtp.depths]
+    if params.mtp.broken_model_path:
+        mtp += [ServerConfig(clamp=clamp, spec_depth=depth(d), model_path=params.mtp.broken_model_path,
+                             model_label="broken-draft") for d in params.mtp.depths]
+    det_depth = params.determinism.spec_depth
+    det = [ServerConfig(clamp=clamp, spec_depth=None), ServerConfig(clamp=clamp, spec_depth=det_depth)]
+    if params.determinism.deterministic_mode:
+        det += [replace(c, deterministic=True) for c in det]
+    return {
+        "04_launch_server": [card],
+        "05_corruption": [replace(card, clamp=m) for m in params.corruption.clamp_modes],
+        "06_mtp_sweep": mtp,
+        "07_determinism": det,
+    }
+
+
+def plan_servers(params: Params) -> list[ServerConfig]:
+    """Every distinct configuration stages 04-07 need, each once, grouped by clamp mode (so the
+    serving install is re-patched as rarely as possible), then checkpoint, determinism, depth."""
+    seen: dict[ServerConfig, None] = {}
+    for configs in stage_configs(params).values():
+        for c in configs:
+            seen.setdefault(c, None)
+    clamp_order = {m: i for i, m in enumerate(dict.fromkeys(
+        [params.server.clamp_mode, *params.corruption.clamp_modes]))}
+    return sorted(seen, key=lambda c: (clamp_order.get(c.clamp, 99), c.model_label != "study",
+                                       c.model_label, c.deterministic,
+                                       -1 if c.spec_depth is None else c.spec_depth))
+
+
+def plan_table(params: Params):
+    """A DataFrame: one row per planned configuration, the stages that use it and its flags."""
+    import pandas as pd
+
+    users = stage_configs(params)
+    rows = []
+    for c in plan_servers(params):
+        rows.append({"config": c.key, "stages": ", ".join(s for s, cs in users.items() if c in cs),
+                     "flags": " ".join(_config_flags(params, c)) or "(card's base flags only)"})
+    return pd.DataFrame(rows)
+
+
+# --- the command -----------------------------------------------------------------------------
+def _config_flags(params: Params, config: ServerConfig) -> list[str]:
+    s = params.server
+    flags: list[str] = []
+    if config.spec_depth is not None:
+        k = config.spec_depth
+        if k < 1:
+            raise ValueError(f"spec_depth must be >= 1 or None, got {k}")
+        spec = s.speculative
+        # depth k: k draft steps; with top-k 1 the verify pass checks k+1 tokens (the card's
+        # k=2 -> 3 draft tokens). The params' own triple is used as given at its own depth.
+        draft = spec.num_draft_tokens if k == spec.num_steps else k * spec.eagle_topk + 1
+        flags += ["--speculative-algorithm", spec.algorithm or "NEXTN",
+                  "--speculative-num-steps", str(k),
+                  "--speculative-eagle-topk", str(spec.eagle_topk),
+                  "--speculative-num-draft-tokens", str(draft)]
+    if config.deterministic:
+        flags.append("--enable-deterministic-inference")
+    return flags
+
+
+def num_draft_tokens(params: Params, config: ServerConfig) -> int | None:
+    """``--speculative-num-draft-tokens`` of a configuration (None when speculation is off)."""
+    flags = _config_flags(params, config)
+    return int(flags[flags.index("--speculative-num-draft-tokens") + 1]) if config.spec_depth else None
+
+
+def build_command(params: Params, config: ServerConfig, model_path: str | None = None) -> list[str]:
+    """The argv that launches SGLang for ``config``: ``[python, -c, SERVE_CODE, serve, ...]``.
+
+    Args:
+        params: study params (``server`` section: interpreter, host/port, the card's flags).
+        config: the configuration (depth, deterministic mode, tp/ep overrides, model).
+        model_path: the checkpoint; default ``config.model_path`` or ``server.model_path``.
+
+    Returns:
+        The argument list (no shell). Flags and their 0.5.23 definitions: :data:`FLAG_SOURCES`.
+
+    Raises:
+        WrongInterpreter: ``server.python`` is not set.
+        StageInputMissing: no model path anywhere.
+    """
+    s = params.server
+    if not s.python:
+        raise WrongInterpreter("server.python is not set: name the SGLang environment's interpreter "
+                               "(e.g. -p server.python=/opt/envs/sglang/bin/python)")
+    path = model_path or config.model_path or s.model_path
+    if not path:
+        raise StageInputMissing("no model path: set server.model_path or run 01_quantize first")
+    cmd = [s.python, "-c", SERVE_CODE, "serve", "--model-path", str(path)]
+    if s.trust_remote_code:
+        cmd.append("--trust-remote-code")
+    cmd += ["--host", s.host, "--port", str(s.port),
+            "--tp-size", str(config.tp_size or s.tp_size), "--ep-size", str(config.ep_size or s.ep_size),
+            "--mem-fraction-static", str(s.mem_fraction_static),
+            "--context-length", str(s.context_length),
+            "--max-running-requests", str(s.max_running_requests),
+            "--chunked-prefill-size", str(s.chunked_prefill_size)]
+    if s.disable_shared_experts_fusion:
+        cmd.append("--disable-shared-experts-fusion")
+    if s.tool_call_parser:
+        cmd += ["--tool-call-parser", s.tool_call_parser]
+    if s.reasoning_parser:
+        cmd += ["--reasoning-parser", s.reasoning_parser]
+    cmd += _config_flags(params, config)
+    if s.enable_metrics:
+        cmd.append("--enable-metrics")
+    cmd += list(s.extra_args)
+    return cmd
+
+
+def command_flags(cmd: list[str]) -> list[str]:
+    """The ``--flags`` of a command built by :func:`build_command` (after ``serve``)."""
+    tail = cmd[cmd.index("serve") + 1:] if "serve" in cmd else cmd
+    return [a.split("=", 1)[0] for a in tail if a.startswith("--")]
+
+
+def sglang_cli_flags(source: str | Path) -> dict[str, str]:
+    """Every CLI flag SGLang's server parser defines, read statically from its source.
+
+    Reads ``sglang/srt/arg_groups/fields/*.py`` (fields annotated ``A[T, "help"]`` or
+    ``A[T, Arg(...)]``, skipping ``no_cli=True``; name ``--field-name`` or ``cli_name``, plus
+    ``aliases``) and the hand-registered ``parser.add_argument("--...")`` calls of
+    ``sglang/srt/server_args.py``, the way ``arg_utils.add_cli_args_from_dataclass`` does.
+
+    Args:
+        source: an SGLang wheel (``.whl``) or a folder holding ``sglang/srt``.
+
+    Returns:
+        ``{flag: "path:line"}`` with paths relative to ``sglang/srt/``.
+    """
+    files = _read_sources(Path(source))
+    flags: dict[str, str] = {}
+    for rel, text in files.items():
+        tree = ast.parse(text)
+        if rel.startswith("arg_groups/fields/"):
+            for node in ast.walk(tree):
+                if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                    for name in _field_flags(node):
+                        flags.setdefault(name, f"{rel}:{node.lineno}")
+        else:
+            for node in ast.walk(tree):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr == "add_argument"):
+                    for a in node.args:
+                        if isinstance(a, ast.Constant) and str(a.value).startswith("--"):
+                            flags.setdefault(a.value, f"{rel}:{a.lineno}")
+    return flags
+
+
+def _read_sources(source: Path) -> dict[str, str]:
+    prefix = "sglang/srt/"
+    want = lambda n: (n.startswith(prefix + "arg_groups/fields/") and n.endswith(".py")) or n == prefix + "server_args.py"  # noqa: E731
+    out: dict[str, str] = {}
+    if source.is_file() and source.suffix == ".whl":
+        with zipfile.ZipFile(source) as z:
+            for n in z.namelist():
+                if want(n):
+                    out[n[len(prefix):]] = z.read(n).decode()
+    else:
+        root = source / "sglang" / "srt" if (source / "sglang" / "srt").is_dir() else source
+        for f in [*sorted((root / "arg_groups" / "fields").glob("*.py")), root / "server_args.py"]:
+            if f.is_file():
+                out[str(f.relative_to(root))] = f.read_text()
+    if "server_args.py" not in out:
+        raise StageInputMissing(f"{source}: no sglang/srt/server_args.py (not an SGLang wheel or tree)")
+    return out
+
+
+def _field_flags(node: ast.AnnAssign) -> list[str]:
+    ann = node.annotation
+    if not (isinstance(ann, ast.Subscript) and isinstance(ann.value, ast.Name) and ann.value.id == "A"):
+        return []
+    elts = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
+    if len(elts) < 2:
+        return []
+    meta = elts[1]
+    name = "--" + node.target.id.replace("_", "-")
+    if isinstance(meta, ast.Constant) and isinstance(meta.value, str):
+        return [name]
+    if isinstance(meta, ast.Call) and getattr(meta.func, "id", None) == "Arg":
+        kw = {k.arg: k.value for k in meta.keywords}
+        if isinstance(kw.get("no_cli"), ast.Constant) and kw["no_cli"].value is True:
+            return []
+        if isinstance(kw.get("cli_name"), ast.Constant):
+            name = kw["cli_name"].value
+        aliases = [e.value for e in getattr(kw.get("aliases"), "elts", []) if isinstance(e, ast.Constant)]
+        return [name, *aliases]
+    return []
+
+
+def cached_wheel(version: str) -> Path | None:
+    """The cached SGLang wheel of ``version`` under ``~/.cache/nvfp4study/wheels``, if present."""
+    found = sorted(WHEEL_CACHE.glob(f"sglang-{version}-*.whl"))
+    return found[0] if found else None
+
+
+def command_table(params: Params, config: ServerConfig | None = None):
+    """The launch command flag by flag, with where SGLang defines each flag.
+
+    The "defined in" column is re-read from the cached wheel of ``sglang.version`` when it is
+    there (else it shows :data:`FLAG_SOURCES`, marked "(recorded)"). Needs no GPU.
+    """
+    import pandas as pd
+
+    config = config or card_config(params)
+    p = params if params.server.python else params.model_copy(
+        update={"server": params.server.model_copy(update={"python": "<server.python>"})})
+    cmd = build_command(p, config, model_path=(config.model_path or p.server.model_path or "<model>"))
+    wheel = cached_wheel(params.sglang.version)
+    live = sglang_cli_flags(wheel) if wheel else {}
+    rows, tail = [], cmd[cmd.index("serve") + 1:]
+    for i, a in enumerate(tail):
+        if not a.startswith("--"):
+            continue
+        value = tail[i + 1] if i + 1 < len(tail) and not tail[i + 1].startswith("--") else ""
+        where = live.get(a, "NOT DEFINED") if wheel else FLAG_SOURCES.get(a, "?") + " (recorded)"
+        rows.append({"flag": a, "value": value, f"defined in sglang {params.sglang.version}": where})
+    return pd.DataFrame(rows)
+
+
+# --- GPU -------------------------------------------------------------------------------------
+def gpu_capability(python: str | None = None) -> tuple[int, int] | None:
+    """Compute capability of GPU 0, or None when no CUDA GPU is visible.
+
+    With ``python`` (the SGLang environment's interpreter) the probe runs there, because the
+    study's own environment may hold a CPU-only torch; otherwise this process's torch is asked.
+    """
+    info = gpu_info(python)
+    return None if info is None else (info["capability"][0], info["capability"][1])
+
+
+def gpu_info(python: str | None = None) -> dict[str, Any] | None:
+    """``{"capability": (major, minor), "name": str, "memory_gb": float (1e9 bytes)}`` of GPU 0."""
+    if python:
+        try:
+            out = subprocess.run([python, "-c", GPU_PROBE], capture_output=True, text=True, timeout=120)
+            val = ast.literal_eval(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else None
+        except (OSError, subprocess.TimeoutExpired, ValueError, SyntaxError):
+            val = None
+    else:
+        try:
+            import torch
+        except ImportError:
+            return None
+        if not torch.cuda.is_available():
+            return None
+        c = torch.cuda.get_device_capability(0)
+        prop = torch.cuda.get_device_properties(0)
+        val = (c[0], c[1], prop.name, prop.total_memory)
+    if not val:
+        return None
+    return {"capability": (int(val[0]), int(val[1])), "name": val[2], "memory_gb": round(val[3] / 1e9, 2)}
+
+
+def nvfp4_w4a4_supported(capability: tuple[int, int] | None) -> bool:
+    """Whether SGLang's NVFP4 W4A4 MoE scheme can run: compute capability 10.x, 11.x or 12.x."""
+    return capability is not None and capability[0] in NVFP4_CAPABILITY_MAJORS
+
+
+def gpu_refusal(params: Params) -> str | None:
+    """Why stages 04-07 cannot serve here (a "needs an NVFP4-capable GPU (...)" sentence) or None."""
+    if not params.server.enabled:
+        return "needs an NVFP4-capable GPU (server.enabled is false in the params: no GPU on this machine)"
+    if not params.server.require_gpu:
+        return None
+    cap = gpu_capability(params.server.python)
+    if cap is None:
+        return "needs an NVFP4-capable GPU (no CUDA GPU visible)"
+    if not nvfp4_w4a4_supported(cap):
+        return f"needs an NVFP4-capable GPU (compute capability {cap[0]}.{cap[1]} < 10.0)"
+    return None
+
+
+# --- the process -----------------------------------------------------------------------------
+def log_tail(path: str | Path | None, lines: int = 40) -> str:
+    """The server log's last lines; when it holds a traceback or error lines, those first."""
+    if path is None or not Path(path).is_file():
+        return ""
+    text = Path(path).read_text(errors="replace").splitlines()
+    tail = text[-lines:]
+    tb = max((i for i, ln in enumerate(text) if ln.startswith("Traceback")), default=None)
+    if tb is not None and tb < len(text) - lines:
+        return "\n".join(text[tb:tb + lines // 2] + ["..."] + tail[-lines // 2:])
+    errs = [ln for ln in text[:-lines] if ERROR_LINE.search(ln)][-5:]
+    return "\n".join((errs + ["..."] if errs else []) + tail)
+
+
+def check_interpreter(python: str, expect_version: str | None = None) -> str:
+    """Check the SGLang interpreter and return its ``sglang`` version.
+
+    Raises:
+        WrongInterpreter: missing, not executable, no ``sglang`` importable, or the version differs.
+    """
+    exe = shutil.which(python) if not os.path.isabs(python) else python
+    if not exe or not Path(exe).is_file():
+        raise WrongInterpreter(f"server.python {python!r} does not exist")
+    if not os.access(exe, os.X_OK):
+        raise WrongInterpreter(f"server.python {exe!r} is not executable")
+    try:
+        out = subprocess.run([exe, "-c", VERSION_PROBE], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise WrongInterpreter(f"server.python {exe!r} cannot run: {exc}") from None
+    if out.returncode != 0:
+        raise WrongInterpreter(f"server.python {exe!r} has no sglang: {out.stderr.strip()[-400:]}")
+    version = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+    if expect_version and version != expect_version:
+        raise WrongInterpreter(f"server.python {exe!r} has sglang {version}, the params want "
+                               f"{expect_version} (set sglang.version or server.check_version=false)")
+    return version
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise :class:`PortInUse` when something listens on host:port (bind test, SO_REUSEADDR
+    set as uvicorn does, so only a listener, not a TIME_WAIT socket, makes it fail)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                raise PortInUse(f"{host}:{port} is already in use (another server? stop it or set "
+                                f"server.port)") from None
+            raise
+
+
+def _set_pdeathsig() -> None:  # runs in the child before exec (Linux): die with the launcher
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+_LIVE: dict[int, ServerProcess] = {}
+_BY_URL: dict[str, ServerProcess] = {}
+
+
+@dataclass
+class ServerProcess:
+    """One launched SGLang server: its command, log, process group and timings."""
+
+    command: list[str]
+    log_path: Path
+    host: str
+    port: int
+    env: dict[str, str] = field(default_factory=dict)
+    grace_s: float = 30.0
+    tail_lines: int = 40
+    proc: subprocess.Popen | None = None
+    t_launch: float | None = None
+    t_healthy: float | None = None
+    returncode: int | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def tail(self) -> str:
+        return log_tail(self.log_path, self.tail_lines)
+
+    def start(self) -> None:
+        """Launch in a new session (own process group), output appended to the log file."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.env}
+        with open(self.log_path, "ab") as log:
+            log.write(f"# nvfp4study launch: {json.dumps(self.command)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                         preexec_fn=_set_pdeathsig if sys.platform == "linux" else None)
+        self.t_launch = time.monotonic()
+        _LIVE[self.proc.pid] = self
+        _BY_URL[self.base_url] = self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_healthy(self, timeout_s: float, poll_s: float = 2.0) -> float:
+        """Poll ``/health_generate`` until 200. Returns seconds from launch to healthy.
+
+        Raises:
+            ServerExitedDuringLoad: the process exited first.
+            HealthTimeout: no 200 within ``timeout_s``.
+        """
+        import httpx
+
+        assert self.proc is not None and self.t_launch is not None
+        deadline = self.t_launch + timeout_s
+        last = "no answer yet"
+        while True:
+            rc = self.proc.poll()
+            if rc is not None:
+                self.returncode = rc
+                raise ServerExitedDuringLoad(f"the server exited with status {rc} while loading",
+                                             log=self.log_path, log_tail=self.tail())
+            now = time.monotonic()
+            if now >= deadline:
+                raise HealthTimeout(f"/health_generate not 200 after {timeout_s:.0f} s (last: {last})",
+                                    log=self.log_path, log_tail=self.tail())
+            try:
+                r = httpx.get(self.base_url + "/health_generate", timeout=max(1.0, min(30.0, deadline - now)))
+                if r.status_code == 200:
+                    self.t_healthy = time.monotonic()
+                    return self.t_healthy - self.t_launch
+                last = f"HTTP {r.status_code}"
+            except httpx.HTTPError as exc:
+                last = type(exc).__name__
+            end = min(deadline, time.monotonic() + poll_s)
+            while time.monotonic() < end and self.proc.poll() is None:
+                time.sleep(min(0.1, poll_s))
+
+    def group_members(self) -> list[psutil.Process]:
+        """Live (non-zombie) processes of the server's process group and descendants."""
+        if self.proc is None:
+            return []
+        pgid = self.proc.pid  # start_new_session: the leader's pid is the group id
+        out: dict[int, psutil.Process] = {}
+        for p in psutil.process_iter(["status"]):
+            try:
+                if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                    out[p.pid] = p
+            except (ProcessLookupError, psutil.Error, OSError):
+                continue
+        with contextlib.suppress(psutil.Error):
+            for c in psutil.Process(self.proc.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if c.status() != psutil.STATUS_ZOMBIE:
+                        out[c.pid] = c
+        return list(out.values())
+
+    def stop(self) -> None:
+        """Terminate the whole process group: SIGTERM, wait ``grace_s``, then SIGKILL. Idempotent."""
+        if self.proc is None:
+            return
+        pgid = self.proc.pid
+        members = self.group_members()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGTERM)
+        for p in members:  # descendants that left the group (one SIGTERM each, not two)
+            with contextlib.suppress(psutil.Error, OSError):
+                if os.getpgid(p.pid) != pgid:
+                    p.terminate()
+        deadline = time.monotonic() + self.grace_s
+        while time.monotonic() < deadline and (self.proc.poll() is None or self.group_members()):
+            time.sleep(0.05)
+        if self.proc.poll() is None or self.group_members():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+            for p in self.group_members() + members:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+        end = time.monotonic() + 10
+        while self.group_members() and time.monotonic() < end:
+            time.sleep(0.05)
+        self.returncode = self.proc.returncode
+        _LIVE.pop(self.proc.pid, None)
+        if _BY_URL.get(self.base_url) is self:
+            _BY_URL.pop(self.base_url, None)
+
+    def check_alive(self) -> None:
+        """Raise :class:`ServerDied` (with the log tail) if the server has exited."""
+        if self.proc is not None and self.proc.poll() is not None:
+            self.returncode = self.proc.returncode
+            raise ServerDied(f"the server exited with status {self.returncode} while serving",
+                             log=self.log_path, log_tail=self.tail())
+
+
+@atexit.register
+def _stop_all() -> None:  # last resort: never leave a server behind this interpreter
+    for sp in list(_LIVE.values()):
+        with contextlib.suppress(Exception):
+            sp.stop()
+
+
+def process_for(base_url: str) -> ServerProcess | None:
+    """The live :class:`ServerProcess` serving ``base_url`` (to attach its log tail to errors)."""
+    return _BY_URL.get(base_url.rstrip("/"))
+
+
+def _next_log(paths, config: ServerConfig) -> Path:
+    path = paths.log(f"sglang-{config.key}.log")
+    n = 1
+    while path.exists():
+        n += 1
+        path = paths.log(f"sglang-{config.key}-{n}.log")
+    return path
+
+
+def served_model_path(stage, config: ServerConfig) -> str:
+    """The checkpoint to serve: ``config.model_path``, ``server.model_path``, or the quantized
+    checkpoint 01 recorded in ``data/quantize.json`` of the run.
+
+    Raises:
+        StageInputMissing: none of them is available.
+    """
+    if config.model_path or stage.params.server.model_path:
+        return str(config.model_path or stage.params.server.model_path)
+    q = stage.paths.data("quantize")
+    if q.is_file():
+        data = json.loads(q.read_text())
+        for k in ("serving_checkpoint", "output", "checkpoint", "quantized_path", "path"):
+            if isinstance(data.get(k), str):
+                return data[k]
+    raise StageInputMissing(f"no model to serve: set server.model_path or run 01_quantize ({q} missing)")
+
+
+def prepare_install(stage, config: ServerConfig) -> str:
+    """Put the serving install in ``config.clamp`` mode (and the deterministic edit) when
+    ``sglang.apply_to_install`` is true, through the SGLang patcher (issue 4). Returns a note
+    saying what was done; the clamp log lines of the launch are the evidence either way."""
+    if not stage.params.sglang.apply_to_install:
+        return f"install served as found (sglang.apply_to_install is false); clamp mode {config.clamp!r} not enforced"
+    from . import sglang_patch  # issue 4
+
+    fn = getattr(sglang_patch, "set_install_mode", None)
+    if fn is None:
+        raise ServerError("sglang_patch has no set_install_mode(params, mode, deterministic=...): "
+                          "cannot switch the serving install's clamp mode")
+    return str(fn(stage.params, config.clamp, deterministic=config.deterministic) or
+               f"install switched to clamp mode {config.clamp!r}")
+
+
+@contextlib.contextmanager
+def serving(stage, config: ServerConfig, *, startup_timeout_s: float | None = None,
+            launch_record: dict | None = None) -> Iterator[str]:
+    """Run an SGLang server for ``config`` and yield its base URL; always stop it afterwards.
+
+    Args:
+        stage: the :class:`~nvfp4study.stage.Stage` (params, run paths; log -> ``logs/``).
+        config: the configuration to launch.
+        startup_timeout_s: default ``server.startup_timeout_s``.
+        launch_record: if given, filled with the command, log path, load time (s from launch to
+            a healthy ``/health_generate``), the interpreter's sglang version and GPU.
+
+    Yields:
+        ``http://host:port``.
+
+    Raises:
+        WrongInterpreter, NoCapableGPU, PortInUse, StageInputMissing: before launch.
+        ServerExitedDuringLoad, HealthTimeout: while loading (the process group is then stopped).
+    """
+    params: Params = stage.params
+    s = params.server
+    if not s.python:
+        raise WrongInterpreter("server.python is not set: name the SGLang environment's interpreter")
+    version = check_interpreter(s.python, params.sglang.version if s.check_version else None)
+    gpu = gpu_info(s.python)
+    if s.require_gpu and not nvfp4_w4a4_supported(None if gpu is None else gpu["capability"]):
+        raise NoCapableGPU(gpu_refusal(params) or "needs an NVFP4-capable GPU")
+    check_port_free(s.host, s.port)
+    model = served_model_path(stage, config)
+    cmd = build_command(params, config, model_path=model)
+    install_note = prepare_install(stage, config)
+    sp = ServerProcess(cmd, _next_log(stage.paths, config), s.host, s.port, env=dict(s.env),
+                       grace_s=s.shutdown_grace_s)
+    rec = launch_record if launch_record is not None else {}
+    rec.update(config=config.to_dict(), config_key=config.key, command=cmd,
+               log=str(sp.log_path.relative_to(stage.run_dir)), sglang_version=version, gpu=gpu,
+               install=install_note, model_path=model)
+    try:
+        sp.start()
+        rec["load_s"] = round(sp.wait_healthy(startup_timeout_s or s.startup_timeout_s, s.health_poll_s), 3)
+        yield sp.base_url
+        sp.check_alive()
+    finally:
+        sp.stop()
+        rec["returncode"] = sp.returncode
+
+
+# --- CLI -------------------------------------------------------------------------------------
+def main(argv: list[str]) -> int:
+    """``nvfp4study serve``: start SGLang with the study's flags and keep it up until Ctrl-C."""
+    from .params import load_params
+    from .paths import RunPaths, ensure_writable, new_run_dir
+    from .stage import Stage
+
+    ap = argparse.ArgumentParser(
+        prog="nvfp4study serve",
+        description="Start SGLang with the card's flags from params; Ctrl-C stops its process group.",
+        epilog="example: nvfp4study serve --params params/ling3-flash.yaml --depth 2")
+    ap.add_argument("--params", default=None, help="params YAML (default params/default.yaml)")
+    ap.add_argument("--depth", type=int, default=None, help="NEXTN depth k (0 = speculation off)")
+    ap.add_argument("--clamp", default=None, help="clamp mode of the install (stock/none/exact)")
+    ap.add_argument("--deterministic", action="store_true", help="add --enable-deterministic-inference")
+    ap.add_argument("--run-dir", default=None, help="folder for the log (default: a new run folder)")
+    ap.add_argument("-p", dest="overrides", action="append", default=[], help="key=value override")
+    ap.add_argument("--dry-run", action="store_true", help="print the command and exit")
+    a = ap.parse_args(argv)
+    params = load_params(a.params, a.overrides)
+    over: dict[str, Any] = {"deterministic": a.deterministic}
+    if a.depth is not None:
+        over["spec_depth"] = None if a.depth == 0 else a.depth
+    if a.clamp:
+        over["clamp"] = a.clamp
+    config = card_config(params, **over)
+    if a.dry_run:
+        print(" ".join(build_command(params, config, model_path=params.server.model_path or "<model>")))
+        return 0
+    root = ensure_writable(Path(a.run_dir)) if a.run_dir else new_run_dir(params.profile, suffix="serve")
+    stage = Stage(name="serve", params=params, paths=RunPaths(root))
+    with serving(stage, config) as url:
+        print(f"serving {config.key} at {url} (log in {root / 'logs'}); Ctrl-C to stop", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(1)
+                process_for(url).check_alive()
+    return 0

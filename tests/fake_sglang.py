@@ -1,0 +1,431 @@
+"""A fake SGLang 0.5.23 server for tests (test code only; the study never uses it).
+
+Run as an "interpreter": :func:`make_interpreter` writes an executable script that the study's
+``server.python`` can point at. It answers the three ways the study calls an interpreter:
+``-c <version probe>`` (prints the sglang version), ``-c <GPU probe>`` (prints a capability or
+None) and ``-c <serve code> serve --model-path ... --port ...`` (serves HTTP on 127.0.0.1).
+
+The served protocol follows 0.5.23's source: ``/health_generate`` and ``/health`` answer 503
+while starting; ``/v1/chat/completions`` streams SSE with chunked transfer encoding (as uvicorn
+does): role chunk, text chunks with continuous usage, finish chunk, a ``choices: []`` chunk with
+``sglext`` (``spec_tokens_details``, ``output_ids``), a ``choices: []`` usage chunk, then
+``data: [DONE]``; ``/metrics`` in Prometheus text with the tokenizer counters; ``/server_info``,
+``/model_info``, ``/flush_cache``. Its stdout is the "log": lines in SGLang's format, including
+the card's clamp lines.
+
+Per-request faults are triggered by a marker in the last user message: ``[[fake:cut=N]]`` (drop
+the connection mid-chunk after N text chunks), ``[[fake:nodone]]`` (end cleanly without
+``[DONE]``), ``[[fake:nousage]]``, ``[[fake:nofinish]]``, ``[[fake:errorchunk]]``,
+``[[fake:http500]]``, ``[[fake:die]]`` (the server exits mid-stream).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+DEFAULTS = {
+    "version": "0.5.23",
+    "gpu": [10, 0, "NVIDIA Fake Blackwell", 128_000_000_000],
+    "listen_delay_s": 0.2,      # before the HTTP server listens (connection refused meanwhile)
+    "starting_s": 0.5,          # /health_generate answers 503 for this long after listening
+    "die_during_load": False,   # print a traceback and exit 1 while loading
+    "never_healthy": False,     # /health_generate stays 503 forever
+    "ignore_sigterm": False,    # needs SIGKILL to stop
+    "spawn_child": True,        # a "scheduler" child process in the same process group
+    "step_s": 0.002,            # seconds per decode step
+    "prefill_s": 0.01,
+    "accept_rate": 0.8,         # probability a draft token is accepted (deterministic per prompt)
+    "diverge_spec": True,       # with speculation (not deterministic mode) some prompts diverge
+    "background_traffic": False,  # another client's tokens keep moving the counters (F-10)
+    "clamp_form": "card",       # "card": "[swiglu-clamp-patch] cutlass nvfp4 limit=4"; "none": no lines
+    "expert_limits": {str(i): 4 for i in range(35, 42)},
+    "num_layers": 42,
+    "first_dense": 2,
+    "mem_usage_gb": 71.80,
+    "load_elapsed_s": 297.5,
+    "gate_up_warning": False,
+}
+
+WORDS = ("the quick brown fox jumps over a lazy dog while binary search splits sorted arrays "
+         "into halves and a stack pushes items then pops them back in reverse order").split()
+
+
+def make_interpreter(folder: str | Path, **behaviour) -> Path:
+    """Write ``folder/python`` (executable) running this fake with ``behaviour`` overrides."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = folder / "fake.json"
+    cfg.write_text(json.dumps({**DEFAULTS, **behaviour}))
+    exe = folder / "python"
+    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {Path(__file__).resolve()} --fake-config {cfg} \"$@\"\n")
+    exe.chmod(0o755)
+    return exe
+
+
+def log(msg: str, rank: str = " TP0") -> None:
+    print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}{rank}] {msg}", flush=True)
+
+
+class Fake:
+    def __init__(self, cfg: dict, args: dict):
+        self.cfg, self.args = cfg, args
+        self.started = None
+        self.lock = threading.Lock()
+        self.counters = {"sglang:generation_tokens_total": 0.0, "sglang:spec_verify_calls_total": 0.0,
+                         "sglang:prompt_tokens_total": 0.0, "sglang:num_requests_total": 0.0}
+        self.depth = int(args["--speculative-num-steps"]) if "--speculative-algorithm" in args else 0
+        self.draft = int(args.get("--speculative-num-draft-tokens", self.depth + 1)) if self.depth else 0
+        self.deterministic = "--enable-deterministic-inference" in args
+
+    # text generation: deterministic per prompt; speculation may change it (F-09)
+    def tokens_for(self, prompt: str, n: int) -> list[int]:
+        seed = int(hashlib.sha256(prompt.encode()).hexdigest(), 16)
+        ids = [(seed >> (i % 200)) % len(WORDS) for i in range(n)]
+        if self.depth and self.cfg["diverge_spec"] and not self.deterministic and seed % 3 != 0:
+            k = 5 + seed % 7
+            if k < n:
+                ids[k] = (ids[k] + 1) % len(WORDS)
+        return ids
+
+    def metrics_text(self) -> str:
+        lines = []
+        for name, v in self.counters.items():
+            base = name[: -len("_total")]
+            lines += [f"# HELP {base} fake", f"# TYPE {base} counter",
+                      f'{name}{{model_name="default",is_streaming="true"}} {v}',
+                      f'{name}{{model_name="default",is_streaming="false"}} 0.0']
+        lines += ["# HELP sglang:spec_accept_length fake", "# TYPE sglang:spec_accept_length gauge",
+                  f'sglang:spec_accept_length{{model_name="default",tp_rank="0"}} {1.0 + self.depth * 0.5}',
+                  "# HELP sglang:e2e_request_latency_seconds fake",
+                  "# TYPE sglang:e2e_request_latency_seconds histogram",
+                  'sglang:e2e_request_latency_seconds_bucket{le="1.0",model_name="default"} 3.0',
+                  'sglang:e2e_request_latency_seconds_bucket{le="+Inf",model_name="default"} 3.0',
+                  'sglang:e2e_request_latency_seconds_count{model_name="default"} 3.0',
+                  'sglang:e2e_request_latency_seconds_sum{model_name="default"} 1.5']
+        return "\n".join(lines) + "\n"
+
+    def background(self) -> None:
+        while True:
+            time.sleep(0.05)
+            with self.lock:
+                self.counters["sglang:generation_tokens_total"] += 7
+                self.counters["sglang:spec_verify_calls_total"] += 3
+
+
+def handler_for(fake: Fake):
+    class H(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *a):  # keep the "server log" to SGLang-like lines
+            pass
+
+        def _send(self, code: int, body: bytes = b"", ctype: str = "application/json") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def healthy(self) -> bool:
+            return (not fake.cfg["never_healthy"]) and time.monotonic() - fake.started >= fake.cfg["starting_s"]
+
+        def do_GET(self):
+            p = self.path.split("?")[0]
+            if p in ("/health", "/health_generate"):
+                self._send(200 if self.healthy() else 503)
+            elif p == "/ready":
+                self._send(200 if self.healthy() else 503)
+            elif p == "/metrics":
+                with fake.lock:
+                    self._send(200, fake.metrics_text().encode(), "text/plain; version=0.0.4")
+            elif p == "/server_info":
+                a = fake.args
+                info = {"model_path": a.get("--model-path"), "tp_size": int(a.get("--tp-size", 1)),
+                        "speculative_algorithm": "EAGLE" if fake.depth else None,
+                        "speculative_num_steps": fake.depth or None,
+                        "speculative_num_draft_tokens": fake.draft or None,
+                        "enable_deterministic_inference": fake.deterministic,
+                        "disable_shared_experts_fusion": "--disable-shared-experts-fusion" in a,
+                        "tool_call_parser": a.get("--tool-call-parser"),
+                        "reasoning_parser": a.get("--reasoning-parser"),
+                        "launch_command": sys.argv, "version": fake.cfg["version"],
+                        "internal_states": [{"avg_spec_accept_length": 1.0 + fake.depth * 0.5}]}
+                self._send(200, json.dumps(info).encode())
+            elif p == "/model_info":
+                self._send(200, json.dumps({"model_path": fake.args.get("--model-path"),
+                                            "reasoning_parser": fake.args.get("--reasoning-parser"),
+                                            "tool_call_parser": fake.args.get("--tool-call-parser"),
+                                            "architectures": ["BailingMoeV3ForCausalLM"]}).encode())
+            else:
+                self._send(404, b'{"detail":"Not Found"}')
+
+        def do_POST(self):
+            n = int(self.headers.get("Content-Length", 0))
+            raw = self.rfile.read(n) if n else b""
+            p = self.path.split("?")[0]
+            if p == "/flush_cache":
+                self._send(200, b"Cache flushed.\n", "text/plain")
+            elif p == "/v1/chat/completions":
+                self.chat(json.loads(raw or b"{}"))
+            else:
+                self._send(404, b'{"detail":"Not Found"}')
+
+        def chunk(self, text: str) -> None:
+            data = text.encode()
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        def chat(self, req: dict) -> None:
+            if not self.healthy():
+                self._send(503)
+                return
+            msgs = req.get("messages") or []
+            prompt = json.dumps(msgs, sort_keys=True)
+            last = msgs[-1]["content"] if msgs else ""
+            faults = dict(re.findall(r"\[\[fake:(\w+)(?:=(\d+))?\]\]", last))
+            if "http500" in faults:
+                self._send(500, b'{"object":"error","message":"boom","type":"InternalServerError","code":500}')
+                return
+            max_toks = int(req.get("max_completion_tokens") or req.get("max_tokens") or 16)
+            ids = fake.tokens_for(prompt, max_toks)
+            # speculative steps: tokens per step = 1 + accepted drafts (deterministic per prompt)
+            steps, correct = [], 0
+            seed = int(hashlib.sha256(prompt.encode()).hexdigest()[:8], 16)
+            produced = 1  # the prefill's token
+            steps.append(1)
+            i = 0
+            while produced < len(ids):
+                if fake.depth:
+                    acc = 0
+                    while acc < fake.draft - 1 and ((seed >> ((i + acc) % 24)) & 0xFF) / 256 < fake.cfg["accept_rate"]:
+                        acc += 1
+                    acc = min(acc, len(ids) - produced - 1)
+                    correct += acc
+                    steps.append(acc + 1)
+                    produced += acc + 1
+                else:
+                    steps.append(1)
+                    produced += 1
+                i += 1
+            verify_ct = len(steps) - 1 if fake.depth else 0
+            prompt_tokens = len(prompt) // 4
+            stream = req.get("stream", False)
+            rid = "chatcmpl-" + hashlib.md5(f"{prompt}{time.time()}".encode()).hexdigest()[:12]
+            spec = None
+            if fake.depth and req.get("return_spec_tokens_details"):
+                proposed = verify_ct * (fake.draft - 1)
+                spec = {"spec_accept_rate": correct / proposed if proposed else 0.0,
+                        "spec_accept_length": len(ids) / verify_ct if verify_ct else 0.0,
+                        "spec_cap_length": 0.0, "spec_block_accept_length": 0.0,
+                        "spec_num_correct_drafts": correct, "spec_num_proposed_drafts": proposed,
+                        "spec_verify_ct": verify_ct, "spec_correct_drafts_histogram": [],
+                        "spec_cap_lens_histogram": []}
+            text_parts = [" " + WORDS[t] for t in ids]
+            finish = "length"
+
+            def account():
+                with fake.lock:
+                    fake.counters["sglang:generation_tokens_total"] += len(ids)
+                    fake.counters["sglang:spec_verify_calls_total"] += verify_ct
+                    fake.counters["sglang:prompt_tokens_total"] += prompt_tokens
+                    fake.counters["sglang:num_requests_total"] += 1
+
+            usage_final = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + len(ids),
+                           "completion_tokens": len(ids), "prompt_tokens_details": None,
+                           "reasoning_tokens": 0}
+            if not stream:
+                time.sleep(fake.cfg["prefill_s"] + fake.cfg["step_s"] * len(steps))
+                account()
+                body = {"id": rid, "object": "chat.completion", "created": int(time.time()),
+                        "model": req.get("model", "default"),
+                        "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(text_parts),
+                                                             "reasoning_content": None},
+                                     "finish_reason": finish, "matched_stop": None}],
+                        "usage": usage_final}
+                ext = {}
+                if spec:
+                    ext["spec_tokens_details"] = spec
+                if req.get("return_output_ids_in_sglext"):
+                    ext["output_ids"] = [ids]
+                if ext:
+                    body["sglext"] = ext
+                self._send(200, json.dumps(body).encode())
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            base = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()),
+                    "model": req.get("model", "default")}
+
+            def sse(obj) -> None:
+                self.chunk("data: " + json.dumps(obj) + "\n\n")
+
+            sse({**base, "choices": [{"index": 0, "delta": {"reasoning_content": None, "role": "assistant",
+                                                            "content": ""}, "logprobs": None,
+                                      "finish_reason": None, "matched_stop": None}]})
+            time.sleep(fake.cfg["prefill_s"])
+            pos = 0
+            for n_chunk, step in enumerate(steps):
+                if "cut" in faults and n_chunk >= int(faults["cut"] or 0):
+                    self.wfile.write(b"40\r\ndata: {\"id\": \"trunc")  # half a chunk, then drop
+                    self.wfile.flush()
+                    self.connection.shutdown(2)
+                    self.close_connection = True
+                    return
+                if "die" in faults and n_chunk >= 3:
+                    os._exit(3)
+                if "errorchunk" in faults and n_chunk >= 2:
+                    sse({"error": {"object": "error", "message": "Generation aborted.",
+                                   "type": "InternalServerError", "param": None, "code": 500}})
+                    self.chunk("data: [DONE]\n\n")
+                    self.chunk("")
+                    return
+                if n_chunk:
+                    time.sleep(fake.cfg["step_s"])
+                delta = "".join(text_parts[pos:pos + step])
+                pos += step
+                sse({**base, "choices": [{"index": 0, "delta": {"reasoning_content": None, "content": delta},
+                                          "logprobs": None, "finish_reason": None, "matched_stop": None}],
+                     "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": pos,
+                               "total_tokens": prompt_tokens + pos, "reasoning_tokens": 0}})
+            account()
+            if "nofinish" not in faults:
+                sse({**base, "choices": [{"index": 0, "delta": {"reasoning_content": None}, "logprobs": None,
+                                          "finish_reason": finish, "matched_stop": None}]})
+            ext = {}
+            if spec:
+                ext["spec_tokens_details"] = spec
+            if req.get("return_output_ids_in_sglext"):
+                ext["output_ids"] = [ids]
+            if ext:
+                sse({**base, "choices": [], "sglext": ext})
+            if "nousage" not in faults:
+                sse({**base, "choices": [], "usage": usage_final})
+            if "nodone" not in faults:
+                self.chunk("data: [DONE]\n\n")
+            self.chunk("")  # terminating chunk
+
+    return H
+
+
+def parse_serve_args(argv: list[str]) -> dict:
+    args, i = {}, 0
+    while i < len(argv):
+        a = argv[i]
+        if a.startswith("--") and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            args[a], i = argv[i + 1], i + 2
+        else:
+            args[a], i = True, i + 1
+    return args
+
+
+def model_shape(cfg: dict, args: dict) -> dict:
+    """Layers and clamp list from ``<model-path>/config.json`` when it exists, else the fake's."""
+    conf = Path(str(args.get("--model-path", ""))) / "config.json"
+    if conf.is_file():
+        c = json.loads(conf.read_text())
+        lst = c.get("expert_swiglu_limit_list") or []
+        return {"num_layers": c["num_hidden_layers"], "first_dense": c.get("first_k_dense_replace", 0),
+                "expert_limits": {str(i): v for i, v in enumerate(lst) if v}}
+    return {k: cfg[k] for k in ("num_layers", "first_dense", "expert_limits")}
+
+
+def startup_log(cfg: dict, args: dict) -> None:
+    cfg = {**cfg, **model_shape(cfg, args)}
+    log("Load weight begin. avail mem=120.00 GB")
+    if cfg["gate_up_warning"]:
+        log("w1_weight_global_scale must match w3_weight_global_scale. Accuracy may be affected.")
+    if args.get("--reasoning-parser") == "auto":
+        log("Auto-detected --reasoning-parser as 'ling3' from model architecture 'BailingMoeV3ForCausalLM'", "")
+    limits = {int(k): v for k, v in cfg["expert_limits"].items()}
+    if cfg["clamp_form"] != "none":
+        for layer in range(cfg["first_dense"], cfg["num_layers"]):
+            lim = limits.get(layer)
+            lim_s = "None" if not lim else (str(int(lim)) if float(lim).is_integer() else str(lim))
+            if cfg["clamp_form"] == "card":
+                log(f"[swiglu-clamp-patch] cutlass nvfp4 limit={lim_s}")
+            else:
+                log(f"[swiglu-clamp-patch] layer={layer} path=cutlass-nvfp4 mode={cfg['clamp_form']} limit={lim_s}")
+    log(f"Load weight end. elapsed={cfg['load_elapsed_s']:.2f} s, type=BailingMoeV3ForCausalLM, "
+        f"quant=compressed-tensors, avail mem=48.20 GB, mem usage={cfg['mem_usage_gb']:.2f} GB.")
+    if "--speculative-algorithm" in args:
+        if cfg["clamp_form"] != "none":
+            log("[swiglu-clamp-patch] cutlass nvfp4 limit=None" if cfg["clamp_form"] == "card" else
+                f"[swiglu-clamp-patch] layer=0 path=cutlass-nvfp4 mode={cfg['clamp_form']} limit=None")
+        log("Load weight end. elapsed=4.10 s, type=BailingMoeForCausalLMNextN, avail mem=45.10 GB, mem usage=3.10 GB.")
+    log("Memory pool end. avail mem=20.00 GB")
+
+
+def main(argv: list[str]) -> int:
+    cfg = dict(DEFAULTS)
+    if argv[:1] == ["--fake-config"]:
+        cfg.update(json.loads(Path(argv[1]).read_text()))
+        argv = argv[2:]
+    if argv[:1] != ["-c"] or len(argv) < 2:
+        print("fake sglang interpreter: expected -c CODE", file=sys.stderr)
+        return 2
+    code, rest = argv[1], argv[2:]
+    if "importlib.metadata" in code:
+        print(cfg["version"])
+        return 0
+    if "torch" in code:
+        print(repr(tuple(cfg["gpu"]) if cfg["gpu"] else None))
+        return 0
+    if "sglang.cli.main" not in code or rest[:1] != ["serve"]:
+        print(f"fake sglang interpreter: unsupported -c code {code!r}", file=sys.stderr)
+        return 2
+    args = parse_serve_args(rest[1:])
+    if cfg["ignore_sigterm"]:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    child = None
+    if cfg["spawn_child"]:
+        child = subprocess.Popen([sys.executable, "-c", "import time  # fake-sglang-scheduler\nwhile True: time.sleep(0.2)"],
+                                 preexec_fn=(lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))
+                                 if cfg["ignore_sigterm"] else None)
+    if not cfg["ignore_sigterm"]:
+        def on_term(signum, frame):  # like a server's graceful exit: stop the child, then itself
+            if child is not None:
+                with contextlib.suppress(OSError):
+                    os.kill(child.pid, signal.SIGTERM)
+                    os.waitpid(child.pid, 0)
+            os._exit(0)
+        signal.signal(signal.SIGTERM, on_term)
+    log(f"server_args=ServerArgs(model_path={args.get('--model-path')!r}, port={args.get('--port')})", "")
+    startup_log(cfg, args)
+    if cfg["die_during_load"]:
+        print("Traceback (most recent call last):\n  File \"model_runner.py\", line 1, in load_model\n"
+              "ValueError: Current platform does not support NVFP4 quantization. Please use Blackwell and above.",
+              flush=True)
+        return 1
+    time.sleep(cfg["listen_delay_s"])
+    fake = Fake(cfg, args)
+    class Server(ThreadingHTTPServer):
+        def handle_error(self, request, client_address):  # a client hanging up is not news
+            if not isinstance(sys.exc_info()[1], ConnectionError):
+                super().handle_error(request, client_address)
+
+    srv = Server((args.get("--host", "127.0.0.1"), int(args.get("--port", 30000))), handler_for(fake))
+    srv.daemon_threads = True
+    fake.started = time.monotonic()
+    log(f"Uvicorn running on http://{args.get('--host')}:{args.get('--port')} (Press CTRL+C to quit)", "")
+    if cfg["background_traffic"]:
+        threading.Thread(target=fake.background, daemon=True).start()
+    threading.Timer(cfg["starting_s"], lambda: log("The server is fired up and ready to roll!", "")).start()
+    srv.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

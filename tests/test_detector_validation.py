@@ -1,0 +1,134 @@
+"""Detector validation on a small sample (with sandboxed execution), its statistics and ledger rows."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+from nvfp4study import detector_validation as dv
+from nvfp4study.errors import DetectorValidationError
+from nvfp4study.ledger import read_ledger
+from nvfp4study.stage import open_stage
+from nvfp4study.tasks import load_tasks
+
+
+def test_wilson_published_values():
+    # 95 % Wilson score intervals (e.g. Newcombe 1998, Stat Med 17:857, table I)
+    lo, hi = dv.wilson(5, 10)
+    assert (round(lo, 4), round(hi, 4)) == (0.2366, 0.7634)
+    lo, hi = dv.wilson(0, 10)
+    assert lo == 0 and math.isclose(hi, 3.8415 / 13.8415, rel_tol=1e-4)
+    assert all(math.isnan(x) for x in dv.wilson(0, 0))
+
+
+def test_summarize_by_hand():
+    f = pd.DataFrame({
+        "kind": ["clean", "clean", "clean", "after_bracket", "after_bracket", "spaced_word"],
+        "detector": [False, True, False, True, False, True],
+        "execution": pd.array([pd.NA] * 6, dtype="boolean"),
+    })
+    s = dv.summarize(f).set_index(["method", "kind"])
+    assert set(s.index.get_level_values(0)) == {"detector"}  # execution not run: left out
+    r = s.loc[("detector", "after_bracket")]
+    assert (r["tp"], r["fn"], r["fp"], r["n_clean"], r["recall"], r["precision"]) == (1, 1, 1, 3, 0.5, 0.5)
+    a = s.loc[("detector", "all")]
+    assert (a["tp"], a["n_junk"], round(a["precision"], 4), round(a["fp_rate_clean"], 4)) == (2, 3, 0.6667, 0.3333)
+
+
+def test_build_samples_rejects_bad_input():
+    with pytest.raises(DetectorValidationError):
+        dv.build_samples([])
+    with pytest.raises(DetectorValidationError):
+        dv.build_samples(load_tasks(1, False), per_kind=-1)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """Card-style binary search + dedupe, HumanEval/0-2 and HumanEval/72 (non-ASCII docstring),
+    one variant per kind, executed in the sandbox."""
+    run = tmp_path_factory.mktemp("run")
+    stage = open_stage("05_corruption", "", str(run))
+    card = {t.task_id: t for t in load_tasks(0, True)}
+    he = load_tasks(73, False)
+    tasks = [card["card/binary_search"], card["card/dedupe"], *he[:3], he[72]]
+    return stage, tasks, dv.run(stage, tasks=tasks, execute=True)
+
+
+def test_small_sample_clean_and_flagged(small):
+    _, tasks, res = small
+    f = res.samples
+    clean = f[f["kind"] == "clean"]
+    assert len(clean) == len(tasks) == 6
+    assert not clean["detector"].any() and (clean["detector_status"] == "clean").all()
+    assert (clean["exec_outcome"] == "pass").all()
+    junk = f[f["kind"] != "clean"]
+    always = junk[junk["kind"].isin(["after_bracket", "after_number", "spaced_word", "closing_fence", "replace_number"])]
+    assert len(always) > 0 and always["detector"].all()
+    # syntax-breaking junk: the literal AST check cannot see it, the recovery pass can
+    syn = junk[junk["kind"].isin(["after_bracket", "spaced_word"])]
+    assert not syn["ast_undefined"].any() and syn["ast_or_syntax"].all()
+    # junk on the fence: extraction cuts it off, so the program still passes
+    fence = junk[junk["kind"] == "closing_fence"]
+    assert (fence["exec_outcome"] == "pass").all() and (fence["finding_kinds"] == "junk_fence").all()
+    # the non-ASCII scan only fires on HumanEval/72, whose prompt has '➞', junk or not
+    assert set(f[f["non_ascii"]]["task_id"]) == {"HumanEval/72"}
+    assert res.isolation in ("bwrap", "subprocess")
+
+
+def test_small_sample_summary_matches_samples(small):
+    _, _, res = small
+    f, s = res.samples, res.summary.set_index(["method", "kind"])
+    for kind in set(f["kind"]) - {"clean"}:
+        part = f[f["kind"] == kind]
+        assert s.loc[("detector", kind), "tp"] == int(part["detector"].sum())
+        assert s.loc[("execution", kind), "tp"] == int(part["execution"].sum())
+    assert s.loc[("non_ascii", "all"), "fp"] == 1
+
+
+def test_small_sample_files(small):
+    _, _, res = small
+    back = pd.read_parquet(res.paths["samples"])
+    assert len(back) == len(res.samples) and list(back["sample_id"]) == list(res.samples["sample_id"])
+    summ = json.loads(res.paths["summary"].read_text())
+    assert summ["provenance"]["executed"] is True and len(summ["rows"]) == len(res.summary)
+    assert res.paths["figure"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = dv.table(res.summary)
+    assert "false positives on clean" in table.index and "our detector" in table.columns
+
+
+def test_claims_recorded(small):
+    stage, _, res = small
+    out = dv.record_claims(stage, res)
+    rows = {r["id"]: r for r in read_ledger(stage.run_dir)}
+    ascii_row = rows["detect.ascii-junk"]
+    assert ascii_row["verdict"] == "reproduced"
+    assert ascii_row["measured"]["scan_hits_caused_by_junk"] == 0
+    ast_row = rows["detect.ast-undefined"]
+    assert ast_row["measured"]["recall"]["after_bracket"] == 0.0
+    assert ast_row["verdict"] == "partly"
+    assert rows["detect.method-comparison"]["origin"] == "study"
+    assert all(e.startswith("data/") or e.startswith("figures/") for e in ast_row["evidence"])
+    assert list(out["id"]) == ["detect.ast-undefined", "detect.ascii-junk", "detect.method-comparison"]
+
+
+def test_card_lines(small):
+    stage, tasks, _ = small
+    t = dv.card_examples(stage, tasks, execute=False)
+    assert list(t["injected_line"]) == [
+        "low, high = 0, len(arr) -  Advisory", "elif arr[mid] < x Advisory:", "seen.add(culp)"]
+    assert t["detector"].all()
+    assert list(t["ast_undefined"]) == [True, False, True]
+    assert list(t["detector_label"]) == ["undefined_name", "syntax_error", "undefined_name"]
+
+
+def test_switched_off_records_not_run(run_dir):
+    stage = open_stage("05_corruption", "", str(run_dir))
+    stage.params.corruption.validate_detector = False
+    res = dv.run(stage)
+    assert res.skipped and res.samples.empty and "Skipped" in dv.describe(res)
+    assert dv.card_examples(stage).empty and dv.table(res.summary).empty
+    dv.record_claims(stage, res)
+    rows = {r["id"]: r for r in read_ledger(run_dir)}
+    assert rows["detect.ast-undefined"]["verdict"] == "not run"
+    assert "validate_detector" in rows["detect.ascii-junk"]["note"]
+    assert not (run_dir / "data").exists() or not any((run_dir / "data").iterdir())

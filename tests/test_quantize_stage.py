@@ -1,0 +1,91 @@
+"""quantize_stage: what notebook 01 calls, on a tiny shape in a temporary run folder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ling_fixtures import TINY
+from nvfp4study import ling_layout as L
+from nvfp4study import quantize_stage as qs
+from nvfp4study.errors import OutputExists, StageInputMissing
+from nvfp4study.ledger import read_ledger
+from nvfp4study.params import load_params
+from nvfp4study.paths import RunPaths
+from nvfp4study.stage import Stage
+
+
+def _stage(run_dir, **over):
+    p = load_params()
+    p = p.model_copy(update={"checkpoint": p.checkpoint.model_copy(update={"shape": TINY, "shards": 2,
+                                                                            **over.get("checkpoint", {})}),
+                             "quantize": p.quantize.model_copy(update=over.get("quantize", {}))})
+    return Stage(name="01_quantize", params=p, paths=RunPaths(run_dir))
+
+
+def _row(run_dir, cid):
+    return next(r for r in read_ledger(run_dir) if r["id"] == cid)
+
+
+def test_default_flow_records_claims(run_dir):
+    st = _stage(run_dir)
+    plan = qs.plan(st.params, st.paths)
+    assert plan["action"] == "quantize" and plan["source_kind"] == "generate"
+    src = qs.build_source(st.params, st.paths, plan)
+    assert src["random_weights"] and src["tensors"] == len(L.tensor_specs(TINY)) and not src["reused"]
+    rep = qs.run_quantize(st.params, st.paths, plan, src)
+    data = json.loads(st.paths.data("quantize", "json").read_text())
+    assert data["source"] == plan["source"] and data["quantized"] == plan["quantized"]
+    assert data["counts"]["expert_weight_packed"] == 3 * 8 * 2
+    probe = qs.probes(st.params, st.paths, plan)
+    assert not probe["probes"]["stock_tables"]["ok"] and probe["probes"]["both_emptied"]["ok"]
+    assert not probe["probes"]["w4a4_scheme_NVFP4"]["ok"]
+    assert probe["shared"]["share_fraction"] == 1.0 and probe["shared_is_min_of_unshared"]
+    assert not st.paths.work(qs.UNSHARED_DIR).exists()
+    assert qs.gate_up_figure(st.paths, probe).exists()
+    rt = qs.run_roundtrip(st.params, st.paths, plan)
+    assert rt["summary"]["all_within_bound"] and st.paths.figure("roundtrip").exists()
+    table = qs.record_ledger(st, rep, probe, rt)
+    assert set(table["id"]) >= {"provenance.model-free-ptq", "provenance.fused-maps"}
+    r = _row(run_dir, "provenance.model-free-ptq")
+    assert r["verdict"] == "partly" and "0.12.0.1" in r["note"] and r["measured"]["llmcompressor"] == "0.13.0"
+    assert "cannot calibrate activations" in r["measured"]["w4a4_scheme_refused"]
+    assert _row(run_dir, "provenance.fused-maps")["measured"]["stock_tables"].startswith("fails:")
+    assert _row(run_dir, "quantize.gate-up-global-scale")["verdict"] == "reproduced"
+    assert _row(run_dir, "quantize.roundtrip-within-bound")["verdict"] == "reproduced"
+    # a second execution in the same run folder reuses the identical source, replaces the output
+    again = qs.build_source(st.params, st.paths, plan)
+    assert again["reused"]
+    qs.run_quantize(st.params, st.paths, plan, again)
+    other = _stage(run_dir, checkpoint={"seed": 9})
+    with pytest.raises(OutputExists):
+        qs.build_source(other.params, other.paths, qs.plan(other.params, other.paths))
+
+
+def test_skip_when_quantized_path_given(run_dir):
+    st = _stage(run_dir, checkpoint={"quantized_path": "/models/card"})
+    plan = qs.plan(st.params, st.paths)
+    assert plan["action"] == "skip" and "quantized_path" in plan["reason"]
+    src = qs.build_source(st.params, st.paths, plan)
+    rep = qs.run_quantize(st.params, st.paths, plan, src)
+    assert json.loads(st.paths.data("quantize", "json").read_text())["quantized"] == "/models/card"
+    probe = qs.probes(st.params, st.paths, plan)
+    rt = qs.run_roundtrip(st.params, st.paths, plan)
+    assert not rt["run"]
+    qs.record_ledger(st, rep, probe, rt)
+    r = _row(run_dir, "provenance.model-free-ptq")
+    assert r["verdict"] == "not run" and "quantized_path" in r["note"]
+    assert not st.paths.work(qs.SOURCE_DIR).exists()
+
+
+def test_skip_when_disabled(run_dir):
+    st = _stage(run_dir, quantize={"enabled": False})
+    plan = qs.plan(st.params, st.paths)
+    rep = qs.run_quantize(st.params, st.paths, plan, qs.build_source(st.params, st.paths, plan))
+    assert rep["quantized"] is None and rep["reason"] == "quantize.enabled is false"
+    assert "skipped" in qs.counts_table(rep)["value"][0]
+
+
+def test_read_quantize_json_missing(tmp_path):
+    with pytest.raises(StageInputMissing):
+        qs.read_quantize_json(RunPaths(tmp_path))

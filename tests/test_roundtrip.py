@@ -1,0 +1,114 @@
+"""roundtrip: compressed-tensors' NVFP4 codec vs the BF16 source, checked by hand on a few blocks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from ling_fixtures import TINY
+from nvfp4study import ling_layout as L
+from nvfp4study import quantize as Q
+from nvfp4study import roundtrip as R
+from nvfp4study.errors import SourceCheckpointMissing
+from nvfp4study.params import QuantizeParams
+from safetensors import safe_open
+
+# e2m1 magnitudes by the low 3 bits of a nibble; bit 3 is the sign (OCP MX spec, FP4 E2M1)
+E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rt")
+    src = L.write_checkpoint(TINY, root / "src", shards=2, seed=2)
+    q = root / "q"
+    Q.quantize_checkpoint(src, q, QuantizeParams())
+    return src, q
+
+
+def _get(folder, name):
+    wm = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
+    with safe_open(str(folder / wm[name]), "pt") as fh:
+        return fh.get_tensor(name)
+
+
+def _hand_decode(packed):
+    """Two e2m1 values per byte, element 2j in the low nibble, 2j+1 in the high nibble."""
+    out = []
+    for row in packed.tolist():
+        vals = []
+        for byte in row:
+            for nib in (byte & 0x0F, byte >> 4):
+                mag = E2M1[nib & 0x7]
+                vals.append(-mag if nib & 0x8 else mag)
+        out.append(vals)
+    return torch.tensor(out, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("proj", ["gate", "down"])
+def test_hand_decoded_blocks_reproduce_codec_and_source(pair, proj):
+    src, q = pair
+    mod = f"model.layers.2.mlp.experts.5.{proj}_proj"
+    packed, scale, gscale = (_get(q, f"{mod}.{x}") for x in ("weight_packed", "weight_scale", "weight_global_scale"))
+    w = _get(src, f"{mod}.weight").float()
+    rows = slice(0, 3)  # a few rows x all their blocks of 16
+    e2m1 = _hand_decode(packed[rows])
+    block = scale[rows].float().repeat_interleave(16, dim=1)  # fp8 e4m3 -> float is exact
+    hand = e2m1 * block / float(gscale)
+    codec = R.codec_dequantize({"weight_packed": packed, "weight_scale": scale,
+                                "weight_global_scale": gscale}).float()[rows]
+    # the codec returns bfloat16: equal to the hand value up to one bf16 rounding
+    assert torch.allclose(codec, hand, rtol=2 ** -8, atol=0)
+    # NVFP4 bound: rounding to the nearest e2m1 point is within half the grid gap x s, where
+    # s = block scale / global scale; gaps 0.5 below 2, 1 in [2, 4), 2 in [4, 6]; values of a
+    # block whose fp8 scale rounded down clip at 6 s. Small allowance for bf16 arithmetic.
+    s = block / float(gscale)
+    x = w[rows]
+    v = x.abs() / s
+    half = torch.where(v < 2, 0.25, torch.where(v < 4, 0.5, 1.0))
+    bound = torch.maximum(s * half, x.abs() - 6 * s) + 2 ** -7 * x.abs() + 2 ** -8 * s
+    err = (hand - x).abs()
+    assert bool((err <= bound).all()), float((err / bound).max())
+    # and the codes are the nearest grid points: no other e2m1 value x s is closer
+    grid = torch.tensor(E2M1 + [-g for g in E2M1[1:]])
+    best = (x.unsqueeze(-1) - grid * s.unsqueeze(-1)).abs().min(dim=-1).values
+    assert bool((err <= best + 2 ** -7 * x.abs() + 2 ** -8 * s).all())
+
+
+def test_roundtrip_table(pair, tmp_path):
+    src, q = pair
+    df = R.roundtrip(src, q, 4)
+    assert len(df) == 12 and set(df["proj"]) == {"gate", "up", "down"}
+    assert bool(df["within_bound"].all())
+    # random normal weights: about 0.095 relative error (llmcompressor.md)
+    assert df["rel_error"].between(0.07, 0.12).all()
+    s = R.summary(df)
+    assert s["tensors"] == 12 and s["all_within_bound"]
+    png = R.figure(df, tmp_path / "rt.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bound_catches_a_wrong_decode(pair):
+    """The check can fail: decoding with the nibbles swapped breaks the bound."""
+    src, q = pair
+    mod = "model.layers.1.mlp.experts.0.up_proj"
+    packed, scale, gscale = (_get(q, f"{mod}.{x}") for x in ("weight_packed", "weight_scale", "weight_global_scale"))
+    swapped = ((packed & 0x0F) << 4) | (packed >> 4)
+    wrong = R.codec_dequantize({"weight_packed": swapped, "weight_scale": scale, "weight_global_scale": gscale})
+    w = _get(src, f"{mod}.weight")
+    assert not bool(((wrong.float() - w.float()).abs() <= R.element_bound(w, scale, gscale)).all())
+
+
+def test_sample_experts(pair):
+    _, q = pair
+    all_pairs = R.sample_experts(q, 10_000)
+    assert len(all_pairs) == TINY.num_experts * (TINY.num_hidden_layers - TINY.first_k_dense_replace)
+    four = R.sample_experts(q, 4)
+    assert four[0] == all_pairs[0] and four[-1] == all_pairs[-1] and len(set(four)) == 4
+    assert R.sample_experts(q, 0) == []
+
+
+def test_missing_index(tmp_path):
+    with pytest.raises(SourceCheckpointMissing):
+        R.roundtrip(tmp_path, tmp_path, 2)
