@@ -46,9 +46,12 @@ DEFAULTS = {
     "step_s": 0.002,            # seconds per decode step
     "prefill_s": 0.01,
     "accept_rate": 0.8,         # probability a draft token is accepted (deterministic per prompt)
+    "verify_cost": 0.25,        # a speculative step costs step_s * (1 + verify_cost * draft tokens)
     "diverge_spec": True,       # with speculation (not deterministic mode) some prompts diverge
     "background_traffic": False,  # another client's tokens keep moving the counters (F-10)
-    "clamp_form": "card",       # "card": "[swiglu-clamp-patch] cutlass nvfp4 limit=4"; "none": no lines
+    "clamp_form": "card",       # "card": the card's line; "exact"/"none": the study's patch lines;
+                                # "stock": no lines; "install": read the mode from sglang_origin's tree
+    "sglang_origin": None,      # what find_spec('sglang').origin reports (an installed tree)
     "expert_limits": {str(i): 4 for i in range(35, 42)},
     "num_layers": 42,
     "first_dense": 2,
@@ -293,7 +296,7 @@ def handler_for(fake: Fake):
                     self.chunk("")
                     return
                 if n_chunk:
-                    time.sleep(fake.cfg["step_s"])
+                    time.sleep(fake.cfg["step_s"] * (1 + fake.cfg["verify_cost"] * fake.draft))
                 delta = "".join(text_parts[pos:pos + step])
                 pos += step
                 sse({**base, "choices": [{"index": 0, "delta": {"reasoning_content": None, "content": delta},
@@ -331,15 +334,30 @@ def parse_serve_args(argv: list[str]) -> dict:
     return args
 
 
+def log_clamp(form: str, lim, layer: int) -> None:
+    """One clamp line in the card's form or the study's patch form (patches/0.5.23/*)."""
+    lim_s = "None" if not lim else f"{float(lim):g}"
+    if form == "card":
+        log(f"[swiglu-clamp-patch] cutlass nvfp4 limit={lim_s}")
+    elif form == "exact":
+        log(f"[swiglu-clamp-patch] cutlass nvfp4 limit={lim_s} mode=exact "
+            f"form={'SwigluStep' if lim else 'Swiglu'} layer={layer}")
+    elif form == "none":
+        log(f"[swiglu-clamp-patch] cutlass nvfp4 limit=None mode=none config_limit={lim_s} layer={layer}")
+
+
 def model_shape(cfg: dict, args: dict) -> dict:
     """Layers and clamp list from ``<model-path>/config.json`` when it exists, else the fake's."""
     conf = Path(str(args.get("--model-path", ""))) / "config.json"
     if conf.is_file():
         c = json.loads(conf.read_text())
         lst = c.get("expert_swiglu_limit_list") or []
-        return {"num_layers": c["num_hidden_layers"], "first_dense": c.get("first_k_dense_replace", 0),
-                "expert_limits": {str(i): v for i, v in enumerate(lst) if v}}
-    return {k: cfg[k] for k in ("num_layers", "first_dense", "expert_limits")}
+        out = {"num_layers": c["num_hidden_layers"], "first_dense": c.get("first_k_dense_replace", 0),
+               "expert_limits": {str(i): v for i, v in enumerate(lst) if v}}
+        if c.get("fake_broken_draft"):  # a test checkpoint whose draft layer drafts garbage (F-08)
+            out["accept_rate"] = 0.0
+        return out
+    return {k: cfg[k] for k in ("num_layers", "first_dense", "expert_limits", "accept_rate")}
 
 
 def startup_log(cfg: dict, args: dict) -> None:
@@ -350,20 +368,18 @@ def startup_log(cfg: dict, args: dict) -> None:
     if args.get("--reasoning-parser") == "auto":
         log("Auto-detected --reasoning-parser as 'ling3' from model architecture 'BailingMoeV3ForCausalLM'", "")
     limits = {int(k): v for k, v in cfg["expert_limits"].items()}
-    if cfg["clamp_form"] != "none":
-        for layer in range(cfg["first_dense"], cfg["num_layers"]):
-            lim = limits.get(layer)
-            lim_s = "None" if not lim else (str(int(lim)) if float(lim).is_integer() else str(lim))
-            if cfg["clamp_form"] == "card":
-                log(f"[swiglu-clamp-patch] cutlass nvfp4 limit={lim_s}")
-            else:
-                log(f"[swiglu-clamp-patch] layer={layer} path=cutlass-nvfp4 mode={cfg['clamp_form']} limit={lim_s}")
+    form = cfg["clamp_form"]
+    if form == "install":  # the mode the study's patch put in the "installed" tree, if any
+        src = (Path(cfg["sglang_origin"]).parent / "srt/layers/quantization/compressed_tensors/schemes/"
+               "compressed_tensors_w4a4_nvfp4_moe.py").read_text()
+        form = next((m for m in ("exact", "none") if f"mode={m} " in src or f"mode={m}:" in src), "stock")
+        log(f"fake: install clamp mode {form}")
+    for layer in range(cfg["first_dense"], cfg["num_layers"]):
+        log_clamp(form, limits.get(layer), layer)
     log(f"Load weight end. elapsed={cfg['load_elapsed_s']:.2f} s, type=BailingMoeV3ForCausalLM, "
         f"quant=compressed-tensors, avail mem=48.20 GB, mem usage={cfg['mem_usage_gb']:.2f} GB.")
     if "--speculative-algorithm" in args:
-        if cfg["clamp_form"] != "none":
-            log("[swiglu-clamp-patch] cutlass nvfp4 limit=None" if cfg["clamp_form"] == "card" else
-                f"[swiglu-clamp-patch] layer=0 path=cutlass-nvfp4 mode={cfg['clamp_form']} limit=None")
+        log_clamp(form, None, 0)  # the NEXTN draft is built with layer_id=0: unclamped
         log("Load weight end. elapsed=4.10 s, type=BailingMoeForCausalLMNextN, avail mem=45.10 GB, mem usage=3.10 GB.")
     log("Memory pool end. avail mem=20.00 GB")
 
@@ -377,6 +393,9 @@ def main(argv: list[str]) -> int:
         print("fake sglang interpreter: expected -c CODE", file=sys.stderr)
         return 2
     code, rest = argv[1], argv[2:]
+    if "find_spec" in code:
+        print(cfg["sglang_origin"] or "")
+        return 0 if cfg["sglang_origin"] else 1
     if "importlib.metadata" in code:
         print(cfg["version"])
         return 0
@@ -410,7 +429,7 @@ def main(argv: list[str]) -> int:
               flush=True)
         return 1
     time.sleep(cfg["listen_delay_s"])
-    fake = Fake(cfg, args)
+    fake = Fake({**cfg, **model_shape(cfg, args)}, args)
     class Server(ThreadingHTTPServer):
         def handle_error(self, request, client_address):  # a client hanging up is not news
             if not isinstance(sys.exc_info()[1], ConnectionError):

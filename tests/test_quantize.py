@@ -248,3 +248,21 @@ def test_cli(ckpts, tmp_path, capsys):
     assert Q.main([str(ckpts["src"]), str(tmp_path / "cli"), "--no-share-gate-up", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["fused_maps"] == "empty" and rep["counts"]["expert_weight_packed"] == N_ROUTED
+
+
+def test_index_naming_a_missing_tensor_or_truncated_shard(ckpts, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(ckpts["src"], bad)
+    idx = json.loads((bad / "model.safetensors.index.json").read_text())
+    first = sorted(bad.glob("*.safetensors"))[0].name
+    idx["weight_map"]["model.layers.1.mlp.experts.0.gate_proj.bogus"] = first
+    (bad / "model.safetensors.index.json").write_text(json.dumps(idx))
+    with pytest.raises(QuantizeFailed, match="bogus"):
+        Q.quantize_checkpoint(bad, tmp_path / "o1", QuantizeParams())
+    shutil.rmtree(bad)
+    shutil.copytree(ckpts["src"], bad)
+    shard = sorted(bad.glob("*.safetensors"))[1]
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    with pytest.raises(QuantizeFailed, match="model_free_ptq"):
+        Q.quantize_checkpoint(bad, tmp_path / "o2", QuantizeParams())
+    assert _only(tmp_path, ["bad"])

@@ -89,3 +89,11 @@ def test_skip_when_disabled(run_dir):
 def test_read_quantize_json_missing(tmp_path):
     with pytest.raises(StageInputMissing):
         qs.read_quantize_json(RunPaths(tmp_path))
+
+
+def test_path_source_needs_source_path(run_dir):
+    from nvfp4study.errors import SourceCheckpointMissing
+
+    st = _stage(run_dir, checkpoint={"source": "path", "source_path": None})
+    with pytest.raises(SourceCheckpointMissing, match="source_path"):
+        qs.plan(st.params, st.paths)

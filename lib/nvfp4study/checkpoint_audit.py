@@ -25,7 +25,7 @@ import json
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from .checkpoint_checks import (
     check_mtp,
     check_routing_shape,
     check_scales,
+    check_shared_fusion,
     count_formulas,
 )
 from .checkpoint_modules import CARD_ROWS, PACKED_FORMATS, Module, build_modules, build_tables
@@ -58,7 +59,8 @@ def load_config(root: str | Path) -> dict[str, Any]:
     """``config.json`` of a checkpoint folder, which must carry ``quantization_config``.
 
     Raises:
-        CheckpointConfigError: missing, unreadable or not a JSON object.
+        CheckpointConfigError: missing, unreadable, not a JSON object, or without integer
+            ``num_hidden_layers`` / ``num_experts`` (the audit needs the layer and expert counts).
         QuantizationConfigMissing: no (or an empty) ``quantization_config``.
     """
     path = Path(root) / "config.json"
@@ -73,6 +75,11 @@ def load_config(root: str | Path) -> dict[str, Any]:
     if not cfg.get("quantization_config"):
         raise QuantizationConfigMissing(path, "no quantization_config: not a quantized checkpoint "
                                         "(audit the output of `nvfp4study quantize`)")
+    if not isinstance(cfg["quantization_config"], dict):
+        raise CheckpointConfigError(path, "quantization_config is not a JSON object")
+    for key in ("num_hidden_layers", "num_experts"):
+        if not isinstance(cfg.get(key), int) or cfg[key] < 0:
+            raise CheckpointConfigError(path, f"{key} missing or not a non-negative integer (got {cfg.get(key)!r})")
     return cfg
 
 
@@ -96,6 +103,7 @@ class AuditReport:
     serving: list[dict[str, Any]]
     size: dict[str, Any]
     timings: dict[str, float]
+    extra: dict[str, Any] = field(default_factory=dict)  # what a caller adds (e.g. real-size formulas)
 
     @property
     def errors(self) -> list[Finding]:
@@ -190,6 +198,7 @@ def _audit(root: Path, read_values: bool, allow_missing_data: bool) -> AuditRepo
     routing = check_routing_shape(config, findings)
     shared = None if not gate_up else gsum["mismatched"] == 0
     config_summary.update(clamp_lists=check_clamp_lists(config, findings),
+                          shared_fusion=check_shared_fusion(config, ignore, findings),
                           context={"max_position_embeddings": config.get("max_position_embeddings"),
                                    "rope_scaling": config.get("rope_scaling")},
                           num_hidden_layers=nl, num_nextn_predict_layers=nn, trunk_expert_format=trunk_fmt,
@@ -224,12 +233,12 @@ def plot_layer_heatmap(report: AuditReport, out: str | Path) -> Path:
     kinds = ["packed", "scale", "plain"]
     data = np.array([[r[k] for r in rows] for k in kinds], dtype=float)
     labels = [f"{r['layer']}{'*' if r['mtp'] else ''}" for r in rows]
-    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(rows) + 2), 2.8))
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.45 * len(rows) + 2), 2.8))
     sns.heatmap(np.where(data > 0, data, np.nan), ax=ax, annot=len(rows) <= 24, fmt=".0f", cmap="viridis",
                 norm=LogNorm(vmin=1, vmax=max(1.0, float(data.max()))), xticklabels=labels, yticklabels=kinds,
                 cbar_kws={"label": "tensors (log)"})
     ax.set_xlabel("layer (* = MTP)")
-    ax.set_title("Tensors per layer: packed FP4 weights, their scales, plain (BF16/F32)")
+    ax.set_title("Tensors per layer: packed FP4 weights / their scales / plain")
     fig.tight_layout()
     out = Path(out)
     fig.savefig(out, dpi=110)

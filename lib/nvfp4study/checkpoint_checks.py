@@ -71,6 +71,8 @@ class Code(StrEnum):
     COUNT_FORMULA_MISMATCH = "count-formula-mismatch"
     EXPERT_COUNT_MISMATCH = "expert-count-mismatch"
     VALUES_NOT_READ = "values-not-read"
+    SHARED_FUSION_VETOED = "shared-fusion-vetoed"
+    SHARED_FUSION_ON = "shared-fusion-on"
 
 
 FAULT_CODES = frozenset(c for c in Code if c.value.startswith("F0"))
@@ -109,7 +111,7 @@ def count_formulas(config: dict[str, Any], mtp_other_tensors: int | None = None)
         and ``mtp_layer_tensors`` (3 x E + others).
     """
     nl, fk = int(config["num_hidden_layers"]), int(config.get("first_k_dense_replace", 0))
-    e, lg = int(config["num_experts"]), int(config.get("layer_group_size") or 0)
+    e, lg = int(config.get("num_experts") or 0), int(config.get("layer_group_size") or 0)
     nn = int(config.get("num_nextn_predict_layers") or 0)
     mla = (nl // lg if lg else 0) + nn
     out = {
@@ -162,6 +164,9 @@ def apply_schemes(modules: dict[str, Module], ignore: list[str], groups: list[qr
 
 def check_mismatches(modules: dict[str, Module], groups: list[qr.ConfigGroup], mtp: set[int],
                 trunk_fmt: str | None, findings: list[Finding]) -> None:
+    """Compare each addressable module's stored format with the scheme SGLang applies to it:
+    TARGETED_BUT_PLAIN / PACKED_BUT_IGNORED / FORMAT_MISMATCH / UNMATCHED_LINEAR, and in the MTP
+    layers the F-02 (ii)/(iii) and F-03 verdicts; PACKED_LAYOUT_INVALID for bad packed modules."""
     fmt_of = {g.name: g.weight_format for g in groups}
     buckets: dict[Code, list[Module]] = defaultdict(list)
     for m in modules.values():
@@ -228,6 +233,7 @@ def check_mtp(modules: dict[str, Module], config: dict[str, Any], ignore: list[s
         row = {"layer": layer, "tensors": len(tensors), "packed_tensors": packed, "plain_tensors": len(tensors) - packed,
                "expert_modules": len(experts), "expert_formats": dict(efmt),
                "other_tensors": sum(len(m.params) for m in ms if m.component != "routed_expert"),
+               "dtypes": dict(Counter(t.dtype for t in tensors)),
                "ignored_by": ignored_by, "ignore_first_matches": bool(ignore) and qr.sglang_ignore_match(probe, ignore[0]),
                "engine_scheme": experts[0].engine if experts else None, "state": ""}
         codes = {f.code for f in findings if layer in f.layers}
@@ -380,6 +386,7 @@ def check_scales(modules: dict[str, Module], headers: CheckpointHeaders, scheme:
 
 
 def check_config(config: dict[str, Any], groups: list[qr.ConfigGroup], findings: list[Finding]) -> dict[str, Any]:
+    """W4A4 vs W4A16 (F-04) vs other, from the config groups; returns the config summary."""
     qc = config["quantization_config"]
     scheme = qr.scheme_label(groups)
     if qc.get("quant_method") != "compressed-tensors":
@@ -412,6 +419,8 @@ def check_config(config: dict[str, Any], groups: list[qr.ConfigGroup], findings:
 
 
 def check_routing_shape(config: dict[str, Any], findings: list[Finding]) -> dict[str, Any]:
+    """F-05: ``(num_experts, n_group, topk_group, num_experts_per_tok)`` against FlashInfer's
+    grouped-routing limits (:func:`nvfp4study.quant_rules.check_routing`)."""
     keys = ("num_experts", "n_group", "topk_group", "num_experts_per_tok")
     if any(config.get(k) is None for k in ("num_experts", "num_experts_per_tok")):
         findings.append(Finding(Code.ROUTING_UNKNOWN, Severity.INFO, "config has no num_experts / num_experts_per_tok"))
@@ -438,6 +447,8 @@ def check_routing_shape(config: dict[str, Any], findings: list[Finding]) -> dict
 
 
 def check_clamp_lists(config: dict[str, Any], findings: list[Finding]) -> dict[str, Any]:
+    """The two SwiGLU clamp lists: nonzero entries by layer; a length other than
+    ``num_hidden_layers`` is a warning (SGLang indexes them by layer_id)."""
     nl = int(config["num_hidden_layers"])
     out: dict[str, Any] = {}
     for key in ("expert_swiglu_limit_list", "share_expert_swiglu_limit_list"):
@@ -453,6 +464,10 @@ def check_clamp_lists(config: dict[str, Any], findings: list[Finding]) -> dict[s
 
 
 def check_counts(modules: dict[str, Module], config: dict[str, Any], findings: list[Finding], scheme: str) -> dict[str, Any]:
+    """Measured counts (quantized expert projections, input scales, unpacked MLA kv projections,
+    MTP layer tensors) beside :func:`count_formulas` on the audited config; a difference is a
+    COUNT_FORMULA_MISMATCH warning, experts per layer other than ``num_experts`` an
+    EXPERT_COUNT_MISMATCH warning."""
     nl = int(config["num_hidden_layers"])
     trunk_q = [m for m in modules.values() if m.component == "routed_expert" and m.fmt == "NVFP4" and m.layer < nl]
     mtp_first = [m for m in modules.values() if m.layer == nl]
@@ -475,7 +490,7 @@ def check_counts(modules: dict[str, Module], config: dict[str, Any], findings: l
     for m in modules.values():
         if m.component == "routed_expert":
             ids[m.layer].add(m.expert)
-    want = set(range(int(config["num_experts"])))
+    want = set(range(int(config.get("num_experts") or 0)))
     off = sorted(la for la, s in ids.items() if s != want)
     if off:
         findings.append(Finding(Code.EXPERT_COUNT_MISMATCH, Severity.WARNING,
@@ -487,3 +502,36 @@ def check_counts(modules: dict[str, Module], config: dict[str, Any], findings: l
                                     f"{key}: measured {measured[key]}, the layout formula gives {formulas[key]['value']} "
                                     f"({formulas[key]['formula']})", details={"key": key}))
     return {"measured": measured, "formulas": formulas}
+
+
+def check_shared_fusion(config: dict[str, Any], ignore: list[str], findings: list[Finding]) -> dict[str, Any]:
+    """Whether SGLang turns shared-expert fusion off by itself for this config.
+
+    SGLang's Bailing V3 veto (``models/bailing_moe_v3.py`` 1461-1481 in 0.5.23, the same code in
+    0.5.20-0.5.22; consulted by ``layers/moe/utils.py`` ``resolve_shared_experts_config`` 601-623)
+    disables fusion when ``should_ignore_layer`` differs for ``model.layers.0.mlp.shared_experts.gate_proj``
+    and ``model.layers.0.mlp.experts.0.gate_proj``, or when the shared intermediate size differs
+    from the routed one. Otherwise fusion stays on and the shared expert runs inside FusedMoE with
+    the routed clamp limit (sglang-0.5.23.md), unless ``--disable-shared-experts-fusion``.
+    """
+    if not int(config.get("num_shared_experts") or 0):
+        return {"applies": False}
+    ig = qr.ignore_list(tuple(ignore))
+    shared = ig.sglang("model.layers.0.mlp.shared_experts.gate_proj")
+    routed = ig.sglang("model.layers.0.mlp.experts.0.gate_proj")
+    si, ri = config.get("moe_shared_expert_intermediate_size"), config.get("moe_intermediate_size")
+    sizes_differ = si is not None and ri is not None and si * int(config["num_shared_experts"]) != ri
+    out = {"applies": True, "shared_ignored": shared, "routed_ignored": routed, "sizes_differ": sizes_differ,
+           "vetoed": shared != routed or sizes_differ}
+    if out["vetoed"]:
+        findings.append(Finding(Code.SHARED_FUSION_VETOED, Severity.INFO,
+                                "SGLang disables shared-expert fusion by itself for this config (shared experts "
+                                f"{'ignored' if shared else 'targeted'}, routed {'ignored' if routed else 'targeted'}"
+                                f"{', intermediate sizes differ' if sizes_differ else ''}; bailing_moe_v3.py 1461-1481)",
+                                details=out))
+    else:
+        findings.append(Finding(Code.SHARED_FUSION_ON, Severity.WARNING,
+                                "SGLang keeps shared-expert fusion on for this config: the shared expert runs inside "
+                                "FusedMoE with the routed experts' clamp limit; pass --disable-shared-experts-fusion",
+                                details=out))
+    return out

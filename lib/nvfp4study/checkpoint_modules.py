@@ -185,6 +185,7 @@ def ranges(xs: list[int]) -> str:
 
 
 def build_modules(headers: CheckpointHeaders) -> dict[str, Module]:
+    """Group the tensors by module (name minus its last part) and classify each module."""
     groups: dict[str, dict[str, TensorHeader]] = defaultdict(dict)
     for name, t in headers.tensors.items():
         mod, _, param = name.rpartition(".")
@@ -206,6 +207,8 @@ def is_weighted_linear(m: Module) -> bool:
 
 
 def build_tables(modules: dict[str, Module], nl: int, nn: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The precision table (card row x stored precision: modules, tensors, bytes, layers) and the
+    per-layer counts (packed FP4 weights, their scale tensors, plain tensors)."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     mla_layers = {m.layer for m in modules.values() if m.name.endswith("attention.kv_a_proj_with_mqa")}
     per_layer: dict[int, Counter[str]] = defaultdict(Counter)

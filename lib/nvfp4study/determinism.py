@@ -46,9 +46,10 @@ def configs(params) -> dict[str, ServerConfig]:
 
 
 def _rows(stage) -> dict[str, dict[tuple[str, int], dict[str, Any]]]:
-    specs = measure.det_requests(stage.params)
+    params = measure.params_of(stage)
+    specs = measure.det_requests(params)
     out = {}
-    for name, c in configs(stage.params).items():
+    for name, c in configs(params).items():
         out[name] = {(r["prompt_id"], r["repeat"]): r for r in measure.rows_for(stage, c, specs)}
     return out
 
@@ -118,7 +119,7 @@ def pair_table(stage):
 
 
 def _pairs(stage) -> list[dict]:
-    d = stage.params.determinism
+    d = measure.params_of(stage).determinism
     return pair_rows(_rows(stage), [p["id"] for p in measure.prompts(d.prompts)], d.repeats)
 
 
@@ -187,13 +188,14 @@ def record_claims(stage):
     counts = {r["comparison"]: r for r in identity_counts(pairs)}
     thr = {r["row"]: r for r in throughput_rows(_rows(stage), pairs)}
     cards = {c["id"]: c["card"] for c in ledger.card_claims()}
-    replay = stage.params.replay_from
-    checked = "sglang " + stage.params.sglang.version + (f" (replay of {replay})" if replay else "")
+    params = measure.params_of(stage)
+    replay = params.replay_from
+    checked = "sglang " + params.sglang.version + (f" (replay of {replay})" if replay else "")
     ev = [stage.paths.data("det-pairs"), stage.paths.data("det-identity"), stage.paths.data("det-throughput")]
-    ev += [measure.raw_path(stage.paths, c) for c in configs(stage.params).values()]
+    ev += [measure.raw_path(stage.paths, c) for c in configs(params).values()]
     off = counts["spec-off self-reproducibility"]
     stage.record("det.spec-off", measured={"identical": off["identical prompts"], "n": off["prompts compared"],
-                                           "repeats": stage.params.determinism.repeats},
+                                           "repeats": params.determinism.repeats},
                  verdict=Verdict.REPRODUCED if off["identical prompts"] == off["prompts compared"] > 0 else Verdict.CONTRADICTED,
                  evidence=ev, checked_on=checked, note="every greedy repeat equal to the first, token by token")
     on = counts["spec-on vs spec-off"]
@@ -201,7 +203,7 @@ def record_claims(stage):
     stage.record("det.spec-on", measured={"identical": on["identical prompts"], "n": on["prompts compared"],
                                           "first_divergence": on["first divergence (min..max)"]},
                  verdict=Verdict.CONTRADICTED if all_same else Verdict.REPRODUCED, evidence=ev, checked_on=checked,
-                 note=(f"NEXTN k={stage.params.determinism.spec_depth} vs speculation off, repeat 0 of each. "
+                 note=(f"NEXTN k={params.determinism.spec_depth} vs speculation off, repeat 0 of each. "
                        f"The card's count ({cards['det.spec-on']['identical']}/{cards['det.spec-on']['n']}) depends "
                        "on its prompts; the claim tested is that speculation is not byte-identical. Whether the "
                        "differences are paraphrases was not judged automatically (texts in det-pairs.json)."))

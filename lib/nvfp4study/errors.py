@@ -54,6 +54,7 @@ class SourceCheckpointMissing(StudyError):
 class QuantizeFailed(StudyError):
     """llmcompressor's model_free_ptq (or the serving rewrite) raised; names the source and error."""
 
+
 class CheckpointFileError(StudyError):
     """A checkpoint file the audit reads is unusable; ``path`` names the file."""
 

@@ -100,7 +100,7 @@ def run_audit(stage: Any, ck: dict[str, Any]) -> ca.AuditReport:
     os.replace(tmp, p.data("checkpoint-tensors", "parquet"))
     ca.plot_layer_heatmap(rep, p.figure("checkpoint-layer-heatmap"))
     ca.plot_up_scale_error(rep, p.figure("checkpoint-up-scale-error"))
-    rep.extra = data  # type: ignore[attr-defined]
+    rep.extra = data
     return rep
 
 
@@ -186,7 +186,7 @@ def counts_table(rep: ca.AuditReport) -> Any:
     sizes, and the card's value (labelled "card")."""
     import pandas as pd
 
-    data = rep.extra  # type: ignore[attr-defined]
+    data = rep.extra
     card = {c["id"]: c["card"] for c in card_claims()}
     cards = {"quantized_expert_modules": card["counts.quantized-experts"]["quantized_expert_tensors"],
              "input_global_scales": card["scales.input-global-scale"]["count"],
@@ -239,3 +239,240 @@ def unshared_up_error(stage: Any) -> dict[str, Any]:
     plt.close(fig)
     out["figure"] = str(stage.paths.figure("up-scale-error-unshared"))
     return out
+
+
+# --- ledger --------------------------------------------------------------------------------------
+def _rows_by_prec(rep: ca.AuditReport) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for r in rep.precision_table:
+        out.setdefault(r["component"], set()).add(r["precision"])
+    return out
+
+
+def _count_verdict(measured: int, formula_audited: int | None, formula_real: int | None, card: int,
+                   real: bool) -> tuple[Verdict, str]:
+    if real:
+        return (Verdict.REPRODUCED if measured == card else Verdict.CONTRADICTED,
+                f"measured on a checkpoint with the real sizes: {measured:,} (card {card:,})")
+    if measured == formula_audited and formula_real == card:
+        return (Verdict.PARTLY, f"measured {measured:,} on the scaled checkpoint = the layout formula on its config; "
+                                f"the same formula gives {formula_real:,} at the real sizes (card {card:,}). The card's "
+                                "own files were not audited here")
+    return (Verdict.CONTRADICTED, f"measured {measured:,}, formula on the audited config {formula_audited}, "
+                                  f"at real sizes {formula_real} (card {card:,})")
+
+
+def record_ledger(stage: Any, rep: ca.AuditReport, ck: dict[str, Any], unshared: dict[str, Any]) -> Any:
+    """Record every claim of stage 02 and the study's findings; returns the rows as a DataFrame."""
+    import pandas as pd
+
+    from .ledger import read_ledger
+
+    data = rep.extra
+    p = stage.paths
+    ev = str(p.data("checkpoint_audit", "json"))
+    ev_t = str(p.data("checkpoint-tensors", "parquet"))
+    ev_h, ev_u = heatmap_path(stage), up_error_path(stage)
+    real = bool(data["real_size_config"])
+    rnd = bool(rep.config_summary.get("random_weights") or ck.get("random_weights"))
+    scope = (("the audited checkpoint at the real sizes" + (" (random weights)" if rnd else "")) if real else
+             "the study's SCALED checkpoint with RANDOM weights, quantized with the card's recipe; reproduced in "
+             "structure only")
+    card = {c["id"]: c["card"] for c in card_claims()}
+    nl = rep.config_summary["num_hidden_layers"]
+    m, f, fr = rep.counts["measured"], rep.counts["formulas"], data["counts"]["formulas_real_sizes"]
+    checked = f"audit of {ck['path']}"
+
+    # size.disk
+    s = data["size"]
+    pred_p, pred_r = s.get("predicted_data_bytes_params_shape"), s.get("predicted_data_bytes_real_sizes")
+    if real:
+        gb = s["file_bytes"] / 1e9
+        stage.record("size.disk", measured={"disk_gb": round(gb, 2), "disk_gib": round(s["file_bytes"] / 2**30, 2)},
+                     verdict=Verdict.REPRODUCED if round(gb) == card["size.disk"]["disk_gb"] or round(s["file_bytes"] / 2**30) == card["size.disk"]["disk_gb"] else Verdict.CONTRADICTED,
+                     evidence=[ev], note="sum of shard file sizes (GB = 1e9 bytes; GiB = 2^30 bytes)", checked_on=checked)
+    elif pred_r is None:
+        stage.record("size.disk", measured=None, verdict=Verdict.NOT_RUN, evidence=[ev],
+                     note=f"not run: the scaled checkpoint is {s['file_bytes'] / 1e6:.1f} MB; the layout prediction for the "
+                          "real sizes is unavailable (ling_layout/quantize layout helpers missing)")
+    else:
+        ok = pred_p == s["data_bytes"]
+        stage.record("size.disk", measured={"scaled_checkpoint_mb": round(s["file_bytes"] / 1e6, 2),
+                                            "predicted_real_gb": round(pred_r / 1e9, 2), "predicted_real_gib": round(pred_r / 2**30, 2),
+                                            "prediction_matches_scaled_tensor_bytes": ok},
+                     verdict=Verdict.PARTLY, evidence=[ev],
+                     note=(f"Not measured on the real files. The NVFP4+serving layout's tensor bytes (experts U8 [o,i/2] + "
+                           f"F8_E4M3 [o,i/16] + 2 F32 scales, rest BF16/F32) predict {pred_r / 1e9:.1f} GB = "
+                           f"{pred_r / 2**30:.1f} GiB at the real sizes (headers add a few MB); the card's '76 GB' fits "
+                           f"if it means GiB. The same prediction for this run's shape "
+                           f"{'equals' if ok else 'does NOT equal'} the audited checkpoint's tensor bytes "
+                           f"({pred_p} vs {s['data_bytes']})."), checked_on=checked)
+
+    # layout.*
+    prec = _rows_by_prec(rep)
+    rexp = [r for r in rep.precision_table if r["component"] == ca.CARD_ROWS["routed_expert"]]
+    exp_fmt = {r["precision"]: r["layers"] for r in rexp}
+    groups = rep.config_summary["groups"]
+    w = (groups[0]["weights"] or {}) if groups else {}
+    ok_fmt = set(exp_fmt) == {"NVFP4"} and w.get("strategy") == "tensor_group" and w.get("group_size") == 16
+    stage.record("layout.routed-experts",
+                 measured={"formats_by_layers": exp_fmt, "block_scale": "F8_E4M3", "group_size_from_scale_columns": 16 if ok_fmt else None,
+                           "config_strategy": w.get("strategy"), "config_group_size": w.get("group_size")},
+                 verdict=Verdict.PARTLY if ok_fmt else Verdict.CONTRADICTED, evidence=[ev, ev_t],
+                 note=(f"Routed experts are NVFP4 (U8 packed e2m1 [out,in/2], F8_E4M3 block scales [out,in/16], F32 global "
+                       f"scale; config tensor_group / 16) on layers {exp_fmt.get('NVFP4')}; {scope}. The card's row says "
+                       "layers 0-41, but the dense layers (< first_k_dense_replace) have no routed experts: the range is "
+                       "2-41 on the real model." if ok_fmt else f"routed experts stored as {exp_fmt}, config {w}"),
+                 checked_on=checked)
+    bf_rows = [ca.CARD_ROWS[k] for k in ("attention_proj", "kda_misc", "mla_proj", "shared_expert", "lm_head")]
+    got = {r: sorted(prec.get(r, set())) for r in bf_rows}
+    packed_any = any(x in ("NVFP4", "MXFP4", "INVALID-PACKED") for v in got.values() for x in v)
+    only_bf16 = all(set(v) <= {"BF16"} for v in got.values())
+    stage.record("layout.bf16-components", measured=got,
+                 verdict=Verdict.CONTRADICTED if packed_any else (Verdict.REPRODUCED if only_bf16 else Verdict.PARTLY),
+                 evidence=[ev, ev_t],
+                 note=("None of these components is quantized" + ("" if only_bf16 else
+                       "; A_log, dt_bias and the router's expert_bias are F32 in the generated Ling layout "
+                       "(ling_layout's reconstruction), not BF16 as the card's table says") + f"; {scope}."
+                       if not packed_any else "some of these components are packed (see measured)"), checked_on=checked)
+    fg = sorted({(mo.proj, mo.fmt) for mo in rep.modules.values()
+                 if mo.component == "attention_proj" and mo.proj in ("f_proj", "g_proj") and mo.layer < nl
+                 and f"model.layers.{mo.layer}.attention.kv_a_proj_with_mqa" not in rep.modules})
+    stage.record("layout.kda-gates-bf16", measured={p_: f_ for p_, f_ in fg},
+                 verdict=Verdict.REPRODUCED if fg and all(f_ == "BF16" for _, f_ in fg) else Verdict.CONTRADICTED,
+                 evidence=[ev_t], note=f"f_proj and g_proj of the KDA layers, as stored; {scope}.", checked_on=checked)
+
+    # MTP
+    mt = rep.mtp[0] if rep.mtp else None
+    if mt is None:
+        stage.not_run("config declares no MTP layer", ["mtp.layer42-bf16", "mtp.ignore-first"])
+    else:
+        fm = f.get("mtp_layer_tensors", {})
+        frm = fr.get("mtp_layer_tensors", {})
+        c42 = card["mtp.layer42-bf16"]
+        state_ok = mt["packed_tensors"] == 0 and mt["state"] == "bf16-ignored"
+        bf16_other = m["mtp_other_tensors"] - mt["dtypes"].get("F32", 0)
+        if real:
+            v = Verdict.REPRODUCED if state_ok and mt["tensors"] == c42["plain"] else Verdict.PARTLY if state_ok else Verdict.CONTRADICTED
+        else:
+            v = Verdict.PARTLY if state_ok else Verdict.CONTRADICTED
+        stage.record("mtp.layer42-bf16",
+                     measured={"layer": mt["layer"], "packed": mt["packed_tensors"], "plain": mt["plain_tensors"],
+                               "dtypes": mt["dtypes"], "state": mt["state"], "formula": fm.get("formula"),
+                               "formula_at_real_sizes": frm.get("value")},
+                     verdict=v, evidence=[ev, ev_h],
+                     note=(f"MTP layer {mt['layer']}: {mt['packed_tensors']} packed, {mt['plain_tensors']} plain, state "
+                           f"'{mt['state']}'; {scope}. Count = 3 x num_experts + {m['mtp_other_tensors']} other tensors of the "
+                           f"generated layout = {frm.get('value')} at the real sizes vs the card's {c42['plain']:,} "
+                           f"(the reconstructed name list has one non-expert tensor more; its plain tensors here are "
+                           f"{mt['dtypes']}: the router's expert_bias is F32, so the BF16 tensors alone number "
+                           f"3 x num_experts + {bf16_other} = {3 * real_config()['num_experts'] + bf16_other:,} at the real "
+                           "sizes, the card's number if it counted BF16 tensors only)."),
+                     checked_on=checked)
+        first = rep.config_summary["ignore"][0] if rep.config_summary["ignore"] else None
+        want = rf"re:.*layers\.{nl}\..*"
+        stage.record("mtp.ignore-first", measured={"ignore_first": first, "matches_mtp_layer": mt["ignore_first_matches"]},
+                     verdict=Verdict.REPRODUCED if first == want and mt["ignore_first_matches"] else Verdict.CONTRADICTED,
+                     evidence=[ev], note=f"ignore[0] of config.json; the MTP layer here is {nl} (the card's 42 at real sizes); {scope}.",
+                     checked_on=checked)
+
+    # counts
+    for cid, key, ckey in (("counts.quantized-experts", "quantized_expert_modules", "quantized_expert_tensors"),
+                           ("counts.mla-unpacked", "mla_kv_unpacked", "mla_unpacked")):
+        v, why = _count_verdict(m[key], f[key]["value"], fr[key]["value"], card[cid][ckey], real)
+        extra = ("" if key != "mla_kv_unpacked" else
+                 " The card does not say which 16 tensors: kv_a_proj_with_mqa + kv_b_proj of the 8 MLA layers (7 trunk + MTP) "
+                 f"is the reading of this layout that gives 16; unpacked MLA-only modules here: {m['mla_unpacked_by_module']}.")
+        stage.record(cid, measured={"count": m[key], "formula": f[key]["formula"], "formula_at_real_sizes": fr[key]["value"]},
+                     verdict=v, evidence=[ev, ev_t], note=why + "." + extra, checked_on=checked)
+    ins = rep.input_scales
+    c_in = card["scales.input-global-scale"]
+    v, why = _count_verdict(m["input_global_scales"], f["input_global_scales"]["value"], fr["input_global_scales"]["value"],
+                            c_in["count"], real)
+    if not (ins.get("input_all_one") and m["input_global_scales"] == m["quantized_expert_modules"]):
+        v = Verdict.CONTRADICTED
+    stage.record("scales.input-global-scale",
+                 measured={"count": m["input_global_scales"], "dtype": "F32", "values": ins.get("input_values"),
+                           "one_per_expert_weight_global_scale": m["input_global_scales"] == m["quantized_expert_modules"],
+                           "missing": ins.get("missing"), "nonfinite": ins.get("input_nonfinite_or_nonpositive")},
+                 verdict=v, evidence=[ev], note=why + ". Values read with safetensors.safe_open.", checked_on=checked)
+
+    # config
+    acts = [g["input_activations"] for g in groups]
+    a = acts[0] if acts and acts[0] else None
+    w4a4 = rep.config_summary["scheme"] == "W4A4" and a and a.get("dynamic") == "local"
+    stage.record("config.w4a4",
+                 measured={"scheme": rep.config_summary["scheme"],
+                           "input_activations": {k: a.get(k) for k in ("num_bits", "type", "dynamic", "strategy", "group_size")} if a else None},
+                 verdict=Verdict.REPRODUCED if w4a4 else Verdict.CONTRADICTED, evidence=[ev],
+                 note=("The config's group is 4-bit float tensor_group/16 for weights and activations with dynamic 'local', "
+                       "which SGLang's _is_fp4a4_nvfp4 predicate (compressed_tensors.py 589-616) accepts -> "
+                       f"CompressedTensorsW4A4Nvfp4MoE on Blackwell; {scope}." if w4a4 else "not the card's W4A4 block"),
+                 checked_on=checked)
+    cl = rep.config_summary["clamp_lists"]
+    ctx = rep.config_summary["context"]
+    if real:
+        want_e = {str(i): 4 for i in range(35, 42)}
+        want_s = {**{str(i): 5 for i in range(34, 40)}, "40": 7, "41": 7}
+        got_e = (cl.get("expert_swiglu_limit_list") or {}).get("nonzero")
+        got_s = (cl.get("share_expert_swiglu_limit_list") or {}).get("nonzero")
+        stage.record("config.clamp-lists", measured={"expert": got_e, "shared": got_s},
+                     verdict=Verdict.REPRODUCED if got_e == want_e and got_s == want_s else Verdict.CONTRADICTED,
+                     evidence=[ev], note="nonzero entries by layer, from config.json", checked_on=checked)
+        cc = card["config.context"]
+        stage.record("config.context", measured=ctx,
+                     verdict=Verdict.REPRODUCED if ctx == {"max_position_embeddings": cc["max_position_embeddings"], "rope_scaling": None} else Verdict.CONTRADICTED,
+                     evidence=[ev], note="from config.json", checked_on=checked)
+    else:
+        stage.record("config.clamp-lists", measured=None, verdict=Verdict.NOT_RUN, evidence=[ev],
+                     note=f"not run: the scaled config's lists come from params (expert {cl.get('expert_swiglu_limit_list')}, "
+                          f"shared {cl.get('share_expert_swiglu_limit_list')}); the real config.json could not be read offline. "
+                          "Audit the card's checkpoint (checkpoint.quantized_path) to test it.")
+        stage.record("config.context", measured=None, verdict=Verdict.NOT_RUN, evidence=[ev],
+                     note=f"not run: the generated config carries {ctx}, written by ling_layout from the card's own statement "
+                          "(circular); ling3-flash.md calls the real value not settled.")
+
+    # routing
+    rr = data["routing_real_sizes"]
+    stage.record("clamp.trtllm-routing",
+                 measured={"audited": {k: rep.routing.get(k) for k in ("num_experts", "n_group", "experts_per_group", "status")},
+                           "real_sizes": {"num_experts": rr["num_experts"], "n_group": rr["n_group"],
+                                          "experts_per_group": rr["experts_per_group"], "status": rr["status"]},
+                           "kernel_limit_experts_per_group": qr.WARP_SIZE},
+                 verdict=Verdict.PARTLY if rr["status"] == "over" and rr["experts_per_group"] > qr.WARP_SIZE else Verdict.CONTRADICTED,
+                 evidence=[ev],
+                 note=(f"At the real sizes {rr['num_experts']} / {rr['n_group']} = {rr['experts_per_group']:g} experts per group "
+                       f"> {qr.WARP_SIZE} (FlashInfer routingDeepSeek: mNumExperts / mNumExpertGroups <= WarpSize), so the "
+                       f"TRT-LLM backend's grouped routing refuses it; the audited config gives '{rep.routing.get('status')}'. "
+                       "Arithmetic and the kernel's check only; the backend was not run (no GPU)."),
+                 checked_on="FlashInfer TRT-LLM routing kernel checks (reference: bug-reports.md F-05)")
+
+    # study findings
+    faults = sorted(f_.code.value for f_ in rep.fault_findings())
+    expected = {"F05-routing-over-limit"} if rr["status"] == "over" and real else set()
+    stage.add_finding("audit.fault-verdicts",
+                      claim="The checkpoint this run serves carries none of the faults F-01..F-04 (activation scales, MTP "
+                            "state, draft format, weight-only config); F-05 depends only on the routing shape.",
+                      measured={"fault_codes": faults, "errors": [f_.code.value for f_ in rep.errors],
+                                "warnings": sorted({f_.code.value for f_ in rep.findings if f_.severity.value == "warning"})},
+                      verdict=Verdict.REPRODUCED if set(faults) <= expected and not rep.errors else Verdict.CONTRADICTED,
+                      evidence=[ev], note=f"Header audit of {scope}.", checked_on=checked)
+    gs = rep.gate_up_summary
+    stage.add_finding("audit.gate-up-shared",
+                      claim="Every routed expert of the audited checkpoint has equal gate and up weight_global_scale, so SGLang's "
+                            "W4A4 scheme (which uses the gate's for both) dequantizes up_proj exactly.",
+                      measured=gs, verdict=Verdict.REPRODUCED if gs.get("pairs") and gs.get("mismatched") == 0 else Verdict.CONTRADICTED,
+                      evidence=[ev, ev_u], note=f"{scope}.", checked_on=checked)
+    if unshared.get("run"):
+        stage.add_finding("audit.up-scale-error-card-pipeline",
+                          claim="On the card-style pipeline (fused maps emptied, no gate/up rule) gate and up global scales "
+                                "differ per expert, and SGLang's W4A4 scheme serves up_proj scaled by up/gate (error up/gate - 1).",
+                          measured={k: unshared[k] for k in ("experts", "differ", "median_abs_up_scale_error",
+                                                             "p95_abs_up_scale_error", "max_abs_up_scale_error")},
+                          verdict=Verdict.REPRODUCED if unshared["differ"] > 0 else Verdict.CONTRADICTED,
+                          evidence=[unshared["data"], unshared["figure"]],
+                          note="Scales from 01's quantization without the pairing rule, random weights; the card's own "
+                               "checkpoint was not available to measure.", checked_on="SGLang 0.5.23 w4a4_nvfp4_moe.py 187-198")
+    ids = stage.claims() + ["audit.fault-verdicts", "audit.gate-up-shared", "audit.up-scale-error-card-pipeline"]
+    return pd.DataFrame([{k: r.get(k) for k in ("id", "verdict", "measured", "note")}
+                         for r in read_ledger(stage.run_dir) if r["id"] in ids])

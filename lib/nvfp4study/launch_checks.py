@@ -5,8 +5,9 @@ log it names (``logs/sglang-<cfg>.log``). Facts parsed, with their 0.5.23 source
 
 - Clamp lines: the card's form ``[swiglu-clamp-patch] cutlass nvfp4 limit=4`` (no layer index:
   lines are assigned to the MoE layers in construction order, layers ``first_k_dense_replace``
-  .. ``num_hidden_layers-1``, then the NEXTN draft, built with ``layer_id=0``) and any
-  ``key=value`` form (``layer=35 mode=exact limit=4``) written by the study's patch.
+  .. ``num_hidden_layers-1``, then the NEXTN draft, built with ``layer_id=0``) and the study's
+  patch form (``patches/0.5.23/exact``: ``... cutlass nvfp4 limit=4 mode=exact form=SwigluStep
+  layer=35``; ``none``: ``limit=None mode=none config_limit=4 layer=35``).
 - ``Load weight end. elapsed=X s, type=T, ..., mem usage=Y GB.`` (``model_executor/
   model_runner.py`` 1371-1379); SGLang's "GB" is GiB: ``get_available_gpu_memory`` divides
   bytes by ``1 << 30`` (``utils/common.py`` 576). The ledger uses GB = 1e9 bytes.
@@ -76,8 +77,9 @@ def parse_clamp_lines(text: str) -> list[dict[str, Any]]:
         n = order.get(rank, 0)
         order[rank] = n + 1
         out.append({"rank": rank, "order": n, "path": kv.get("path", path), "limit": _num(kv.get("limit", "None")),
-                    "mode": kv.get("mode"), "layer": int(layer) if layer and layer.isdigit() else None,
-                    "line": line.strip()})
+                    "mode": kv.get("mode"), "form": kv.get("form"),
+                    "config_limit": _num(kv["config_limit"]) if "config_limit" in kv else None,
+                    "layer": int(layer) if layer and layer.isdigit() else None, "line": line.strip()})
     return out
 
 
@@ -130,7 +132,7 @@ def model_config_for(stage, model_path: str | None) -> dict[str, Any]:
     if model_path and cfg.is_file():
         data = json.loads(cfg.read_text())
         return {k: data.get(k) for k in keys} | {"source": str(cfg)}
-    sh = stage.params.checkpoint.shape
+    sh = measure.params_of(stage).checkpoint.shape
     n = sh.num_hidden_layers
     return {"num_hidden_layers": n, "first_k_dense_replace": sh.first_k_dense_replace,
             "num_nextn_predict_layers": sh.num_nextn_predict_layers,
@@ -159,7 +161,7 @@ def assign_layers(lines: list[dict[str, Any]], expected: dict[str, Any]) -> list
 
 # --- the stage -------------------------------------------------------------------------------
 def _launch(stage) -> tuple[dict[str, Any], str]:
-    config = card_config(stage.params)
+    config = card_config(measure.params_of(stage))
     rows = [r for r in measure.launches(stage.paths, config) if r.get("log")]
     if not rows:
         raise StageInputMissing(f"{measure.launch_path(stage.paths, config).name}: no launch recorded")
@@ -184,7 +186,7 @@ def launch_table(stage):
     if (nr := _not_run(stage)) is not None:
         return nr
     rows = []
-    for r in measure.launches(stage.paths, card_config(stage.params)):
+    for r in measure.launches(stage.paths, card_config(measure.params_of(stage))):
         gpu = r.get("gpu") or {}
         rows.append({"launch": r.get("launch"), "status": r.get("status"), "config": r.get("config_key"),
                      "launch→healthy (s)": r.get("load_s"), "sglang": r.get("sglang_version"),
@@ -212,12 +214,12 @@ def clamp_table(stage):
         got = by_layer.get(layer)
         logged = got["limit"] if got else "no line"
         rows.append({"layer": str(layer), "expected limit": _fmt(e), "logged limit": _fmt(logged),
-                     "mode": (got or {}).get("mode"), "path": (got or {}).get("path"),
-                     "match": got is not None and _same(e, got["limit"])})
+                     "mode": (got or {}).get("mode"), "form": (got or {}).get("form"),
+                     "path": (got or {}).get("path"), "match": got is not None and _same(e, got["limit"])})
     extra = [a for a in assigned if a["assigned"] == "draft"][1:]
     for a in extra:
         rows.append({"layer": "extra line", "expected limit": "-", "logged limit": _fmt(a["limit"]),
-                     "mode": a["mode"], "path": a["path"], "match": False})
+                     "mode": a["mode"], "form": a["form"], "path": a["path"], "match": False})
     df = pd.DataFrame(rows)
     out = stage.paths.data("launch-clamp")
     out.write_text(df.to_json(orient="records", indent=1))
@@ -324,10 +326,10 @@ def record_claims(stage):
     if (nr := _not_run(stage)) is not None:
         return nr
     rec, text = _launch(stage)
-    replay = stage.params.replay_from
+    replay = measure.params_of(stage).replay_from
     checked = f"sglang {rec.get('sglang_version')}" + (f" (replay of {replay})" if replay else "")
     log_ev = stage.run_dir / rec["log"]
-    launch_ev = measure.launch_path(stage.paths, card_config(stage.params))
+    launch_ev = measure.launch_path(stage.paths, card_config(measure.params_of(stage)))
     claims = {c["id"]: c["card"] for c in ledger.card_claims()}
     loads = parse_load_lines(text)
     targets = [r for r in loads if "NextN" not in r["type"]]

@@ -190,6 +190,28 @@ def resolve_mode(stage) -> Mode:
     return Mode("not run", reason=reason) if reason else Mode("live")
 
 
+def params_of(stage):
+    """The params that define what was measured: the recorded run's own ``params.yaml`` when
+    replaying (so its configurations, prompts and depths are analysed as they were recorded,
+    whatever this run's profile), else the stage's params.
+
+    Raises:
+        ReplayDataMissing: the recorded run has no ``params.yaml``.
+    """
+    from .params import load_params
+
+    p = stage.params
+    if not p.replay_from:
+        return p
+    src = resolve_mode(stage).source
+    if not src.is_dir():
+        raise ReplayDataMissing(f"replay_from {src} is not a folder")
+    f = src / "params.yaml"
+    if not f.is_file():
+        raise ReplayDataMissing(f"replay_from {src}: no params.yaml (not a recorded run folder)")
+    return load_params(f).model_copy(update={"replay_from": p.replay_from})
+
+
 def import_recorded(stage, source: Path, configs: list[ServerConfig], need_requests: bool) -> list[Path]:
     """Copy a recorded run's raw files (and the logs they name) for ``configs`` into this run.
 
@@ -263,7 +285,7 @@ def ask(stage, url: str, config: ServerConfig, spec: RequestSpec, *, launch: int
     if rec["status"] != "ok":
         sp = process_for(url)
         if sp is not None:
-            sp.check_alive()
+            sp.check_alive(wait_s=2.0)
     return row
 
 
@@ -278,10 +300,10 @@ def collect(stage):
     from IPython.display import Markdown
 
     mode = resolve_mode(stage)
-    configs = stage_configs(stage.params)[stage.name]
     if mode.kind == "not run":
         stage.not_run(mode.reason)
         return Markdown(f"not run: {mode.reason}")
+    configs = stage_configs(params_of(stage))[stage.name]
     if mode.kind == "replay":
         files = import_recorded(stage, mode.source, configs, need_requests=stage.name != "04_launch_server")
         return pd.DataFrame({"copied from " + str(mode.source): [str(f.relative_to(stage.run_dir)) for f in files]})

@@ -137,9 +137,10 @@ def _session_delta(stage, config: ServerConfig, launches_used: set[int]) -> dict
 def _requests(stage):
     import pandas as pd
 
-    specs = measure.mtp_requests(stage.params)
+    params = measure.params_of(stage)
+    specs = measure.mtp_requests(params)
     rows, raw = [], {}
-    for model, depth, c in sweep_configs(stage.params):
+    for model, depth, c in sweep_configs(params):
         recs = measure.rows_for(stage, c, specs)
         raw[(model, depth)] = recs
         for r in recs:
@@ -185,6 +186,7 @@ def summary_table(stage):
     if (nr := _nr(stage)) is not None:
         return nr
     df, _ = _requests(stage)
+    params = measure.params_of(stage)
     rows = []
     recs = _records(df)
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
@@ -196,8 +198,8 @@ def summary_table(stage):
         ok = [x for x in g if x["status"] == "ok"]
         dec = [x["decode_tok_s"] for x in ok if x["decode_tok_s"] is not None]
         e2e = [x["e2e_tok_s"] for x in ok if x["e2e_tok_s"] is not None]
-        c = next(c for m, d, c in sweep_configs(stage.params) if m == model and d == depth)
-        dt = num_draft_tokens(stage.params, c)
+        c = next(c for m, d, c in sweep_configs(params) if m == model and d == depth)
+        dt = num_draft_tokens(params, c)
         est = {e["estimator"]: e for e in estimators(ok, dt)}
         tw, rw = est["token-weighted"], est["request-weighted median"]
         row = {"model": model, "depth": depth, "draft tokens": dt, "requests ok": f"{len(ok)}/{len(g)}",
@@ -228,13 +230,14 @@ def estimator_table(stage):
     if (nr := _nr(stage)) is not None:
         return nr
     df, _ = _requests(stage)
+    params = measure.params_of(stage)
     rows = []
-    for model, depth, c in sweep_configs(stage.params):
+    for model, depth, c in sweep_configs(params):
         if depth == 0:
             continue
         g = [r for r in _records(df) if r["model"] == model and r["depth"] == depth]
         launches_used = {int(r["launch"]) for r in g if r["launch"] is not None}
-        for e in estimators(g, num_draft_tokens(stage.params, c),
+        for e in estimators(g, num_draft_tokens(params, c),
                             _session_delta(stage, c, launches_used)):
             rows.append({"model": model, "depth": depth, **e})
     out = pd.DataFrame(rows)
@@ -289,19 +292,22 @@ def figure(stage):
     s = summary_table(stage)
     card = card_marks()
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    for model, g in s.groupby("model", sort=False):
-        d = list(g.depth)
+    nan = float("nan")
+    recs = _records(s)
+    for model in dict.fromkeys(r["model"] for r in recs):
+        g = [r for r in recs if r["model"] == model]
+        d = [r["depth"] for r in g]
         for ax, mid, lo, hi, label in (
             (axes[0], "decode tok/s median", "decode tok/s min", "decode tok/s max", f"{model}: decode tok/s"),
             (axes[1], "accept len (token-weighted)", "accept len min", "accept len max", f"{model}: token-weighted"),
             (axes[2], "accept rate (token-weighted)", "accept rate min", "accept rate max", f"{model}: token-weighted"),
         ):
-            y = [v if v is not None else float("nan") for v in g[mid]]
-            err = [[max(0.0, (m - lo_)) if None not in (m, lo_) else 0 for m, lo_ in zip(g[mid], g[lo], strict=True)],
-                   [max(0.0, (hi_ - m)) if None not in (m, hi_) else 0 for m, hi_ in zip(g[mid], g[hi], strict=True)]]
+            y = [nan if r[mid] is None else r[mid] for r in g]
+            err = [[0.0 if None in (r[mid], r[lo]) else max(0.0, r[mid] - r[lo]) for r in g],
+                   [0.0 if None in (r[mid], r[hi]) else max(0.0, r[hi] - r[mid]) for r in g]]
             ax.errorbar(d, y, yerr=err, marker="o", capsize=3, label=label + " (range over requests)")
-        axes[0].plot(d, [v if v is not None else float("nan") for v in g["e2e tok/s median"]], "s--", alpha=0.6,
-                     label=f"{model}: end-to-end tok/s")
+        axes[0].plot(d, [nan if r["e2e tok/s median"] is None else r["e2e tok/s median"] for r in g], "s--",
+                     alpha=0.6, label=f"{model}: end-to-end tok/s")
     cd = sorted(card)
     axes[0].plot(cd, [card[k]["tok_s"] for k in cd], "kx", markersize=9, label="card: tok/s")
     for ax, key in ((axes[1], "accept_len"), (axes[2], "accept_rate")):
@@ -314,7 +320,7 @@ def figure(stage):
     for ax, t in zip(axes, ("tok/s (one request)", "accept length", "accept rate"), strict=True):
         ax.set_xlabel("NEXTN depth k (0 = speculation off)")
         ax.set_title(t)
-        ax.set_xticks(sorted(set(s.depth) | set(cd)))
+        ax.set_xticks(sorted({r["depth"] for r in recs} | set(cd)))
         ax.legend(fontsize=7)
     fig.tight_layout()
     path = stage.paths.figure("mtp-sweep")
@@ -344,9 +350,10 @@ def record_claims(stage):
         return nr
     s = summary_table(stage)
     ev = [stage.paths.data("mtp-summary"), stage.paths.data("mtp-requests"), stage.paths.data("mtp-estimators")]
-    ev += [measure.raw_path(stage.paths, c) for _, _, c in sweep_configs(stage.params)]
-    replay = stage.params.replay_from
-    checked = "sglang " + stage.params.sglang.version + (f" (replay of {replay})" if replay else "")
+    params = measure.params_of(stage)
+    ev += [measure.raw_path(stage.paths, c) for _, _, c in sweep_configs(params)]
+    replay = params.replay_from
+    checked = "sglang " + params.sglang.version + (f" (replay of {replay})" if replay else "")
     card = card_marks()
     study = {int(r["depth"]): r for r in _records(s) if r["model"] == "study"}
     tol_note = ("tok/s is hardware-dependent: within 15 % of the card = reproduced, 30 % = partly; "

@@ -91,7 +91,8 @@ class SGLangParams(_Strict):
     source: Literal["wheel", "installed", "path"] = "wheel"
     path: str | None = None  # an SGLang tree (the folder holding sglang/srt) when source == path
     audit_versions: list[str] = Field(default_factory=lambda: ["0.5.20", "0.5.21", "0.5.22", "0.5.23"])
-    patch_modes: list[Literal["stock", "none", "exact"]] = Field(
+    # "card" (the model card's own patch) exists for 0.5.20 only; modes a version lacks are skipped
+    patch_modes: list[Literal["stock", "none", "exact", "card"]] = Field(
         default_factory=lambda: ["stock", "none", "exact"]
     )
     deterministic_patch: bool = True

@@ -23,7 +23,9 @@ Recipe (``../shared/reference/llmcompressor.md``; the model card's "Provenance" 
    ("Matched a re:.*(attn|attention)\\.q_proj\\.weight$ twice before completing set"); otherwise
    the dict asks for the MLA's missing partner ("Dependency weight model.layers.N.attention.v_proj.weight
    not found in weight map"; k_proj or v_proj: set order). Ignoring MLA does not help: both
-   tables see every tensor name, ignored or not.
+   tables see every tensor name, ignored or not. The dict fails on every Ling layout; the list
+   only when a shard holds an MLA q_proj and a later q_proj (measured: the tiny default layout
+   trips it, the full-size header-only layout in 64 shards does not).
    So both tables are emptied (the card's "fused expert maps emptied"). The stock expert names
    (``mlp.experts.N.gate_proj``) never match the stock ``mlp\\.gate_proj`` rules anyway, so every
    expert gets separate gate and up global scales. With ``share_gate_up_global_scale`` one rule

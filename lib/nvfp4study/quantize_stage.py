@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import ling_layout, quantize, roundtrip
-from .errors import OutputExists, StageInputMissing
+from .errors import OutputExists, SourceCheckpointMissing, StageInputMissing
 from .ledger import Verdict
 from .params import Params
 from .paths import RunPaths
@@ -34,6 +34,9 @@ def plan(params: Params, paths: RunPaths) -> dict[str, Any]:
     Returns ``{"action": "quantize"|"skip", "source_kind": "generate"|"path"|None, "source",
     "quantized", "reason"}``; skipping when ``checkpoint.quantized_path`` is set (that checkpoint
     is audited as given) or ``quantize.enabled`` is false.
+
+    Raises:
+        SourceCheckpointMissing: ``checkpoint.source: path`` without ``source_path``.
     """
     cp, qp = params.checkpoint, params.quantize
     src_kind = cp.source
@@ -45,6 +48,8 @@ def plan(params: Params, paths: RunPaths) -> dict[str, Any]:
     if not qp.enabled:
         return {"action": "skip", "source_kind": None, "source": None, "quantized": None,
                 "reason": "quantize.enabled is false"}
+    if src_kind == "path" and not cp.source_path:
+        raise SourceCheckpointMissing("checkpoint.source is 'path' but checkpoint.source_path is not set")
     return {"action": "quantize", "source_kind": src_kind, "source": src,
             "quantized": str(paths.work(QUANTIZED_DIR)), "reason": ""}
 
@@ -286,10 +291,11 @@ def record_ledger(stage: Any, rep: dict[str, Any], probe: dict[str, Any], rt: di
         measured={k: ("accepted" if v["ok"] else f"fails: {v['error_type']}: {v['error']}")
                   for k, v in pr.items() if k != "w4a4_scheme_NVFP4"} | {"oneshot": "not tested"},
         verdict=Verdict.PARTLY if ok else Verdict.CONTRADICTED, evidence=[ev_p], checked_on=versions,
-        note=("On the Ling layout the stock fused tables fail before anything is quantized and emptying both "
-              "tables makes model_free_ptq run, with MLA kept out by the ignore list; emptying only one table "
-              "is not enough (see measured). Sequential oneshot was not tested (needs the model class and the "
-              "card's hardware), hence partly." if ok else
+        note=(("On this run's Ling layout the stock fused tables fail before anything is quantized and emptying "
+               "both tables makes model_free_ptq run, with MLA kept out by the ignore list. Emptying only the "
+               f"dict: {_verdict_word(pr['dict_only_emptied'])}; only the list: {_verdict_word(pr['list_only_emptied'])} "
+               "(whether the list trips depends on which tensors share a shard). Sequential oneshot was not "
+               "tested (needs the model class and the card's hardware), hence partly.") if ok else
               "The stock fused tables did not fail, or emptying them did not make model_free_ptq run (see measured)."))
     if "unshared" in probe:
         sh, un = probe["shared"], probe["unshared"]
@@ -309,8 +315,10 @@ def record_ledger(stage: Any, rep: dict[str, Any], probe: dict[str, Any], rt: di
         claim="weight_global_scale tensors are float32 but hold bfloat16-rounded values (2688/amax computed in the weights' dtype).",
         measured=bf, verdict=Verdict.REPRODUCED if bf["bf16_exact"] == bf["values"] else Verdict.CONTRADICTED,
         evidence=[ev_p], checked_on=versions,
-        note="compressed_tensors/quantization/utils/helpers.py generate_gparam divides in the dtype of the "
-             "observed absmax; distinct experts can therefore share a global scale by coincidence.")
+        note="compressed_tensors/quantization/utils/helpers.py generate_gparam computes 448 x 6 / absmax with a "
+             "bfloat16 absmax; PyTorch evaluates float / bf16 tensor as 2688 x reciprocal in bf16 "
+             "(torch/_tensor.py:1111-1114, two roundings), so a scale can sit one bf16 step off the exactly rounded 2688 / absmax, and "
+             "distinct experts can share a global scale by coincidence (a false 'copied scale' smell).")
     if rt.get("run") and rt["summary"].get("tensors"):
         s = rt["summary"]
         stage.add_finding(
@@ -322,6 +330,10 @@ def record_ledger(stage: Any, rep: dict[str, Any], probe: dict[str, Any], rt: di
     ids = stage.claims() + [r for r in ("quantize.gate-up-global-scale", "quantize.global-scale-bf16-values",
                                         "quantize.roundtrip-within-bound")]
     return pd.DataFrame([{k: r.get(k) for k in ("id", "verdict", "measured", "note")} for r in _rows(run, ids)])
+
+
+def _verdict_word(probe: dict[str, Any]) -> str:
+    return "accepted" if probe["ok"] else f"fails ({probe['error_type']})"
 
 
 def _rows(run: Path, ids: list[str]) -> list[dict[str, Any]]:

@@ -40,6 +40,7 @@ against code written to forge the runner's protocol.
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import os
@@ -101,7 +102,7 @@ class ExecResult:
         message: the exception's message (first 300 characters) or a harness explanation.
         phase: where it happened: ``define`` (running the program), ``entry`` (looking up the
             entry point), ``test`` (defining check), ``check`` (running it), or None.
-        lineno: the program line of the innermost frame in the program, when known.
+        lineno: the line of ``code`` (1-based) of the innermost frame in it, when known.
         detail: the harness's reason for a kill ("wall clock 10.0 s", "cpu limit", "process
             limit", "memory limit", "output limit", "SIGSEGV") or "".
         isolation: ``bwrap`` or ``subprocess``.
@@ -172,6 +173,10 @@ def _report(outcome, phase, exc=None):
         rec["lineno"] = _lineno(exc)
         if isinstance(exc, NameError):
             rec["name"] = getattr(exc, "name", None)
+            if rec["name"] is None:  # UnboundLocalError carries no .name (3.11)
+                import re
+                m = re.search(r"'([A-Za-z_][A-Za-z0-9_]*)'", rec["message"])
+                rec["name"] = m.group(1) if m else None
         try:
             traceback.print_exception(type(exc), exc, exc.__traceback__, limit=8)
         except BaseException:
@@ -221,21 +226,49 @@ _report("pass", "check")
 '''
 
 
-def build_program(task: Task, code: str, prepend_prompt: bool = True) -> str:
-    """The program that is executed: the task's prompt, then ``code``.
+def prompt_preamble(task: Task) -> str:
+    """The task's prompt without the entry point's own ``def`` (imports, constants and helper
+    functions stay). Falls back to the whole prompt when it does not parse."""
+    try:
+        tree = ast.parse(task.prompt)
+    except SyntaxError:
+        return task.prompt
+    lines = task.prompt.splitlines(keepends=True)
+    drop: set[int] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == task.entry_point:
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            drop.update(range(first - 1, node.end_lineno or node.lineno))
+    return "".join(line for i, line in enumerate(lines) if i not in drop)
 
-    The prompt supplies the imports and helper functions HumanEval prompts define (23 of the
-    164 import from ``typing``; e.g. HumanEval/10's ``is_palindrome``). A ``code`` that starts
-    indented is a body completing the prompt's function (HumanEval's canonical solutions); any
-    other code is a full program placed after the prompt, so its own ``def`` replaces the
-    prompt's docstring-only one.
+
+def build_program(task: Task, code: str, prepend_prompt: bool = True) -> str:
+    """The program that is executed.
+
+    * ``code`` whose first non-blank line is indented is a body completing the prompt's function (HumanEval's
+      canonical solutions): ``prompt + code``.
+    * any other ``code`` is a full program: :func:`prompt_preamble` (the prompt's imports and
+      helpers, e.g. 23 HumanEval prompts import from ``typing`` and HumanEval/10 defines
+      ``is_palindrome``, but NOT the entry point's docstring-only ``def``), then ``code``. So
+      junk on the function's name (``def binary_searchulp``) leaves the entry point undefined
+      and is reported as ``entry_point_missing``, not hidden by the prompt's stub.
+    * ``prepend_prompt=False``: ``code`` alone.
     """
+    return _assemble(task, code, prepend_prompt)[0]
+
+
+def _assemble(task: Task, code: str, prepend_prompt: bool) -> tuple[str, int]:
+    """(program, number of program lines before ``code``'s first line)."""
     if not prepend_prompt:
-        return code
-    prompt = task.prompt if task.prompt.endswith("\n") else task.prompt + "\n"
-    if code[:1] in (" ", "\t"):
-        return prompt + code
-    return prompt + "\n" + code
+        return code, 0
+    first = next((line for line in code.splitlines() if line.strip()), "")
+    if first[:1] in (" ", "\t"):
+        prompt = task.prompt if task.prompt.endswith("\n") else task.prompt + "\n"
+        return prompt + code, prompt.count("\n")
+    preamble = prompt_preamble(task).rstrip()
+    if not preamble:
+        return code, 0
+    return f"{preamble}\n\n{code}", preamble.count("\n") + 2
 
 
 def _limits(params: SandboxParams) -> dict[str, tuple[int, int]]:
@@ -381,6 +414,31 @@ def _kill(proc: subprocess.Popen, seen: dict[int, psutil.Process]) -> None:
             pass
 
 
+MARKER_ENV = "NVFP4STUDY_SANDBOX"  # fallback mode: marks every process a run started
+
+
+def _reap_marked(marker: str, since: float) -> int:
+    """Fallback mode: SIGKILL processes started since ``since`` (epoch s) whose environment
+    carries ``MARKER_ENV=marker`` (children that left the process group with setsid).
+    Repeats until a pass finds none (at most 5 passes). Returns how many were killed."""
+    killed = 0
+    for _ in range(5):
+        found = 0
+        for p in psutil.process_iter(["create_time"]):
+            if (p.info.get("create_time") or 0) < since - 1:
+                continue
+            try:
+                if p.environ().get(MARKER_ENV) == marker:
+                    p.kill()
+                    found += 1
+            except psutil.Error:
+                continue
+        killed += found
+        if not found:
+            break
+    return killed
+
+
 def _signal_of(rc: int | None, isolation: str) -> int | None:
     if rc is None:
         return None
@@ -426,7 +484,8 @@ def check_program(task: Task, code: str, params: SandboxParams | None = None, *,
     isolation = status["isolation"]
     nonce = secrets.token_hex(16)
     rfd, wfd = os.pipe()
-    job = {"program": build_program(task, code, prepend_prompt), "test": task.test,
+    program, offset = _assemble(task, code, prepend_prompt)
+    job = {"program": program, "test": task.test,
            "entry_point": task.entry_point, "nonce": nonce, "result_fd": wfd,
            "limits": _limits(params)}
     argv = [python, "-I", "-c", RUNNER]
@@ -438,8 +497,9 @@ def check_program(task: Task, code: str, params: SandboxParams | None = None, *,
     else:
         workdir = tempfile.mkdtemp(prefix="nvfp4study-sandbox-")
         cwd = workdir
-        env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
-    start = time.monotonic()
+        env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8",
+               MARKER_ENV: nonce}
+    start, started_epoch = time.monotonic(), time.time()
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, pass_fds=(wfd,), cwd=cwd, env=env,
@@ -466,6 +526,7 @@ def check_program(task: Task, code: str, params: SandboxParams | None = None, *,
     sel.register(rfd, selectors.EVENT_READ, None)
     seen: dict[int, psutil.Process] = {}
     reason = ""
+    max_cpu = 0.0  # largest CPU time (s) seen for one sandbox process (RLIMIT_CPU is per process)
     exited_at = None
     base = 1 if isolation == Isolation.BWRAP else -1  # bwrap's own init inside the namespace
     output_cap = params.file_size_mb * 1024 * 1024
@@ -506,6 +567,8 @@ def check_program(task: Task, code: str, params: SandboxParams | None = None, *,
                 for p in procs:
                     try:
                         rss += p.memory_info().rss
+                        cpu = p.cpu_times()
+                        max_cpu = max(max_cpu, cpu.user + cpu.system)
                     except psutil.Error:
                         pass
                 if rss > params.memory_mb * 1024 * 1024:
@@ -514,8 +577,11 @@ def check_program(task: Task, code: str, params: SandboxParams | None = None, *,
     finally:
         _kill(proc, seen)
         proc.wait()
+        if isolation == Isolation.SUBPROCESS:
+            _reap_marked(nonce, started_epoch)
         for key in list(sel.get_map().values()):
             try:
+                os.set_blocking(key.fd, False)  # an escaped orphan may still hold the pipe
                 data = os.read(key.fd, 65536)
                 (result_buf.extend(data) if key.data is None else key.data.add(data))
             except OSError:
@@ -537,10 +603,20 @@ def check_program(task: Task, code: str, params: SandboxParams | None = None, *,
                   output_bytes=out.total + err.total)
     if rec is not None:
         return ExecResult(outcome=rec["outcome"], exception=rec["exception"], name=rec["name"],
-                          message=rec["message"], phase=rec["phase"], lineno=rec["lineno"],
+                          message=rec["message"], phase=rec["phase"],
+                          lineno=_code_line(rec["lineno"], offset),
                           detail="", signal=None, **{k: v for k, v in common.items()
                                                      if k != "signal"})
+    if not reason and sig == signal.SIGKILL and max_cpu >= params.cpu_s - 0.05:
+        reason = "cpu limit"  # the hard RLIMIT_CPU (SIGXCPU ignored or not delivered in time)
     return ExecResult(**_death(reason, sig, signame, rc, err.text(), isolation), **common)
+
+
+def _code_line(lineno: int | None, offset: int) -> int | None:
+    """A program line number as a line of ``code`` (None when it lies in the prompt)."""
+    if lineno is None or lineno - offset < 1:
+        return None
+    return lineno - offset
 
 
 def _death(reason: str, sig: int | None, signame: str | None, rc: int | None, stderr: str,
@@ -550,6 +626,9 @@ def _death(reason: str, sig: int | None, signame: str | None, rc: int | None, st
     if reason.startswith("wall clock"):
         return dict(outcome=Outcome.TIMEOUT.value, message="killed after the wall-clock limit",
                     detail=reason, **blank)
+    if reason == "cpu limit":
+        return dict(outcome=Outcome.TIMEOUT.value, message="CPU-time limit (SIGKILL at the hard "
+                    "limit)", detail=reason, **blank)
     if reason == "memory limit":
         return dict(outcome=Outcome.MEMORY.value, message="total RSS above the limit",
                     detail=reason, **blank)

@@ -29,6 +29,7 @@ import atexit
 import contextlib
 import ctypes
 import errno
+import functools
 import json
 import os
 import re
@@ -88,8 +89,8 @@ FLAG_SOURCES: dict[str, str] = {
     "--speculative-num-steps": "arg_groups/fields/spec.py:58",
     "--speculative-eagle-topk": "arg_groups/fields/spec.py:62",
     "--speculative-num-draft-tokens": "arg_groups/fields/spec.py:66",
-    "--reasoning-parser": "server_args.py:368",
-    "--tool-call-parser": "server_args.py:378",
+    "--reasoning-parser": "server_args.py:369",
+    "--tool-call-parser": "server_args.py:379",
 }
 
 # NVFP4 W4A4 MoE needs Blackwell: ``is_blackwell`` = compute capability major in {10, 11, 12}
@@ -402,8 +403,10 @@ def gpu_capability(python: str | None = None) -> tuple[int, int] | None:
     return None if info is None else (info["capability"][0], info["capability"][1])
 
 
+@functools.lru_cache(maxsize=8)
 def gpu_info(python: str | None = None) -> dict[str, Any] | None:
-    """``{"capability": (major, minor), "name": str, "memory_gb": float (1e9 bytes)}`` of GPU 0."""
+    """``{"capability": (major, minor), "name": str, "memory_gb": float (1e9 bytes)}`` of GPU 0
+    (cached per interpreter: the probe imports torch, which takes seconds)."""
     if python:
         try:
             out = subprocess.run([python, "-c", GPU_PROBE], capture_output=True, text=True, timeout=120)
@@ -556,6 +559,8 @@ class ServerProcess:
         """
         import httpx
 
+        from . import client as _client
+
         assert self.proc is not None and self.t_launch is not None
         deadline = self.t_launch + timeout_s
         last = "no answer yet"
@@ -570,7 +575,8 @@ class ServerProcess:
                 raise HealthTimeout(f"/health_generate not 200 after {timeout_s:.0f} s (last: {last})",
                                     log=self.log_path, log_tail=self.tail())
             try:
-                r = httpx.get(self.base_url + "/health_generate", timeout=max(1.0, min(30.0, deadline - now)))
+                with _client.http(max(1.0, min(30.0, deadline - now))) as http:
+                    r = http.get(self.base_url + "/health_generate")
                 if r.status_code == 200:
                     self.t_healthy = time.monotonic()
                     return self.t_healthy - self.t_launch
@@ -631,8 +637,12 @@ class ServerProcess:
         if _BY_URL.get(self.base_url) is self:
             _BY_URL.pop(self.base_url, None)
 
-    def check_alive(self) -> None:
-        """Raise :class:`ServerDied` (with the log tail) if the server has exited."""
+    def check_alive(self, wait_s: float = 0.0) -> None:
+        """Raise :class:`ServerDied` (with the log tail) if the server has exited, waiting up to
+        ``wait_s`` for an exit in progress (after a cut stream the process may still be closing)."""
+        if self.proc is not None and wait_s > 0:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=wait_s)
         if self.proc is not None and self.proc.poll() is not None:
             self.returncode = self.proc.returncode
             raise ServerDied(f"the server exited with status {self.returncode} while serving",
@@ -678,20 +688,31 @@ def served_model_path(stage, config: ServerConfig) -> str:
     raise StageInputMissing(f"no model to serve: set server.model_path or run 01_quantize ({q} missing)")
 
 
-def prepare_install(stage, config: ServerConfig) -> str:
-    """Put the serving install in ``config.clamp`` mode (and the deterministic edit) when
-    ``sglang.apply_to_install`` is true, through the SGLang patcher (issue 4). Returns a note
-    saying what was done; the clamp log lines of the launch are the evidence either way."""
-    if not stage.params.sglang.apply_to_install:
-        return f"install served as found (sglang.apply_to_install is false); clamp mode {config.clamp!r} not enforced"
-    from . import sglang_patch  # issue 4
+def install_mode(stack: contextlib.ExitStack, stage, config: ServerConfig) -> str:
+    """Put the serving install in ``config.clamp`` mode (and the ``MIN_DEEPGEMM_DIM`` edit for
+    deterministic mode) for the server's lifetime, when ``sglang.apply_to_install`` is true.
 
-    fn = getattr(sglang_patch, "set_install_mode", None)
-    if fn is None:
-        raise ServerError("sglang_patch has no set_install_mode(params, mode, deterministic=...): "
-                          "cannot switch the serving install's clamp mode")
-    return str(fn(stage.params, config.clamp, deterministic=config.deterministic) or
-               f"install switched to clamp mode {config.clamp!r}")
+    Uses the SGLang patcher's :func:`nvfp4study.sglang_patch.serving_mode` (issue 4) entered on
+    ``stack``: the install returns to its previous state when the stack closes, after the server
+    has stopped; the state is recorded in ``data/sglang_patch_state.json``. The install is
+    ``sglang.path`` when ``sglang.source`` is "path", else the one ``server.python`` imports.
+    Returns a sentence saying what was done (the launch's clamp log lines are the evidence).
+    """
+    p = stage.params
+    if not p.sglang.apply_to_install:
+        return (f"install served as found (sglang.apply_to_install is false): clamp mode "
+                f"{config.clamp!r} not enforced; the clamp log lines show what ran")
+    from . import sglang_patch, sglang_source
+
+    if p.sglang.source == "path" and p.sglang.path:
+        tree = sglang_source.open_tree(p.sglang.path)
+    else:
+        tree = sglang_source.installed_tree(p.server.python)
+    st = stack.enter_context(sglang_patch.serving_mode(
+        tree, config.clamp, det=True if config.deterministic else None,
+        state_file=stage.paths.data("sglang_patch_state")))
+    return (f"install {tree.root} (SGLang {tree.version}) in clamp mode {st['clamp_mode']!r}, "
+            f"MIN_DEEPGEMM_DIM edit {'on' if st['det'] else 'off'}, for this launch; restored afterwards")
 
 
 @contextlib.contextmanager
@@ -724,21 +745,22 @@ def serving(stage, config: ServerConfig, *, startup_timeout_s: float | None = No
     check_port_free(s.host, s.port)
     model = served_model_path(stage, config)
     cmd = build_command(params, config, model_path=model)
-    install_note = prepare_install(stage, config)
     sp = ServerProcess(cmd, _next_log(stage.paths, config), s.host, s.port, env=dict(s.env),
                        grace_s=s.shutdown_grace_s)
     rec = launch_record if launch_record is not None else {}
     rec.update(config=config.to_dict(), config_key=config.key, command=cmd,
                log=str(sp.log_path.relative_to(stage.run_dir)), sglang_version=version, gpu=gpu,
-               install=install_note, model_path=model)
-    try:
-        sp.start()
-        rec["load_s"] = round(sp.wait_healthy(startup_timeout_s or s.startup_timeout_s, s.health_poll_s), 3)
-        yield sp.base_url
-        sp.check_alive()
-    finally:
-        sp.stop()
-        rec["returncode"] = sp.returncode
+               model_path=model)
+    with contextlib.ExitStack() as install:  # closes (restores the install) after sp.stop()
+        rec["install"] = install_mode(install, stage, config)
+        try:
+            sp.start()
+            rec["load_s"] = round(sp.wait_healthy(startup_timeout_s or s.startup_timeout_s, s.health_poll_s), 3)
+            yield sp.base_url
+            sp.check_alive()
+        finally:
+            sp.stop()
+            rec["returncode"] = sp.returncode
 
 
 # --- CLI -------------------------------------------------------------------------------------

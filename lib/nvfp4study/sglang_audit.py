@@ -350,7 +350,6 @@ def matrix_figure(results: list[PathResult], out: str | Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import pandas as pd
     import seaborn as sns
 
     order = [ClampVerdict.EXACT, ClampVerdict.APPROX, ClampVerdict.DROPPED, ClampVerdict.REFUSED,

@@ -25,7 +25,6 @@ import re
 import traceback
 import types
 import typing
-from pathlib import Path
 from typing import Any
 
 from .sglang_source import SGLangTree
@@ -207,7 +206,11 @@ def moe_scheme_for(tree: SGLangTree, weights: dict, input_activations: dict | No
         predicate that raised, "file", "line"}``.
     """
     from compressed_tensors.config import CompressionFormat
-    from compressed_tensors.quantization import QuantizationArgs, QuantizationStrategy, QuantizationType
+    from compressed_tensors.quantization import (
+        QuantizationArgs,
+        QuantizationStrategy,
+        QuantizationType,
+    )
     from pydantic import BaseModel
 
     mod = _parse(tree, CT_CONFIG)
@@ -300,7 +303,10 @@ def shared_fusion(tree: SGLangTree, ignore_lists: dict[str, list[str]]) -> dict[
     if branch is None or len(names) < 2:
         return out
     out.update(check=f"{names[0]} vs {names[1]} in quant_config.ignore", line=branch.lineno,
-               function=fn.name)
+               function=fn.name,
+               # Fusion runs the shared expert inside FusedMoE with the ROUTED clamp limit; does
+               # the veto look at Ling's two clamp lists at all?
+               considers_clamp_lists="swiglu_limit" in ast.unparse(fn))
     should_ignore = _should_ignore(tree)
     for label, ignore in ignore_lists.items():
         shared = should_ignore(names[0], ignore=ignore, fused_mapping={})

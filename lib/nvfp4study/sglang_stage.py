@@ -1,0 +1,374 @@
+"""Stage 03 (``notebooks/03_patch_sglang``): one function per notebook cell.
+
+Each function reads the stage's params, writes its data files under the run folder and returns
+something to show (a DataFrame, a figure path, a Markdown string). Files written:
+
+- ``data/sglang_audit.json``: the clamp audit of ``params.sglang.version`` (one object per path);
+- ``data/sglang_audit_versions.json``: the audit of every ``params.sglang.audit_versions``;
+- ``data/sglang_checks.json``: the other checks per version (MIN_DEEPGEMM_DIM, scales, W4A16, ...);
+- ``data/sglang_patch_roundtrip.json``: apply / audit / compile / revert of each mode on a copy;
+- ``data/clamp_numerics.json``: the clamp-form comparison;
+- ``data/sglang_patch_state.json``: which mode the serving install is in (and which it can take);
+- ``figures/sglang_clamp_matrix.png``, ``figures/clamp_forms.png``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import py_compile
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from . import clamp_numerics as cn
+from . import sglang_patch as sp
+from .sglang_audit import PathResult, audit_tree, matrix_figure, results_frame
+from .sglang_checks import extra_checks
+from .sglang_source import SGLangTree, copy_tree, resolve_tree, unpack_wheel
+from .stage import Stage
+
+
+def _show_long_text() -> None:
+    """Let the notebook's tables show whole rules (pandas cuts cells at 50 characters)."""
+    import pandas as pd
+
+    pd.set_option("display.max_colwidth", 240)
+
+
+_show_long_text()
+
+#: The version the model card describes (its patch targets this release).
+CARD_VERSION = "0.5.20"
+
+
+def _dump(path: Path, data: Any) -> Path:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh, indent=1, default=str)
+    os.replace(tmp, path)
+    return path
+
+
+def stage_tree(stage: Stage) -> SGLangTree:
+    """The tree ``params.sglang`` names: the released wheel's source (default), the install of
+    ``params.server.python`` (GPU profile), or a folder."""
+    s = stage.params.sglang
+    return resolve_tree(s.source, version=s.version, path=s.path, python=stage.params.server.python)
+
+
+def describe_tree(tree: SGLangTree) -> str:
+    return f"SGLang **{tree.version}** from the {tree.origin} source at `{tree.root}`."
+
+
+def audit_main(stage: Stage, tree: SGLangTree):
+    """Audit the stage's tree; writes ``data/sglang_audit.json``; returns the table."""
+    results = audit_tree(tree)
+    _dump(stage.paths.data("sglang_audit"), [r.as_json() for r in results])
+    return results_frame(results).drop(columns=["sglang"])
+
+
+def audit_versions(stage: Stage) -> list[PathResult]:
+    """Audit every ``params.sglang.audit_versions`` from its released wheel; writes
+    ``data/sglang_audit_versions.json``."""
+    out: list[PathResult] = []
+    for v in stage.params.sglang.audit_versions:
+        out += audit_tree(unpack_wheel(v))
+    _dump(stage.paths.data("sglang_audit_versions"), [r.as_json() for r in out])
+    return out
+
+
+def verdict_matrix(results: list[PathResult]):
+    """Path x version table of verdicts."""
+    df = results_frame(results)
+    versions = list(dict.fromkeys(df["sglang"]))
+    return df.pivot(index="path", columns="sglang", values="verdict").reindex(
+        index=list(dict.fromkeys(df["path"])), columns=versions)
+
+
+def matrix_png(stage: Stage, results: list[PathResult]) -> Path:
+    return matrix_figure(results, stage.paths.figure("sglang_clamp_matrix"))
+
+
+def checks(stage: Stage):
+    """The other checks for every audited version; writes ``data/sglang_checks.json`` and
+    returns a one-row-per-version summary."""
+    import pandas as pd
+
+    allc = {v: extra_checks(unpack_wheel(v)) for v in stage.params.sglang.audit_versions}
+    _dump(stage.paths.data("sglang_checks"), allc)
+    rows = []
+    for v, c in allc.items():
+        md, sf = c["min_deepgemm_dim"], c["shared_fusion"]
+        w16 = c["moe_scheme"]["W4A16@sm100"]
+        rows.append({
+            "sglang": v,
+            "MIN_DEEPGEMM_DIM": f"{md.get('value')} (L{md.get('line')}; guard '{md.get('guard')}' L{md.get('guard_lines')})",
+            "N=32 to DeepGEMM": md.get("n32_to_deepgemm"),
+            "input global scales": ", ".join(f"{k}: {x['alloc']} L{x['line']}" for k, x in c["input_global_scales"].items()),
+            "gate/up scales differ (W4A4)": c["gate_up_scale_policy"].get("W4A4", {}).get("action"),
+            "gate/up scales differ (W4A16)": c["gate_up_scale_policy"].get("W4A16", {}).get("action", "no scheme"),
+            "W4A16 on Blackwell": w16.get("scheme") or f"{w16['error']} in {w16['function']} L{w16['line']}",
+            "W4A4 below Blackwell": c["moe_scheme"]["W4A4@sm90"].get("error") or c["moe_scheme"]["W4A4@sm90"]["scheme"],
+            "fusion auto-off (shared in ignore)": sf["evaluations"].get("shared experts in ignore (regex)", {}).get("fusion_disabled"),
+            "fusion auto-off (shared untargeted)": sf["evaluations"].get("shared experts only untargeted", {}).get("fusion_disabled"),
+            "fusion veto sees clamp lists": sf.get("considers_clamp_lists"),
+        })
+    return pd.DataFrame(rows)
+
+
+def _snapshot(tree: SGLangTree) -> dict[str, str]:
+    return {str(p.relative_to(tree.root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(tree.package.rglob("*.py"))}
+
+
+def _roundtrip(stage: Stage, src: SGLangTree, modes: list[str]) -> list[dict[str, Any]]:
+    copy = copy_tree(src, stage.paths.work(f"sglang-{src.version}"))
+    before = _snapshot(copy)
+    rows = []
+    for mode in modes:
+        written = sp.apply(copy, mode)
+        again = sp.apply(copy, mode)
+        ok = sp.verify(copy, mode)["ok"]
+        compiled = []
+        for w in written:
+            py_compile.compile(w, cfile=str(stage.paths.work("pycheck.pyc")), doraise=True)
+            compiled.append(str(Path(w).relative_to(copy.root)))
+        audit = {r.path: r for r in audit_tree(copy, ["nvfp4-w4a4-cutlass", "nvfp4-w4a4-trtllm"])}
+        sp.revert(copy, mode)
+        rows.append({
+            "sglang": src.version, "mode": mode, "files_written": len(written),
+            "idempotent": again == [], "verify_ok": ok, "py_compile_ok": compiled,
+            "cutlass_verdict": audit["nvfp4-w4a4-cutlass"].verdict.value,
+            "cutlass_rule": audit["nvfp4-w4a4-cutlass"].rule,
+            "trtllm_verdict": audit["nvfp4-w4a4-trtllm"].verdict.value,
+            "byte_identical_after_revert": _snapshot(copy) == before,
+        })
+    stage.paths.work("pycheck.pyc").unlink(missing_ok=True)
+    shutil.rmtree(copy.root)  # ~70 MB of sources; kept only when a step above failed
+    for r in rows:
+        r["copy"] = f"{copy.root} (removed after the round trip)"
+    return rows
+
+
+def patch_roundtrip(stage: Stage, tree: SGLangTree):
+    """Apply, audit, compile and revert each patch mode on a COPY of the tree in ``work/`` (and
+    the card's own patch on a copy of SGLang 0.5.20); writes ``data/sglang_patch_roundtrip.json``."""
+    import pandas as pd
+
+    rows = []
+    want = [m for m in stage.params.sglang.patch_modes if m != "stock"]
+    have = sp.modes_for(tree.version)
+    modes = [m for m in want if m in have] + ([sp.DET] if stage.params.sglang.deterministic_patch and sp.DET in have else [])
+    rows += _roundtrip(stage, tree, modes)
+    if tree.version != CARD_VERSION and CARD_VERSION in sp.patch_versions():
+        card = unpack_wheel(CARD_VERSION)
+        rows += _roundtrip(stage, card, [m for m in sp.modes_for(CARD_VERSION) if m != "stock"])
+    _dump(stage.paths.data("sglang_patch_roundtrip"), rows)
+    return pd.DataFrame(rows).drop(columns=["cutlass_rule", "py_compile_ok"])
+
+
+def numerics(stage: Stage, tree: SGLangTree):
+    """The clamp forms compared (table + ``figures/clamp_forms.png``); writes
+    ``data/clamp_numerics.json`` with the SGLang source lines of the forms in ``tree``."""
+    df = cn.compare()
+    fig = cn.figure(stage.paths.figure("clamp_forms"))
+    _dump(stage.paths.data("clamp_numerics"), {"rows": df.to_dict(orient="records"),
+                                               "sglang_sources": cn.formula_sources(tree.root),
+                                               "figure": str(fig)})
+    return df
+
+
+def prepare_install(stage: Stage, tree: SGLangTree) -> str:
+    """GPU profile (``apply_to_install``): check that every mode stage 05 needs can be applied
+    to the serving install (hashes and write permission, nothing written), put the install in
+    ``stock`` and record it in ``data/sglang_patch_state.json``. Stage 05 then switches modes
+    with :func:`nvfp4study.sglang_patch.serving_mode` (or ``switch_mode``) and that state file.
+    Otherwise write the state file saying no install is patched. Returns a Markdown sentence."""
+    state_file = stage.paths.data("sglang_patch_state")
+    needed = list(dict.fromkeys(stage.params.corruption.clamp_modes))
+    if not stage.params.sglang.apply_to_install:
+        _dump(state_file, {"install": None, "clamp_mode": None, "needed_modes": needed,
+                           "note": "apply_to_install is false: patches were exercised on a copy only"})
+        return ("No serving install is patched in this profile (`apply_to_install: false`); "
+                "the modes were applied and reverted on a copy in `work/`.")
+    for m in needed:
+        sp.check_can_apply(tree, m)
+    sp.switch_mode(tree, "stock", det=False, state_file=state_file)
+    st = json.loads(state_file.read_text())
+    st.update(needed_modes=needed, install=str(tree.root))
+    _dump(state_file, st)
+    return (f"The serving install `{tree.root}` (SGLang {tree.version}) accepts modes "
+            f"{', '.join(needed)}; it is left in `stock`, recorded in `{state_file.name}`.")
+
+
+# --- the ledger ---------------------------------------------------------------------------------
+def _load(stage: Stage, stem: str) -> Any:
+    p = stage.paths.data(stem)
+    if not p.is_file():
+        from .errors import StageInputMissing
+
+        raise StageInputMissing(f"{p} is missing: run the cells above first")
+    return json.loads(p.read_text())
+
+
+def _by(rows: list[dict], version: str, path: str) -> dict:
+    return next(r for r in rows if r["sglang_version"] == version and r["path"] == path)
+
+
+def _where(r: dict) -> str:
+    return f"{r['file']}:{r['line']}" if r.get("file") else "-"
+
+
+def record_claims(stage: Stage, version: str):
+    """Record every stage-03 claim of the card and the study's own findings, from the data
+    files written above; returns the recorded rows as a table."""
+    import pandas as pd
+
+    allv = _load(stage, "sglang_audit_versions")
+    main = _load(stage, "sglang_audit")
+    chk = _load(stage, "sglang_checks")
+    rt = _load(stage, "sglang_patch_roundtrip")
+    num = _load(stage, "clamp_numerics")
+    d = stage.paths.data
+    versions = list(dict.fromkeys(r["sglang_version"] for r in allv))
+    on = f"sglang {version}"
+    m = {r["path"]: r for r in main}
+    rows = []
+
+    def rec(cid: str, **kw: Any) -> None:
+        rows.append(stage.record(cid, checked_on=on, **kw))
+
+    def find(fid: str, **kw: Any) -> None:
+        rows.append(stage.add_finding(fid, checked_on=kw.pop("checked_on", on), **kw))
+
+    # clamp.nvfp4-dropped ---------------------------------------------------------------------
+    per = {v: {"cutlass": _by(allv, v, "nvfp4-w4a4-cutlass")["verdict"],
+               "trtllm": _by(allv, v, "nvfp4-w4a4-trtllm")["verdict"],
+               "literal_none": _where(_by(allv, v, "nvfp4-w4a4-trtllm"))
+               if _by(allv, v, "nvfp4-w4a4-trtllm")["rule"].startswith("literal") else None} for v in versions}
+    cut, trt = m["nvfp4-w4a4-cutlass"], m["nvfp4-w4a4-trtllm"]
+    literal = trt["rule"].startswith("literal")
+    verdict = "reproduced" if cut["verdict"] == "DROPPED" and literal else \
+        "partly" if literal or cut["verdict"] == "DROPPED" else "contradicted"
+    rec("clamp.nvfp4-dropped", measured=per, verdict=verdict,
+        evidence=[d("sglang_audit"), d("sglang_audit_versions")],
+        note=(f"On {version} the literal gemm1_clamp_limit=None is in the TRT-LLM branch ({_where(trt)}), "
+              f"while the CUTLASS branch Ling runs on is {cut['verdict']} ({_where(cut)}: {cut['rule'][:120]}). "
+              + "; ".join(f"{v}: CUTLASS {x['cutlass']}, TRT-LLM {x['trtllm']}" for v, x in per.items())))
+
+    # clamp.others-forward --------------------------------------------------------------------
+    card_runners = {"triton": ["triton"], "marlin": ["marlin"], "ascend": ["ascend"],
+                    "deep_gemm": ["deep-gemm", "deep-gemm-contiguous"], "mxint4": ["mxint4-trtllm"]}
+    fw = {k: {p: m[p]["verdict"] for p in ps if p in m} for k, ps in card_runners.items()}
+    fwd = {k: all(v in ("EXACT", "APPROX") for v in x.values()) for k, x in fw.items()}
+    rec("clamp.others-forward", measured=fw,
+        verdict="reproduced" if all(fwd.values()) else "contradicted",
+        evidence=[d("sglang_audit")],
+        note=("Forward the limit: " + ", ".join(k for k, ok in fwd.items() if ok) + ". Drop it: "
+              + ", ".join(f"{k} ({'; '.join(m[p]['rule'][:90] for p in card_runners[k] if p in m)})"
+                          for k, ok in fwd.items() if not ok)))
+
+    # clamp.cutlass-fix -----------------------------------------------------------------------
+    card_rt = next((r for r in rt if r["sglang"] == CARD_VERSION and r["mode"] == "card"), None)
+    exact_rt = next((r for r in rt if r["sglang"] == version and r["mode"] == "exact"), None)
+    fix = {"card_patch_on_" + CARD_VERSION: card_rt["cutlass_verdict"] if card_rt else None,
+           f"stock_{version}": cut["verdict"], f"exact_patch_on_{version}": exact_rt["cutlass_verdict"] if exact_rt else None}
+    fv = fix["card_patch_on_" + CARD_VERSION]
+    rec("clamp.cutlass-fix", measured=fix,
+        verdict="reproduced" if fv == "EXACT" else "partly" if fv == "APPROX" else "not run" if fv is None else "contradicted",
+        evidence=[d("sglang_patch_roundtrip"), d("sglang_audit_versions")],
+        note=(f"The card's three edits, applied to SGLang {CARD_VERSION}, make the NVFP4 CUTLASS path {fv}: "
+              "FlashInfer promotes Swiglu + swiglu_limit to SwigluBias, the pre-SiLU GPT-OSS form. "
+              f"SGLang {version} already carries those edits ({cut['verdict']}); an exact fix must select "
+              f"ActivationType.SwigluStep, which our 'exact' patch does ({fix[f'exact_patch_on_{version}']})."))
+
+    # scales.input-empty-nan ------------------------------------------------------------------
+    alloc = {v: {k: f"{x['alloc']} L{x['line']}" for k, x in c["input_global_scales"].items()} for v, c in chk.items()}
+    empty = all(x["alloc"] == "torch.empty" for x in chk[version]["input_global_scales"].values())
+    rec("scales.input-empty-nan", measured=alloc, verdict="partly" if empty else "contradicted",
+        evidence=[d("sglang_checks")],
+        note=("w13/w2_input_global_scale are allocated with torch.empty in every audited version; "
+              "the NaN-logit consequence of a checkpoint without them needs an NVFP4 GPU and was not run."
+              if empty else "The input global scales are not allocated with torch.empty here."))
+
+    # sglang.w4a16-unservable -----------------------------------------------------------------
+    w16 = {v: (c["moe_scheme"]["W4A16@sm100"].get("scheme")
+               or f"{c['moe_scheme']['W4A16@sm100']['error']} ({c['moe_scheme']['W4A16@sm100']['function']} "
+                  f"L{c['moe_scheme']['W4A16@sm100']['line']})") for v, c in chk.items()}
+    raises = "AttributeError" in w16[version] and "num_bits" in w16[version]
+    marlin = m.get("nvfp4-w4a16-marlin", {}).get("verdict")
+    rec("sglang.w4a16-unservable", measured=w16, verdict="reproduced" if raises else "contradicted",
+        evidence=[d("sglang_checks"), d("sglang_audit")],
+        note=("Replayed CompressedTensorsConfig.get_moe_scheme from each tree. "
+              + "; ".join(f"{v}: {x}" for v, x in w16.items())
+              + (f". On {version} W4A16 loads through Marlin, whose clamp verdict is {marlin}." if not raises else "")))
+
+    # serve.shared-fusion-off -----------------------------------------------------------------
+    sf = {v: {"auto_off_shared_in_ignore": c["shared_fusion"]["evaluations"]["shared experts in ignore (regex)"]["fusion_disabled"],
+              "auto_off_shared_untargeted": c["shared_fusion"]["evaluations"]["shared experts only untargeted"]["fusion_disabled"],
+              "veto_sees_clamp_lists": c["shared_fusion"].get("considers_clamp_lists"),
+              "veto_line": f"{c['shared_fusion'].get('file')}:{c['shared_fusion'].get('line')}"} for v, c in chk.items()}
+    rec("serve.shared-fusion-off", measured=sf, verdict="partly", evidence=[d("sglang_checks")],
+        note=("BailingMoeV3.shared_experts_fusion_disable_reason turns fusion off by itself when the checkpoint's "
+              "ignore list names the shared experts but not the routed ones (layer-0 names); it stays on when the "
+              "shared experts are merely left out of the targets. The veto never looks at the clamp lists, and a "
+              "fused shared expert runs inside FusedMoE with the routed gemm1_clamp_limit, so the flag is needed "
+              "for Ling's clamp anyway - for a different reason than the card gives."))
+
+    # det.min-deepgemm-dim --------------------------------------------------------------------
+    md = {v: {k: c["min_deepgemm_dim"].get(k) for k in ("value", "line", "guard", "guard_lines",
+                                                          "n32_to_deepgemm", "reraise_line")} for v, c in chk.items()}
+    det_rt = next((r for r in rt if r["sglang"] == version and r["mode"] == "det"), None)
+    x = md[version]
+    ok = x["value"] == 16 and x["n32_to_deepgemm"] and x.get("reraise_line")
+    rec("det.min-deepgemm-dim", measured={**md, "edit_applies": bool(det_rt and det_rt["verify_ok"])},
+        verdict="partly" if ok else "contradicted", evidence=[d("sglang_checks"), d("sglang_patch_roundtrip")],
+        note=(f"MIN_DEEPGEMM_DIM = {x['value']} (batch_invariant_ops.py:{x['line']}), guard '{x['guard']}' sends "
+              f"N=32 bf16 GEMMs to DeepGEMM and a DeepGEMM failure is re-raised (L{x.get('reraise_line')}), no "
+              "fallback; our 64 edit applies and reverts. Not checked here: the DeepGEMM failure itself (GPU), and the "
+              "card's attribution to the router (Ling's router weight is [512, 2560], N=512; an N=32, K=2560 GEMM "
+              "matches the MLA g_proj [32, 2560])."))
+
+    # the study's own findings ----------------------------------------------------------------
+    approx_from = [v for v in versions if per[v]["cutlass"] == "APPROX"]
+    find("finding.nvfp4-cutlass-approx",
+         claim="From SGLang 0.5.21 the NVFP4 CUTLASS path applies Ling's clamp in the pre-SiLU GPT-OSS form "
+               "(FlashInfer SwigluBias), not Ling's post-SiLU form (SwigluStep).",
+         measured={v: per[v]["cutlass"] for v in versions},
+         verdict="reproduced" if cut["verdict"] == "APPROX" else "contradicted",
+         evidence=[d("sglang_audit_versions")],
+         note=f"APPROX on {', '.join(approx_from) or 'none'}; {_where(cut)} ({cut['rule'][:140]}).")
+    find("finding.trtllm-literal-none",
+         claim="The TRT-LLM branch of the compressed-tensors NVFP4 MoE scheme passes a literal gemm1_clamp_limit=None "
+               "in every audited release (and asserts routing_method_type, which Bailing never sets).",
+         measured={v: per[v]["literal_none"] for v in versions},
+         verdict="reproduced" if all(per[v]["literal_none"] for v in versions) else "partly",
+         evidence=[d("sglang_audit_versions")], note=trt["rule"][:300])
+    dropped = sorted(p for p, r in m.items() if r["verdict"] == "DROPPED")
+    find("finding.runners-drop-clamp",
+         claim="Several MoE runners / schemes silently drop Ling's clamp (limit set, alpha None).",
+         measured={p: _where(m[p]) for p in dropped}, verdict="reproduced" if dropped else "contradicted",
+         evidence=[d("sglang_audit")], note="; ".join(f"{p}: {m[p]['rule'][:80]}" for p in dropped))
+    if card_rt:
+        find("finding.card-patch-approx",
+             claim=f"The card's patch as described, on SGLang {CARD_VERSION}, yields the pre-SiLU form, not Ling's.",
+             measured={"cutlass_verdict_after_card_patch": card_rt["cutlass_verdict"]},
+             verdict="reproduced" if card_rt["cutlass_verdict"] == "APPROX" else "contradicted",
+             evidence=[d("sglang_patch_roundtrip")], checked_on=f"sglang {CARD_VERSION}",
+             note=card_rt["cutlass_rule"][:200])
+    if exact_rt:
+        find("finding.exact-patch",
+             claim="Selecting SwigluStep for the NVFP4 CUTLASS call makes the path EXACT; apply/revert is byte-exact.",
+             measured={k: exact_rt[k] for k in ("cutlass_verdict", "verify_ok", "idempotent", "byte_identical_after_revert")},
+             verdict="reproduced" if exact_rt["cutlass_verdict"] == "EXACT" and exact_rt["byte_identical_after_revert"] else "contradicted",
+             evidence=[d("sglang_patch_roundtrip")])
+    gaps = {f"L={r['limit']:g}": round(100 * r["gate_gap_rel"], 3) for r in num["rows"] if r["pair"] == "pre vs post"}
+    find("finding.approx-size",
+         claim="Pre-SiLU and post-SiLU clamps agree for gate <= L; above it the gate factor differs by at most "
+               "L - silu(L), i.e. 1 - sigmoid(L) relative.",
+         measured={"max_relative_gate_gap_percent": gaps}, verdict="reproduced",
+         evidence=[d("clamp_numerics"), stage.paths.figure("clamp_forms")], checked_on="CPU float64")
+    return pd.DataFrame([{k: r.get(k) for k in ("id", "origin", "verdict", "checked_on", "note")} for r in rows])

@@ -1,0 +1,117 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 03 · Where SGLang sends Ling's SwiGLU clamp, and the patches
+#
+# **What this stage tests.** The card says SGLang's compressed-tensors NVFP4 MoE scheme
+# hard-codes `gemm1_clamp_limit=None`, that every other MoE runner forwards the clamp, and that
+# three edits fix it. We read SGLang's released source with Python's `ast` (nothing is imported
+# or run on a GPU) and decide, for a model that sets `gemm1_clamp_limit` and no `gemm1_alpha`
+# (Ling), where the clamp ends up on every MoE path:
+# **EXACT** (Ling's post-SiLU form `min(silu(g), L) * clamp(u, -L, L)`), **APPROX** (the GPT-OSS
+# pre-SiLU form), **DROPPED** (silently no clamp) or **REFUSED** (raises).
+# Then we apply and revert the study's patch modes (`none`, `exact`, the deterministic edit, and
+# the card's own patch on 0.5.20) on a copy, re-audit, and size what APPROX means numerically.
+#
+# **Claims:** `clamp.nvfp4-dropped`, `clamp.others-forward`, `clamp.cutlass-fix`,
+# `scales.input-empty-nan`, `sglang.w4a16-unservable`, `serve.shared-fusion-off`,
+# `det.min-deepgemm-dim`, plus the study's own findings.
+#
+# **How to read it.** Each table row names the file and line that decided. The verdict matrix
+# shows how the answer changes across releases. The patch table shows each mode's verdict after
+# applying it and that the revert is byte-identical.
+
+# %% tags=["parameters"]
+params_file: str = "../params/default.yaml"  # study params; the runner passes the run's resolved copy
+run_dir: str = ""  # run folder; "" = outputs/latest, or a new folder when there is none
+
+# %%
+from nvfp4study.stage import open_stage
+
+stage = open_stage("03_patch_sglang", params_file, run_dir)
+
+# %%
+from IPython.display import Image, Markdown
+
+from nvfp4study import sglang_stage as s3
+
+tree = s3.stage_tree(stage)
+
+# %%
+Markdown(s3.describe_tree(tree))
+
+# %% [markdown]
+# ## The clamp audit of the stage's SGLang
+# One row per MoE runner / quantization-scheme path: verdict, the deciding `file:line`, and the
+# rule (the kernel sink and the form it computes, a literal `None`, a use that sits only in the
+# alpha-set branch, a `raise`).
+
+# %%
+s3.audit_main(stage, tree)
+
+# %% [markdown]
+# ## Across releases
+# The same audit on every release in `params.sglang.audit_versions`, read from the released wheels.
+
+# %%
+results = s3.audit_versions(stage)
+
+# %%
+s3.verdict_matrix(results)
+
+# %%
+Image(str(s3.matrix_png(stage, results)))
+
+# %% [markdown]
+# ## Other facts the card relies on
+# `MIN_DEEPGEMM_DIM` and its guard; how the W4A4 scheme allocates the input global scales; what
+# the NVFP4 schemes do when gate and up global scales differ; which MoE scheme an NVFP4 W4A16 or
+# W4A4 config gets (replayed from each tree's `get_moe_scheme`); whether BailingMoeV3 turns
+# shared-expert fusion off by itself.
+
+# %%
+s3.checks(stage)
+
+# %% [markdown]
+# ## Patch modes on a copy
+# Each mode is applied to a copy of the tree in this run's `work/` folder, applied again
+# (idempotence), verified, compiled, re-audited, then reverted and compared byte for byte with
+# the released files. The card's own patch is replayed on a copy of SGLang 0.5.20, the release it
+# was written for.
+
+# %%
+s3.patch_roundtrip(stage, tree)
+
+# %% [markdown]
+# ## What APPROX means numerically
+# The three forms on a (gate, up) grid around and beyond L = 4, 5, 7 (float64, CPU).
+
+# %%
+s3.numerics(stage, tree)
+
+# %%
+Image(str(stage.paths.figure("clamp_forms")))
+
+# %% [markdown]
+# ## The serving install
+
+# %%
+Markdown(s3.prepare_install(stage, tree))
+
+# %% [markdown]
+# ## Ledger
+# Every stage-03 claim of the card, with the version it was checked on, and the study's findings.
+
+# %%
+s3.record_claims(stage, tree.version)

@@ -1,0 +1,99 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · Launching the server: the card's command, the clamp log lines, memory and load time
+#
+# The card serves the NVFP4 checkpoint on one 128 GB-class GPU with SGLang and says the patched
+# server logs the SwiGLU clamp once per layer: `limit=None` on the unclamped layers and
+# `limit=4` on layers 35-41, that the weights take 71.8 GB once loaded and that loading takes
+# about 300 s. This stage launches the card's configuration once and reads what its log says.
+# Claims: `fit.single-gpu`, `size.resident`, `load.time`, `clamp.log-lines`.
+#
+# How to read it: the command table shows every flag with the file and line that defines it in
+# the SGLang release (re-read from the wheel); the clamp table puts the checkpoint's
+# `expert_swiglu_limit_list` beside the limit each MoE layer logs (layers 0-1 are dense and log
+# nothing; the NEXTN draft reads entry 0 and runs unclamped). SGLang's log writes "GB" for GiB
+# (bytes / 2^30); the ledger's GB are 10^9 bytes. Without an NVFP4-capable GPU (compute
+# capability 10.x-12.x) nothing is launched and the claims are recorded as not run; with
+# `-p replay_from=<run dir>` a recorded run's log and launch record are analysed instead.
+
+# %% tags=["parameters"]
+params_file: str = "../params/default.yaml"  # study params; the runner passes the run's resolved copy
+run_dir: str = ""  # run folder; empty means outputs/latest, or a new folder when there is none
+
+# %%
+from nvfp4study import launch_checks, measure, server
+from nvfp4study.stage import open_stage
+
+stage = open_stage("04_launch_server", params_file, run_dir)
+
+# %% [markdown]
+# ## How this stage runs here
+
+# %%
+measure.resolve_mode(stage).markdown()
+
+# %% [markdown]
+# ## The command
+#
+# `sglang serve` run with the interpreter named in `server.python`; every flag checked against
+# the argument definitions of the SGLang release in the params.
+
+# %%
+server.command_table(stage.params)
+
+# %% [markdown]
+# ## Every server configuration of the study
+#
+# Stages 04-07 need these configurations. When a server is up, every request that 04, 06 and 07
+# need from it is sent, so each configuration is launched once (05 launches its clamp modes).
+
+# %%
+server.plan_table(stage.params)
+
+# %% [markdown]
+# ## Launch (or replay, or not run)
+
+# %%
+measure.collect(stage)
+
+# %%
+launch_checks.launch_table(stage)
+
+# %% [markdown]
+# ## Clamp log lines per layer
+
+# %%
+launch_checks.clamp_summary(stage)
+
+# %%
+launch_checks.clamp_table(stage)
+
+# %% [markdown]
+# ## Warnings worth surfacing
+#
+# The gate/up global-scale warning means the up projection is dequantized with the gate's
+# scale; an active reasoning parser can move answers into `reasoning_content`.
+
+# %%
+launch_checks.warnings_table(stage)
+
+# %% [markdown]
+# ## Weights in memory and load time
+
+# %%
+launch_checks.memory_table(stage)
+
+# %% [markdown]
+# ## Ledger
+
+# %%
+launch_checks.record_claims(stage)

@@ -1,0 +1,86 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · MTP (NEXTN) depth sweep: tok/s and acceptance per draft depth
+#
+# The card reports one request decoding at 22.60 tok/s without speculation and, with NEXTN,
+# 40.19 / 45.1 / 40.48 tok/s at k = 1 / 2 / 3 with accept length 1.85-1.95 / 2.62-2.70 / 2.58-2.90
+# and accept rate 0.85-0.95 / 0.81-0.85 / 0.53-0.63, k = 2 being best; a draft layer loaded under
+# the wrong scheme shows accept length 1.00, rate 0.00 and speculation slower than none.
+# Claims: `mtp.off`, `mtp.k1`, `mtp.k2`, `mtp.k3`, `mtp.k2-best`, `mtp.broken-draft`.
+#
+# How it is measured: per depth the same prompts, one request at a time (`--max-running-requests
+# 1`), greedy, thinking off, after a warm-up, each starting from an empty prefix cache. tok/s comes
+# from the streamed chunks' arrival times: **decode tok/s** counts tokens after the first text
+# chunk over the time to the last one (time to first token excluded); **end-to-end tok/s** is
+# completion tokens over the whole request. Acceptance comes from each request's
+# `sglext.spec_tokens_details`, cross-checked against Prometheus counters read around each request.
+# Every table names its estimator; medians come with the range over requests. A speedup between
+# depths whose texts differ compares different texts, and the table says so. The card's values
+# appear only as marks labelled "card".
+
+# %% tags=["parameters"]
+params_file: str = "../params/default.yaml"  # study params; the runner passes the run's resolved copy
+run_dir: str = ""  # run folder; empty means outputs/latest, or a new folder when there is none
+
+# %%
+from nvfp4study import measure, mtp
+from nvfp4study.stage import open_stage
+
+stage = open_stage("06_mtp_sweep", params_file, run_dir)
+
+# %% [markdown]
+# ## How this stage runs here
+
+# %%
+measure.resolve_mode(stage).markdown()
+
+# %% [markdown]
+# ## Collection (one server per depth not yet recorded)
+
+# %%
+measure.collect(stage)
+
+# %% [markdown]
+# ## Per depth: tok/s, speedup, acceptance
+
+# %%
+mtp.summary_table(stage)
+
+# %%
+mtp.figure(stage)
+
+# %% [markdown]
+# ## Is the draft broken? (accept rate about 0 and accept length about 1)
+
+# %%
+mtp.broken_draft_report(stage)
+
+# %% [markdown]
+# ## One data set, several acceptance numbers
+#
+# Request-weighted, token-weighted and counter-delta estimators of the same requests; the
+# whole-session counters also count the warm-up and every other request the server answered.
+
+# %%
+mtp.estimator_table(stage)
+
+# %% [markdown]
+# ## Every request
+
+# %%
+mtp.request_table(stage)
+
+# %% [markdown]
+# ## Ledger
+
+# %%
+mtp.record_claims(stage)

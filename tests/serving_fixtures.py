@@ -1,0 +1,84 @@
+"""Helpers for the serving tests: a fake SGLang interpreter, params pointing at it, and a check
+that no process outlives a test."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import fake_sglang
+from nvfp4study.params import dump_params, load_params
+from nvfp4study.paths import RunPaths
+from nvfp4study.stage import Stage
+
+MARKERS = ("fake_sglang.py", "fake-sglang-scheduler")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fake_processes() -> list[psutil.Process]:
+    """Live (non-zombie) processes started from the fake server or its "scheduler" child."""
+    out = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            cmd = " ".join(p.info["cmdline"] or [])
+            if any(m in cmd for m in MARKERS) and p.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+@pytest.fixture(autouse=False)
+def no_leftover():
+    """Fails the test if any fake-server process is still alive after it (polls up to 5 s)."""
+    before = {p.pid for p in fake_processes()}
+    yield
+    deadline = time.monotonic() + 5
+    left = [p for p in fake_processes() if p.pid not in before]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = [p for p in fake_processes() if p.pid not in before]
+    for p in left:  # clean up so one failure does not cascade, then fail
+        p.kill()
+    assert not left, f"processes outlived the test: {[(p.pid, p.info.get('cmdline')) for p in left]}"
+
+
+def ling_model_dir(folder: Path, layers: int = 42) -> Path:
+    """A folder with the real Ling-3.0-flash clamp config (no weights: the fake never reads them)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    expert = [4 if 35 <= i <= 41 else 0 for i in range(layers)]
+    shared = [5 if 34 <= i <= 39 else 7 if i in (40, 41) else 0 for i in range(layers)]
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["BailingMoeV3ForCausalLM"], "num_hidden_layers": layers,
+        "first_k_dense_replace": 2, "num_nextn_predict_layers": 1,
+        "expert_swiglu_limit_list": expert, "share_expert_swiglu_limit_list": shared}))
+    return folder
+
+
+def fake_params(tmp_path: Path, *overrides: str, fake: dict | None = None, port: int | None = None):
+    """Params for a live run against the fake server; returns ``(params, params_file, run_dir)``."""
+    exe = fake_sglang.make_interpreter(tmp_path / "fake-env", **(fake or {}))
+    model = ling_model_dir(tmp_path / "model")
+    run = tmp_path / "run"
+    run.mkdir(exist_ok=True)
+    p = load_params(None, [f"server.python={exe}", "server.enabled=true", f"server.model_path={model}",
+                           f"server.port={port or free_port()}", "server.require_gpu=false",
+                           "server.health_poll_s=0.05", "server.shutdown_grace_s=3",
+                           "server.startup_timeout_s=20", "server.request_timeout_s=20", *overrides])
+    pf = run / "params.yaml"
+    dump_params(p, pf)
+    return p, pf, run
+
+
+def stage_for(params, run: Path, name: str = "test") -> Stage:
+    return Stage(name=name, params=params, paths=RunPaths(run))

@@ -1,0 +1,70 @@
+"""Determinism comparisons checked by hand (F-09): lengths first, first divergence, labelled
+speedups."""
+
+from __future__ import annotations
+
+import pytest
+
+from nvfp4study import determinism, measure
+
+
+def _row(ids, rate, status="ok", text=None):
+    n = len(ids)
+    t1 = 0.1 + (n - 1) / rate
+    return {"status": status, "output_ids": ids, "content": text, "usage": {"completion_tokens": n},
+            "chunks": [{"t": 0.1, "kind": "content", "chars": 1, "tokens": 1},
+                       {"t": t1, "kind": "content", "chars": 1, "tokens": n}], "ttft_s": 0.1, "end_s": t1 + 0.01}
+
+
+def test_compare_lengths_first():
+    same = measure.compare_outputs(_row([1, 2, 3], 10), _row([1, 2, 3], 10))
+    assert same == {"comparable": True, "identical": True, "unit": "token", "len_a": 3, "len_b": 3,
+                    "first_divergence": None}
+    prefix = measure.compare_outputs(_row([1, 2, 3], 10), _row([1, 2, 3, 4], 10))
+    assert prefix["identical"] is False and prefix["first_divergence"] == 3  # zip() would call it equal
+    diverge = measure.compare_outputs(_row([1, 2, 9, 4], 10), _row([1, 2, 3, 4], 10))
+    assert diverge["first_divergence"] == 2
+    text = measure.compare_outputs({"status": "ok", "content": "abcX"}, {"status": "ok", "content": "abcY"})
+    assert (text["unit"], text["first_divergence"]) == ("char", 3)
+    failed = measure.compare_outputs(_row([1], 10, status="stream_cut"), _row([1], 10))
+    assert failed["comparable"] is False and failed["identical"] is None
+
+
+ROWS = {
+    "spec-off": {("pA", 0): _row([1, 2, 3], 10), ("pA", 1): _row([1, 2, 3], 10),
+                 ("pB", 0): _row([5, 6], 20), ("pB", 1): _row([5, 6], 20)},
+    "spec-on": {("pA", 0): _row([1, 2, 3], 25), ("pA", 1): _row([1, 2, 3], 25),
+                ("pB", 0): _row([5, 7], 30), ("pB", 1): _row([5, 7], 30)},
+}
+
+
+def test_pairs_and_counts_by_hand():
+    pairs = determinism.pair_rows(ROWS, ["pA", "pB"], repeats=2)
+    cross = [p for p in pairs if p["comparison"] == "spec-on vs spec-off"]
+    assert [(p["prompt_id"], p["identical"], p["first_divergence"]) for p in cross] == [("pA", True, None), ("pB", False, 1)]
+    counts = {c["comparison"]: c for c in determinism.identity_counts(pairs)}
+    assert counts["spec-off self-reproducibility"]["identical prompts"] == 2
+    assert counts["spec-on self-reproducibility"]["identical prompts"] == 2
+    on = counts["spec-on vs spec-off"]
+    assert (on["identical prompts"], on["prompts compared"], on["first divergence (min..max)"]) == (1, 2, "1..1")
+    assert not any(c["comparison"].startswith("det") for c in counts.values())
+
+
+def test_speedup_is_labelled_when_texts_differ():
+    pairs = determinism.pair_rows(ROWS, ["pA", "pB"], repeats=2)
+    rows = {r["row"]: r for r in determinism.throughput_rows(ROWS, pairs)}
+    assert rows["spec-off"]["decode tok/s median"] == pytest.approx(15.0)
+    allp = rows["speedup spec-on vs spec-off, all pairs"]
+    assert allp["decode tok/s median"] == pytest.approx(27.5 / 15.0)
+    assert allp["pairs"] == 2 and allp["identical pairs"] == 1
+    assert "texts differ in 1 of 2 pairs" in allp["label"] and "different text" in allp["label"]
+    same = rows["speedup spec-on vs spec-off, identical pairs only"]
+    assert same["decode tok/s median"] == pytest.approx(2.5) and same["pairs"] == 1
+
+
+def test_failed_request_is_not_comparable():
+    rows = {"spec-off": dict(ROWS["spec-off"]), "spec-on": dict(ROWS["spec-on"])}
+    rows["spec-on"][("pB", 0)] = _row([5], 30, status="stream_cut")
+    counts = {c["comparison"]: c for c in determinism.identity_counts(determinism.pair_rows(rows, ["pA", "pB"], 2))}
+    on = counts["spec-on vs spec-off"]
+    assert (on["identical prompts"], on["prompts compared"], on["not comparable (failed request)"]) == (1, 1, 1)

@@ -1,0 +1,85 @@
+"""Launch-log parsing: clamp lines per layer, load lines, warnings (hand-written logs)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nvfp4study import launch_checks as lc
+from serving_fixtures import ling_model_dir
+
+P = "[2026-01-02 03:04:05 TP0] "
+
+
+def _card_log(limits: dict[int, int], first=2, layers=42, rank="TP0", draft=True) -> str:
+    pre = f"[2026-01-02 03:04:05 {rank}] "
+    lines = [f"{pre}Load weight begin. avail mem=120.00 GB"]
+    for i in range(first, layers):
+        lines.append(f"{pre}[swiglu-clamp-patch] cutlass nvfp4 limit={limits.get(i, 'None')}")
+    lines.append(f"{pre}Load weight end. elapsed=301.25 s, type=BailingMoeV3ForCausalLM, quant=compressed-tensors, "
+                 "avail mem=40.10 GB, mem usage=71.80 GB.")
+    if draft:
+        lines.append(f"{pre}[swiglu-clamp-patch] cutlass nvfp4 limit=None")
+        lines.append(f"{pre}Load weight end. elapsed=4.00 s, type=BailingMoeForCausalLMNextN, avail mem=37.00 GB, "
+                     "mem usage=3.10 GB.")
+    return "\n".join(lines)
+
+
+def test_parse_card_form():
+    rows = lc.parse_clamp_lines(P + "[swiglu-clamp-patch] cutlass nvfp4 limit=4\n" + P + "other line\n"
+                                + P + "[swiglu-clamp-patch] cutlass nvfp4 limit=None")
+    assert [(r["rank"], r["order"], r["path"], r["limit"], r["layer"], r["mode"]) for r in rows] == [
+        ("TP0", 0, "cutlass nvfp4", 4.0, None, None), ("TP0", 1, "cutlass nvfp4", None, None, None)]
+
+
+def test_parse_key_value_form():
+    (r,) = lc.parse_clamp_lines("[2026-01-02 03:04:05 TP1 EP1] [swiglu-clamp-patch] layer=35 "
+                                "path=cutlass-nvfp4 mode=exact form=SwigluStep limit=4.0")
+    assert (r["rank"], r["layer"], r["mode"], r["path"], r["limit"]) == ("TP1 EP1", 35, "exact", "cutlass-nvfp4", 4.0)
+
+
+def test_parse_the_study_patch_forms():
+    # the strings logged by patches/0.5.23/exact/02-... and none/01-... (issue 4's patch sets)
+    exact, none = lc.parse_clamp_lines(
+        P + "[swiglu-clamp-patch] cutlass nvfp4 limit=4 mode=exact form=SwigluStep layer=35\n"
+        + P + "[swiglu-clamp-patch] cutlass nvfp4 limit=None mode=none config_limit=4 layer=36")
+    assert (exact["path"], exact["limit"], exact["mode"], exact["form"], exact["layer"]) == (
+        "cutlass nvfp4", 4.0, "exact", "SwigluStep", 35)
+    assert (none["limit"], none["mode"], none["config_limit"], none["layer"]) == (None, "none", 4.0, 36)
+
+
+def test_layers_assigned_in_construction_order(tmp_path):
+    cfg = json.loads((ling_model_dir(tmp_path / "m") / "config.json").read_text())
+    exp = lc.expected_limits(cfg)
+    assert exp["moe_layers"] == list(range(2, 42)) and exp["limit"][35] == 4.0 and exp["limit"][34] is None
+    text = _card_log({i: 4 for i in range(35, 42)}) + "\n" + _card_log({}, rank="TP1")  # two ranks log
+    got = lc.assign_layers(lc.parse_clamp_lines(text), exp)
+    assert len(got) == 41 and {g["rank"] for g in got} == {"TP0"}
+    by = {g["assigned"]: g["limit"] for g in got}
+    assert by[2] is None and by[34] is None and all(by[i] == 4.0 for i in range(35, 42)) and by["draft"] is None
+
+
+def test_load_lines_and_units():
+    loads = lc.parse_load_lines(_card_log({}))
+    assert [(x["type"], x["elapsed_s"], x["mem_gib"]) for x in loads] == [
+        ("BailingMoeV3ForCausalLM", 301.25, 71.8), ("BailingMoeForCausalLMNextN", 4.0, 3.1)]
+    # SGLang's "GB" is bytes / 2**30 (utils/common.py 576): 71.8 GiB = 77.09 GB of 1e9 bytes
+    assert round(71.8 * lc.GIB / 1e9, 2) == 77.09
+
+
+def test_warnings():
+    text = "\n".join([
+        P + "w1_weight_global_scale must match w3_weight_global_scale. Accuracy may be affected.",
+        "[2026-01-02 03:04:05] Auto-detected --reasoning-parser as 'ling3' from model architecture 'X'",
+        P + "clean line"])
+    rows = {r["warning"]: r for r in lc.find_warnings(text, {"reasoning_parser": "ling3"})}
+    assert rows["gate/up global scales differ"]["count"] == 1
+    assert "ling3" in rows["reasoning parser auto-detected"]["first line"]
+    assert "reasoning_content" in rows["reasoning parser active"]["first line"]
+    assert lc.find_warnings(P + "all fine", {"reasoning_parser": None}) == []
+
+
+@pytest.mark.parametrize("layers,expected", [([2, 3, 4, 7, 9, 10], "2-4, 7, 9-10"), ([35], "35"), ([], "")])
+def test_ranges(layers, expected):
+    assert lc._ranges(layers) == expected

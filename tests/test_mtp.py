@@ -1,0 +1,95 @@
+"""MTP estimators checked by hand on a small recorded set (F-08, F-10)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nvfp4study import measure, mtp
+
+C = "sglang:generation_tokens_total"
+V = "sglang:spec_verify_calls_total"
+
+
+def _chunks(points):
+    """``[(t, cumulative tokens)]`` -> role chunk, content chunks, finish/sglext/usage chunks."""
+    out = [{"t": 0.05, "kind": "role", "chars": 0, "tokens": None}]
+    out += [{"t": t, "kind": "content", "chars": 3, "tokens": n} for t, n in points]
+    last = points[-1][0] + 0.01
+    out += [{"t": last, "kind": k, "chars": 0, "tokens": None} for k in ("finish", "sglext", "usage")]
+    return out
+
+
+def _row(n, points, end_s, spec, before, after, status="ok"):
+    return {"status": status, "usage": {"completion_tokens": n}, "chunks": _chunks(points), "ttft_s": points[0][0],
+            "end_s": end_s, "spec_tokens_details": spec,
+            "metrics_before": {C: before[0], V: before[1]}, "metrics_after": {C: after[0], V: after[1]}}
+
+
+def _spec(n, verify, correct, draft=3):
+    proposed = verify * (draft - 1)
+    return {"spec_accept_length": n / verify, "spec_accept_rate": correct / proposed, "spec_verify_ct": verify,
+            "spec_num_correct_drafts": correct, "spec_num_proposed_drafts": proposed}
+
+
+# A: 10 tokens, 4 verify passes, 6 of 8 drafts accepted; counters scoped to it.
+A = _row(10, [(0.10, 1), (0.20, 4), (0.30, 7), (0.40, 10)], 0.42, _spec(10, 4, 6), (100, 50), (110, 54))
+# B: 20 tokens, 10 verify passes, 8 of 20 drafts; another client added 20 tokens / 6 verifies meanwhile.
+B = _row(20, [(0.20, 1), (1.20, 20)], 1.25, _spec(20, 10, 8), (110, 54), (150, 70))
+# C: a request whose stream was cut: a row with its status, never a placeholder.
+CUT = {**_row(5, [(0.1, 1), (0.2, 5)], None, None, (150, 70), (150, 70), status="stream_cut"), "usage": None}
+
+
+def test_request_metrics_by_hand():
+    a = measure.request_metrics(A)
+    assert a["ttft_s"] == 0.10
+    assert a["decode_tok_s"] == pytest.approx(9 / 0.30)  # tokens after the first chunk / first->last
+    assert a["e2e_tok_s"] == pytest.approx(10 / 0.42)
+    assert a["token_count"] == "per-chunk usage"
+    assert (a["accept_len"], a["accept_rate"], a["verify_ct"]) == (2.5, 0.75, 4)
+    assert (a["d_gen"], a["d_verify"], a["counter_scoped"]) == (10, 4, True)
+    b = measure.request_metrics(B)
+    assert b["decode_tok_s"] == pytest.approx(19.0) and b["counter_scoped"] is False
+    c = measure.request_metrics(CUT)
+    assert c["status"] == "stream_cut" and c["decode_tok_s"] is None and c["d_gen"] is None
+
+
+def test_decode_rate_without_per_chunk_usage():
+    row = _row(10, [(0.1, None), (0.4, None)], 0.5, None, (0, 0), (10, 0))
+    m = measure.request_metrics(row)
+    assert m["token_count"] == "completion_tokens - 1" and m["decode_tok_s"] == pytest.approx(9 / 0.3)
+
+
+def test_estimators_by_hand_give_different_numbers():  # F-10
+    ms = [measure.request_metrics(r) for r in (A, B, CUT)]
+    rows = {e["estimator"]: e for e in mtp.estimators(ms, draft_tokens=3, session={"d_gen": 300, "d_verify": 100})}
+    med = rows["request-weighted median"]
+    assert med["accept_len"] == pytest.approx(2.25) and med["accept_rate"] == pytest.approx(0.575)
+    assert (med["len_min"], med["len_max"], med["rate_min"], med["rate_max"]) == (2.0, 2.5, 0.4, 0.75)
+    assert med["n"] == 2  # the cut request is not counted
+    tw = rows["token-weighted"]
+    assert tw["accept_len"] == pytest.approx(30 / 14) and tw["accept_rate"] == pytest.approx(14 / 28)
+    sc = rows["counter-delta, scoped to each request"]
+    assert sc["accept_len"] == pytest.approx(50 / 20) and sc["accept_rate"] == pytest.approx(0.75) and sc["rate_derived"]
+    ses = next(e for k, e in rows.items() if k.startswith("counter-delta, whole session"))
+    assert ses["accept_len"] == pytest.approx(3.0) and ses["accept_rate"] == pytest.approx(1.0)
+    lens = [rows[k]["accept_len"] for k in rows]
+    assert len({round(x, 6) for x in lens if x is not None}) == 4  # mean == median with two values
+
+
+def test_scoped_counter_equals_token_weighted_without_other_traffic():
+    ms = [measure.request_metrics(A)]
+    rows = {e["estimator"]: e for e in mtp.estimators(ms, draft_tokens=3)}
+    assert rows["counter-delta, scoped to each request"]["accept_len"] == rows["token-weighted"]["accept_len"] == 2.5
+
+
+@pytest.mark.parametrize("length,rate,draft,broken", [
+    (1.00, 0.00, 3, True), (1.02, 0.02, 4, True), (1.05, 0.05, 2, True),
+    (1.00, 0.00, None, False), (1.3, 0.15, 3, False), (2.6, 0.82, 3, False), (1.0, 0.0, 1, False),
+])
+def test_broken_draft_rule(length, rate, draft, broken):  # F-08
+    assert mtp.broken_draft(length, rate, draft) is broken
+
+
+def test_card_marks_come_from_the_claims_file():
+    marks = mtp.card_marks()
+    assert marks[0]["tok_s"] == 22.60 and marks[2]["accept_len"] == [2.62, 2.70] and marks[3]["accept_rate"] == [0.53, 0.63]

@@ -1,0 +1,331 @@
+"""server.py: the command (checked against the real 0.5.23 wheel), the plan, GPU checks and the
+process lifecycle against a fake SGLang run as a real subprocess."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import zipfile
+from dataclasses import replace
+
+import httpx
+import psutil
+import pytest
+
+import fake_sglang
+from nvfp4study import client, server
+from nvfp4study.errors import (
+    HealthTimeout,
+    NoCapableGPU,
+    PortInUse,
+    ServerDied,
+    ServerExitedDuringLoad,
+    StreamCut,
+    WrongInterpreter,
+)
+from nvfp4study.params import load_params
+from nvfp4study.server import ServerConfig, build_command, card_config
+from serving_fixtures import fake_params, fake_processes, free_port, no_leftover, stage_for  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("no_leftover")
+
+
+def _params(*over):
+    return load_params(None, ["server.python=/opt/sglang/bin/python", "server.model_path=/m", *over])
+
+
+def _pairs(cmd):
+    tail = cmd[cmd.index("serve") + 1:]
+    return {a: (tail[i + 1] if i + 1 < len(tail) and not tail[i + 1].startswith("--") else True)
+            for i, a in enumerate(tail) if a.startswith("--")}
+
+
+# --- the command -----------------------------------------------------------------------------
+def test_card_command():
+    p = _params()
+    cmd = build_command(p, card_config(p))
+    assert cmd[:4] == ["/opt/sglang/bin/python", "-c", server.SERVE_CODE, "serve"]
+    assert "from sglang.cli.main import main" in cmd[2]  # the `sglang` console script's target
+    f = _pairs(cmd)
+    assert f == {"--model-path": "/m", "--trust-remote-code": True, "--host": "127.0.0.1", "--port": "30013",
+                 "--tp-size": "1", "--ep-size": "1", "--mem-fraction-static": "0.75",
+                 "--context-length": "32768", "--max-running-requests": "1", "--chunked-prefill-size": "2048",
+                 "--disable-shared-experts-fusion": True, "--tool-call-parser": "glm45",
+                 "--speculative-algorithm": "NEXTN", "--speculative-num-steps": "2",
+                 "--speculative-eagle-topk": "1", "--speculative-num-draft-tokens": "3", "--enable-metrics": True}
+
+
+@pytest.mark.parametrize("depth,steps,draft", [(1, "1", "2"), (2, "2", "3"), (3, "3", "4")])
+def test_depth_sets_steps_and_draft_tokens(depth, steps, draft):
+    p = _params()
+    f = _pairs(build_command(p, ServerConfig(spec_depth=depth)))
+    assert (f["--speculative-num-steps"], f["--speculative-num-draft-tokens"]) == (steps, draft)
+    assert server.num_draft_tokens(p, ServerConfig(spec_depth=depth)) == int(draft)
+
+
+def test_spec_off_deterministic_upstream_and_parsers():
+    p = _params("server.reasoning_parser=ling3", "server.extra_args=[--decode-log-interval, '10']")
+    f = _pairs(build_command(p, ServerConfig(spec_depth=None, deterministic=True, tp_size=4, ep_size=4)))
+    assert not any(k.startswith("--speculative") for k in f)
+    assert f["--enable-deterministic-inference"] is True
+    assert (f["--tp-size"], f["--ep-size"]) == ("4", "4")  # the upstream 4-GPU reference
+    assert f["--reasoning-parser"] == "ling3" and f["--decode-log-interval"] == "10"
+    assert server.num_draft_tokens(p, ServerConfig(spec_depth=None)) is None
+
+
+def test_command_needs_interpreter_and_model():
+    with pytest.raises(WrongInterpreter):
+        build_command(load_params(), card_config(load_params()))
+    from nvfp4study.errors import StageInputMissing
+
+    with pytest.raises(StageInputMissing):
+        build_command(load_params(None, ["server.python=/x"]), card_config(load_params()))
+
+
+def test_every_flag_is_defined_in_sglang_0_5_23():
+    wheel = server.cached_wheel("0.5.23")
+    if wheel is None:
+        pytest.skip("SGLang 0.5.23 wheel not cached in ~/.cache/nvfp4study/wheels")
+    defined = server.sglang_cli_flags(wheel)
+    assert "--tensor-parallel-size" in defined and "--speculative-depth" not in defined
+    assert "--disable-cuda-graph" in defined  # a hand-registered flag of server_args.py
+    p = _params("server.reasoning_parser=ling3")
+    used = set()
+    for c in (card_config(p), ServerConfig(spec_depth=None, deterministic=True)):
+        used |= set(server.command_flags(build_command(p, c)))
+    assert used == set(server.FLAG_SOURCES)
+    for flag in used:
+        assert defined.get(flag) == server.FLAG_SOURCES[flag], flag
+
+
+def test_command_table_verifies_against_the_wheel():
+    wheel = server.cached_wheel("0.5.23")
+    df = server.command_table(load_params())
+    col = "defined in sglang 0.5.23"
+    assert list(df.flag[:2]) == ["--model-path", "--trust-remote-code"]
+    assert "NOT DEFINED" not in set(df[col])
+    if wheel:
+        assert df.set_index("flag").loc["--enable-metrics", col] == "arg_groups/fields/observability.py:70"
+
+
+# --- the plan --------------------------------------------------------------------------------
+def test_plan_launches_each_configuration_once():
+    p = load_params()
+    plan = server.plan_servers(p)
+    assert len(plan) == len(set(plan)) == 7
+    needed = {c for cs in server.stage_configs(p).values() for c in cs}
+    assert set(plan) == needed
+    assert [c.clamp for c in plan] == ["exact"] * 6 + ["none"]  # one switch of the install
+    keys = [c.key for c in plan]
+    assert keys[:4] == ["clamp=exact-spec=off-det=off", "clamp=exact-spec=1-det=off",
+                        "clamp=exact-spec=2-det=off", "clamp=exact-spec=3-det=off"]
+    table = server.plan_table(p)
+    row = table.set_index("config").loc["clamp=exact-spec=2-det=off"]
+    assert row.stages == "04_launch_server, 05_corruption, 06_mtp_sweep, 07_determinism"
+
+
+def test_plan_adds_broken_checkpoint():
+    p = load_params(None, ["mtp.broken_model_path=/broken", "determinism.deterministic_mode=false"])
+    plan = server.plan_servers(p)
+    broken = [c for c in plan if c.model_label == "broken-draft"]
+    assert len(broken) == 4 and all(c.model_path == "/broken" for c in broken)
+    assert broken[0].key == "clamp=exact-spec=off-det=off-model=broken-draft"
+
+
+# --- GPU -------------------------------------------------------------------------------------
+def test_nvfp4_capability_rule():
+    # is_blackwell: major in {10, 11, 12} (sglang/srt/utils/common.py 297-303)
+    assert [server.nvfp4_w4a4_supported(c) for c in [(10, 0), (11, 0), (12, 1), (9, 0), (8, 9), (13, 0), None]] \
+        == [True, True, True, False, False, False, False]
+
+
+def test_gpu_probe_and_refusal(tmp_path):
+    hopper = fake_sglang.make_interpreter(tmp_path / "h", gpu=[9, 0, "H100", 80_000_000_000])
+    none = fake_sglang.make_interpreter(tmp_path / "n", gpu=None)
+    blackwell = fake_sglang.make_interpreter(tmp_path / "b")
+    assert server.gpu_capability(str(hopper)) == (9, 0)
+    assert server.gpu_capability(str(none)) is None
+    assert server.gpu_info(str(blackwell)) == {"capability": (10, 0), "name": "NVIDIA Fake Blackwell",
+                                               "memory_gb": 128.0}
+    refuse = lambda exe: server.gpu_refusal(load_params(None, ["server.enabled=true", f"server.python={exe}"]))  # noqa: E731
+    assert refuse(hopper) == "needs an NVFP4-capable GPU (compute capability 9.0 < 10.0)"
+    assert refuse(none) == "needs an NVFP4-capable GPU (no CUDA GPU visible)"
+    assert refuse(blackwell) is None
+    assert "server.enabled is false" in server.gpu_refusal(load_params())
+
+
+# --- lifecycle -------------------------------------------------------------------------------
+def test_serving_starts_and_stops_the_whole_group(tmp_path):
+    p, _, run = fake_params(tmp_path)
+    st = stage_for(p, run)
+    rec = {}
+    with server.serving(st, card_config(p), launch_record=rec) as url:
+        assert httpx.get(url + "/health_generate").status_code == 200
+        members = server.process_for(url).group_members()
+        assert len(members) == 2  # the server and its "scheduler" child, in one process group
+        assert len(fake_processes()) == 2
+    assert not fake_processes()
+    assert rec["load_s"] > 0 and rec["returncode"] is not None and rec["sglang_version"] == "0.5.23"
+    log = (run / rec["log"]).read_text()
+    assert "[swiglu-clamp-patch] cutlass nvfp4 limit=4" in log and rec["command"][0].endswith("python")
+    assert server.process_for(url) is None
+
+
+def test_server_that_dies_while_loading(tmp_path):
+    p, _, run = fake_params(tmp_path, fake={"die_during_load": True})
+    with pytest.raises(ServerExitedDuringLoad) as e:
+        with server.serving(stage_for(p, run), card_config(p)):
+            pytest.fail("must not yield")
+    assert "exited with status 1" in str(e.value)
+    assert "does not support NVFP4" in e.value.log_tail and e.value.log.endswith(".log")
+
+
+def test_server_never_healthy(tmp_path):
+    p, _, run = fake_params(tmp_path, "server.startup_timeout_s=1.5", fake={"never_healthy": True})
+    t = time.monotonic()
+    with pytest.raises(HealthTimeout) as e:
+        with server.serving(stage_for(p, run), card_config(p)):
+            pytest.fail("must not yield")
+    assert time.monotonic() - t < 10
+    assert "HTTP 503" in str(e.value) and "Uvicorn running" in e.value.log_tail
+
+
+def test_port_in_use_is_refused_before_launch(tmp_path):
+    port = free_port()
+    p, _, run = fake_params(tmp_path, port=port)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        with pytest.raises(PortInUse, match=str(port)):
+            with server.serving(stage_for(p, run), card_config(p)):
+                pytest.fail("must not yield")
+    assert not list((run / "logs").glob("*.log")) if (run / "logs").exists() else True
+
+
+def test_wrong_interpreter(tmp_path):
+    p, _, run = fake_params(tmp_path)
+    bad = p.model_copy(update={"server": p.server.model_copy(update={"python": str(tmp_path / "nope/python")})})
+    with pytest.raises(WrongInterpreter, match="does not exist"):
+        with server.serving(stage_for(bad, run), card_config(p)):
+            pass
+    old = fake_sglang.make_interpreter(tmp_path / "old", version="0.5.22")
+    with pytest.raises(WrongInterpreter, match="0.5.22"):
+        server.check_interpreter(str(old), "0.5.23")
+    nosg = tmp_path / "nosg" / "python"
+    nosg.parent.mkdir()
+    nosg.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'sglang'\" >&2\nexit 1\n")
+    nosg.chmod(0o755)
+    with pytest.raises(WrongInterpreter, match="has no sglang"):
+        server.check_interpreter(str(nosg))
+    notexe = tmp_path / "notexe"
+    notexe.write_text("")
+    with pytest.raises(WrongInterpreter, match="not executable"):
+        server.check_interpreter(str(notexe))
+
+
+def test_no_capable_gpu_refuses_to_launch(tmp_path):
+    p, _, run = fake_params(tmp_path, "server.require_gpu=true", fake={"gpu": [9, 0, "H100", 80e9]})
+    with pytest.raises(NoCapableGPU, match="9.0 < 10.0"):
+        with server.serving(stage_for(p, run), card_config(p)):
+            pass
+
+
+def test_sigterm_ignored_escalates_to_sigkill(tmp_path):
+    p, _, run = fake_params(tmp_path, "server.shutdown_grace_s=1", fake={"ignore_sigterm": True})
+    t = time.monotonic()
+    with server.serving(stage_for(p, run), card_config(p)) as url:
+        sp = server.process_for(url)
+        t = time.monotonic()
+    assert time.monotonic() - t >= 1.0  # waited the grace period, then SIGKILL
+    assert sp.returncode == -signal.SIGKILL
+    assert not fake_processes()
+
+
+@pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
+def test_stopped_on_error_and_interrupt(tmp_path, exc):
+    p, _, run = fake_params(tmp_path)
+    with pytest.raises(exc):
+        with server.serving(stage_for(p, run), card_config(p)) as url:
+            pid = server.process_for(url).proc.pid
+            raise exc("stop")
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not fake_processes()
+
+
+def test_server_dying_mid_stream(tmp_path):
+    p, _, run = fake_params(tmp_path)
+    with pytest.raises(ServerDied) as died:
+        with server.serving(stage_for(p, run), card_config(p)) as url:
+            with pytest.raises(StreamCut) as cut:
+                client.chat_completion(url, [{"role": "user", "content": "x [[fake:die]]"}],
+                                       temperature=0, max_tokens=20)
+            assert "Load weight end" in cut.value.log_tail and cut.value.record["status"] == "stream_cut"
+            server.process_for(url).check_alive(wait_s=5)
+    assert "status 3" in str(died.value)
+
+
+def test_atexit_stops_a_server_left_running(tmp_path):
+    exe = fake_sglang.make_interpreter(tmp_path / "env")
+    port = free_port()
+    script = textwrap.dedent(f"""
+        from pathlib import Path
+        from nvfp4study.server import ServerProcess
+        sp = ServerProcess([{str(exe)!r}, "-c", "from sglang.cli.main import main", "serve", "--port", "{port}",
+                            "--host", "127.0.0.1"], Path({str(tmp_path / 'a.log')!r}), "127.0.0.1", {port}, grace_s=2)
+        sp.start()
+        sp.wait_healthy(20, 0.05)
+        print(sp.proc.pid, flush=True)
+        # the script ends without stopping it: the atexit hook must
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    pid = int(out.stdout.split()[0])
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_serve_cli_dry_run(capsys):
+    assert server.main(["--dry-run", "--depth", "3", "-p", "server.python=/py", "-p", "server.model_path=/m"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("/py -c ") and "serve --model-path /m" in out and "--speculative-num-steps 3" in out
+
+
+def test_config_keys_and_roundtrip():
+    c = ServerConfig(clamp="none", spec_depth=None, deterministic=True)
+    assert c.key == "clamp=none-spec=off-det=on"
+    assert ServerConfig.from_dict(c.to_dict()) == c
+    assert replace(c, tp_size=4).key == "clamp=none-spec=off-det=on-tp=4"
+
+
+def test_install_switched_for_the_launch_and_restored(tmp_path):
+    from nvfp4study import sglang_patch
+    from nvfp4study.sglang_source import open_tree
+
+    wheel = server.cached_wheel("0.5.23")
+    if wheel is None:
+        pytest.skip("SGLang 0.5.23 wheel not cached")
+    site = tmp_path / "site"  # a minimal "installed" SGLang: the package files the patches touch
+    files = ["sglang/__init__.py", "sglang/_version.py"] + sorted(
+        {e["path"] for m in ("exact", "none", "det") for e in sglang_patch._files("0.5.23", m)})
+    with zipfile.ZipFile(wheel) as z:
+        for f in files:
+            (site / f).parent.mkdir(parents=True, exist_ok=True)
+            (site / f).write_bytes(z.read(f))
+    (site / "sglang/srt/layers/moe").mkdir(parents=True, exist_ok=True)
+    before = {f: (site / f).read_bytes() for f in files}
+    p, _, run = fake_params(tmp_path, "sglang.apply_to_install=true", "sglang.source=installed",
+                            fake={"clamp_form": "install", "sglang_origin": str(site / "sglang/__init__.py")})
+    rec = {}
+    with server.serving(stage_for(p, run), ServerConfig(clamp="exact", spec_depth=2, deterministic=True),
+                        launch_record=rec):
+        st = sglang_patch.status(open_tree(site))
+        assert (st["clamp_mode"], st["det"]) == ("exact", True)
+    st = sglang_patch.status(open_tree(site))
+    assert (st["clamp_mode"], st["det"]) == ("stock", False)
+    assert {f: (site / f).read_bytes() for f in files} == before  # restored byte for byte
+    log = (run / rec["log"]).read_text()
+    assert "[swiglu-clamp-patch] cutlass nvfp4 limit=4 mode=exact form=SwigluStep layer=35" in log
+    assert "clamp mode 'exact'" in rec["install"] and (run / "data" / "sglang_patch_state.json").is_file()

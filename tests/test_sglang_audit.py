@@ -1,0 +1,223 @@
+"""The clamp audit on the four released SGLang versions, and on small trees built for its traps.
+
+Every expected verdict below was confirmed by reading the deciding lines of the released source
+(see the comments); the audit must reach it from the code alone.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nvfp4study import sglang_audit as sa
+from nvfp4study.errors import NotAnSGLangTree, SGLangNotInstalled
+from nvfp4study.sglang_checks import extra_checks, moe_scheme_for, shared_fusion
+from nvfp4study.sglang_source import find_root, installed_tree, open_tree, read_version
+from sglang_fixtures import VERSIONS, mini_tree, released
+
+E, A, D, R, X = "EXACT", "APPROX", "DROPPED", "REFUSED", "ABSENT"
+
+# path -> verdicts on 0.5.20, 0.5.21, 0.5.22, 0.5.23
+EXPECTED = {
+    # 0.5.20: FlashInferCutlassMoeQuantInfo has no clamp field, _run_flashinfer_cutlass passes no
+    # swiglu_limit. 0.5.21+: materialize_swiglu_params_for_cutlass -> swiglu_limit with
+    # activation Swiglu, which FlashInfer promotes to SwigluBias (clamp before SiLU).
+    "nvfp4-w4a4-cutlass": (D, A, A, A),
+    # literal gemm1_clamp_limit=None in apply_weights (331 / 342 / 342 / 346).
+    "nvfp4-w4a4-trtllm": (D, D, D, D),
+    # the W4A16 scheme exists from 0.5.22; Marlin passes swiglu_limit unless alpha is set.
+    "nvfp4-w4a16-marlin": (X, X, D, D),
+    # _use_swiglu_step = limit set and alpha None -> ActivationType.SwigluStep.
+    "mxfp4-cutlass": (E, E, E, E),
+    # builds its limit tensor from swiglu_limit only.
+    "mxfp4-trtllm": (D, D, D, D),
+    # alpha None + gemm1_limit -> _swiglu_silu_clamp_mul (silu, then clamp).
+    "triton": (E, E, E, E),
+    "bf16-flashinfer-cutlass": (D, A, A, A),
+    "modelopt-nvfp4-cutlass": (D, A, A, A),
+    # gemm1_clamp_limit / g1_alphas to trtllm-gen, whose Swiglu clamps before the sigmoid.
+    "modelopt-nvfp4-trtllm": (A, A, A, A),
+    # block-scale kernels get it (pre-SiLU); the per-tensor FP8 kernel takes no clamp.
+    "fp8-trtllm": (D, D, D, D),
+    "trtllm-bf16": (D, D, D, D),
+    "flashinfer-cutedsl": (D, D, D, D),
+    # reads swiglu_limit (gate_up_clamp); new in 0.5.23.
+    "flashinfer-megamoe": (X, X, X, D),
+    # clamp_limit = gemm1_clamp_limit only if gemm1_alpha is set, else swiglu_limit.
+    "marlin": (D, D, D, D),
+    "wna16-marlin": (D, D, D, D),
+    # passes gemm1_clamp_limit, but the kernel clamps only "if GEMM1_ALPHA > 0".
+    "deep-gemm": (D, D, D, D),
+    "deep-gemm-contiguous": (D, D, D, D),
+    "humming": (D, D, D, D),
+    "triton-kernels": (D, D, D, D),
+    # the clamp appears only in the alpha-set and SiTU branches.
+    "fused-moe-native": (D, D, D, D),
+    # NPUSwigluStepAndMul: silu(gate).clamp(max=L) * up.clamp(-L, L).
+    "ascend": (E, E, E, E),
+    # passes gemm1_clamp_limit to trtllm_mxint4_block_scale_moe (pre-SiLU trtllm-gen form).
+    "mxint4-trtllm": (A, A, A, A),
+    "hpc-ops": (R, R, R, R),
+    "lora-moe": (X, X, X, R),
+}
+
+
+@pytest.fixture(scope="module")
+def audits() -> dict[str, dict[str, sa.PathResult]]:
+    return {v: {r.path: r for r in sa.audit_tree(released(v))} for v in VERSIONS}
+
+
+def test_every_catalogued_path_is_expected():
+    assert {p["id"] for p in sa.catalog()["paths"]} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("path", sorted(EXPECTED))
+def test_verdicts_per_version(audits, path):
+    got = tuple(audits[v][path].verdict.value for v in VERSIONS)
+    assert got == EXPECTED[path], [audits[v][path].rule for v in VERSIONS]
+
+
+def test_versions_read_from_the_wheels():
+    assert [released(v).version for v in VERSIONS] == list(VERSIONS)
+
+
+@pytest.mark.parametrize("version,line", [("0.5.20", 331), ("0.5.21", 342), ("0.5.22", 342), ("0.5.23", 346)])
+def test_trtllm_literal_none_is_located(audits, version, line):
+    r = audits[version]["nvfp4-w4a4-trtllm"]
+    assert r.rule.startswith("literal gemm1_clamp_limit=None")
+    assert r.file.endswith("compressed_tensors_w4a4_nvfp4_moe.py") and r.line == line
+    assert "routing_method_type" in r.rule  # the assert Bailing fails is reported too
+
+
+def test_cutlass_evidence_points_at_the_fused_call(audits):
+    r = audits["0.5.23"]["nvfp4-w4a4-cutlass"]
+    assert (r.file, r.line, r.function) == ("layers/moe/moe_runner/flashinfer_cutlass.py", 371,
+                                            "_run_flashinfer_cutlass")
+    assert "SwigluBias" in r.rule
+    assert audits["0.5.20"]["nvfp4-w4a4-cutlass"].rule.endswith("no clamp argument (swiglu_limit)")
+
+
+def test_alpha_branch_mention_is_dead_for_ling(audits):
+    r = audits["0.5.23"]["marlin"]
+    assert "layers/moe/moe_runner/marlin.py:206" in r.dead_mentions
+    assert "swiglu_limit" in r.rule
+
+
+def test_json_cli(capsys):
+    assert sa.main([str(released("0.5.23").root), "--json"]) == 0
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert {tuple(sorted(r)) for r in rows} == {("file", "function", "line", "path", "rule", "sglang_version", "verdict")}
+    assert {r["path"]: r["verdict"] for r in rows}["nvfp4-w4a4-cutlass"] == "APPROX"
+
+
+def test_matrix_figure(tmp_path, audits):
+    out = sa.matrix_figure([r for v in VERSIONS for r in audits[v].values()], tmp_path / "m.png")
+    assert out.stat().st_size > 10_000
+
+
+# --- traps, on small synthetic trees -------------------------------------------------------------
+SINK_MOD = "sglang/srt/layers/moe/toy.py"
+
+
+def _spec(fn: str) -> dict:
+    return {"id": "toy", "label": "toy", "steps": [f"layers/moe/toy.py::{fn}"]}
+
+
+def test_literal_none_with_a_sibling_carrying_the_value(tmp_path):
+    t = mini_tree(tmp_path, "0.5.23", {SINK_MOD: """
+        def run(runner_config):
+            return trtllm_fp4_block_scale_moe(gemm1_beta=runner_config.gemm1_clamp_limit,
+                                              gemm1_clamp_limit=None)
+    """})
+    r = sa.audit_path(t, _spec("run"))
+    assert r.verdict.value == "DROPPED"
+    assert "passed as gemm1_beta" in r.rule and "literal None" in r.rule
+
+
+def test_value_used_only_when_alpha_is_set(tmp_path):
+    t = mini_tree(tmp_path, "0.5.23", {SINK_MOD: """
+        def run(runner_config):
+            lim = runner_config.gemm1_clamp_limit if runner_config.gemm1_alpha is not None else None
+            return fused_marlin_moe(clamp_limit=lim, gemm1_alpha=runner_config.gemm1_alpha)
+    """})
+    r = sa.audit_path(t, _spec("run"))
+    assert r.verdict.value == "DROPPED" and r.dead_mentions == ["layers/moe/toy.py:3"]
+
+
+@pytest.mark.parametrize("act,verdict", [("ActivationType.SwigluStep", "EXACT"), ("ActivationType.Swiglu", "APPROX")])
+def test_the_sink_decides_the_form(tmp_path, act, verdict):
+    t = mini_tree(tmp_path, "0.5.23", {SINK_MOD: f"""
+        def run(runner_config):
+            return cutlass_fused_moe(swiglu_limit=runner_config.gemm1_clamp_limit, activation_type={act})
+    """})
+    assert sa.audit_path(t, _spec("run")).verdict.value == verdict
+
+
+def test_refusal(tmp_path):
+    t = mini_tree(tmp_path, "0.5.23", {SINK_MOD: """
+        def run(runner_config):
+            if runner_config.gemm1_alpha is not None or runner_config.gemm1_clamp_limit is not None:
+                raise ValueError("no clamp here")
+            return cutlass_fused_moe()
+    """})
+    r = sa.audit_path(t, _spec("run"))
+    assert (r.verdict.value, r.line) == ("REFUSED", 4)
+
+
+def test_absent_path(tmp_path):
+    t = mini_tree(tmp_path, "0.5.23")
+    assert sa.audit_path(t, _spec("run")).verdict.value == "ABSENT"
+
+
+# --- the other checks ---------------------------------------------------------------------------
+def test_min_deepgemm_dim_and_scales():
+    for v in VERSIONS:
+        c = extra_checks(released(v))
+        md = c["min_deepgemm_dim"]
+        assert (md["value"], md["line"], md["guard"], md["n32_to_deepgemm"]) == (16, 298, "N >= MIN_DEEPGEMM_DIM", True)
+        assert md["reraise_line"] == 271
+        assert {k: x["alloc"] for k, x in c["input_global_scales"].items()} == {
+            "w13_input_global_scale": "torch.empty", "w2_input_global_scale": "torch.empty"}
+        assert c["gate_up_scale_policy"]["W4A4"]["action"] == "warn"
+        assert c["bailing"]["passes"] == ["gemm1_clamp_limit"]
+    c23 = extra_checks(released("0.5.23"))
+    assert c23["input_global_scales"]["w13_input_global_scale"]["line"] == 152
+    assert c23["gate_up_scale_policy"]["W4A16"]["action"] == "raise"
+
+
+def test_w4a16_scheme_per_version():
+    from nvfp4study.sglang_checks import NVFP4_ACTS, NVFP4_WEIGHTS
+
+    for v, line in (("0.5.20", 493), ("0.5.21", 498)):
+        r = moe_scheme_for(released(v), NVFP4_WEIGHTS, None)
+        assert r["error"] == "AttributeError: 'NoneType' object has no attribute 'num_bits'"
+        assert (r["function"], r["line"]) == ("_is_dynamic_token_w8a8", line)
+        assert moe_scheme_for(released(v), NVFP4_WEIGHTS, NVFP4_ACTS)["scheme"] == "CompressedTensorsW4A4Nvfp4MoE"
+    for v in ("0.5.22", "0.5.23"):
+        assert moe_scheme_for(released(v), NVFP4_WEIGHTS, None)["scheme"] == "CompressedTensorsW4A16Nvfp4MoE"
+        fallback = moe_scheme_for(released(v), NVFP4_WEIGHTS, NVFP4_ACTS, capability=90)
+        assert fallback == {"scheme": "CompressedTensorsW4A16Nvfp4MoE", "kwargs": {"has_input_global_scale": True}}
+
+
+def test_shared_fusion_veto():
+    r = shared_fusion(released("0.5.23"), {"a": ["re:.*shared_experts.*"], "b": ["lm_head"]})
+    assert r["evaluations"]["a"]["fusion_disabled"] is True
+    assert r["evaluations"]["b"]["fusion_disabled"] is False
+    assert r["considers_clamp_lists"] is False
+
+
+# --- source trees -------------------------------------------------------------------------------
+def test_source_tree_validation(tmp_path):
+    with pytest.raises(NotAnSGLangTree):
+        open_tree(tmp_path)
+    t = released("0.5.23")
+    assert find_root(t.package) == t.root and find_root(t.srt) == t.root
+    assert read_version(t.root) == "0.5.23"
+    mini = mini_tree(tmp_path / "x", "9.9.9")
+    assert mini.version == "9.9.9"
+
+
+def test_installed_tree_needs_sglang():
+    with pytest.raises(SGLangNotInstalled):
+        installed_tree()  # the study's own environment has no sglang

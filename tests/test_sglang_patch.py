@@ -1,0 +1,216 @@
+"""Patch apply / verify / revert on copies of the released trees, and every refusal."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import py_compile
+from pathlib import Path
+
+import pytest
+
+from nvfp4study import sglang_patch as sp
+from nvfp4study.errors import (
+    NotAnSGLangTree,
+    PatchConflict,
+    PatchTargetReadOnly,
+    UnknownPatchMode,
+    UnknownPatchVersion,
+)
+from nvfp4study.sglang_audit import audit_tree
+from nvfp4study.sglang_source import copy_tree, open_tree
+from sglang_fixtures import mini_tree, released
+
+NVFP4 = "sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4_moe.py"
+CUTLASS = "sglang/srt/layers/moe/moe_runner/flashinfer_cutlass.py"
+BIO = "sglang/srt/batch_invariant_ops/batch_invariant_ops.py"
+TOUCHED = (CUTLASS, NVFP4, BIO)
+
+
+def _hashes(tree) -> dict[str, str]:
+    return {str(p.relative_to(tree.root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(tree.package.rglob("*.py"))}
+
+
+@pytest.fixture(scope="module")
+def copy23(tmp_path_factory):
+    return copy_tree(released("0.5.23"), tmp_path_factory.mktemp("c") / "sglang-0.5.23")
+
+
+@pytest.fixture(scope="module")
+def copy20(tmp_path_factory):
+    return copy_tree(released("0.5.20"), tmp_path_factory.mktemp("c") / "sglang-0.5.20")
+
+
+@pytest.fixture
+def mini23(tmp_path):
+    return mini_tree(tmp_path / "t", "0.5.23", copy_from=released("0.5.23"), copy_files=TOUCHED)
+
+
+def _clamp_verdicts(tree):
+    return {r.path: r.verdict.value for r in audit_tree(tree, ["nvfp4-w4a4-cutlass", "nvfp4-w4a4-trtllm"])}
+
+
+@pytest.mark.parametrize("mode,cutlass,trtllm", [("exact", "EXACT", "APPROX"), ("none", "DROPPED", "DROPPED")])
+def test_roundtrip_023(copy23, tmp_path, mode, cutlass, trtllm):
+    before = _hashes(copy23)
+    written = sp.apply(copy23, mode)
+    assert written and sp.apply(copy23, mode) == []  # idempotent
+    assert sp.verify(copy23, mode)["ok"] and sp.status(copy23)["clamp_mode"] == mode
+    for w in written:
+        py_compile.compile(w, cfile=str(tmp_path / "check.pyc"), doraise=True)
+    assert _clamp_verdicts(copy23) == {"nvfp4-w4a4-cutlass": cutlass, "nvfp4-w4a4-trtllm": trtllm}
+    assert sp.revert(copy23, mode)
+    assert _hashes(copy23) == before
+    assert _clamp_verdicts(copy23) == {"nvfp4-w4a4-cutlass": "APPROX", "nvfp4-w4a4-trtllm": "DROPPED"}
+
+
+def test_exact_patch_logs_once_per_layer(copy23):
+    sp.apply(copy23, "exact")
+    text = copy23.file(NVFP4).read_text()
+    sp.revert(copy23)
+    assert '"[swiglu-clamp-patch] cutlass nvfp4 limit=%s mode=exact form=%s layer=%s"' in text
+    assert "gemm1_clamp_limit=None" not in text
+
+
+@pytest.mark.parametrize("mode,cutlass", [("card", "APPROX"), ("exact", "EXACT"), ("none", "DROPPED")])
+def test_card_version_modes(copy20, mode, cutlass):
+    before = _hashes(copy20)
+    sp.apply(copy20, mode)
+    assert _clamp_verdicts(copy20)["nvfp4-w4a4-cutlass"] == cutlass
+    sp.revert(copy20)
+    assert _hashes(copy20) == before
+
+
+def test_det_edit(mini23):
+    before = _hashes(mini23)
+    sp.apply(mini23, "det")
+    assert "MIN_DEEPGEMM_DIM = 64" in mini23.file(BIO).read_text()
+    assert sp.status(mini23) | {"files": None} == {"sglang_version": "0.5.23", "clamp_mode": "stock",
+                                                    "det": True, "files": None}
+    sp.apply(mini23, "exact")  # combinable with a clamp mode
+    assert sp.status(mini23)["clamp_mode"] == "exact" and sp.status(mini23)["det"]
+    sp.revert(mini23, "det")
+    sp.revert(mini23)
+    assert _hashes(mini23) == before
+
+
+def test_not_an_sglang_tree(tmp_path):
+    (tmp_path / "x.py").write_text("")
+    with pytest.raises(NotAnSGLangTree):
+        sp.main(["apply", "--mode", "exact", "--sglang", str(tmp_path)])
+
+
+def test_unknown_version(tmp_path):
+    t = mini_tree(tmp_path / "t", "0.5.99", copy_from=released("0.5.23"), copy_files=TOUCHED)
+    before = _hashes(t)
+    with pytest.raises(UnknownPatchVersion, match="0.5.20, 0.5.23"):
+        sp.apply(t, "exact")
+    assert _hashes(t) == before
+
+
+def test_unknown_mode(mini23):
+    with pytest.raises(UnknownPatchMode):
+        sp.apply(mini23, "fast")
+    with pytest.raises(UnknownPatchMode):
+        sp.apply(mini23, "card")  # the card's patch exists for 0.5.20 only
+
+
+def test_modified_file_refused_and_nothing_written(mini23):
+    f = mini23.file(NVFP4)
+    f.write_text(f.read_text() + "# local edit\n")
+    before = _hashes(mini23)
+    with pytest.raises(PatchConflict, match="matches neither"):
+        sp.apply(mini23, "exact")  # flashinfer_cutlass.py comes first and must stay untouched
+    assert _hashes(mini23) == before
+
+
+def test_other_mode_applied_refused(mini23):
+    sp.apply(mini23, "none")
+    before = _hashes(mini23)
+    with pytest.raises(PatchConflict, match="revert it first"):
+        sp.apply(mini23, "exact")
+    assert _hashes(mini23) == before
+
+
+@pytest.mark.parametrize("target", ["file", "folder"])
+def test_read_only_target(mini23, target):
+    f = mini23.file(NVFP4)
+    ro = f if target == "file" else f.parent
+    mode = ro.stat().st_mode
+    ro.chmod(0o444 if target == "file" else 0o555)
+    before = _hashes(mini23)
+    try:
+        with pytest.raises(PatchTargetReadOnly):
+            sp.apply(mini23, "exact")
+        assert _hashes(mini23) == before
+    finally:
+        ro.chmod(mode)
+
+
+def test_failed_write_rolls_back(mini23, monkeypatch):
+    before = _hashes(mini23)
+    real = os.replace
+    calls = []
+
+    def flaky(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", flaky)
+    with pytest.raises(PatchTargetReadOnly, match="earlier files restored"):
+        sp.apply(mini23, "exact")
+    monkeypatch.setattr(os, "replace", real)
+    assert _hashes(mini23) == before
+    assert not list(Path(mini23.root).rglob("*.tmp"))
+
+
+def test_unified_diff_reverse_is_exact():
+    text = "a\nb\nc\n"
+    diff = "--- a/x\n+++ b/x\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n"
+    assert sp.apply_unified_diff(text, diff) == "a\nB\nc\n"
+    assert sp.apply_unified_diff("a\nB\nc\n", diff, reverse=True) == text
+    with pytest.raises(PatchConflict):
+        sp.apply_unified_diff("a\nx\nc\n", diff)
+
+
+def test_switch_mode_and_state_file(mini23, tmp_path):
+    state = tmp_path / "state.json"
+    st = sp.switch_mode(mini23.root, "exact", det=True, state_file=state)
+    assert (st["clamp_mode"], st["det"]) == ("exact", True)
+    assert json.loads(state.read_text())["clamp_mode"] == "exact"
+    st = sp.switch_mode(mini23, "none", state_file=state)  # reverts exact first, det untouched
+    assert (st["clamp_mode"], st["det"]) == ("none", True)
+    sp.switch_mode(mini23, "stock", det=False, state_file=state)
+    assert sp.load_state(state)["clamp_mode"] == "stock"
+    assert sp.status(mini23)["files"] == {CUTLASS: "original", NVFP4: "original", BIO: "original"}
+
+
+def test_serving_mode_restores_on_error(mini23, tmp_path):
+    before = _hashes(mini23)
+    with pytest.raises(RuntimeError, match="server died"):
+        with sp.serving_mode(mini23, "exact", det=True, state_file=tmp_path / "s.json") as st:
+            assert st["clamp_mode"] == "exact"
+            raise RuntimeError("server died")
+    assert _hashes(mini23) == before
+    assert sp.load_state(tmp_path / "s.json")["clamp_mode"] == "stock"
+
+
+def test_check_can_apply_is_a_dry_run(mini23):
+    before = _hashes(mini23)
+    sp.check_can_apply(mini23, "exact")
+    assert _hashes(mini23) == before
+
+
+def test_cli(mini23, capsys):
+    root = str(mini23.root)
+    assert sp.main(["verify", "--mode", "exact", "--sglang", root]) == 1
+    assert sp.main(["apply", "--mode", "exact", "--sglang", root]) == 0
+    assert sp.main(["verify", "--mode", "exact", "--sglang", root]) == 0
+    assert sp.main(["revert", "--sglang", root]) == 0
+    assert sp.main(["status", "--sglang", root]) == 0
+    assert '"clamp_mode": "stock"' in capsys.readouterr().out
+    assert open_tree(root).version == "0.5.23"
