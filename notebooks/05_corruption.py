@@ -100,19 +100,54 @@ detector_validation.record_claims(stage, result)
 # ## Part 2 · The served study
 #
 # <!-- BEGIN SERVED-STUDY SECTION: owned by lib/nvfp4study/corruption.py (issue 5 item 7).
-# Only that module's author edits the cells between this marker and END SERVED-STUDY SECTION;
-# it replaces the cell below with a call to corruption.run_served_study(stage). -->
+# Only that module's author edits the cells between this marker and END SERVED-STUDY SECTION. -->
 #
-# For each clamp mode served, each sampling configuration and each task: the raw completion
-# (appended to JSONL as it arrives), the classified table, the before/after figure, and the
-# ledger rows for `corruption.*` and `serve.reasoning-parser`.
+# For each clamp mode served (`corruption.clamp_modes`), each sampling configuration
+# (`corruption.sampling`; thinking switched through `chat_template_kwargs`) and each task: the raw
+# completion is appended to `data/corruption-raw-clamp=<mode>-sampling=<name>.jsonl` as it
+# arrives (an interrupted study resumes), then extracted, classified by the detector of Part 1
+# and executed against the task's assertions in the sandbox. A completion is *clean* when the
+# detector finds nothing corrupting; requests that failed are not completions and are left out
+# of n. The card's claim sets are the first 15 / 10 of the study's card-style tasks
+# (`corruption.claim_tasks`). "Before" is the clamp removed (`none`), "after" the exact clamp.
+# Without a GPU this section records "not run"; `-p replay_from=<run dir>` re-analyses a
+# recorded run's raw files instead.
 
 # %%
-served_ids = [c for c in stage.claims() if not c.startswith("detect.")]
-served_reason = ("needs an NVFP4-capable GPU (server.enabled is false)" if not stage.params.server.enabled
-                 else "served study not wired into this notebook yet (corruption.run_served_study)")
-stage.not_run(served_reason, served_ids)
-display(Markdown(f"**Not run:** {served_reason}. Recorded for: {', '.join(served_ids)}."))
+from nvfp4study import corruption
+
+served = corruption.run_served_study(stage)
+corruption.describe(served)
+
+# %% [markdown]
+# ### Clean completions per clamp mode and sampling configuration
+#
+# `claim` rows are the card's task sets, `all` every task asked; `ci_low`/`ci_high` is the 95 %
+# Wilson interval of `clean / n`; `executed`/`passed` come from the sandbox.
+
+# %%
+corruption.summary_table(served)
+
+# %% [markdown]
+# ### Before / after, with 95 % Wilson intervals
+
+# %%
+corruption.figure(served)
+
+# %% [markdown]
+# ### The most frequent junk fragments
+#
+# Undefined names, names glued onto a bracket / string / number, and junk on closing fences, as
+# the detector reported them, counted per clamp mode.
+
+# %%
+corruption.junk_table(served)
+
+# %% [markdown]
+# ### Ledger rows: `corruption.*`, `serve.reasoning-parser` (card value beside ours)
+
+# %%
+corruption.ledger_rows(stage)
 
 # %% [markdown]
 # <!-- END SERVED-STUDY SECTION -->

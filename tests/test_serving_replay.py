@@ -194,3 +194,14 @@ def test_notebooks_replay_through_papermill(recorded, tmp_path):
         assert (new / "data" / t).read_bytes() == (run / "data" / t).read_bytes(), t
     nb = (new / "06_mtp_sweep.ipynb").read_text()
     assert "Replay" in nb and "draft working" in nb
+
+
+def test_other_clients_traffic_is_caught_by_the_counter_check(tmp_path):  # F-10 end to end
+    p, pf, run = fake_params(tmp_path, "mtp.depths=[2]", "mtp.prompts=2", *SMALL[1:],
+                             fake={"background_traffic": True, "step_s": 0.02})
+    st = open_stage("06_mtp_sweep", str(pf), str(run))
+    measure.collect(st)
+    (row,) = mtp.summary_table(st).to_dict("records")
+    assert row["counters scoped to our request"] == "0/2" and "other traffic" in row["note"]
+    est = {e["estimator"]: e["accept_len"] for e in mtp.estimator_table(st).to_dict("records")}
+    assert est["counter-delta, scoped to each request"] != pytest.approx(est["token-weighted"])

@@ -14,6 +14,7 @@ from nvfp4study import sglang_patch as sp
 from nvfp4study.errors import (
     NotAnSGLangTree,
     PatchConflict,
+    PatchStateError,
     PatchTargetReadOnly,
     UnknownPatchMode,
     UnknownPatchVersion,
@@ -197,6 +198,18 @@ def test_serving_mode_restores_on_error(mini23, tmp_path):
             raise RuntimeError("server died")
     assert _hashes(mini23) == before
     assert sp.load_state(tmp_path / "s.json")["clamp_mode"] == "stock"
+
+
+def test_install_from_state(mini23, tmp_path):
+    state = tmp_path / "s.json"
+    state.write_text(json.dumps({"install": str(mini23.root), "needed_modes": ["none", "exact"]}))
+    with sp.serving_mode(sp.install_from_state(state), "none", state_file=state):
+        assert sp.load_state(state)["clamp_mode"] == "none"
+    st = sp.load_state(state)
+    assert (st["clamp_mode"], st["needed_modes"]) == ("stock", ["none", "exact"])
+    state.write_text(json.dumps({"install": None}))
+    with pytest.raises(PatchStateError):
+        sp.install_from_state(state)
 
 
 def test_check_can_apply_is_a_dry_run(mini23):

@@ -44,7 +44,7 @@ def http(timeout: float | httpx.Timeout) -> httpx.Client:
 
 
 def _error(kind: type[ServerError], message: str, base_url: str, record: dict | None) -> ServerError:
-    from .server import process_for
+    from .server_process import process_for
 
     sp = process_for(base_url)
     exc = kind(message, log=sp.log_path if sp else None, log_tail=sp.tail() if sp else "")

@@ -473,7 +473,7 @@ def plot(summary: pd.DataFrame, params: Params, path: Path) -> Path:
     for ax, (ts, title) in zip(axes[0], panels, strict=True):
         part = summary[summary.task_set == ts]
         for j, mode in enumerate(modes):
-            xs, ys, lo, hi, labels = [], [], [], [], []
+            xs, ys, lo, hi, labels, tops = [], [], [], [], [], []
             for i, s in enumerate(samplings):
                 r = part[(part.clamp == mode) & (part.sampling == s)]
                 if r.empty or not r.iloc[0].n:
@@ -484,16 +484,17 @@ def plot(summary: pd.DataFrame, params: Params, path: Path) -> Path:
                 lo.append(r.clean_frac - r.ci_low)
                 hi.append(r.ci_high - r.clean_frac)
                 labels.append(f"{int(r.clean)}/{int(r.n)}")
-            bars = ax.bar(xs, ys, width * 0.92, yerr=[lo, hi], capsize=3,
-                          label=mode_label(mode, params))
-            for b, text in zip(bars, labels, strict=True):
-                ax.annotate(text, (b.get_x() + b.get_width() / 2, 0.02), ha="center",
-                            va="bottom", fontsize=7, rotation=90, color="white")
+                tops.append(r.ci_high)
+            ax.bar(xs, ys, width * 0.92, yerr=[lo, hi], capsize=3, ecolor="0.25",
+                   label=mode_label(mode, params))
+            for x, top, text in zip(xs, tops, labels, strict=True):
+                ax.annotate(text, (x, top + 0.02), ha="center", va="bottom", fontsize=8)
         ax.set_xticks(range(len(samplings)), samplings)
-        ax.set_ylim(0, 1.05)
+        ax.set_ylim(0, 1.3)
+        ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
         ax.set_ylabel("clean completions (fraction, 95 % Wilson CI)")
         ax.set_title(title)
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="upper center", ncol=max(1, len(modes)), frameon=False)
     fig.suptitle("Corruption by clamp mode (measured in this run)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -529,7 +530,7 @@ def record_claims(stage, params: Params, df: pd.DataFrame, summary: pd.DataFrame
             stage.not_run(f"sampling config {sampling!r} with clamp mode {c.after_mode!r} was not "
                           "served in this run", [cid])
             continue
-        measured = {"sampling": sampling, "n": claim["n"], "before_mode": c.before_mode,
+        measured = {"sampling": sampling, "n": after["n"], "before_mode": c.before_mode,
                     "after_mode": c.after_mode,
                     "clean_before": None if before is None else before["clean"],
                     "clean_after": after["clean"], "before": before, "after": after}

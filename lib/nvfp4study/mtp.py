@@ -215,8 +215,14 @@ def summary_table(stage):
                     "accept rate min": rw["rate_min"], "accept rate max": rw["rate_max"],
                     "flag": ("draft broken: check layer 42" if broken_draft(tw["accept_len"], tw["accept_rate"], dt)
                              else "")})
-        row["note"] = ("speedup compares different texts on some prompts (different text, different acceptance)"
-                       if depth and n_same != len(ok) else "")
+        checked = [x for x in ok if x["counter_scoped"] is not None]
+        row["counters scoped to our request"] = f"{sum(1 for x in checked if x['counter_scoped'])}/{len(checked)}"
+        notes = []
+        if depth and n_same != len(ok):
+            notes.append("speedup compares different texts on some prompts (different text, different acceptance)")
+        if any(x["counter_scoped"] is False for x in checked):
+            notes.append("Prometheus deltas include other traffic on some requests")
+        row["note"] = "; ".join(notes)
         rows.append(row)
     out = pd.DataFrame(rows)
     _dump(stage, "mtp-summary", out)

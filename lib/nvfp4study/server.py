@@ -5,8 +5,8 @@ The command is the model card's (``--tp-size 1 --ep-size 1 --mem-fraction-static
 --disable-shared-experts-fusion --tool-call-parser glm45 --speculative-algorithm NEXTN
 --speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3``) built
 from params, plus ``--enable-metrics`` and, per configuration, ``--enable-deterministic-inference``.
-Every flag is defined in SGLang 0.5.23 (:data:`FLAG_SOURCES` gives file and line; the tests
-re-read them from the released wheel with :func:`sglang_cli_flags`).
+Every flag is defined in SGLang 0.5.23 (:data:`~nvfp4study.sglang_flags.FLAG_SOURCES` gives file
+and line; :func:`command_table` and the tests re-read them from the released wheel).
 
 It runs as ``<server.python> -c <SERVE_CODE> serve --model-path ...``: ``sglang serve`` is the
 console script ``sglang = sglang.cli.main:main`` (``sglang-0.5.23.dist-info/entry_points.txt``);
@@ -18,46 +18,30 @@ named in params.
 writes its output to ``logs/`` of the run, waits for ``GET /health_generate`` to answer 200
 (it answers 503 while starting: ``entrypoints/http_server.py`` 721-736), detects an early exit,
 and always terminates the whole process group (SIGTERM, then SIGKILL after a grace period) on
-normal exit, on exceptions and on KeyboardInterrupt; an ``atexit`` hook is the last resort.
+normal exit, on exceptions and on KeyboardInterrupt; an ``atexit`` hook is the last resort
+(the process itself: :mod:`nvfp4study.server_process`).
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import atexit
 import contextlib
-import ctypes
-import errno
 import functools
 import json
 import os
-import re
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import time
-import zipfile
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from .errors import (
-    HealthTimeout,
-    NoCapableGPU,
-    PortInUse,
-    ServerDied,
-    ServerError,
-    ServerExitedDuringLoad,
-    StageInputMissing,
-    WrongInterpreter,
-)
+from .errors import NoCapableGPU, StageInputMissing, WrongInterpreter
 from .params import Params
+from .server_process import ServerProcess, check_port_free, log_tail, process_for  # noqa: F401
+from .sglang_flags import FLAG_SOURCES, cached_wheel, sglang_cli_flags  # noqa: F401
 
 # ``sglang serve`` == console script ``sglang = sglang.cli.main:main`` (entry_points.txt).
 SERVE_CODE = "import sys; from sglang.cli.main import main; sys.argv[0] = 'sglang'; sys.exit(main())"
@@ -68,38 +52,11 @@ GPU_PROBE = (
     "print(repr((c[0], c[1], p.name, p.total_memory) if c else None))"
 )
 
-# Where each flag is defined in SGLang 0.5.23 (paths relative to sglang/srt/). Flags declared as
-# fields become ``--field-name`` via ``arg_groups/arg_utils.py`` 288-290 and 327-328; booleans are
-# ``store_true`` (arg_utils.py 393-399); the two parser flags are registered by hand.
-FLAG_SOURCES: dict[str, str] = {
-    "--model-path": "arg_groups/fields/model.py:51",
-    "--trust-remote-code": "arg_groups/fields/model.py:106",
-    "--context-length": "arg_groups/fields/model.py:110",
-    "--host": "arg_groups/fields/serving.py:65",
-    "--port": "arg_groups/fields/serving.py:66",
-    "--tp-size": "arg_groups/fields/parallel.py:45",
-    "--ep-size": "arg_groups/fields/parallel.py:281",
-    "--mem-fraction-static": "arg_groups/fields/schedule.py:27",
-    "--max-running-requests": "arg_groups/fields/schedule.py:31",
-    "--chunked-prefill-size": "arg_groups/fields/schedule.py:52",
-    "--disable-shared-experts-fusion": "arg_groups/fields/exec_.py:984",
-    "--enable-deterministic-inference": "arg_groups/fields/exec_.py:1153",
-    "--enable-metrics": "arg_groups/fields/observability.py:70",
-    "--speculative-algorithm": "arg_groups/fields/spec.py:31",
-    "--speculative-num-steps": "arg_groups/fields/spec.py:58",
-    "--speculative-eagle-topk": "arg_groups/fields/spec.py:62",
-    "--speculative-num-draft-tokens": "arg_groups/fields/spec.py:66",
-    "--reasoning-parser": "server_args.py:369",
-    "--tool-call-parser": "server_args.py:379",
-}
-
 # NVFP4 W4A4 MoE needs Blackwell: ``is_blackwell`` = compute capability major in {10, 11, 12}
 # and CUDA >= 12.8 (sglang/srt/utils/common.py 297-303), checked by
 # ``CompressedTensorsW4A4Nvfp4MoE.__init__`` (compressed_tensors_w4a4_nvfp4_moe.py 38-43).
 NVFP4_CAPABILITY_MAJORS = (10, 11, 12)
 
-WHEEL_CACHE = Path(os.environ.get("NVFP4STUDY_CACHE", Path.home() / ".cache" / "nvfp4study")) / "wheels"
-ERROR_LINE = re.compile(r"Traceback|Error|Exception|error:|FAILED|out of memory|Killed", re.I)
 
 
 # --- configurations --------------------------------------------------------------------------
@@ -288,86 +245,6 @@ def command_flags(cmd: list[str]) -> list[str]:
     return [a.split("=", 1)[0] for a in tail if a.startswith("--")]
 
 
-def sglang_cli_flags(source: str | Path) -> dict[str, str]:
-    """Every CLI flag SGLang's server parser defines, read statically from its source.
-
-    Reads ``sglang/srt/arg_groups/fields/*.py`` (fields annotated ``A[T, "help"]`` or
-    ``A[T, Arg(...)]``, skipping ``no_cli=True``; name ``--field-name`` or ``cli_name``, plus
-    ``aliases``) and the hand-registered ``parser.add_argument("--...")`` calls of
-    ``sglang/srt/server_args.py``, the way ``arg_utils.add_cli_args_from_dataclass`` does.
-
-    Args:
-        source: an SGLang wheel (``.whl``) or a folder holding ``sglang/srt``.
-
-    Returns:
-        ``{flag: "path:line"}`` with paths relative to ``sglang/srt/``.
-    """
-    files = _read_sources(Path(source))
-    flags: dict[str, str] = {}
-    for rel, text in files.items():
-        tree = ast.parse(text)
-        if rel.startswith("arg_groups/fields/"):
-            for node in ast.walk(tree):
-                if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                    for name in _field_flags(node):
-                        flags.setdefault(name, f"{rel}:{node.lineno}")
-        else:
-            for node in ast.walk(tree):
-                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                        and node.func.attr == "add_argument"):
-                    for a in node.args:
-                        if isinstance(a, ast.Constant) and str(a.value).startswith("--"):
-                            flags.setdefault(a.value, f"{rel}:{a.lineno}")
-    return flags
-
-
-def _read_sources(source: Path) -> dict[str, str]:
-    prefix = "sglang/srt/"
-    want = lambda n: (n.startswith(prefix + "arg_groups/fields/") and n.endswith(".py")) or n == prefix + "server_args.py"  # noqa: E731
-    out: dict[str, str] = {}
-    if source.is_file() and source.suffix == ".whl":
-        with zipfile.ZipFile(source) as z:
-            for n in z.namelist():
-                if want(n):
-                    out[n[len(prefix):]] = z.read(n).decode()
-    else:
-        root = source / "sglang" / "srt" if (source / "sglang" / "srt").is_dir() else source
-        for f in [*sorted((root / "arg_groups" / "fields").glob("*.py")), root / "server_args.py"]:
-            if f.is_file():
-                out[str(f.relative_to(root))] = f.read_text()
-    if "server_args.py" not in out:
-        raise StageInputMissing(f"{source}: no sglang/srt/server_args.py (not an SGLang wheel or tree)")
-    return out
-
-
-def _field_flags(node: ast.AnnAssign) -> list[str]:
-    ann = node.annotation
-    if not (isinstance(ann, ast.Subscript) and isinstance(ann.value, ast.Name) and ann.value.id == "A"):
-        return []
-    elts = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
-    if len(elts) < 2:
-        return []
-    meta = elts[1]
-    name = "--" + node.target.id.replace("_", "-")
-    if isinstance(meta, ast.Constant) and isinstance(meta.value, str):
-        return [name]
-    if isinstance(meta, ast.Call) and getattr(meta.func, "id", None) == "Arg":
-        kw = {k.arg: k.value for k in meta.keywords}
-        if isinstance(kw.get("no_cli"), ast.Constant) and kw["no_cli"].value is True:
-            return []
-        if isinstance(kw.get("cli_name"), ast.Constant):
-            name = kw["cli_name"].value
-        aliases = [e.value for e in getattr(kw.get("aliases"), "elts", []) if isinstance(e, ast.Constant)]
-        return [name, *aliases]
-    return []
-
-
-def cached_wheel(version: str) -> Path | None:
-    """The cached SGLang wheel of ``version`` under ``~/.cache/nvfp4study/wheels``, if present."""
-    found = sorted(WHEEL_CACHE.glob(f"sglang-{version}-*.whl"))
-    return found[0] if found else None
-
-
 def command_table(params: Params, config: ServerConfig | None = None):
     """The launch command flag by flag, with where SGLang defines each flag.
 
@@ -448,19 +325,6 @@ def gpu_refusal(params: Params) -> str | None:
 
 
 # --- the process -----------------------------------------------------------------------------
-def log_tail(path: str | Path | None, lines: int = 40) -> str:
-    """The server log's last lines; when it holds a traceback or error lines, those first."""
-    if path is None or not Path(path).is_file():
-        return ""
-    text = Path(path).read_text(errors="replace").splitlines()
-    tail = text[-lines:]
-    tb = max((i for i, ln in enumerate(text) if ln.startswith("Traceback")), default=None)
-    if tb is not None and tb < len(text) - lines:
-        return "\n".join(text[tb:tb + lines // 2] + ["..."] + tail[-lines // 2:])
-    errs = [ln for ln in text[:-lines] if ERROR_LINE.search(ln)][-5:]
-    return "\n".join((errs + ["..."] if errs else []) + tail)
-
-
 def check_interpreter(python: str, expect_version: str | None = None) -> str:
     """Check the SGLang interpreter and return its ``sglang`` version.
 
@@ -483,182 +347,6 @@ def check_interpreter(python: str, expect_version: str | None = None) -> str:
         raise WrongInterpreter(f"server.python {exe!r} has sglang {version}, the params want "
                                f"{expect_version} (set sglang.version or server.check_version=false)")
     return version
-
-
-def check_port_free(host: str, port: int) -> None:
-    """Raise :class:`PortInUse` when something listens on host:port (bind test, SO_REUSEADDR
-    set as uvicorn does, so only a listener, not a TIME_WAIT socket, makes it fail)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-                raise PortInUse(f"{host}:{port} is already in use (another server? stop it or set "
-                                f"server.port)") from None
-            raise
-
-
-def _set_pdeathsig() -> None:  # runs in the child before exec (Linux): die with the launcher
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-_LIVE: dict[int, ServerProcess] = {}
-_BY_URL: dict[str, ServerProcess] = {}
-
-
-@dataclass
-class ServerProcess:
-    """One launched SGLang server: its command, log, process group and timings."""
-
-    command: list[str]
-    log_path: Path
-    host: str
-    port: int
-    env: dict[str, str] = field(default_factory=dict)
-    grace_s: float = 30.0
-    tail_lines: int = 40
-    proc: subprocess.Popen | None = None
-    t_launch: float | None = None
-    t_healthy: float | None = None
-    returncode: int | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def tail(self) -> str:
-        return log_tail(self.log_path, self.tail_lines)
-
-    def start(self) -> None:
-        """Launch in a new session (own process group), output appended to the log file."""
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.env}
-        with open(self.log_path, "ab") as log:
-            log.write(f"# nvfp4study launch: {json.dumps(self.command)}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                         preexec_fn=_set_pdeathsig if sys.platform == "linux" else None)
-        self.t_launch = time.monotonic()
-        _LIVE[self.proc.pid] = self
-        _BY_URL[self.base_url] = self
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def wait_healthy(self, timeout_s: float, poll_s: float = 2.0) -> float:
-        """Poll ``/health_generate`` until 200. Returns seconds from launch to healthy.
-
-        Raises:
-            ServerExitedDuringLoad: the process exited first.
-            HealthTimeout: no 200 within ``timeout_s``.
-        """
-        import httpx
-
-        from . import client as _client
-
-        assert self.proc is not None and self.t_launch is not None
-        deadline = self.t_launch + timeout_s
-        last = "no answer yet"
-        while True:
-            rc = self.proc.poll()
-            if rc is not None:
-                self.returncode = rc
-                raise ServerExitedDuringLoad(f"the server exited with status {rc} while loading",
-                                             log=self.log_path, log_tail=self.tail())
-            now = time.monotonic()
-            if now >= deadline:
-                raise HealthTimeout(f"/health_generate not 200 after {timeout_s:.0f} s (last: {last})",
-                                    log=self.log_path, log_tail=self.tail())
-            try:
-                with _client.http(max(1.0, min(30.0, deadline - now))) as http:
-                    r = http.get(self.base_url + "/health_generate")
-                if r.status_code == 200:
-                    self.t_healthy = time.monotonic()
-                    return self.t_healthy - self.t_launch
-                last = f"HTTP {r.status_code}"
-            except httpx.HTTPError as exc:
-                last = type(exc).__name__
-            end = min(deadline, time.monotonic() + poll_s)
-            while time.monotonic() < end and self.proc.poll() is None:
-                time.sleep(min(0.1, poll_s))
-
-    def group_members(self) -> list[psutil.Process]:
-        """Live (non-zombie) processes of the server's process group and descendants."""
-        if self.proc is None:
-            return []
-        pgid = self.proc.pid  # start_new_session: the leader's pid is the group id
-        out: dict[int, psutil.Process] = {}
-        for p in psutil.process_iter(["status"]):
-            try:
-                if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
-                    out[p.pid] = p
-            except (ProcessLookupError, psutil.Error, OSError):
-                continue
-        with contextlib.suppress(psutil.Error):
-            for c in psutil.Process(self.proc.pid).children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    if c.status() != psutil.STATUS_ZOMBIE:
-                        out[c.pid] = c
-        return list(out.values())
-
-    def stop(self) -> None:
-        """Terminate the whole process group: SIGTERM, wait ``grace_s``, then SIGKILL. Idempotent."""
-        if self.proc is None:
-            return
-        pgid = self.proc.pid
-        members = self.group_members()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
-        for p in members:  # descendants that left the group (one SIGTERM each, not two)
-            with contextlib.suppress(psutil.Error, OSError):
-                if os.getpgid(p.pid) != pgid:
-                    p.terminate()
-        deadline = time.monotonic() + self.grace_s
-        while time.monotonic() < deadline and (self.proc.poll() is None or self.group_members()):
-            time.sleep(0.05)
-        if self.proc.poll() is None or self.group_members():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
-            for p in self.group_members() + members:
-                with contextlib.suppress(psutil.Error):
-                    p.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
-        end = time.monotonic() + 10
-        while self.group_members() and time.monotonic() < end:
-            time.sleep(0.05)
-        self.returncode = self.proc.returncode
-        _LIVE.pop(self.proc.pid, None)
-        if _BY_URL.get(self.base_url) is self:
-            _BY_URL.pop(self.base_url, None)
-
-    def check_alive(self, wait_s: float = 0.0) -> None:
-        """Raise :class:`ServerDied` (with the log tail) if the server has exited, waiting up to
-        ``wait_s`` for an exit in progress (after a cut stream the process may still be closing)."""
-        if self.proc is not None and wait_s > 0:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=wait_s)
-        if self.proc is not None and self.proc.poll() is not None:
-            self.returncode = self.proc.returncode
-            raise ServerDied(f"the server exited with status {self.returncode} while serving",
-                             log=self.log_path, log_tail=self.tail())
-
-
-@atexit.register
-def _stop_all() -> None:  # last resort: never leave a server behind this interpreter
-    for sp in list(_LIVE.values()):
-        with contextlib.suppress(Exception):
-            sp.stop()
-
-
-def process_for(base_url: str) -> ServerProcess | None:
-    """The live :class:`ServerProcess` serving ``base_url`` (to attach its log tail to errors)."""
-    return _BY_URL.get(base_url.rstrip("/"))
 
 
 def _next_log(paths, config: ServerConfig) -> Path:

@@ -331,12 +331,28 @@ def load_state(state_file: str | Path) -> dict[str, Any]:
         raise PatchStateError(f"cannot read patch state {state_file}: {exc}") from exc
 
 
+def install_from_state(state_file: str | Path) -> SGLangTree:
+    """The serving install recorded by stage 03 in ``data/sglang_patch_state.json``.
+
+    Raises:
+        PatchStateError: no state file, or stage 03 patched no install (CPU profile).
+    """
+    st = load_state(state_file)
+    if not st.get("install"):
+        raise PatchStateError(f"{state_file}: no serving install was prepared ({st.get('note', '')})")
+    return open_tree(st["install"])
+
+
 def write_state(state_file: str | Path, tree: SGLangTree, note: str = "") -> dict[str, Any]:
     """Record the tree's current patch state as JSON (atomically) and return it."""
-    st = status(tree)
+    path = Path(state_file)
+    prev = {}
+    if path.is_file():
+        with contextlib.suppress(OSError, ValueError):
+            prev = json.loads(path.read_text())
+    st = {**prev, **status(tree)}  # keeps keys stage 03 added (install, needed_modes)
     st.update(tree=str(tree.root), note=note,
               time=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
-    path = Path(state_file)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".patch-state-", suffix=".json")
     with os.fdopen(fd, "w") as fh:

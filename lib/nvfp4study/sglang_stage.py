@@ -126,6 +126,7 @@ def _snapshot(tree: SGLangTree) -> dict[str, str]:
 
 def _roundtrip(stage: Stage, src: SGLangTree, modes: list[str]) -> list[dict[str, Any]]:
     copy = copy_tree(src, stage.paths.work(f"sglang-{src.version}"))
+    sp.switch_mode(copy, "stock", det=False)  # an install may arrive patched; start from release
     before = _snapshot(copy)
     rows = []
     for mode in modes:
