@@ -34,7 +34,7 @@
 
 # %% tags=["parameters"]
 params_file: str = "../params/default.yaml"  # study params; the runner passes the run's resolved copy
-run_dir: str = ""  # run folder; "" = outputs/latest, or a new folder when there is none
+run_dir: str = ""  # run folder; empty means outputs/latest, or a new folder when there is none
 
 # %%
 from nvfp4study.stage import open_stage

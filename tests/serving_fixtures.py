@@ -38,7 +38,7 @@ def fake_processes() -> list[psutil.Process]:
     return out
 
 
-@pytest.fixture(autouse=False)
+@pytest.fixture
 def no_leftover():
     """Fails the test if any fake-server process is still alive after it (polls up to 5 s)."""
     before = {p.pid for p in fake_processes()}

@@ -311,7 +311,8 @@ def collect(stage):
     for c in configs:
         done = {k for k, r in recorded(stage.paths, c).items() if r.get("status") == "ok"}
         pending = [r for r in needs(stage.params, c) if r.key not in done]
-        must_launch = stage.name == "04_launch_server" and not launches(stage.paths, c)
+        must_launch = stage.name == "04_launch_server" and not any(
+            r.get("status") == "ok" for r in launches(stage.paths, c))
         if not pending and not must_launch:
             rows.append({"config": c.key, "launched": False, "sent": 0, "failed": 0,
                          "note": "all requests already recorded"})

@@ -199,7 +199,7 @@ class MTPParams(_Strict):
     max_tokens: int = 512
     warmup_requests: int = 1
     thinking: bool = False  # chat_template_kwargs enable_thinking for the timed prompts
-    flush_cache: bool = True  # POST /flush_cache before each request (no prefix-cache reuse)
+    flush_cache: bool = True  # POST /flush_cache before each 06/07 request (no prefix-cache reuse)
     broken_model_path: str | None = None  # a checkpoint with layer 42 mis-declared (mtp.broken-draft)
 
 

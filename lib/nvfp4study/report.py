@@ -23,12 +23,16 @@ VERDICT_COLOURS = {
 }
 
 
-def _compact(value: Any) -> str:
+MAX_CELL_CHARS = 400  # longer values are clipped in the table; ledger.json keeps them whole
+
+
+def _compact(value: Any, limit: int | None = None) -> str:
     if value is None:
         return ""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, default=str, separators=(", ", ": "))
+    text = value if isinstance(value, str) else json.dumps(value, default=str, separators=(", ", ": "))
+    if limit and len(text) > limit:
+        text = text[:limit].rstrip() + " … (whole value in ledger.json)"
+    return text
 
 
 def ledger_frame(run_dir: str | Path) -> pd.DataFrame:
@@ -44,7 +48,7 @@ def ledger_frame(run_dir: str | Path) -> pd.DataFrame:
             "origin": r.get("origin", "card"),
             "claim": r["claim"],
             "card says": _compact(r.get("card")),
-            "we measured": _compact(r.get("measured")),
+            "we measured": _compact(r.get("measured"), MAX_CELL_CHARS),
             "verdict": r["verdict"],
             "checked on": r.get("checked_on") or "",
             "note": r.get("note", ""),
@@ -66,8 +70,15 @@ def styled_ledger(df: pd.DataFrame):
         colour = VERDICT_COLOURS.get(row["verdict"], "white")
         return [f"background-color: {colour}"] * len(row)
 
-    return (df.style.apply(_row, axis=1).hide(axis="index")
-            .set_properties(**{"text-align": "left", "vertical-align": "top", "font-size": "0.85em"}))
+    widths = {"id": "9%", "stage": "7%", "origin": "4%", "claim": "18%", "card says": "14%",
+              "we measured": "20%", "verdict": "6%", "checked on": "5%", "note": "12%",
+              "evidence": "5%"}
+    styles = [{"selector": "", "props": [("table-layout", "fixed"), ("width", "100%")]},
+              {"selector": "td, th", "props": [("overflow-wrap", "anywhere"), ("text-align", "left"),
+                                               ("vertical-align", "top"), ("font-size", "0.8em")]}]
+    styles += [{"selector": f"th.col{i}", "props": [("width", widths.get(c, "auto"))]}
+               for i, c in enumerate(df.columns)]
+    return df.style.apply(_row, axis=1).hide(axis="index").set_table_styles(styles)
 
 
 def notebook_links(run_dir: str | Path) -> str:

@@ -393,25 +393,64 @@ class _Tail:
         return self.buf.decode("utf-8", errors="replace")
 
 
-def _tree(proc: subprocess.Popen) -> list[psutil.Process]:
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_HAVE_CHILDREN = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists()
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of ``pid`` from ``/proc/<pid>/task/*/children`` (CONFIG_PROC_CHILDREN)."""
+    out: list[int] = []
     try:
-        return psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        return []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                out += [int(x) for x in fh.read().split()]
+    except (OSError, ValueError):
+        pass
+    return out
 
 
-def _kill(proc: subprocess.Popen, seen: dict[int, psutil.Process]) -> None:
-    """SIGKILL the sandbox's process group and every descendant ever seen (checked against
-    their start time by psutil, so a recycled pid is not hit)."""
+def _descendants(pid: int, limit: int = 100_000) -> list[int]:
+    """All descendants of ``pid``: a walk of the children files (cheap: only the tree is read),
+    or psutil's scan of every process where the kernel lacks them."""
+    if not _HAVE_CHILDREN:
+        try:
+            return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+        except psutil.Error:
+            return []
+    out, todo = [], [pid]
+    while todo and len(out) < limit:
+        kids = _children(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
+def _proc_stat(pid: int) -> tuple[int, float, int] | None:
+    """(RSS bytes, CPU seconds user+system, start time in clock ticks) from /proc/<pid>/stat."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # fields[0] is field 3 (state): utime 14, stime 15, starttime 22, rss 24 (proc(5))
+    return int(fields[21]) * _PAGE, (int(fields[11]) + int(fields[12])) / _CLK_TCK, int(fields[19])
+
+
+def _kill(proc: subprocess.Popen, seen: dict[int, int]) -> None:
+    """SIGKILL the sandbox's process group and every descendant ever seen (``{pid: start
+    time}``; a pid whose start time changed was recycled and is left alone)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    for p in seen.values():
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
+    for pid, start in seen.items():
+        st = _proc_stat(pid)
+        if st is not None and st[2] == start:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 MARKER_ENV = "NVFP4STUDY_SANDBOX"  # fallback mode: marks every process a run started
@@ -524,14 +563,14 @@ def check_program(task: Task, code: str, params: SandboxParams | None = None, *,
     sel.register(proc.stdout, selectors.EVENT_READ, out)
     sel.register(proc.stderr, selectors.EVENT_READ, err)
     sel.register(rfd, selectors.EVENT_READ, None)
-    seen: dict[int, psutil.Process] = {}
+    seen: dict[int, int] = {}  # pid -> start time (clock ticks) of every descendant seen
     reason = ""
     max_cpu = 0.0  # largest CPU time (s) seen for one sandbox process (RLIMIT_CPU is per process)
     exited_at = None
     base = 1 if isolation == Isolation.BWRAP else -1  # bwrap's own init inside the namespace
     output_cap = params.file_size_mb * 1024 * 1024
     try:
-        next_poll = start
+        next_poll = start + POLL_S
         while True:
             now = time.monotonic()
             remaining = start + params.timeout_s - now
@@ -557,20 +596,18 @@ def check_program(task: Task, code: str, params: SandboxParams | None = None, *,
                 continue
             if time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + POLL_S
-                procs = _tree(proc)
-                for p in procs:
-                    seen.setdefault(p.pid, p)
-                if len(procs) - base > params.max_processes:
+                pids = _descendants(proc.pid)
+                if len(pids) - base > params.max_processes:
                     reason = "process limit"
                     break
                 rss = 0
-                for p in procs:
-                    try:
-                        rss += p.memory_info().rss
-                        cpu = p.cpu_times()
-                        max_cpu = max(max_cpu, cpu.user + cpu.system)
-                    except psutil.Error:
-                        pass
+                for pid in pids:
+                    st = _proc_stat(pid)
+                    if st is None:
+                        continue
+                    seen.setdefault(pid, st[2])
+                    rss += st[0]
+                    max_cpu = max(max_cpu, st[1])
                 if rss > params.memory_mb * 1024 * 1024:
                     reason = "memory limit"
                     break

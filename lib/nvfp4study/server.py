@@ -420,7 +420,10 @@ def serving(stage, config: ServerConfig, *, startup_timeout_s: float | None = No
 
     Raises:
         WrongInterpreter, NoCapableGPU, PortInUse, StageInputMissing: before launch.
+        the patcher's errors (``PatchConflict``, ``PatchTargetReadOnly``, ...) when
+            ``sglang.apply_to_install`` is true and the install cannot be switched.
         ServerExitedDuringLoad, HealthTimeout: while loading (the process group is then stopped).
+        ServerDied: on leaving the block, if the server exited while it was in use.
     """
     params: Params = stage.params
     s = params.server
