@@ -15,10 +15,11 @@ import ast
 import time
 from collections.abc import Callable
 
+from pyflakes import checker
+
 from nvfp4study.detect import detect_code, detect_completion
 from nvfp4study.junk import make_variants, wrap_completion
 from nvfp4study.tasks import load_tasks
-from pyflakes import checker
 
 
 def best_rate(fn: Callable[[], int], repeat: int) -> tuple[float, int]:

@@ -38,7 +38,7 @@ from nvfp4study.corruption import (
     run_served_study,
     wilson_interval,
 )
-from nvfp4study.errors import RawDataError, ReplayDataMissing
+from nvfp4study.errors import RawDataError, ReplayDataMissing, TaskSelectionError
 from nvfp4study.ledger import init_ledger, read_ledger
 from nvfp4study.params import dump_params, load_params
 from nvfp4study.paths import RunPaths
@@ -253,8 +253,8 @@ def test_ledger_rows(analysed):
     assert r["card"]["clean_before"] == 4  # the card's value stays in "card"
     r = rows["corruption.t06-on"]
     assert r["verdict"] == "contradicted"  # after 1/2 clean, intervals overlap
-    assert r["measured"]["after"] == {"clean": 1, "n": 2, "no_code": 1, "failed": 1,
-                                      "ci95": [0.0945, 0.9055]}
+    assert r["measured"]["after"] == {"clean": 1, "n": 2, "clean_frac": 0.5, "no_code": 1,
+                                      "failed": 1, "ci95": [0.0945, 0.9055]}
     for cid in ("corruption.t0-off-10", "corruption.t06-off"):  # not in these params
         assert rows[cid]["verdict"] == "not run" and "not served" in rows[cid]["note"]
     r = rows["corruption.executed"]
@@ -333,6 +333,9 @@ def test_claim_sets_from_params():
     assert corruption.claim_sets(params)["t0-off-b"] == [f"HumanEval/{i}" for i in range(10)]
     params = load_params(None, ["corruption.claim_tasks=[HumanEval/3, card/dedupe]"])
     assert corruption.claim_task_ids(params, 15) == ["HumanEval/3", "card/dedupe"]
+    params = load_params(None, ["corruption.claim_tasks=[HumanEval/999]"])
+    with pytest.raises(TaskSelectionError, match="HumanEval/999"):
+        corruption.claim_sets(params)
 
 
 # --- live collection, with the server and client replaced by stand-ins ------------------------
@@ -398,3 +401,14 @@ def test_live_collection_resumes(tmp_path, monkeypatch):
     assert [(r["task_id"], r["stream"]) for r in probe] == [("card/binary_search", True),
                                                             ("card/binary_search", False)]
     assert stage.params.server.reasoning_parser is None  # the stage's own params untouched
+
+
+def test_gpu_profile_claim_sets(repo):
+    from nvfp4study.tasks import CARD_TASK_IDS
+
+    params = load_params(repo / "params" / "ling3-flash.yaml")
+    sets = corruption.claim_sets(params)
+    assert sets == {"t0-off-a": list(CARD_TASK_IDS), "t0-off-b": list(CARD_TASK_IDS[:10]),
+                    "t06-on": list(CARD_TASK_IDS[:10]), "t06-off": list(CARD_TASK_IDS[:10])}
+    off, ids = corruption.probe_plan(params)
+    assert off.thinking is False and len(ids) == params.corruption.reasoning_probe_tasks

@@ -4,6 +4,7 @@ bad input, the CLI, and no false positive on the canonical solutions."""
 import json
 
 import pytest
+
 from nvfp4study import cli
 from nvfp4study.detect import (
     CORRUPTING,

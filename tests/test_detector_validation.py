@@ -5,6 +5,7 @@ import math
 
 import pandas as pd
 import pytest
+
 from nvfp4study import detector_validation as dv
 from nvfp4study.errors import DetectorValidationError
 from nvfp4study.ledger import read_ledger

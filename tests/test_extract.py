@@ -1,6 +1,7 @@
 """Code extraction from chat completions: each case, and F-07's reasoning leaks with clean twins."""
 
 import pytest
+
 from nvfp4study.errors import CompletionFormatError
 from nvfp4study.extract import (
     CodeSource,

@@ -4,6 +4,7 @@ import io
 import tokenize
 
 import pytest
+
 from nvfp4study.junk import ALL_KINDS, FRAGMENTS, JunkKind, make_variants, wrap_completion
 
 PROMPT = 'from typing import List\n\n\ndef search(arr: List[int], x: int) -> int:\n    """Find x."""\n'

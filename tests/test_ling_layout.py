@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
+
 from ling_fixtures import TINY, tree_digest
 from nvfp4study import ling_layout as L
 from nvfp4study.errors import LayoutError, OutputExists
 from nvfp4study.params import LingShape
-from safetensors import safe_open
 
 REAL = LingShape()
 

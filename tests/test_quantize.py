@@ -9,12 +9,13 @@ import sys
 
 import pytest
 import torch
+from safetensors import safe_open
+
 from ling_fixtures import TINY, tree_digest
 from nvfp4study import ling_layout as L
 from nvfp4study import quantize as Q
 from nvfp4study.errors import OutputExists, QuantizeFailed, SourceCheckpointMissing
 from nvfp4study.params import QuantizeParams
-from safetensors import safe_open
 
 N_ROUTED = 3 * TINY.num_experts * (TINY.num_hidden_layers - TINY.first_k_dense_replace)  # 48
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from ling_fixtures import TINY
 from nvfp4study import ling_layout as L
 from nvfp4study import quantize_stage as qs

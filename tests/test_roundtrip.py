@@ -6,13 +6,14 @@ import json
 
 import pytest
 import torch
+from safetensors import safe_open
+
 from ling_fixtures import TINY
 from nvfp4study import ling_layout as L
 from nvfp4study import quantize as Q
 from nvfp4study import roundtrip as R
 from nvfp4study.errors import SourceCheckpointMissing
 from nvfp4study.params import QuantizeParams
-from safetensors import safe_open
 
 # e2m1 magnitudes by the low 3 bits of a nibble; bit 3 is the sign (OCP MX spec, FP4 E2M1)
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]

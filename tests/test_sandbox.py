@@ -213,6 +213,13 @@ def test_hostile_details(host):
     assert uid == 65534 and ppid == 1 and work is False
     assert set(root) <= {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "proc",
                          "dev", "tmp", "root", "opt", "home", "run"} | {Path(sandbox.sandbox_python(p)).parts[1]}
+    listing = check_program(TASK, "import os\nraise RuntimeError(repr(sorted(os.listdir('/root'))"
+                            " if os.path.isdir('/root') else []))\n", p)
+    visible = {Path(r).relative_to("/root").parts[0] for r in sandbox.python_roots(
+        sandbox.sandbox_python(p)) if r.startswith("/root/")}
+    assert set(eval(listing.message)) <= visible  # noqa: S307 (our own repr)
+    host_only = set(os.listdir("/root")) - visible if os.access("/root", os.R_OK) else set()
+    assert not host_only & set(eval(listing.message))  # noqa: S307
     _assert_harness_unharmed(host, os.getcwd())
 
 

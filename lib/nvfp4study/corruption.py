@@ -510,7 +510,8 @@ def _count(summary: pd.DataFrame, mode: str, sampling: str) -> dict[str, Any] | 
         return None
     r = r.iloc[0]
     ci = [round(float(r.ci_low), 4), round(float(r.ci_high), 4)] if r.n else None
-    return {"clean": int(r.clean), "n": int(r.n), "no_code": int(r.no_code),
+    frac = round(float(r.clean_frac), 4) if r.n else None
+    return {"clean": int(r.clean), "n": int(r.n), "clean_frac": frac, "no_code": int(r.no_code),
             "failed": int(r.failed), "ci95": ci}
 
 
@@ -563,12 +564,13 @@ def _record_executed(stage, params, df, evidence, checked_on):
         return None
     passed = int(part.passed.sum())
     outcomes = {k: int(v) for k, v in Counter(part.exec_outcome.fillna("no_code")).items()}
-    failures = [f"{r.task_id}: {r.exec_outcome or 'no code'}"
-                + (f" ({r.exec_exception})" if r.exec_exception else "")
+    failures = [f"{r.task_id}: {'no code' if pd.isna(r.exec_outcome) else r.exec_outcome}"
+                + ("" if pd.isna(r.exec_exception) else f" ({r.exec_exception})")
                 for r in part.itertuples() if not r.passed]
     verdict = Verdict.REPRODUCED if passed == len(part) else Verdict.CONTRADICTED
+    isolation = ", ".join(sorted(set(part.isolation.dropna()))) or "nothing executed"
     note = (f"first {c.executed_n} claim tasks, sampling {first}, clamp {c.after_mode}, executed "
-            f"against their assertions in the sandbox ({part.isolation.dropna().iloc[0] if part.isolation.notna().any() else 'no execution'})"
+            f"against their assertions in the sandbox ({isolation})"
             + (f"; failed: {'; '.join(failures)}" if failures else "") + ".")
     return stage.record("corruption.executed", measured={"passed": passed, "n": len(part),
                         "outcomes": outcomes, "sampling": first, "clamp": c.after_mode},

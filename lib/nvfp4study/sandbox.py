@@ -16,12 +16,13 @@ The sandbox (``bwrap`` 0.8; flags from ``bwrap --help``; reference ``evaluation.
   other contents, ``/home`` and ``/etc/shadow`` do not exist inside. The environment is cleared.
 * limits, set by the runner before the program starts (soft = hard, so the program cannot raise
   them): ``RLIMIT_AS`` (memory_mb), ``RLIMIT_CPU`` (cpu_s; SIGXCPU), ``RLIMIT_FSIZE``
-  (file_size_mb), ``RLIMIT_CORE`` 0, ``RLIMIT_NOFILE`` 256, ``RLIMIT_NPROC`` (max_processes).
-  When the harness runs as root, the sandbox's nobody maps to root outside its user namespace
-  and the kernel ignores ``RLIMIT_NPROC`` (kernel/fork.c exempts INIT_USER), so processes are
-  bounded by a watchdog instead: every 20 ms the harness counts the sandbox's processes and
-  their total RSS and kills the sandbox above ``max_processes`` / ``memory_mb``. Killing the
-  PID namespace's init (bwrap) kills every process in it, so nothing survives a run.
+  (file_size_mb), ``RLIMIT_CORE`` 0, ``RLIMIT_NOFILE`` 256. ``RLIMIT_NPROC`` is not used: it
+  counts every task of the real user (threads included) and the kernel ignores it for root
+  (kernel/fork.c exempts INIT_USER; as root the sandbox's nobody is root outside its user
+  namespace). Processes are bounded by a watchdog instead: every 20 ms the harness walks the
+  sandbox's process tree (``/proc/<pid>/task/*/children``) and kills the sandbox above
+  ``max_processes`` processes or ``memory_mb`` of total RSS. Killing the PID namespace's init
+  (bwrap) kills every process in it, so nothing survives a run.
 * wall clock: after ``timeout_s`` the process group is killed with SIGKILL.
 * output: stdout/stderr are drained continuously; the last ``output_tail_bytes`` are kept and a
   program that prints more than ``file_size_mb`` in total is killed (``killed``, "output limit").
@@ -279,7 +280,6 @@ def _limits(params: SandboxParams) -> dict[str, tuple[int, int]]:
         "RLIMIT_FSIZE": (params.file_size_mb * mb, params.file_size_mb * mb),
         "RLIMIT_CORE": (0, 0),
         "RLIMIT_NOFILE": (256, 256),
-        "RLIMIT_NPROC": (params.max_processes, params.max_processes),
     }
 
 
@@ -292,9 +292,21 @@ def sandbox_python(params: SandboxParams) -> str:
     return os.path.realpath(params.python or sys.executable)
 
 
-def _python_prefix(python: str) -> str:
-    """``<prefix>`` of ``<prefix>/bin/pythonX.Y`` (holds the stdlib and any libpython)."""
-    return str(Path(python).parent.parent)
+@functools.lru_cache(maxsize=8)
+def python_roots(python: str) -> tuple[str, ...]:
+    """Folders the interpreter needs, bound read-only into the sandbox: ``<prefix>`` of
+    ``<prefix>/bin/pythonX.Y`` (a venv or an installation) and the stdlib's base prefix and
+    exec prefix (asked from the interpreter itself, once), minus anything under ``/usr``."""
+    roots = {str(Path(python).parent.parent)}
+    try:
+        out = subprocess.run([python, "-I", "-c",
+                              "import sys; print(sys.base_prefix); print(sys.base_exec_prefix)"],
+                             capture_output=True, text=True, timeout=30)
+        roots |= {os.path.realpath(line) for line in out.stdout.splitlines() if line.strip()}
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    keep = [r for r in roots if r != "/" and r != "/usr" and not r.startswith("/usr/")]
+    return tuple(sorted(keep, key=lambda r: (r.count("/"), r)))  # outer folders first
 
 
 def _bwrap_path() -> str | None:
@@ -317,9 +329,8 @@ def bwrap_args(python: str, params: SandboxParams) -> list[str]:
     args += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
              "--proc", "/proc", "--dev", "/dev",
              "--size", str(params.tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp"]
-    prefix = _python_prefix(python)
-    if not (prefix == "/usr" or prefix.startswith("/usr/")):
-        args += ["--ro-bind", prefix, prefix]  # after --tmpfs: a prefix under /tmp stays visible
+    for root in python_roots(python):
+        args += ["--ro-bind", root, root]  # after --tmpfs: a prefix under /tmp stays visible
     args += ["--remount-ro", "/", "--chdir", "/tmp", "--clearenv",
              "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
              "--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8"]
@@ -577,7 +588,12 @@ def check_program(task: Task, code: str, params: SandboxParams | None = None, *,
             if remaining <= 0:
                 reason = f"wall clock {params.timeout_s:g} s"
                 break
-            for key, _ in sel.select(timeout=min(POLL_S, remaining)):
+            if not sel.get_map():  # all pipes closed: only the exit is left to wait for
+                try:
+                    proc.wait(timeout=min(POLL_S, remaining))
+                except subprocess.TimeoutExpired:
+                    pass
+            for key, _ in sel.select(timeout=min(POLL_S, remaining)) if sel.get_map() else ():
                 fd = key.fd
                 data = os.read(fd, 65536)
                 if not data:
