@@ -99,9 +99,6 @@ detector_validation.record_claims(stage, result)
 # %% [markdown]
 # ## Part 2 · The served study
 #
-# <!-- BEGIN SERVED-STUDY SECTION: owned by lib/nvfp4study/corruption.py (issue 5 item 7).
-# Only that module's author edits the cells between this marker and END SERVED-STUDY SECTION. -->
-#
 # For each clamp mode served (`corruption.clamp_modes`), each sampling configuration
 # (`corruption.sampling`; thinking switched through `chat_template_kwargs`) and each task: the raw
 # completion is appended to `data/corruption-raw-clamp=<mode>-sampling=<name>.jsonl` as it
@@ -150,4 +147,3 @@ corruption.junk_table(served)
 corruption.ledger_rows(stage)
 
 # %% [markdown]
-# <!-- END SERVED-STUDY SECTION -->

@@ -153,7 +153,7 @@ def audit_checkpoint(path: str | Path, *, read_values: bool = True, allow_missin
         The :class:`AuditReport`.
 
     Raises:
-        CheckpointFileError subclasses (named in errors.py, issue 3): truncated shard, header
+        CheckpointFileError subclasses (named in errors.py): truncated shard, header
         length beyond file size, invalid header JSON, unknown dtype, index naming a missing
         shard or tensor, missing config.json, config without quantization_config.
     """

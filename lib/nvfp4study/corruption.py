@@ -1,4 +1,4 @@
-"""The served corruption study (issue 5, item 7): ask the served model for code, keep every raw
+"""The served corruption study: ask the served model for code, keep every raw
 answer, classify it, execute it, and compare clean fractions before and after the clamp fix.
 
 **Collection** (live, GPU profile). For each clamp mode in ``corruption.clamp_modes`` one SGLang

@@ -11,7 +11,7 @@ class StudyError(Exception):
     """Base class: a failure the user can act on (bad input, missing file, refused state)."""
 
 
-# --- harness: params, runs, ledger (issue 2) ---------------------------------------------
+# --- harness: params, runs, ledger ---------------------------------------------
 class ParamsError(StudyError):
     """The params file is missing, unreadable, or fails validation (names the key and file)."""
 
@@ -37,7 +37,7 @@ class StageInputMissing(StudyError):
     """A stage needs a file an earlier stage writes, and it is not in the run folder."""
 
 
-# --- checkpoint: generate, quantize, audit (issue 3) -----------------------------------------
+# --- checkpoint: generate, quantize, audit -----------------------------------------
 # generator, quantizer, round trip (ling_layout.py, quantize.py, roundtrip.py)
 class LayoutError(StudyError):
     """A Ling shape that cannot be built or quantized (e.g. experts not divisible by n_group)."""
@@ -96,7 +96,7 @@ class QuantizationConfigMissing(CheckpointFileError):
 
 
 
-# --- sglang: source trees, audit, patches (issue 4) -------------------------------------------
+# --- sglang: source trees, audit, patches -------------------------------------------
 class SGLangSourceError(StudyError):
     """An SGLang source tree cannot be obtained (download, unpack or lookup failed)."""
 
@@ -138,7 +138,7 @@ class PatchStateError(PatchError):
     """The recorded patch state (``sglang_patch_state.json``) disagrees with the tree."""
 
 
-# --- corruption: tasks, extraction, detection, sandbox (issue 5) ------------------------------
+# --- corruption: tasks, extraction, detection, sandbox ------------------------------
 class CompletionFormatError(StudyError):
     """A completion record is not a chat message (no ``content``/``reasoning_content``/``choices``)."""
 
@@ -163,7 +163,7 @@ class RawDataError(StudyError):
     """A recorded corruption JSONL file is unreadable or holds a row that is not a request record."""
 
 
-# --- serving: lifecycle, client, MTP, determinism (issue 6) ----------------------------------
+# --- serving: lifecycle, client, MTP, determinism ----------------------------------
 class ServerError(StudyError):
     """A failure of the SGLang server or of a request to it; ``log_tail`` holds the server log's
     last lines (errors first) when a log exists, and ``log`` its path."""

@@ -66,17 +66,14 @@ def is_real_size(config: dict[str, Any]) -> bool:
     return all(config.get(k) == real.get(k) for k in REAL_KEYS)
 
 
-def predicted_data_bytes(shape: LingShape) -> int | None:
+def predicted_data_bytes(shape: LingShape) -> int:
     """Tensor bytes of the NVFP4 + serving layout of ``shape`` (``quantize.nvfp4_layout`` over
     ``ling_layout.tensor_specs``): experts' U8 [o, i/2] + F8_E4M3 [o, i/16] + 2 F32 scales, the
-    rest BF16/F32. None when the generator or quantizer layout is unavailable."""
-    try:
-        from . import ling_layout, quantize
+    rest BF16/F32."""
+    from . import ling_layout, quantize
 
-        specs, _ = quantize.nvfp4_layout(shape, ling_layout.tensor_specs(shape), ling_layout.config_dict(shape))
-        return sum(ling_layout.spec_nbytes(s) for s in specs)
-    except Exception:  # the other stage's layout helpers changed or are missing: no prediction
-        return None
+    specs, _ = quantize.nvfp4_layout(shape, ling_layout.tensor_specs(shape), ling_layout.config_dict(shape))
+    return sum(ling_layout.spec_nbytes(s) for s in specs)
 
 
 def run_audit(stage: Any, ck: dict[str, Any]) -> ca.AuditReport:
@@ -291,10 +288,6 @@ def record_ledger(stage: Any, rep: ca.AuditReport, ck: dict[str, Any], unshared:
         stage.record("size.disk", measured={"disk_gb": round(gb, 2), "disk_gib": round(s["file_bytes"] / 2**30, 2)},
                      verdict=Verdict.REPRODUCED if round(gb) == card["size.disk"]["disk_gb"] or round(s["file_bytes"] / 2**30) == card["size.disk"]["disk_gb"] else Verdict.CONTRADICTED,
                      evidence=[ev], note="sum of shard file sizes (GB = 1e9 bytes; GiB = 2^30 bytes)", checked_on=checked)
-    elif pred_r is None:
-        stage.record("size.disk", measured=None, verdict=Verdict.NOT_RUN, evidence=[ev],
-                     note=f"not run: the scaled checkpoint is {s['file_bytes'] / 1e6:.1f} MB; the layout prediction for the "
-                          "real sizes is unavailable (ling_layout/quantize layout helpers missing)")
     else:
         ok = pred_p == s["data_bytes"]
         stage.record("size.disk", measured={"scaled_checkpoint_mb": round(s["file_bytes"] / 1e6, 2),

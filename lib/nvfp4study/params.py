@@ -28,7 +28,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-# --- checkpoint (issue 3) --------------------------------------------------------------------
+# --- checkpoint --------------------------------------------------------------------
 class LingShape(_Strict):
     """Ling-3.0-flash sizes; the defaults are the real model's (``ling3-flash.md``)."""
 
@@ -72,7 +72,7 @@ class CheckpointParams(_Strict):
     quantized_path: str | None = None  # audit this existing quantized checkpoint instead
 
 
-# --- quantize (issue 3) ----------------------------------------------------------------------
+# --- quantize ----------------------------------------------------------------------
 class QuantizeParams(_Strict):
     enabled: bool = True
     scheme: Literal["NVFP4A16"] = "NVFP4A16"
@@ -85,7 +85,7 @@ class QuantizeParams(_Strict):
     compare_unshared: bool = True  # also quantize without the gate/up rule to measure the scale mismatch (2x time)
 
 
-# --- sglang (issue 4) ------------------------------------------------------------------------
+# --- sglang ------------------------------------------------------------------------
 class SGLangParams(_Strict):
     version: str = "0.5.23"
     source: Literal["wheel", "installed", "path"] = "wheel"
@@ -99,7 +99,7 @@ class SGLangParams(_Strict):
     apply_to_install: bool = False  # True: patch the serving install in place (GPU profile)
 
 
-# --- serving (issue 6) -----------------------------------------------------------------------
+# --- serving -----------------------------------------------------------------------
 class SpeculativeParams(_Strict):
     algorithm: Literal["NEXTN"] | None = "NEXTN"
     num_steps: int = 2
@@ -136,7 +136,7 @@ class ServerParams(_Strict):
     env: dict[str, str] = Field(default_factory=dict)  # extra environment for the server
 
 
-# --- corruption (issue 5) --------------------------------------------------------------------
+# --- corruption --------------------------------------------------------------------
 class SamplingConfig(_Strict):
     name: str
     temperature: float
@@ -192,7 +192,7 @@ class CorruptionParams(_Strict):
     max_workers: int = 2  # parallel sandboxed executions when classifying
 
 
-# --- MTP and determinism (issue 6) -----------------------------------------------------------
+# --- MTP and determinism -----------------------------------------------------------
 class MTPParams(_Strict):
     depths: list[int] = Field(default_factory=lambda: [0, 1, 2, 3])
     prompts: int = 10

@@ -65,7 +65,7 @@ class ServerConfig:
     """One distinct server launch. Measurements are grouped by this so each launches once.
 
     Attributes:
-        clamp: clamp mode of the serving install (issue 4's patch modes: stock / none / exact).
+        clamp: clamp mode of the serving install (the patch modes of sglang_patch: stock / none / exact).
         spec_depth: NEXTN draft depth k (``--speculative-num-steps k``); ``None`` = speculation off.
         deterministic: add ``--enable-deterministic-inference``.
         model_path: served checkpoint; ``None`` = ``server.model_path`` or the run's quantized one.
@@ -380,7 +380,7 @@ def install_mode(stack: contextlib.ExitStack, stage, config: ServerConfig) -> st
     """Put the serving install in ``config.clamp`` mode (and the ``MIN_DEEPGEMM_DIM`` edit for
     deterministic mode) for the server's lifetime, when ``sglang.apply_to_install`` is true.
 
-    Uses the SGLang patcher's :func:`nvfp4study.sglang_patch.serving_mode` (issue 4) entered on
+    Uses the SGLang patcher's :func:`nvfp4study.sglang_patch.serving_mode` entered on
     ``stack``: the install returns to its previous state when the stack closes, after the server
     has stopped; the state is recorded in ``data/sglang_patch_state.json``. The install is
     ``sglang.path`` when ``sglang.source`` is "path", else the one ``server.python`` imports.
