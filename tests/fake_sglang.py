@@ -17,6 +17,14 @@ Per-request faults are triggered by a marker in the last user message: ``[[fake:
 the connection mid-chunk after N text chunks), ``[[fake:nodone]]`` (end cleanly without
 ``[DONE]``), ``[[fake:nousage]]``, ``[[fake:nofinish]]``, ``[[fake:errorchunk]]``,
 ``[[fake:http500]]``, ``[[fake:die]]`` (the server exits mid-stream).
+
+Scripted answers (``replies``): the first rule whose ``mode`` is the clamp mode this launch
+served (``None`` = any; the mode is the one its clamp lines show, so with ``clamp_form:
+install`` the mode the study's patcher put in the install) and whose ``match`` occurs in the
+last user message answers with ``content`` (finish reason ``stop``); no rule, the word stream.
+With ``strand_with_parser`` a launch with ``--reasoning-parser`` puts a thinking-off answer in
+``reasoning_content`` and leaves ``content`` empty (the card's ``serve.reasoning-parser``
+observation). ``request_log`` names a file that gets one JSON line per chat request.
 """
 
 from __future__ import annotations
@@ -58,6 +66,9 @@ DEFAULTS = {
     "mem_usage_gb": 71.80,
     "load_elapsed_s": 297.5,
     "gate_up_warning": False,
+    "replies": [],              # [{"mode": str|None, "match": str|None, "content": str}], first match
+    "strand_with_parser": False,  # --reasoning-parser + thinking off: answer in reasoning_content
+    "request_log": None,        # a file: one JSON line per chat request (counts them across launches)
 }
 
 WORDS = ("the quick brown fox jumps over a lazy dog while binary search splits sorted arrays "
@@ -81,8 +92,8 @@ def log(msg: str, rank: str = " TP0") -> None:
 
 
 class Fake:
-    def __init__(self, cfg: dict, args: dict):
-        self.cfg, self.args = cfg, args
+    def __init__(self, cfg: dict, args: dict, mode: str = "card"):
+        self.cfg, self.args, self.mode = cfg, args, mode
         self.started = None
         self.lock = threading.Lock()
         self.counters = {"sglang:generation_tokens_total": 0.0, "sglang:spec_verify_calls_total": 0.0,
@@ -100,6 +111,13 @@ class Fake:
             if k < n:
                 ids[k] = (ids[k] + 1) % len(WORDS)
         return ids
+
+    def reply_for(self, last: str) -> str | None:
+        """The scripted answer to a request (module docstring), or None."""
+        for rule in self.cfg["replies"]:
+            if rule.get("mode") in (None, self.mode) and (rule.get("match") or "") in last:
+                return rule["content"]
+        return None
 
     def metrics_text(self) -> str:
         lines = []
@@ -202,6 +220,20 @@ def handler_for(fake: Fake):
                 return
             max_toks = int(req.get("max_completion_tokens") or req.get("max_tokens") or 16)
             ids = fake.tokens_for(prompt, max_toks)
+            text_parts, finish = [" " + WORDS[t] for t in ids], "length"
+            reply = fake.reply_for(last)
+            if reply is not None:  # token-like pieces: a word with the whitespace after it
+                text_parts, finish = re.findall(r"\S+\s*|\s+", reply), "stop"
+                ids = [sum(map(ord, t)) % 50_000 for t in text_parts]
+            thinking = (req.get("chat_template_kwargs") or {}).get("enable_thinking", True)
+            field = ("reasoning_content" if fake.cfg["strand_with_parser"] and not thinking
+                     and fake.args.get("--reasoning-parser") else "content")
+            if fake.cfg["request_log"]:
+                with fake.lock, open(fake.cfg["request_log"], "a") as fh:
+                    fh.write(json.dumps({"pid": os.getpid(), "mode": fake.mode, "stream": bool(req.get("stream")),
+                                         "reasoning_parser": fake.args.get("--reasoning-parser"),
+                                         "thinking": thinking, "scripted": reply is not None,
+                                         "field": field, "last": last}) + "\n")
             # speculative steps: tokens per step = 1 + accepted drafts (deterministic per prompt)
             steps, correct = [], 0
             seed = int(hashlib.sha256(prompt.encode()).hexdigest()[:8], 16)
@@ -234,8 +266,6 @@ def handler_for(fake: Fake):
                         "spec_num_correct_drafts": correct, "spec_num_proposed_drafts": proposed,
                         "spec_verify_ct": verify_ct, "spec_correct_drafts_histogram": [],
                         "spec_cap_lens_histogram": []}
-            text_parts = [" " + WORDS[t] for t in ids]
-            finish = "length"
 
             def account():
                 with fake.lock:
@@ -252,8 +282,9 @@ def handler_for(fake: Fake):
                 account()
                 body = {"id": rid, "object": "chat.completion", "created": int(time.time()),
                         "model": req.get("model", "default"),
-                        "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(text_parts),
-                                                             "reasoning_content": None},
+                        "choices": [{"index": 0, "message": {"role": "assistant", "content": "",
+                                                             "reasoning_content": None,
+                                                             field: "".join(text_parts)},
                                      "finish_reason": finish, "matched_stop": None}],
                         "usage": usage_final}
                 ext = {}
@@ -299,7 +330,8 @@ def handler_for(fake: Fake):
                     time.sleep(fake.cfg["step_s"] * (1 + fake.cfg["verify_cost"] * fake.draft))
                 delta = "".join(text_parts[pos:pos + step])
                 pos += step
-                sse({**base, "choices": [{"index": 0, "delta": {"reasoning_content": None, "content": delta},
+                sse({**base, "choices": [{"index": 0, "delta": {"reasoning_content": None, "content": None,
+                                                                field: delta},
                                           "logprobs": None, "finish_reason": None, "matched_stop": None}],
                      "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": pos,
                                "total_tokens": prompt_tokens + pos, "reasoning_tokens": 0}})
@@ -360,7 +392,8 @@ def model_shape(cfg: dict, args: dict) -> dict:
     return {k: cfg[k] for k in ("num_layers", "first_dense", "expert_limits", "accept_rate")}
 
 
-def startup_log(cfg: dict, args: dict) -> None:
+def startup_log(cfg: dict, args: dict) -> str:
+    """Print the load log; returns the clamp form it showed (for ``install``: the mode found)."""
     cfg = {**cfg, **model_shape(cfg, args)}
     log("Load weight begin. avail mem=120.00 GB")
     if cfg["gate_up_warning"]:
@@ -382,6 +415,7 @@ def startup_log(cfg: dict, args: dict) -> None:
         log_clamp(form, None, 0)  # the NEXTN draft is built with layer_id=0: unclamped
         log("Load weight end. elapsed=4.10 s, type=BailingMoeForCausalLMNextN, avail mem=45.10 GB, mem usage=3.10 GB.")
     log("Memory pool end. avail mem=20.00 GB")
+    return form
 
 
 def main(argv: list[str]) -> int:
@@ -422,14 +456,14 @@ def main(argv: list[str]) -> int:
             os._exit(0)
         signal.signal(signal.SIGTERM, on_term)
     log(f"server_args=ServerArgs(model_path={args.get('--model-path')!r}, port={args.get('--port')})", "")
-    startup_log(cfg, args)
+    mode = startup_log(cfg, args)
     if cfg["die_during_load"]:
         print("Traceback (most recent call last):\n  File \"model_runner.py\", line 1, in load_model\n"
               "ValueError: Current platform does not support NVFP4 quantization. Please use Blackwell and above.",
               flush=True)
         return 1
     time.sleep(cfg["listen_delay_s"])
-    fake = Fake({**cfg, **model_shape(cfg, args)}, args)
+    fake = Fake({**cfg, **model_shape(cfg, args)}, args, mode)
     class Server(ThreadingHTTPServer):
         def handle_error(self, request, client_address):  # a client hanging up is not news
             if not isinstance(sys.exc_info()[1], ConnectionError):

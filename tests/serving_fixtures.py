@@ -80,5 +80,27 @@ def fake_params(tmp_path: Path, *overrides: str, fake: dict | None = None, port:
     return p, pf, run
 
 
+def installed_sglang(folder: Path) -> tuple[Path, list[str]]:
+    """A minimal "installed" SGLang 0.5.23 under ``folder``: the package markers and the files the
+    study's patches touch, from the cached wheel (skips the test when the wheel is not cached).
+    Returns ``(site, files)``; the fake reads the clamp mode from it with ``clamp_form: install``
+    and ``sglang_origin: site/sglang/__init__.py``."""
+    import zipfile
+
+    from nvfp4study import server, sglang_patch
+
+    wheel = server.cached_wheel("0.5.23")
+    if wheel is None:
+        pytest.skip("SGLang 0.5.23 wheel not cached")
+    files = ["sglang/__init__.py", "sglang/_version.py"] + sorted(
+        {e["path"] for m in ("exact", "none", "det") for e in sglang_patch._files("0.5.23", m)})
+    with zipfile.ZipFile(wheel) as z:
+        for f in files:
+            (folder / f).parent.mkdir(parents=True, exist_ok=True)
+            (folder / f).write_bytes(z.read(f))
+    (folder / "sglang/srt/layers/moe").mkdir(parents=True, exist_ok=True)
+    return folder, files
+
+
 def stage_for(params, run: Path, name: str = "test") -> Stage:
     return Stage(name=name, params=params, paths=RunPaths(run))

@@ -182,6 +182,9 @@ def test_wilson_interval_by_hand():
     assert wilson_interval(10, 10) == pytest.approx((0.722467, 1.0), abs=1e-6)
     assert wilson_interval(4, 15) == pytest.approx((0.108975, 0.519504), abs=1e-6)
     assert all(math.isnan(v) for v in wilson_interval(0, 0))
+    # exact ends at 0/n and n/n (in floats the formula gives 10/10 -> 0.9999999999999999 and
+    # 0/3 -> 5.6e-17: the interval then missed p and the figure's error bars went negative)
+    assert all(wilson_interval(n, n)[1] == 1.0 and wilson_interval(0, n)[0] == 0.0 for n in range(1, 60))
 
 
 def test_summary_matches_hand_counts(analysed):

@@ -59,7 +59,7 @@ def test_overrides_parse_yaml_values():
 
 
 def test_override_unknown_key_is_an_error():
-    with pytest.raises(ParamsError, match="mtp.depht"):
+    with pytest.raises(ParamsError, match=r"^-p mtp.depht: unknown key 'mtp.depht' \(did you mean 'depths'"):
         load_params(None, ["mtp.depht=3"])
 
 

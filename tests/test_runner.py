@@ -59,7 +59,7 @@ def test_runs_in_order_and_writes_everything(nbdir, tmp_path):
 
 def test_injected_parameters_reach_the_kernel(nbdir, tmp_path):
     root, _ = runner.run_study(outputs=tmp_path / "out", notebook_dir=nbdir, echo=lambda s: None,
-                               only="00")
+                               only="00", run_dir=tmp_path / "run")
     executed = nbformat.read(str(root / "00_first.ipynb"), as_version=4)
     injected = [c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert injected and str(root) in injected[0].source
@@ -77,6 +77,22 @@ def test_stops_at_first_failure_and_keeps_what_it_wrote(nbdir, tmp_path):
     assert len(manifest["notebooks"]) == 2  # 99 did not run
     assert (root / "data" / "first.json").exists() and (root / "01_second.ipynb").exists()
     assert any(line.startswith("FAILED") and "boom" in line for line in lines)
+    assert not (tmp_path / "out" / "latest").exists()  # a failed run never becomes latest
+
+
+def test_partial_runs_continue_latest_and_keep_the_manifest(nbdir, tmp_path):
+    out = tmp_path / "out"
+    from nvfp4study.errors import RunDirError
+
+    with pytest.raises(RunDirError, match="run the whole study first"):
+        runner.run_study(outputs=out, notebook_dir=nbdir, only="01")
+    first, m1 = runner.run_study(outputs=out, notebook_dir=nbdir, echo=lambda s: None)
+    again, m2 = runner.run_study(outputs=out, notebook_dir=nbdir, echo=lambda s: None, start="01")
+    assert again == first and m2["started"] == m1["started"]
+    assert [n["notebook"] for n in m2["notebooks"]] == ["00_first", "01_second", "99_report"]
+    assert m2["notebooks"][0] == m1["notebooks"][0]  # 00 kept, not re-run
+    with pytest.raises(ParamsError, match="other params"):
+        runner.run_study(overrides=["mtp.prompts=3"], outputs=out, notebook_dir=nbdir, only="01")
 
 
 def test_cell_timeout_is_a_failure(nbdir, tmp_path):
@@ -95,6 +111,12 @@ def test_only_and_from(nbdir):
     assert [p.stem for p in runner.select(nbs, start="01")] == ["01_second", "99_report"]
     with pytest.raises(ParamsError, match="no notebook numbered '42'"):
         runner.select(nbs, only="42")
+    with pytest.raises(ParamsError, match="no notebook numbered '990'"):
+        runner.select(nbs, only="990")
+    with pytest.raises(ParamsError, match="selects no notebook"):
+        runner.select(nbs, only="00", start="01")
+    with pytest.raises(ParamsError, match="selects no notebook"):
+        runner.select(nbs, only=",")
 
 
 def test_bad_params_fail_before_any_folder(nbdir, tmp_path):

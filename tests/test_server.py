@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import zipfile
 from dataclasses import replace
 
 import httpx
@@ -29,7 +28,14 @@ from nvfp4study.errors import (
 )
 from nvfp4study.params import load_params
 from nvfp4study.server import ServerConfig, build_command, card_config
-from serving_fixtures import fake_params, fake_processes, free_port, no_leftover, stage_for  # noqa: F401
+from serving_fixtures import (  # noqa: F401
+    fake_params,
+    fake_processes,
+    free_port,
+    installed_sglang,
+    no_leftover,
+    stage_for,
+)
 
 pytestmark = pytest.mark.usefixtures("no_leftover")
 
@@ -304,17 +310,7 @@ def test_install_switched_for_the_launch_and_restored(tmp_path):
     from nvfp4study import sglang_patch
     from nvfp4study.sglang_source import open_tree
 
-    wheel = server.cached_wheel("0.5.23")
-    if wheel is None:
-        pytest.skip("SGLang 0.5.23 wheel not cached")
-    site = tmp_path / "site"  # a minimal "installed" SGLang: the package files the patches touch
-    files = ["sglang/__init__.py", "sglang/_version.py"] + sorted(
-        {e["path"] for m in ("exact", "none", "det") for e in sglang_patch._files("0.5.23", m)})
-    with zipfile.ZipFile(wheel) as z:
-        for f in files:
-            (site / f).parent.mkdir(parents=True, exist_ok=True)
-            (site / f).write_bytes(z.read(f))
-    (site / "sglang/srt/layers/moe").mkdir(parents=True, exist_ok=True)
+    site, files = installed_sglang(tmp_path / "site")  # the package files the patches touch
     before = {f: (site / f).read_bytes() for f in files}
     p, _, run = fake_params(tmp_path, "sglang.apply_to_install=true", "sglang.source=installed",
                             fake={"clamp_form": "install", "sglang_origin": str(site / "sglang/__init__.py")})

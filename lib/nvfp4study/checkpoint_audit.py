@@ -289,7 +289,7 @@ def main(argv: list[str]) -> int:
         prog="nvfp4study audit-checkpoint",
         description="Audit a quantized (compressed-tensors NVFP4) checkpoint from its safetensors "
                     "headers, index and config.json. Exit status 1 when a finding has severity error.",
-        epilog="example: nvfp4study audit-checkpoint outputs/latest/work/quantized --json",
+        epilog="example: nvfp4study audit-checkpoint outputs/latest/work/quantized-nvfp4 --json",
     )
     ap.add_argument("path", help="checkpoint folder (config.json, *.safetensors, index)")
     ap.add_argument("--json", action="store_true", help="print the findings as a JSON list")

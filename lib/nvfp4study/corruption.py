@@ -70,6 +70,7 @@ import pandas as pd
 from .errors import RawDataError, ReplayDataMissing, TaskSelectionError
 from .ledger import Verdict, card_claims
 from .params import Params, SamplingConfig
+from .paths import write_json
 from .sandbox import check_many, sandbox_status
 from .tasks import CARD_TASK_IDS, Task, chat_messages, chat_template_kwargs, load_tasks
 
@@ -89,8 +90,12 @@ def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
 
     ``center = (p + z²/2n) / (1 + z²/n)``, ``half = z·sqrt(p(1-p)/n + z²/4n²) / (1 + z²/n)``.
 
+    At ``k == 0`` the low end is exactly 0 and at ``k == n`` the high end exactly 1 (the formula
+    gives them algebraically; in floating point it can land 1e-16 off, e.g. 10/10 -> high
+    0.9999999999999999, which made the interval miss ``p`` and the figure's error bars negative).
+
     Returns:
-        ``(low, high)`` in [0, 1]; ``(nan, nan)`` when ``n == 0``.
+        ``(low, high)`` in [0, 1], containing ``k / n``; ``(nan, nan)`` when ``n == 0``.
     """
     if n <= 0:
         return (math.nan, math.nan)
@@ -98,7 +103,9 @@ def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
     denom = 1 + z * z / n
     center = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, center - half), min(1.0, center + half))
+    low = 0.0 if k <= 0 else max(0.0, center - half)
+    high = 1.0 if k >= n else min(1.0, center + half)
+    return (low, high)
 
 
 # --- claim sets --------------------------------------------------------------------------------
@@ -705,9 +712,7 @@ def _write_parquet(df: pd.DataFrame, path: Path) -> None:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
+    write_json(path, data)
 
 
 def run_served_study(stage) -> dict[str, Any]:

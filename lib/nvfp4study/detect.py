@@ -629,7 +629,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="nvfp4study detect",
         description="Classify generated code for junk tokens (undefined names, glued names, "
                     "syntax errors, junk fences, invalid UTF-8, non-ASCII).",
-        epilog="example: nvfp4study detect --json --prompt prompt.py answer.md code.py",
+        epilog="exit status: 0 clean (or no code), 1 when any file is corrupted, 2 bad input. "
+               "example: nvfp4study detect --json --prompt prompt.py answer.md code.py",
     )
     ap.add_argument("files", nargs="+", metavar="FILE", help="code, Markdown completion, or JSON chat message")
     ap.add_argument("--json", action="store_true", help="print one JSON object per file (JSON Lines)")
@@ -643,7 +644,10 @@ def main(argv: list[str] | None = None) -> int:
         prompt = _read(args.prompt).decode("utf-8", errors="replace")
     any_corrupt = False
     for name in args.files:
-        det = detect_bytes(_read(name), kind=args.kind, prompt=prompt, entry_point=args.entry_point)
+        try:
+            det = detect_bytes(_read(name), kind=args.kind, prompt=prompt, entry_point=args.entry_point)
+        except CompletionFormatError as exc:
+            raise CompletionFormatError(f"{name}: {exc}") from None
         any_corrupt |= det.corrupted
         print(json.dumps({"file": name, **det.to_dict()}) if args.json else _fmt(name, det))
     return 1 if any_corrupt else 0

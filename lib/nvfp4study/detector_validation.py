@@ -34,9 +34,7 @@ from __future__ import annotations
 import ast
 import json
 import math
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,6 +48,7 @@ from .detect import FindingKind, detect_completion, prompt_bindings, undefined_n
 from .errors import DetectorValidationError
 from .extract import extract_code
 from .junk import FRAGMENTS, JunkKind
+from .paths import atomic_write
 
 METHODS: tuple[str, ...] = ("detector", "ast_undefined", "ast_or_syntax", "non_ascii", "execution")
 METHOD_LABELS = {
@@ -377,27 +376,13 @@ def plot(summary: pd.DataFrame, path: Path) -> Path:
     ax.set_title(f"Junk detection on canonical solutions: {n} junk variants, 95% Wilson intervals")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3, frameon=False)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".png")
-    os.close(fd)
-    fig.savefig(tmp, dpi=110)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
     plt.close(fig)
-    os.replace(tmp, path)
     return path
 
 
 # --- files -----------------------------------------------------------------------------------
-def _atomic_write(path: Path, write: Callable[[str], None]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+_atomic_write = atomic_write
 
 
 def provenance(params: Any, extra: dict[str, Any] | None = None) -> dict[str, Any]:

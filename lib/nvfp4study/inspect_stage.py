@@ -23,15 +23,14 @@ from . import quant_rules as qr
 from .errors import StageInputMissing
 from .ledger import Verdict, card_claims
 from .params import LingShape
+from .paths import write_json
 
 REAL_KEYS = ("num_hidden_layers", "num_experts", "hidden_size", "moe_intermediate_size", "first_k_dense_replace",
              "n_group", "topk_group", "num_experts_per_tok", "layer_group_size")
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
+    write_json(path, data)
 
 
 def resolve_checkpoint(stage: Any) -> dict[str, Any]:
@@ -278,7 +277,8 @@ def record_ledger(stage: Any, rep: ca.AuditReport, ck: dict[str, Any], unshared:
     card = {c["id"]: c["card"] for c in card_claims()}
     nl = rep.config_summary["num_hidden_layers"]
     m, f, fr = rep.counts["measured"], rep.counts["formulas"], data["counts"]["formulas_real_sizes"]
-    checked = f"audit of {ck['path']}"
+    where = Path(ck["path"])
+    checked = f"audit of {where.relative_to(stage.run_dir) if where.is_relative_to(stage.run_dir) else where}"
 
     # size.disk
     s = data["size"]

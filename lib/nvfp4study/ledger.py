@@ -12,8 +12,6 @@ Writes are atomic (temp file + rename) so a failing stage never leaves half a le
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from enum import StrEnum
 from functools import cache
 from importlib import resources
@@ -23,6 +21,7 @@ from typing import Any
 import yaml
 
 from .errors import LedgerError
+from .paths import write_json
 
 LEDGER_FILE = "ledger.json"
 
@@ -104,10 +103,7 @@ def read_ledger(run_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def _write(path: Path, data: dict) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".ledger-", suffix=".json")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=1, default=str)
-    os.replace(tmp, path)
+    write_json(path, data)
 
 
 def _evidence(run_dir: Path, evidence: str | Path | list | None) -> list[str]:

@@ -249,21 +249,23 @@ def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
     return cur
 
 
-def _explain(err: ValidationError, source: str) -> str:
+def _explain(err: ValidationError, source: str, overridden: tuple[str, ...] = ()) -> str:
     lines = []
     for e in err.errors():
         loc = tuple(e["loc"])
         key = ".".join(str(p) for p in loc)
+        where = f"-p {key}" if any(key == o or key.startswith(o + ".") or o.startswith(key + ".")
+                                   for o in overridden) else source
         if e["type"] == "extra_forbidden":
             owner = _model_at(Params, loc)
             valid = sorted(owner.model_fields) if owner else []
             close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else f" (valid: {', '.join(valid)})"
-            lines.append(f"{source}: unknown key '{key}'{hint}")
+            lines.append(f"{where}: unknown key '{key}'{hint}")
         elif e["type"] == "missing":
-            lines.append(f"{source}: missing required key '{key}'")
+            lines.append(f"{where}: missing required key '{key}'")
         else:
-            lines.append(f"{source}: key '{key}': {e['msg']} (got {e.get('input')!r})")
+            lines.append(f"{where}: key '{key}': {e['msg']} (got {e.get('input')!r})")
     return "; ".join(lines)
 
 
@@ -316,7 +318,8 @@ def load_params(path: str | Path | None = None, overrides: list[str] | tuple[str
     try:
         return Params.model_validate(raw)
     except ValidationError as exc:
-        raise ParamsError(_explain(exc, str(p))) from None
+        keys = tuple(o.split("=", 1)[0].strip() for o in overrides)
+        raise ParamsError(_explain(exc, str(p), keys)) from None
 
 
 def dump_params(params: Params, path: str | Path) -> Path:

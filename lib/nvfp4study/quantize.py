@@ -60,6 +60,7 @@ from typing import Any
 from .errors import OutputExists, QuantizeFailed, SourceCheckpointMissing
 from .ling_layout import EXPERT_RE, Spec, iter_header_specs, read_header
 from .params import LingShape, QuantizeParams
+from .paths import write_json
 
 LIB_DIR = Path(__file__).resolve().parents[1]
 
@@ -336,9 +337,7 @@ def serving_rewrite(ckpt: str | Path) -> dict[str, Any]:
 
 
 def _write_json(path: Path, data: Any, sort_keys: bool = False) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=sort_keys))
-    os.replace(tmp, path)
+    write_json(path, data, indent=2, sort_keys=sort_keys)
 
 
 # --- measurements on the output --------------------------------------------------------------

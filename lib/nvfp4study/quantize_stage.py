@@ -10,7 +10,6 @@ findings. Every number shown comes from files this stage wrote in the run folder
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -21,7 +20,7 @@ from . import ling_layout, quantize, roundtrip
 from .errors import OutputExists, SourceCheckpointMissing, StageInputMissing
 from .ledger import Verdict
 from .params import Params
-from .paths import RunPaths
+from .paths import RunPaths, write_json
 
 SOURCE_DIR = "source-bf16"
 QUANTIZED_DIR = "quantized-nvfp4"
@@ -355,6 +354,4 @@ def read_quantize_json(paths: RunPaths) -> dict[str, Any]:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
+    write_json(path, data)

@@ -25,7 +25,7 @@ from typing import Any
 from . import environment, ledger
 from .errors import NotebookFailed, ParamsError, RunDirError, StudyError
 from .params import REPO_ROOT, Params, dump_params, load_params
-from .paths import OUTPUTS, RunPaths, ensure_writable, new_run_dir, point_latest
+from .paths import OUTPUTS, RunPaths, ensure_writable, new_run_dir, point_latest, write_json
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 REPORT_NOTEBOOK = "99_report"
@@ -45,10 +45,11 @@ def select(all_nbs: list[Path], only: str | None = None, start: str | None = Non
     prefixes = {p.name[:2]: p for p in all_nbs}
 
     def _check(tok: str) -> str:
-        tok = tok.strip().zfill(2)[:2]
-        if tok not in prefixes:
+        tok = tok.strip()
+        key = tok.zfill(2)
+        if not tok.isdigit() or key not in prefixes:
             raise ParamsError(f"no notebook numbered {tok!r}; have {', '.join(prefixes)}")
-        return tok
+        return key
 
     chosen = all_nbs
     if only:
@@ -57,6 +58,8 @@ def select(all_nbs: list[Path], only: str | None = None, start: str | None = Non
     if start:
         s = _check(start)
         chosen = [p for p in chosen if p.name[:2] >= s]
+    if not chosen:
+        raise ParamsError(f"--only {only!r} with --from {start!r} selects no notebook")
     return chosen
 
 
@@ -64,10 +67,24 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
+_write_json = write_json
+
+
+def _previous_manifest(root: Path, params: Params) -> dict[str, Any]:
+    """The manifest of a run folder being continued ({} for a new folder).
+
+    Raises:
+        ParamsError: the folder's earlier stages ran with other params (their files would not
+            match the new ones).
+    """
+    path = RunPaths(root).manifest
+    if not path.is_file():
+        return {}
+    previous = json.loads(path.read_text())
+    if previous.get("params_hash") not in (None, params.digest()):
+        raise ParamsError(f"{root} was run with other params (hash {previous['params_hash']}, now "
+                          f"{params.digest()}): continue it with the same params, or use a new run folder")
+    return previous
 
 
 def execute_notebook(nb: Path, out: Path, params_file: Path, run_dir: Path, timeout_s: int) -> None:
@@ -78,6 +95,10 @@ def execute_notebook(nb: Path, out: Path, params_file: Path, run_dir: Path, time
     """
     import papermill as pm
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    # Batch runs report progress per notebook; progress bars would land in the notebooks as
+    # stderr boxes. Set by the caller's environment to keep them.
+    os.environ.setdefault("TQDM_DISABLE", "1")
 
     try:
         pm.execute_notebook(
@@ -135,10 +156,19 @@ def run_study(
         RunDirError: the run folder cannot be created or written.
     """
     params: Params = load_params(params_path, overrides)
-    chosen = select(notebooks(notebook_dir), only, start)
+    all_nbs = notebooks(notebook_dir)
+    chosen = select(all_nbs, only, start)
     outputs = Path(outputs) if outputs else OUTPUTS
+    if not run_dir and (only or start):
+        # A partial run continues the newest run: later stages read what earlier ones wrote.
+        if not (outputs / "latest").is_dir():
+            raise RunDirError(f"--only/--from continue the newest run, and {outputs / 'latest'} does not "
+                              "exist: run the whole study first, or give --run-dir")
+        run_dir = outputs / "latest"
+    previous: dict[str, Any] = {}
     if run_dir:
         root = ensure_writable(Path(run_dir).resolve())
+        previous = _previous_manifest(root, params)
     else:
         try:
             outputs.mkdir(parents=True, exist_ok=True)
@@ -149,15 +179,17 @@ def run_study(
     resolved = dump_params(params, paths.params_file)
     ledger.init_ledger(root)
     manifest: dict[str, Any] = {
+        **previous,
         "profile": params.profile,
         "params_source": str(params_path or "params/default.yaml"),
         "overrides": list(overrides),
         "params_hash": params.digest(),
         "params": params.model_dump(mode="json"),
-        "started": _now(),
+        "started": previous.get("started", _now()),
         "ended": None,
         "status": "running",
-        "notebooks": [],
+        "notebooks": [n for n in previous.get("notebooks", [])
+                      if n["notebook"] not in {p.stem for p in chosen}],
         **environment.collect(params, root),
     }
     _write_json(paths.manifest, manifest)
@@ -177,6 +209,7 @@ def run_study(
         if out.exists():
             to_html(out, paths.html_dir / f"{nb.stem}.html")
         manifest["notebooks"].append(entry)
+        manifest["notebooks"].sort(key=lambda n: n["notebook"])
         _write_json(paths.manifest, manifest)
         echo(f"[{i}/{len(chosen)}] {nb.stem:<24} {entry['seconds']:7.1f} s  {entry['status']}")
         if failure:
@@ -185,10 +218,14 @@ def run_study(
     if not failure and any(n.stem == REPORT_NOTEBOOK for n in chosen) and report_nb.exists():
         to_html(report_nb, paths.report)
     manifest.update(ended=_now(), status="failed" if failure else "ok")
+    manifest.pop("failure", None)
     if failure:
         manifest["failure"] = str(failure)
     _write_json(paths.manifest, manifest)
-    if root.resolve().is_relative_to(outputs.resolve()):
+    done = {n["notebook"] for n in manifest["notebooks"] if n["status"] == "ok"}
+    complete = {p.stem for p in all_nbs} <= done
+    # outputs/latest is what notebooks opened by hand read: only a complete, successful run.
+    if complete and root.resolve().is_relative_to(outputs.resolve()):
         point_latest(root, outputs)
     if failure:
         echo(f"FAILED: {failure}")

@@ -481,14 +481,23 @@ def main(argv: list[str]) -> int:
         over["clamp"] = a.clamp
     config = card_config(params, **over)
     if a.dry_run:
-        print(" ".join(build_command(params, config, model_path=params.server.model_path or "<model>")))
+        shown = params if params.server.python else params.model_copy(
+            update={"server": params.server.model_copy(update={"python": "<server.python>"})})
+        print(" ".join(build_command(shown, config, model_path=params.server.model_path or "<model>")))
         return 0
+    if not params.server.python:
+        raise WrongInterpreter("server.python is not set: name the SGLang environment's interpreter "
+                               "(e.g. -p server.python=/opt/envs/sglang/bin/python)")
     root = ensure_writable(Path(a.run_dir)) if a.run_dir else new_run_dir(params.profile, suffix="serve")
     stage = Stage(name="serve", params=params, paths=RunPaths(root))
-    with serving(stage, config) as url:
-        print(f"serving {config.key} at {url} (log in {root / 'logs'}); Ctrl-C to stop", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            while True:
-                time.sleep(1)
-                process_for(url).check_alive()
+    try:
+        with serving(stage, config) as url:
+            print(f"serving {config.key} at {url} (log in {root / 'logs'}); Ctrl-C to stop", flush=True)
+            with contextlib.suppress(KeyboardInterrupt):
+                while True:
+                    time.sleep(1)
+                    process_for(url).check_alive()
+    finally:
+        if not a.run_dir and not any(p.is_file() for p in root.rglob("*")):
+            shutil.rmtree(root)  # a launch refused before anything was written leaves no folder
     return 0

@@ -49,6 +49,7 @@ from .errors import (
     UnknownPatchMode,
     UnknownPatchVersion,
 )
+from .paths import write_json
 from .sglang_source import SGLangTree, open_tree
 
 CLAMP_MODES = ("stock", "none", "exact", "card")
@@ -269,7 +270,7 @@ def apply(tree: SGLangTree, mode: str) -> list[str]:
                                 "original nor a known patch (changed since the patch was made?); nothing written")
         if cur not in ("stock", mode):
             raise PatchConflict(f"clamp mode {cur!r} is applied to {tree.root}; revert it first "
-                                "(or use switch_mode)")
+                                "(or use `nvfp4study patch switch`)")
         if mode == "stock":
             return []
     del files
@@ -353,11 +354,7 @@ def write_state(state_file: str | Path, tree: SGLangTree, note: str = "") -> dic
     st = {**prev, **status(tree)}  # keeps keys stage 03 added (install, needed_modes)
     st.update(tree=str(tree.root), note=note,
               time=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".patch-state-", suffix=".json")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(st, fh, indent=1)
-    os.replace(tmp, path)
+    write_json(path, st)
     return st
 
 
@@ -422,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="nvfp4study patch",
         description="Apply, verify or revert the study's SGLang clamp patches (and the det edit).",
-        epilog="example: nvfp4study patch apply --mode exact --sglang outputs/latest/work/sglang-0.5.23",
+        epilog="example: nvfp4study patch apply --mode exact --sglang ~/sglang-0.5.23-copy",
     )
     ap.add_argument("action", choices=["apply", "verify", "revert", "status", "switch"])
     ap.add_argument("--mode", help="stock, none, exact, card (0.5.20) or det")

@@ -137,6 +137,8 @@ def wheel_path(version: str, *, download: bool = True) -> Path:
     Raises:
         SGLangSourceError: absent and ``download`` is False, or pip failed.
     """
+    if not re.fullmatch(r"\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?", version):
+        raise SGLangSourceError(f"{version!r} is not an SGLang release number (e.g. 0.5.23)")
     wheels = cache_dir() / "wheels"
     found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
     if found:
@@ -149,8 +151,9 @@ def wheel_path(version: str, *, download: bool = True) -> Path:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
     if proc.returncode != 0 or not found:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise SGLangSourceError(f"pip download sglang=={version} failed: {tail[0]}")
+        lines = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines()
+                 if ln.strip().startswith("ERROR")] or ["no error line from pip"]
+        raise SGLangSourceError(f"pip download sglang=={version} failed: {lines[-1]}")
     return found[-1]
 
 

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import py_compile
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from . import clamp_numerics as cn
 from . import sglang_patch as sp
+from .paths import write_json
 from .sglang_audit import PathResult, audit_tree, matrix_figure, results_frame
 from .sglang_checks import extra_checks
 from .sglang_source import SGLangTree, copy_tree, resolve_tree, unpack_wheel
@@ -45,11 +44,7 @@ CARD_VERSION = "0.5.20"
 
 
 def _dump(path: Path, data: Any) -> Path:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=1, default=str)
-    os.replace(tmp, path)
-    return path
+    return write_json(path, data)
 
 
 def stage_tree(stage: Stage) -> SGLangTree:
@@ -269,7 +264,7 @@ def record_claims(stage: Stage, version: str):
         verdict="reproduced" if all(fwd.values()) else "contradicted",
         evidence=[d("sglang_audit")],
         note=("Forward the limit: " + ", ".join(k for k, ok in fwd.items() if ok) + ". Drop it: "
-              + ", ".join(f"{k} ({'; '.join(m[p]['rule'][:90] for p in card_runners[k] if p in m)})"
+              + ", ".join(f"{k} ({'; '.join(m[p]['rule'] for p in card_runners[k] if p in m)})"
                           for k, ok in fwd.items() if not ok)))
 
     # clamp.cutlass-fix -----------------------------------------------------------------------
@@ -352,7 +347,7 @@ def record_claims(stage: Stage, version: str):
     find("finding.runners-drop-clamp",
          claim="Several MoE runners / schemes silently drop Ling's clamp (limit set, alpha None).",
          measured={p: _where(m[p]) for p in dropped}, verdict="reproduced" if dropped else "contradicted",
-         evidence=[d("sglang_audit")], note="; ".join(f"{p}: {m[p]['rule'][:80]}" for p in dropped))
+         evidence=[d("sglang_audit")], note="; ".join(f"{p}: {m[p]['rule']}" for p in dropped))
     if card_rt:
         find("finding.card-patch-approx",
              claim=f"The card's patch as described, on SGLang {CARD_VERSION}, yields the pre-SiLU form, not Ling's.",

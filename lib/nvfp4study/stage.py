@@ -1,9 +1,10 @@
 """What every notebook does first: resolve params and the run folder, then call the library.
 
 A notebook's parameters cell holds two literals, ``params_file`` and ``run_dir``. The runner
-passes the run's resolved params and its folder; opened by hand in Jupyter the defaults apply
-(``../params/default.yaml`` and ``""``), and :func:`open_stage` then uses ``outputs/latest``
-when it exists (so a stage can read what earlier stages wrote) or starts a new run folder.
+passes the run's resolved params and its folder. Opened by hand in Jupyter (``run_dir`` empty),
+:func:`open_stage` works in ``outputs/latest`` (the newest complete run, so a stage can read what
+earlier stages wrote) with that run's own ``params.yaml``, and re-writes this stage's files there;
+with no ``outputs/latest`` it starts a new run folder with ``params_file``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from . import ledger
-from .params import Params, dump_params, load_params
+from .errors import ParamsError
+from .params import DEFAULT_PARAMS, Params, dump_params, load_params
 from .paths import OUTPUTS, RunPaths, ensure_writable, new_run_dir, point_latest
 
 
@@ -48,28 +50,48 @@ class Stage:
         return ledger.add_finding(self.run_dir, finding_id, stage=self.name, **kw)
 
 
+def _display_options() -> None:
+    """Tables in notebooks show whole cells (pandas clips at 50 characters by default)."""
+    import pandas as pd
+
+    pd.set_option("display.max_colwidth", 400)
+    pd.set_option("display.max_rows", 200)
+    pd.set_option("display.max_columns", 50)
+
+
 def open_stage(name: str, params_file: str = "", run_dir: str = "") -> Stage:
     """Resolve a stage's params and run folder.
 
     Args:
         name: the notebook's stem, e.g. ``"02_inspect_checkpoint"``.
         params_file: params YAML; ``""`` = the default profile.
-        run_dir: the run folder; ``""`` = ``outputs/latest`` if it exists, else a new folder.
+        run_dir: the run folder; ``""`` = ``outputs/latest`` (with its own params) if it exists,
+            else a new folder.
 
     Returns:
         A :class:`Stage` whose run folder has ``params.yaml`` and ``ledger.json``.
 
     Raises:
-        ParamsError, RunDirError: invalid params or an unwritable folder.
+        ParamsError: invalid params, or non-default params for ``outputs/latest``.
+        RunDirError: an unwritable folder.
     """
     params = load_params(params_file or None)
+    latest = OUTPUTS / "latest"
     if run_dir:
         root = ensure_writable(Path(run_dir))
-    elif (OUTPUTS / "latest").is_dir():
-        root = (OUTPUTS / "latest").resolve()
+    elif latest.is_dir() and (latest / "params.yaml").is_file():
+        root = latest.resolve()
+        run_params = load_params(root / "params.yaml")
+        if params_file and Path(params_file).resolve() != DEFAULT_PARAMS.resolve() \
+                and params.digest() != run_params.digest():
+            raise ParamsError(f"{params_file} differs from the params of {root}; set run_dir to a new "
+                              "folder to run with them")
+        params = run_params
     else:
+        # No run yet: this folder becomes outputs/latest so the next notebook opened finds it.
         root = new_run_dir(params.profile, suffix="interactive")
         point_latest(root)
+    _display_options()
     paths = RunPaths(root)
     if not paths.params_file.exists():
         dump_params(params, paths.params_file)
