@@ -87,6 +87,19 @@ def _previous_manifest(root: Path, params: Params) -> dict[str, Any]:
     return previous
 
 
+def _ipc_kernel_manager():
+    """A kernel manager on local IPC sockets: no TCP ports, and no ipykernel warning about
+    unencrypted TCP printed once per notebook."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class IPCKernelManager(AsyncKernelManager):
+        def __init__(self, **kw: Any) -> None:
+            kw.setdefault("transport", "ipc")
+            super().__init__(**kw)
+
+    return IPCKernelManager
+
+
 def execute_notebook(nb: Path, out: Path, params_file: Path, run_dir: Path, timeout_s: int) -> None:
     """Execute one notebook with papermill into ``out``.
 
@@ -105,7 +118,7 @@ def execute_notebook(nb: Path, out: Path, params_file: Path, run_dir: Path, time
             str(nb), str(out),
             parameters={"params_file": str(params_file), "run_dir": str(run_dir)},
             kernel_name="python3", cwd=str(nb.parent), execution_timeout=timeout_s,
-            progress_bar=False, log_output=False,
+            progress_bar=False, log_output=False, kernel_manager_class=_ipc_kernel_manager(),
         )
     except pm.PapermillExecutionError as exc:
         raise NotebookFailed(nb.stem, exc.cell_index, exc.ename, exc.evalue) from None
