@@ -1,0 +1,54 @@
+"""open_stage: what a notebook does first, run by papermill or opened by hand in Jupyter."""
+
+import pytest
+
+from nvfp4study import ledger
+from nvfp4study import stage as stage_mod
+from nvfp4study.errors import ParamsError
+from nvfp4study.params import DEFAULT_PARAMS, dump_params, load_params
+from nvfp4study.paths import point_latest
+
+
+@pytest.fixture
+def outputs(tmp_path, monkeypatch):
+    out = tmp_path / "outputs"
+    out.mkdir()
+    monkeypatch.setattr(stage_mod, "OUTPUTS", out)
+    monkeypatch.setattr("nvfp4study.paths.OUTPUTS", out)
+    return out
+
+
+def test_explicit_run_dir_uses_given_params(outputs, tmp_path):
+    st = stage_mod.open_stage("02_inspect_checkpoint", str(DEFAULT_PARAMS), str(tmp_path / "r"))
+    assert st.run_dir == tmp_path / "r"
+    assert (st.run_dir / "params.yaml").exists() and (st.run_dir / "ledger.json").exists()
+    assert "layout.routed-experts" in st.claims()
+
+
+def test_first_interactive_open_starts_a_run_that_becomes_latest(outputs):
+    st = stage_mod.open_stage("01_quantize", str(DEFAULT_PARAMS), "")
+    assert st.run_dir.parent == outputs and st.run_dir.name.endswith("-interactive")
+    assert (outputs / "latest").resolve() == st.run_dir.resolve()
+    again = stage_mod.open_stage("02_inspect_checkpoint", str(DEFAULT_PARAMS), "")
+    assert again.run_dir == st.run_dir.resolve()
+
+
+def test_interactive_open_uses_the_latest_runs_own_params(outputs, tmp_path):
+    run = outputs / "20260101T000000Z-other"
+    run.mkdir()
+    dump_params(load_params(None, ["mtp.prompts=3"]), run / "params.yaml")
+    point_latest(run, outputs)
+    st = stage_mod.open_stage("06_mtp_sweep", str(DEFAULT_PARAMS), "")
+    assert st.run_dir == run.resolve() and st.params.mtp.prompts == 3
+    # other, non-default params for that run are refused rather than mixed into it
+    other = tmp_path / "other.yaml"
+    dump_params(load_params(None, ["mtp.prompts=7"]), other)
+    with pytest.raises(ParamsError, match="differs from the params"):
+        stage_mod.open_stage("06_mtp_sweep", str(other), "")
+
+
+def test_not_run_records_reason(tmp_path, outputs):
+    st = stage_mod.open_stage("07_determinism", str(DEFAULT_PARAMS), str(tmp_path / "r"))
+    ids = st.not_run("needs an NVFP4-capable GPU")
+    rows = {r["id"]: r for r in ledger.read_ledger(st.run_dir)}
+    assert ids and all(rows[i]["note"] == "not run: needs an NVFP4-capable GPU" for i in ids)
