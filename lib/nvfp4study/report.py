@@ -81,6 +81,13 @@ def styled_ledger(df: pd.DataFrame):
     return df.style.apply(_row, axis=1).hide(axis="index").set_table_styles(styles)
 
 
+def text_table(df: pd.DataFrame):
+    """A Styler for tables of long text: no index, left-aligned, wrapped cells."""
+    return df.style.hide(axis="index").set_table_styles(
+        [{"selector": "td, th", "props": [("text-align", "left"), ("vertical-align", "top"),
+                                          ("overflow-wrap", "break-word"), ("white-space", "normal")]}])
+
+
 def notebook_links(run_dir: str | Path) -> str:
     """HTML list linking each executed notebook's code-free HTML copy (relative links)."""
     run_dir = Path(run_dir)

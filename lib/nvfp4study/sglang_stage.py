@@ -24,20 +24,11 @@ from typing import Any
 from . import clamp_numerics as cn
 from . import sglang_patch as sp
 from .paths import write_json
+from .report import text_table
 from .sglang_audit import PathResult, audit_tree, matrix_figure, results_frame
 from .sglang_checks import extra_checks
 from .sglang_source import SGLangTree, copy_tree, resolve_tree, unpack_wheel
 from .stage import Stage
-
-
-def _show_long_text() -> None:
-    """Let the notebook's tables show whole rules (pandas cuts cells at 50 characters)."""
-    import pandas as pd
-
-    pd.set_option("display.max_colwidth", 240)
-
-
-_show_long_text()
 
 #: The version the model card describes (its patch targets this release).
 CARD_VERSION = "0.5.20"
@@ -59,10 +50,11 @@ def describe_tree(tree: SGLangTree) -> str:
 
 
 def audit_main(stage: Stage, tree: SGLangTree):
-    """Audit the stage's tree; writes ``data/sglang_audit.json``; returns the table."""
+    """Audit the stage's tree; writes ``data/sglang_audit.json``; returns the table (left-aligned,
+    wrapped, so the deciding rule is readable without scrolling)."""
     results = audit_tree(tree)
     _dump(stage.paths.data("sglang_audit"), [r.as_json() for r in results])
-    return results_frame(results).drop(columns=["sglang"])
+    return text_table(results_frame(results).drop(columns=["sglang"]))
 
 
 def audit_versions(stage: Stage) -> list[PathResult]:
