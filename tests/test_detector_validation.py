@@ -102,7 +102,7 @@ def test_claims_recorded(small):
     out = dv.record_claims(stage, res)
     rows = {r["id"]: r for r in read_ledger(stage.run_dir)}
     ascii_row = rows["detect.ascii-junk"]
-    assert ascii_row["verdict"] == "reproduced"
+    assert ascii_row["verdict"] == "partly"  # injected junk only; served junk needs the GPU
     assert ascii_row["measured"]["scan_hits_caused_by_junk"] == 0
     ast_row = rows["detect.ast-undefined"]
     assert ast_row["measured"]["recall"]["after_bracket"] == 0.0

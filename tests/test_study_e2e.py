@@ -43,10 +43,16 @@ def test_report_has_every_card_claim(study_run):
     # GPU stages say why they did not run
     gpu = [row for row in ledger if row["stage"] in ("04_launch_server", "06_mtp_sweep", "07_determinism")]
     assert gpu and all(row["verdict"] == "not run" and "GPU" in row["note"] for row in gpu)
-    # ours is never the card's: a measured value exists only with a verdict other than not run
+    # ours is never the card's: a row not run carries no value; every measured row names
+    # evidence files that exist in the run folder and a value that is not the card's own
     for row in ledger:
         if row["verdict"] == "not run":
-            assert row["measured"] is None or row["origin"] == "study" or row["measured"] != row["card"]
+            assert row["measured"] is None, row["id"]
+        else:
+            assert row["measured"] is not None and row["measured"] != row["card"], row["id"]
+            assert row["evidence"], row["id"]
+            for ev in row["evidence"]:
+                assert (run / ev).exists(), (row["id"], ev)
 
 
 def test_run_folder_contents(study_run):

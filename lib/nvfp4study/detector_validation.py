@@ -537,7 +537,10 @@ def claim_verdicts(result: ValidationResult) -> dict[str, dict[str, Any]]:
     own_hits = int(sum(bool(r["non_ascii"]) and not bool(clean.get(r["task_id"], False))
                        for _, r in junky.iterrows()))
     tokens_ascii = {t: t.isascii() for t in ("ulp", "oly", "culp", "Advisory")}
-    v_ascii = Verdict.REPRODUCED if all(tokens_ascii.values()) and own_hits == 0 else Verdict.CONTRADICTED
+    # The injected fragments are the card's ASCII tokens, so the scan cannot see them here by
+    # construction: this half reproduces the consequence ("a non-ASCII scan misses them"), and
+    # whether real junk in served completions is ASCII needs the served study -> at most partly.
+    v_ascii = Verdict.PARTLY if all(tokens_ascii.values()) and own_hits == 0 else Verdict.CONTRADICTED
     na = s[(s["method"] == "non_ascii") & (s["kind"] == "all")]
     ascii_measured = {
         "tokens_ascii": tokens_ascii,
@@ -547,9 +550,11 @@ def claim_verdicts(result: ValidationResult) -> dict[str, dict[str, Any]]:
         "scan_false_positives_clean": int(na["fp"].iloc[0]) if len(na) else None,
         "n_clean": int(na["n_clean"].iloc[0]) if len(na) else None,
     }
-    ascii_note = ("non-ASCII scan of the whole completion; its only hits on junk variants come from "
-                  "non-ASCII characters already in the clean prompt (e.g. '➞' in HumanEval docstrings), "
-                  "which also make it flag clean programs.")
+    ascii_note = ("partly: the card's four tokens are ASCII, and a non-ASCII scan of the whole "
+                  "completion flags none of the junk injected with them (its only hits come from "
+                  "non-ASCII characters already in the clean prompt, e.g. '➞' in HumanEval docstrings, "
+                  "which also make it flag clean programs). Whether the junk a served model really "
+                  "emits is ASCII is measured only by the served study (05, GPU).")
     return {
         "detect.ast-undefined": {"measured": ast_measured, "verdict": v_ast, "note": ast_note},
         "detect.ascii-junk": {"measured": ascii_measured, "verdict": v_ascii, "note": ascii_note},

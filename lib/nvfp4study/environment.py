@@ -154,10 +154,9 @@ def collect(params: Params | None = None, run_dir: Path | None = None) -> dict[s
 
 def write_info(info: dict[str, Any], path: Path) -> Path:
     """Write the collected environment as JSON (``data/environment.json``)."""
-    import json
+    from .paths import write_json
 
-    path.write_text(json.dumps(info, indent=1, default=str))
-    return path
+    return write_json(path, info)
 
 
 def gpu_table(info: dict[str, Any]):

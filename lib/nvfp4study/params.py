@@ -324,6 +324,7 @@ def load_params(path: str | Path | None = None, overrides: list[str] | tuple[str
 
 def dump_params(params: Params, path: str | Path) -> Path:
     """Write the resolved params as YAML (what a run actually used). Returns the path."""
-    path = Path(path)
-    path.write_text(yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False))
-    return path
+    from .paths import atomic_write  # paths imports this module
+
+    text = yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False)
+    return atomic_write(Path(path), lambda tmp: tmp.write_text(text))

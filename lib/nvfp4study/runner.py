@@ -25,7 +25,15 @@ from typing import Any
 from . import environment, ledger
 from .errors import NotebookFailed, ParamsError, RunDirError, StudyError
 from .params import REPO_ROOT, Params, dump_params, load_params
-from .paths import OUTPUTS, RunPaths, ensure_writable, new_run_dir, point_latest, write_json
+from .paths import (
+    OUTPUTS,
+    RunPaths,
+    atomic_write,
+    ensure_writable,
+    new_run_dir,
+    point_latest,
+    write_json,
+)
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 REPORT_NOTEBOOK = "99_report"
@@ -136,8 +144,7 @@ def to_html(executed: Path, out: Path) -> Path:
     exporter = HTMLExporter(template_name="lab", exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True)
     body, _ = exporter.from_notebook_node(nbformat.read(str(executed), as_version=4))
-    out.write_text(body, encoding="utf-8")
-    return out
+    return atomic_write(out, lambda tmp: tmp.write_text(body, encoding="utf-8"))
 
 
 def run_study(
