@@ -31,7 +31,7 @@ lint: $(STAMP)
 
 # Regenerate the stored notebooks (no outputs) from their py:percent sources.
 notebooks: $(STAMP)
-	$(BIN)/jupytext --to ipynb notebooks/[0-9][0-9]_*.py
+	$(BIN)/jupytext --update --to ipynb notebooks/[0-9][0-9]_*.py
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

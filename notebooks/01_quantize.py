@@ -24,8 +24,9 @@
 # own NVFP4 codec and compared with the BF16 source.
 #
 # **How to read it.** Counts, times and errors are measured on the scaled-down random checkpoint,
-# not on the card's 76 GB files (02 audits any checkpoint from its headers). Our quantizer is
-# llmcompressor 0.13.0 / compressed-tensors 0.18.0; the card used 0.12.0.1 / 0.17.1.
+# not on the card's 76 GB files (02 audits any checkpoint from its headers). The llmcompressor /
+# compressed-tensors versions this run used are read at run time and shown in the counts table
+# below (row "llmcompressor / compressed-tensors"); the card names 0.12.0.1 / 0.17.1 (card).
 
 # %% tags=["parameters"]
 params_file: str = "../params/default.yaml"  # study params; the runner passes the run's resolved copy

@@ -662,3 +662,60 @@ def test_stage_records_every_claim(tmp_path, clean):
     assert rows["counts.quantized-experts"]["measured"]["count"] == 3 * E * (NL - DENSE)
     assert rows["config.clamp-lists"]["verdict"] == "not run"
     assert rows["audit.fault-verdicts"]["verdict"] == "reproduced"
+
+
+def _audited_stage(tmp_path, clean):
+    from nvfp4study import inspect_stage as ins
+    from nvfp4study.stage import open_stage
+
+    stage = open_stage("02_inspect_checkpoint", "", str(tmp_path / "run"))
+    root, _, _ = clean
+    stage.paths.data("quantize", "json").write_text(json.dumps({"quantized": str(root), "random_weights": True}))
+    ck = ins.resolve_checkpoint(stage)
+    return ins, stage, ck, ins.run_audit(stage, ck)
+
+
+def _record(ins, stage, ck, rep):
+    from nvfp4study.ledger import read_ledger
+
+    ins.record_ledger(stage, rep, ck, {"run": False})
+    return {r["id"]: r for r in read_ledger(stage.run_dir)}
+
+
+def test_stage_size_disk_verdict_follows_the_numbers(tmp_path, clean):
+    ins, stage, ck, rep = _audited_stage(tmp_path, clean)
+    s = rep.extra["size"]
+    # the builder here is not the params' shape: the prediction for the params' shape cannot match
+    rows = _record(ins, stage, ck, rep)
+    assert not rows["size.disk"]["measured"]["prediction_matches_scaled_tensor_bytes"]
+    assert rows["size.disk"]["verdict"] == "contradicted"
+    s["predicted_data_bytes_params_shape"] = s["data_bytes"]
+    for real_bytes, verdict, word in ((76 * 2**30, "partly", "as GiB"), (76_200_000_000, "partly", "as GB"),
+                                      (80 * 2**30, "contradicted", "neither in GB nor in GiB")):
+        s["predicted_data_bytes_real_sizes"] = real_bytes
+        row = _record(ins, stage, ck, rep)["size.disk"]
+        assert row["verdict"] == verdict and word in row["note"], (real_bytes, row)
+        assert f"{real_bytes / 1e9:.1f} GB" in row["note"]
+
+
+def test_stage_input_scale_dtype_read_from_headers(tmp_path, clean):
+    ins, stage, ck, rep = _audited_stage(tmp_path, clean)
+    rows = _record(ins, stage, ck, rep)
+    n = 3 * E * (NL - DENSE)
+    assert rows["scales.input-global-scale"]["measured"]["dtypes"] == {"F32": n}
+    assert rows["scales.input-global-scale"]["verdict"] == "partly"
+    first = next(m for m in rep.modules.values() if "input_global_scale" in m.params)
+    t = first.params["input_global_scale"]
+    first.params["input_global_scale"] = t._replace(dtype="BF16")  # what a header saying BF16 would give
+    row = _record(ins, stage, ck, rep)["scales.input-global-scale"]
+    assert row["measured"]["dtypes"] == {"F32": n - 1, "BF16": 1} and row["verdict"] == "contradicted"
+
+
+def test_stage_generated_checkpoint_config_claims_not_run_even_at_real_sizes(tmp_path, clean):
+    ins, stage, ck, rep = _audited_stage(tmp_path, clean)
+    rep.extra["real_size_config"] = True  # as if the generator had written the real sizes
+    rows = _record(ins, stage, ck, rep)
+    for cid in ("config.clamp-lists", "config.context"):
+        assert rows[cid]["verdict"] == "not run" and "generated checkpoint" in rows[cid]["note"], rows[cid]
+    routing = rows["clamp.trtllm-routing"]
+    assert set(routing["measured"]) == {"audited"} and "512 / 8 = 64" in routing["note"]

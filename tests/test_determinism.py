@@ -68,3 +68,54 @@ def test_failed_request_is_not_comparable():
     counts = {c["comparison"]: c for c in determinism.identity_counts(determinism.pair_rows(rows, ["pA", "pB"], 2))}
     on = counts["spec-on vs spec-off"]
     assert (on["identical prompts"], on["prompts compared"], on["not comparable (failed request)"]) == (1, 1, 1)
+
+
+def _fail(ids, rate):
+    return _row(ids, rate, status="stream_cut")
+
+
+def _all_failed(det: bool) -> dict:
+    names = ["spec-off", "spec-on"] + (["det spec-off", "det spec-on"] if det else [])
+    return {n: {k: _fail(v["output_ids"], 10) for k, v in ROWS["spec-off"].items()} for n in names}
+
+
+def _results(rows, det, tok=None):
+    from nvfp4study import ledger
+
+    pairs = determinism.pair_rows(rows, ["pA", "pB"], repeats=2)
+    counts = {c["comparison"]: c for c in determinism.identity_counts(pairs)}
+    cards = {c["id"]: c["card"] for c in ledger.card_claims()}
+    return determinism.claim_results(counts, tok, cards, spec_depth=2, repeats=2, deterministic_mode=det)
+
+
+def test_no_comparable_pair_is_not_run():
+    # every request failed: 0 prompts compared, so 0 == 0 must not become a verdict
+    res = _results(_all_failed(det=True), det=True)
+    assert set(res) == {"det.spec-off", "det.spec-on", "det.deterministic-mode"}
+    for cid, r in res.items():
+        assert set(r) == {"not_run"}, cid
+        assert r["not_run"].startswith("no comparable pair: all requests failed"), cid
+        assert "2 prompt(s)" in r["not_run"]
+
+
+def test_spec_on_failed_only_keeps_spec_off_verdict():
+    rows = {"spec-off": dict(ROWS["spec-off"]), "spec-on": {k: _fail([1], 10) for k in ROWS["spec-on"]}}
+    res = _results(rows, det=False)
+    assert res["det.spec-off"]["verdict"] == "reproduced"
+    assert res["det.spec-off"]["measured"] == {"identical": 2, "n": 2, "repeats": 2}
+    assert "not_run" in res["det.spec-on"]
+    assert res["det.deterministic-mode"] == {"not_run": "determinism.deterministic_mode is false"}
+
+
+def test_verdicts_with_data():
+    res = _results(ROWS, det=False)
+    assert res["det.spec-on"]["verdict"] == "reproduced"  # pB differs: not byte-identical
+    assert res["det.spec-on"]["measured"]["identical"] == 1 and res["det.spec-on"]["measured"]["n"] == 2
+    same = {"spec-off": ROWS["spec-off"], "spec-on": {k: _row(v["output_ids"], 25) for k, v in ROWS["spec-off"].items()}}
+    assert _results(same, det=False)["det.spec-on"]["verdict"] == "contradicted"
+    # deterministic mode: all identical (better) and 38.0 tok/s within 15 % of the card's 38.26
+    rows = dict(ROWS, **{"det spec-off": ROWS["spec-off"], "det spec-on": same["spec-on"]})
+    assert _results(rows, det=True, tok=38.0)["det.deterministic-mode"]["verdict"] == "reproduced"
+    assert _results(rows, det=True, tok=10.0)["det.deterministic-mode"]["verdict"] == "partly"
+    rows["det spec-on"] = ROWS["spec-on"]  # 1/2 identical, same as without the mode: not better
+    assert _results(rows, det=True, tok=10.0)["det.deterministic-mode"]["verdict"] == "contradicted"

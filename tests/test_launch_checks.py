@@ -83,3 +83,21 @@ def test_warnings():
 @pytest.mark.parametrize("layers,expected", [([2, 3, 4, 7, 9, 10], "2-4, 7, 9-10"), ([35], "35"), ([], "")])
 def test_ranges(layers, expected):
     assert lc._ranges(layers) == expected
+
+
+def test_fit_single_gpu_tp_from_info_command_or_sglang_default():
+    healthy = {"status": "ok", "load_s": 310.0, "gpu": {"name": "B", "memory_gb": 128}}
+    # no tp_size in /server_info, no --tp-size in the command: SGLang 0.5.23's default tp_size = 1
+    res = lc.fit_result({**healthy, "server_info": {}, "command": ["python", "-m", "sglang.launch_server"]})
+    assert res["verdict"] == "reproduced" and res["measured"]["gpus"] == 1 and res["measured"]["healthy"] is True
+    assert "SGLang's default" in res["note"] and "did not become healthy" not in res["note"]
+    assert lc.SGLANG_TP_DEFAULT == 1
+    # the command's value, then /server_info's, win over the default
+    assert lc.tensor_parallel({"command": ["x", "--tensor-parallel-size", "1"]}) == (1, "command --tensor-parallel-size")
+    assert lc.tensor_parallel({"server_info": {"tp_size": 4}, "command": ["--tp-size", "1"]})[0] == 4
+    res = lc.fit_result({**healthy, "command": ["x", "--tp-size", "4"]})
+    assert set(res) == {"not_run"} and "tensor parallel size 4 (command --tp-size)" in res["not_run"]
+    # not healthy on one GPU: contradicted, and the note says so
+    res = lc.fit_result({"status": "timeout", "load_s": None, "server_info": {"tp_size": 1}})
+    assert res["verdict"] == "contradicted" and "did not become healthy" in res["note"]
+    assert res["measured"]["healthy"] is False

@@ -93,3 +93,55 @@ def test_broken_draft_rule(length, rate, draft, broken):  # F-08
 def test_card_marks_come_from_the_claims_file():
     marks = mtp.card_marks()
     assert marks[0]["tok_s"] == 22.60 and marks[2]["accept_len"] == [2.62, 2.70] and marks[3]["accept_rate"] == [0.53, 0.63]
+
+
+BROKEN_CARD = {"accept_len": 1.0, "accept_rate": 0.0, "speedup": {1: 0.94, 2: 0.80, 3: 0.71}}
+
+
+def _summary(model, depth, length, rate, speedup, draft=None):
+    draft = depth + 1 if draft is None else draft
+    flag = "draft broken: check layer 42" if mtp.broken_draft(length, rate, draft) else ""
+    return {"model": model, "depth": depth, "accept len (token-weighted)": length,
+            "accept rate (token-weighted)": rate, "speedup vs off (decode medians)": speedup, "flag": flag}
+
+
+def _study():
+    return [_summary("study", 0, None, None, None), _summary("study", 1, 1.9, 0.9, 1.8),
+            _summary("study", 2, 2.6, 0.8, 2.0)]
+
+
+def test_broken_draft_reproduced_with_every_value():
+    recs = _study() + [_summary("broken-draft", 0, None, None, None),
+                       _summary("broken-draft", 1, 1.0, 0.0, 0.95), _summary("broken-draft", 2, 1.0, 0.0, 0.78)]
+    res = mtp.broken_draft_result(recs, BROKEN_CARD)
+    assert res["verdict"] == "reproduced"
+    assert res["measured"] == {"accept_len": 1.0, "accept_rate": 0.0, "speedup": {"1": 0.95, "2": 0.78}}
+
+
+def test_broken_draft_missing_speedup_is_not_slower():
+    # depth 0 of the broken checkpoint failed: no speedup; the old rule counted None as 0 (< 1, "slower")
+    recs = _study() + [_summary("broken-draft", 1, 1.0, 0.0, None), _summary("broken-draft", 2, 1.0, 0.0, None)]
+    res = mtp.broken_draft_result(recs, BROKEN_CARD)
+    assert res["verdict"] == "partly"
+    assert "speedup missing" in res["note"] and "not measured: k=1 (speedup), k=2 (speedup)" in res["note"]
+    # one depth with no acceptance either
+    recs = _study() + [_summary("broken-draft", 1, 1.0, 0.0, 0.94), _summary("broken-draft", 2, None, None, None)]
+    res = mtp.broken_draft_result(recs, BROKEN_CARD)
+    assert res["verdict"] == "partly" and "k=2 (acceptance)" in res["note"]
+    # no acceptance at any depth: nothing measured
+    recs = _study() + [_summary("broken-draft", 1, None, None, None)]
+    assert "not_run" in mtp.broken_draft_result(recs, BROKEN_CARD)
+
+
+def test_broken_draft_contradicted_when_the_draft_works():
+    recs = _study() + [_summary("broken-draft", 1, 1.85, 0.85, 1.7), _summary("broken-draft", 2, 2.5, 0.75, 1.9)]
+    res = mtp.broken_draft_result(recs, BROKEN_CARD)
+    assert res["verdict"] == "contradicted" and "the draft works" in res["note"]
+    # between the broken signature and clearly working: partly, not contradicted
+    recs = _study() + [_summary("broken-draft", 1, 1.2, 0.2, 1.0), _summary("broken-draft", 2, 1.0, 0.0, 0.8)]
+    assert mtp.broken_draft_result(recs, BROKEN_CARD)["verdict"] == "partly"
+
+
+def test_broken_draft_not_run_without_broken_checkpoint():
+    res = mtp.broken_draft_result(_study(), BROKEN_CARD)
+    assert set(res) == {"not_run"} and "k=1 rate 0.90" in res["not_run"]

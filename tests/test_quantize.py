@@ -267,3 +267,12 @@ def test_index_naming_a_missing_tensor_or_truncated_shard(ckpts, tmp_path):
     with pytest.raises(QuantizeFailed, match="model_free_ptq"):
         Q.quantize_checkpoint(bad, tmp_path / "o2", QuantizeParams())
     assert _only(tmp_path, ["bad"])
+
+
+def test_overwrite_refuses_an_output_that_contains_the_source(ckpts, tmp_path):
+    outer = tmp_path / "outer"
+    src = shutil.copytree(ckpts["src"], outer / "src")
+    before = tree_digest(src)
+    with pytest.raises(OutputExists, match="source .* is inside the output"):
+        Q.quantize_checkpoint(src, outer, QuantizeParams(), overwrite=True)
+    assert tree_digest(src) == before and _only(tmp_path, ["outer"]) and _only(outer, ["src"])

@@ -51,6 +51,9 @@ def test_default_flow_records_claims(run_dir):
     r = _row(run_dir, "provenance.model-free-ptq")
     assert r["verdict"] == "partly" and "0.12.0.1" in r["note"] and r["measured"]["llmcompressor"] == "0.13.0"
     assert "cannot calibrate activations" in r["measured"]["w4a4_scheme_refused"]
+    assert f"scheme {rep['scheme']} quantized" in r["note"] and "NOT the card's" in r["note"]
+    assert f"llmcompressor {rep['llmcompressor']} / compressed-tensors {rep['compressed_tensors']}" in r["note"]
+    assert not [f.name for f in st.paths.data("x", "json").parent.iterdir() if f.name.endswith(".tmp")]
     assert _row(run_dir, "provenance.fused-maps")["measured"]["stock_tables"].startswith("fails:")
     assert _row(run_dir, "quantize.gate-up-global-scale")["verdict"] == "reproduced"
     assert _row(run_dir, "quantize.roundtrip-within-bound")["verdict"] == "reproduced"

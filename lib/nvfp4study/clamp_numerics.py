@@ -89,7 +89,11 @@ def compare(limits: tuple[float, ...] = (4.0, 5.0, 7.0), n: int = 401):
         |a - b| on the grid), ``at_g``/``at_u`` (where), ``max_rel_diff`` (largest
         |a - b| / |b| where |b| > 1e-6), ``differs_frac`` (fraction of grid points with
         |a - b| > 1e-12), ``differs_where`` (the region, stated from the forms), and for
-        pre-vs-post ``gate_gap`` = ``L - silu(L)`` and ``gate_gap_rel`` = ``1 - sigmoid(L)``.
+        pre-vs-post the gate-factor gap |post - pre| MEASURED on the grid's gate values:
+        ``gate_gap_le_L`` (largest for g <= L; 0 up to rounding if the forms agree there),
+        ``gate_gap_gt_L`` (largest for g > L) and ``gate_gap_rel_gt_L`` (largest
+        |post - pre| / post for g > L), next to the formulas ``gate_gap`` = ``L - silu(L)`` and
+        ``gate_gap_rel`` = ``1 - sigmoid(L)`` they are compared with.
     """
     import pandas as pd
 
@@ -106,10 +110,19 @@ def compare(limits: tuple[float, ...] = (4.0, 5.0, 7.0), n: int = 401):
                    "at_g": float(G.flatten()[i]), "at_u": float(U.flatten()[i]),
                    "max_rel_diff": float(rel.max()), "differs_frac": float((d > 1e-12).double().mean())}
             if (a, b) == ("pre", "post"):
-                row.update(differs_where=f"g > {L:g} (identical for g <= L)", gate_gap=max_gate_gap(L),
+                g = G[:, 0]  # the grid's gate values
+                post = gate_factor(g, "post", L)
+                gap = (post - gate_factor(g, "pre", L)).abs()
+                le, gt = g <= L, g > L
+                row.update(differs_where=f"g > {L:g} (identical for g <= L)",
+                           gate_gap_le_L=float(gap[le].max()) if bool(le.any()) else None,
+                           gate_gap_gt_L=float(gap[gt].max()) if bool(gt.any()) else None,
+                           gate_gap_rel_gt_L=float((gap[gt] / post[gt].abs()).max()) if bool(gt.any()) else None,
+                           gate_gap=max_gate_gap(L),
                            gate_gap_rel=float(1 - torch.sigmoid(torch.tensor(L, dtype=torch.float64))))
             else:
-                row.update(differs_where=f"silu(g) > {L:g} or |u| > {L:g}", gate_gap=None, gate_gap_rel=None)
+                row.update(differs_where=f"silu(g) > {L:g} or |u| > {L:g}", gate_gap_le_L=None,
+                           gate_gap_gt_L=None, gate_gap_rel_gt_L=None, gate_gap=None, gate_gap_rel=None)
             rows.append(row)
     return pd.DataFrame(rows)
 

@@ -70,7 +70,7 @@ import pandas as pd
 from .errors import RawDataError, ReplayDataMissing, TaskSelectionError
 from .ledger import Verdict, card_claims
 from .params import Params, SamplingConfig
-from .paths import write_json
+from .paths import atomic_write, write_json
 from .sandbox import check_many, sandbox_status
 from .tasks import CARD_TASK_IDS, Task, chat_messages, chat_template_kwargs, load_tasks
 
@@ -655,7 +655,7 @@ def import_recorded(stage, params: Params) -> list[Path]:
     for p in [*raws, *([probe] if probe is not None and probe.is_file() else [])]:
         dst = stage.paths.data_dir / p.name
         if p.resolve() != dst.resolve():
-            shutil.copyfile(p, dst)
+            atomic_write(dst, lambda tmp, src=p: shutil.copyfile(src, tmp))
         copied.append(dst)
     return copied
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from . import ledger, measure
 from .ledger import Verdict
+from .paths import atomic_write
 from .server import ServerConfig, stage_configs
 
 STAGE = "07_determinism"
@@ -114,7 +115,7 @@ def pair_table(stage):
     if (nr := _nr(stage)) is not None:
         return nr
     df = pd.DataFrame(_pairs(stage))
-    stage.paths.data("det-pairs").write_text(df.to_json(orient="records", indent=1, double_precision=10))
+    atomic_write(stage.paths.data("det-pairs"), lambda tmp: tmp.write_text(df.to_json(orient="records", indent=1, double_precision=10)))
     return df
 
 
@@ -130,7 +131,7 @@ def identity_table(stage):
     if (nr := _nr(stage)) is not None:
         return nr
     df = pd.DataFrame(identity_counts(_pairs(stage)))
-    stage.paths.data("det-identity").write_text(df.to_json(orient="records", indent=1))
+    atomic_write(stage.paths.data("det-identity"), lambda tmp: tmp.write_text(df.to_json(orient="records", indent=1)))
     return df
 
 
@@ -174,8 +175,82 @@ def throughput_table(stage):
     if (nr := _nr(stage)) is not None:
         return nr
     df = pd.DataFrame(throughput_rows(_rows(stage), _pairs(stage)))
-    stage.paths.data("det-throughput").write_text(df.to_json(orient="records", indent=1, double_precision=10))
+    atomic_write(stage.paths.data("det-throughput"), lambda tmp: tmp.write_text(df.to_json(orient="records", indent=1, double_precision=10)))
     return df
+
+
+NO_PAIR = "no comparable pair: all requests failed"
+
+
+def _no_pair(c: dict | None) -> str:
+    """The not-run reason when a comparison has no comparable prompt."""
+    if c is None:
+        return "no comparable pair: no request of this comparison was recorded"
+    return f"{NO_PAIR} ({c['not comparable (failed request)']} prompt(s) with a failed request)"
+
+
+def claim_results(counts: dict[str, dict], det_tok_s: float | None, cards: dict[str, dict], *,
+                  spec_depth: int, repeats: int, deterministic_mode: bool) -> dict[str, dict]:
+    """Verdicts for det.spec-off, det.spec-on and det.deterministic-mode from :func:`identity_counts`.
+
+    Args:
+        counts: ``{comparison label: identity_counts row}``.
+        det_tok_s: median decode tok/s of "det spec-on" (None when unknown).
+        cards: ``{claim id: card dict}`` from ``claims.yaml``.
+        spec_depth, repeats, deterministic_mode: the stage's determinism params.
+
+    Returns:
+        ``{claim id: {"measured", "verdict", "note"}}``, or ``{claim id: {"not_run": reason}}`` when
+        no prompt of that comparison is comparable (every such request failed): with no data there is
+        nothing to reproduce or contradict.
+    """
+    out: dict[str, dict] = {}
+    off = counts.get("spec-off self-reproducibility")
+    if not (off and off["prompts compared"]):
+        out["det.spec-off"] = {"not_run": _no_pair(off)}
+    else:
+        out["det.spec-off"] = {
+            "measured": {"identical": off["identical prompts"], "n": off["prompts compared"], "repeats": repeats},
+            "verdict": Verdict.REPRODUCED if off["identical prompts"] == off["prompts compared"] else Verdict.CONTRADICTED,
+            "note": "every greedy repeat equal to the first, token by token"}
+    on = counts.get("spec-on vs spec-off")
+    on_n = on["prompts compared"] if on else 0
+    if not on_n:
+        out["det.spec-on"] = {"not_run": _no_pair(on)}
+    else:
+        all_same = on["identical prompts"] == on_n
+        card = cards["det.spec-on"]
+        out["det.spec-on"] = {
+            "measured": {"identical": on["identical prompts"], "n": on_n,
+                         "first_divergence": on["first divergence (min..max)"]},
+            "verdict": Verdict.CONTRADICTED if all_same else Verdict.REPRODUCED,
+            "note": (f"NEXTN k={spec_depth} vs speculation off, repeat 0 of each. "
+                     f"The card's count ({card['identical']}/{card['n']}) depends "
+                     "on its prompts; the claim tested is that speculation is not byte-identical. Whether the "
+                     "differences are paraphrases was not judged automatically (texts in det-pairs.json).")}
+    if not deterministic_mode:
+        out["det.deterministic-mode"] = {"not_run": "determinism.deterministic_mode is false"}
+        return out
+    det = counts.get("det spec-on vs det spec-off")
+    det_n = det["prompts compared"] if det else 0
+    if not det_n:
+        out["det.deterministic-mode"] = {"not_run": _no_pair(det)}
+        return out
+    card = cards["det.deterministic-mode"]
+    on_rate = on["identical prompts"] / on_n if on_n else None
+    better = det["identical prompts"] == det_n or (on_rate is not None and det["identical prompts"] / det_n > on_rate)
+    r = abs(det_tok_s - card["tok_s"]) / card["tok_s"] if det_tok_s else None
+    tok_ok = r is not None and r <= TOKS_TOL[0]
+    verdict = Verdict.REPRODUCED if better and tok_ok else Verdict.PARTLY if (better or tok_ok) else Verdict.CONTRADICTED
+    out["det.deterministic-mode"] = {
+        "measured": {"identical": det["identical prompts"], "n": det_n,
+                     "tok_s": None if det_tok_s is None else round(det_tok_s, 4),
+                     "identical_vs_plain_spec_off": counts.get("det spec-on vs plain spec-off", {}).get("identical prompts")},
+        "verdict": verdict,
+        "note": ("deterministic spec-on vs deterministic spec-off; 'reproduced' needs more identical prompts "
+                 "than without the mode (or all identical) and decode tok/s within 15 % of the card "
+                 "(hardware-dependent)" + ("" if on_n else "; plain spec-on had no comparable pair"))}
+    return out
 
 
 def record_claims(stage):
@@ -193,38 +268,13 @@ def record_claims(stage):
     checked = "sglang " + params.sglang.version + (f" (replay of {replay})" if replay else "")
     ev = [stage.paths.data("det-pairs"), stage.paths.data("det-identity"), stage.paths.data("det-throughput")]
     ev += [measure.raw_path(stage.paths, c) for c in configs(params).values()]
-    off = counts["spec-off self-reproducibility"]
-    stage.record("det.spec-off", measured={"identical": off["identical prompts"], "n": off["prompts compared"],
-                                           "repeats": params.determinism.repeats},
-                 verdict=Verdict.REPRODUCED if off["identical prompts"] == off["prompts compared"] > 0 else Verdict.CONTRADICTED,
-                 evidence=ev, checked_on=checked, note="every greedy repeat equal to the first, token by token")
-    on = counts["spec-on vs spec-off"]
-    all_same = on["identical prompts"] == on["prompts compared"]
-    stage.record("det.spec-on", measured={"identical": on["identical prompts"], "n": on["prompts compared"],
-                                          "first_divergence": on["first divergence (min..max)"]},
-                 verdict=Verdict.CONTRADICTED if all_same else Verdict.REPRODUCED, evidence=ev, checked_on=checked,
-                 note=(f"NEXTN k={params.determinism.spec_depth} vs speculation off, repeat 0 of each. "
-                       f"The card's count ({cards['det.spec-on']['identical']}/{cards['det.spec-on']['n']}) depends "
-                       "on its prompts; the claim tested is that speculation is not byte-identical. Whether the "
-                       "differences are paraphrases was not judged automatically (texts in det-pairs.json)."))
-    if "det spec-on vs det spec-off" in counts:
-        det = counts["det spec-on vs det spec-off"]
-        tok = thr.get("det spec-on", {}).get("decode tok/s median")
-        card = cards["det.deterministic-mode"]
-        better = det["identical prompts"] / max(det["prompts compared"], 1) > on["identical prompts"] / max(on["prompts compared"], 1) \
-            or det["identical prompts"] == det["prompts compared"]
-        r = abs(tok - card["tok_s"]) / card["tok_s"] if tok else None
-        tok_ok = r is not None and r <= TOKS_TOL[0]
-        verdict = Verdict.REPRODUCED if better and tok_ok else Verdict.PARTLY if (better or tok_ok) else Verdict.CONTRADICTED
-        stage.record("det.deterministic-mode",
-                     measured={"identical": det["identical prompts"], "n": det["prompts compared"],
-                               "tok_s": None if tok is None else round(tok, 4),
-                               "identical_vs_plain_spec_off": counts.get("det spec-on vs plain spec-off", {}).get("identical prompts")},
-                     verdict=verdict, evidence=ev, checked_on=checked,
-                     note=("deterministic spec-on vs deterministic spec-off; 'reproduced' needs more identical prompts "
-                           "than without the mode and decode tok/s within 15 % of the card (hardware-dependent)"))
-    else:
-        stage.not_run("determinism.deterministic_mode is false", ["det.deterministic-mode"])
+    d = params.determinism
+    results = claim_results(counts, thr.get("det spec-on", {}).get("decode tok/s median"), cards,
+                            spec_depth=d.spec_depth, repeats=d.repeats, deterministic_mode=d.deterministic_mode)
+    for cid, res in results.items():
+        if "not_run" in res:
+            stage.not_run(res["not_run"], [cid])
+        else:
+            stage.record(cid, evidence=ev, checked_on=checked, **res)
     rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims()]
     return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
-

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from .paths import write_json
 
 REAL_KEYS = ("num_hidden_layers", "num_experts", "hidden_size", "moe_intermediate_size", "first_k_dense_replace",
              "n_group", "topk_group", "num_experts_per_tok", "layer_group_size")
+SAFETENSORS_DTYPE = {"float32": "F32", "bfloat16": "BF16", "float16": "F16", "float64": "F64"}  # card word -> header dtype
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -290,16 +292,20 @@ def record_ledger(stage: Any, rep: ca.AuditReport, ck: dict[str, Any], unshared:
                      evidence=[ev], note="sum of shard file sizes (GB = 1e9 bytes; GiB = 2^30 bytes)", checked_on=checked)
     else:
         ok = pred_p == s["data_bytes"]
+        card_gb = card["size.disk"]["disk_gb"]
+        gb_r, gib_r = pred_r / 1e9, pred_r / 2**30
+        fits = [u for u, x in (("GB", gb_r), ("GiB", gib_r)) if round(x) == card_gb]
         stage.record("size.disk", measured={"scaled_checkpoint_mb": round(s["file_bytes"] / 1e6, 2),
-                                            "predicted_real_gb": round(pred_r / 1e9, 2), "predicted_real_gib": round(pred_r / 2**30, 2),
+                                            "scaled_tensor_bytes": s["data_bytes"], "predicted_scaled_tensor_bytes": pred_p,
                                             "prediction_matches_scaled_tensor_bytes": ok},
-                     verdict=Verdict.PARTLY, evidence=[ev],
+                     verdict=Verdict.PARTLY if ok and fits else Verdict.CONTRADICTED, evidence=[ev],
                      note=(f"Not measured on the real files. The NVFP4+serving layout's tensor bytes (experts U8 [o,i/2] + "
-                           f"F8_E4M3 [o,i/16] + 2 F32 scales, rest BF16/F32) predict {pred_r / 1e9:.1f} GB = "
-                           f"{pred_r / 2**30:.1f} GiB at the real sizes (headers add a few MB); the card's '76 GB' fits "
-                           f"if it means GiB. The same prediction for this run's shape "
-                           f"{'equals' if ok else 'does NOT equal'} the audited checkpoint's tensor bytes "
-                           f"({pred_p} vs {s['data_bytes']})."), checked_on=checked)
+                           f"F8_E4M3 [o,i/16] + 2 F32 scales, rest BF16/F32) predict {gb_r:.1f} GB = {gib_r:.1f} GiB at "
+                           f"the real sizes (arithmetic on LingShape defaults; headers add a few MB), which "
+                           + (f"rounds to the card's {card_gb} when read as {' or '.join(fits)}. " if fits else
+                              f"rounds to the card's {card_gb} neither in GB nor in GiB. ")
+                           + f"The same prediction for this run's shape {'equals' if ok else 'does NOT equal'} the "
+                           f"audited checkpoint's tensor bytes ({pred_p:,} vs {s['data_bytes']:,})."), checked_on=checked)
 
     # layout.*
     prec = _rows_by_prec(rep)
@@ -382,10 +388,16 @@ def record_ledger(stage: Any, rep: ca.AuditReport, ck: dict[str, Any], unshared:
     c_in = card["scales.input-global-scale"]
     v, why = _count_verdict(m["input_global_scales"], f["input_global_scales"]["value"], fr["input_global_scales"]["value"],
                             c_in["count"], real)
-    if not (ins.get("input_all_one") and m["input_global_scales"] == m["quantized_expert_modules"]):
+    in_dtypes = dict(Counter(mo.params["input_global_scale"].dtype for mo in rep.modules.values()
+                             if "input_global_scale" in mo.params))
+    want_dt = SAFETENSORS_DTYPE.get(c_in["dtype"], c_in["dtype"])
+    if not (ins.get("input_all_one") and m["input_global_scales"] == m["quantized_expert_modules"]
+            and set(in_dtypes) == {want_dt}):
         v = Verdict.CONTRADICTED
+    why += (f". Header dtypes of the input_global_scale tensors: {in_dtypes or 'none'} (card {c_in['dtype']} = "
+            f"safetensors {want_dt})")
     stage.record("scales.input-global-scale",
-                 measured={"count": m["input_global_scales"], "dtype": "F32", "values": ins.get("input_values"),
+                 measured={"count": m["input_global_scales"], "dtypes": in_dtypes, "values": ins.get("input_values"),
                            "one_per_expert_weight_global_scale": m["input_global_scales"] == m["quantized_expert_modules"],
                            "missing": ins.get("missing"), "nonfinite": ins.get("input_nonfinite_or_nonpositive")},
                  verdict=v, evidence=[ev], note=why + ". Values read with safetensors.safe_open.", checked_on=checked)
@@ -404,7 +416,7 @@ def record_ledger(stage: Any, rep: ca.AuditReport, ck: dict[str, Any], unshared:
                  checked_on=checked)
     cl = rep.config_summary["clamp_lists"]
     ctx = rep.config_summary["context"]
-    if real:
+    if real and not rnd:
         want_e = {str(i): 4 for i in range(35, 42)}
         want_s = {**{str(i): 5 for i in range(34, 40)}, "40": 7, "41": 7}
         got_e = (cl.get("expert_swiglu_limit_list") or {}).get("nonzero")
@@ -416,28 +428,36 @@ def record_ledger(stage: Any, rep: ca.AuditReport, ck: dict[str, Any], unshared:
         stage.record("config.context", measured=ctx,
                      verdict=Verdict.REPRODUCED if ctx == {"max_position_embeddings": cc["max_position_embeddings"], "rope_scaling": None} else Verdict.CONTRADICTED,
                      evidence=[ev], note="from config.json", checked_on=checked)
-    else:
+    elif rnd:
+        why = "not run (generated checkpoint: values come from the generator, circular)"
         stage.record("config.clamp-lists", measured=None, verdict=Verdict.NOT_RUN, evidence=[ev],
-                     note=f"not run: the scaled config's lists come from params (expert {cl.get('expert_swiglu_limit_list')}, "
-                          f"shared {cl.get('share_expert_swiglu_limit_list')}); the real config.json could not be read offline. "
-                          "Audit the card's checkpoint (checkpoint.quantized_path) to test it.")
+                     note=f"{why}: ling_layout wrote the lists (expert {cl.get('expert_swiglu_limit_list')}, shared "
+                          f"{cl.get('share_expert_swiglu_limit_list')}) from params / the card's statement. Audit the "
+                          "card's checkpoint (checkpoint.quantized_path) to test it.")
         stage.record("config.context", measured=None, verdict=Verdict.NOT_RUN, evidence=[ev],
-                     note=f"not run: the generated config carries {ctx}, written by ling_layout from the card's own statement "
-                          "(circular); ling3-flash.md calls the real value not settled.")
+                     note=f"{why}: the config carries {ctx}, written by ling_layout from the card's own statement; "
+                          "ling3-flash.md calls the real value not settled.")
+    else:
+        why = "not run: the audited config does not have the real model's sizes"
+        stage.record("config.clamp-lists", measured=None, verdict=Verdict.NOT_RUN, evidence=[ev],
+                     note=f"{why} (its lists: expert {cl.get('expert_swiglu_limit_list')}, shared "
+                          f"{cl.get('share_expert_swiglu_limit_list')}), so the card's layer numbers do not apply. Audit "
+                          "the card's checkpoint (checkpoint.quantized_path) to test it.")
+        stage.record("config.context", measured=None, verdict=Verdict.NOT_RUN, evidence=[ev],
+                     note=f"{why} (it carries {ctx}); the claim is about the card's config.json.")
 
     # routing
     rr = data["routing_real_sizes"]
     stage.record("clamp.trtllm-routing",
-                 measured={"audited": {k: rep.routing.get(k) for k in ("num_experts", "n_group", "experts_per_group", "status")},
-                           "real_sizes": {"num_experts": rr["num_experts"], "n_group": rr["n_group"],
-                                          "experts_per_group": rr["experts_per_group"], "status": rr["status"]},
-                           "kernel_limit_experts_per_group": qr.WARP_SIZE},
+                 measured={"audited": {k: rep.routing.get(k) for k in ("num_experts", "n_group", "experts_per_group", "status")}},
                  verdict=Verdict.PARTLY if rr["status"] == "over" and rr["experts_per_group"] > qr.WARP_SIZE else Verdict.CONTRADICTED,
                  evidence=[ev],
-                 note=(f"At the real sizes {rr['num_experts']} / {rr['n_group']} = {rr['experts_per_group']:g} experts per group "
-                       f"> {qr.WARP_SIZE} (FlashInfer routingDeepSeek: mNumExperts / mNumExpertGroups <= WarpSize), so the "
-                       f"TRT-LLM backend's grouped routing refuses it; the audited config gives '{rep.routing.get('status')}'. "
-                       "Arithmetic and the kernel's check only; the backend was not run (no GPU)."),
+                 note=(f"Arithmetic on the reference sizes (LingShape defaults, not measured): {rr['num_experts']} / "
+                       f"{rr['n_group']} = {rr['experts_per_group']:g} experts per group "
+                       f"{'>' if rr['experts_per_group'] > qr.WARP_SIZE else '<='} {qr.WARP_SIZE} (FlashInfer routingDeepSeek: "
+                       f"mNumExperts / mNumExpertGroups <= WarpSize), rule status '{rr['status']}'; the audited config "
+                       f"(measured) gives '{rep.routing.get('status')}'. The kernel's check only; the backend was not run "
+                       "(no GPU)."),
                  checked_on="FlashInfer TRT-LLM routing kernel checks (reference: bug-reports.md F-05)")
 
     # study findings

@@ -28,6 +28,7 @@ from typing import Any
 from . import ledger, measure
 from .errors import StageInputMissing
 from .ledger import Verdict
+from .paths import atomic_write, write_json
 from .server import card_config
 
 GIB = 1 << 30
@@ -221,8 +222,7 @@ def clamp_table(stage):
         rows.append({"layer": "extra line", "expected limit": "-", "logged limit": _fmt(a["limit"]),
                      "mode": a["mode"], "form": a["form"], "path": a["path"], "match": False})
     df = pd.DataFrame(rows)
-    out = stage.paths.data("launch-clamp")
-    out.write_text(df.to_json(orient="records", indent=1))
+    atomic_write(stage.paths.data("launch-clamp"), lambda tmp: tmp.write_text(df.to_json(orient="records", indent=1)))
     return df
 
 
@@ -310,9 +310,43 @@ def memory_table(stage):
              "mem usage (SGLang 'GB' = GiB)": r["mem_gib"], "mem usage (GB, 1e9 B)": round(r["mem_gib"] * GIB / 1e9, 2)}
             for r in parse_load_lines(text)]
     df = pd.DataFrame(rows)
-    stage.paths.data("launch-memory").write_text(json.dumps(
-        {"rows": rows, "launch_to_healthy_s": rec.get("load_s")}, indent=1))
+    write_json(stage.paths.data("launch-memory"), {"rows": rows, "launch_to_healthy_s": rec.get("load_s")})
     return df
+
+
+SGLANG_TP_DEFAULT = 1  # SGLang 0.5.23 ``tp_size`` default: sglang/srt/arg_groups/fields/parallel.py:45-51
+                       # (``--tp-size``, alias ``--tensor-parallel-size``, ``] = 1``)
+
+
+def tensor_parallel(rec: dict[str, Any]) -> tuple[int, str]:
+    """The launch's tensor-parallel size and where it came from: ``/server_info`` ``tp_size``, else
+    the command's ``--tp-size``/``--tensor-parallel-size``, else SGLang's default
+    (:data:`SGLANG_TP_DEFAULT`). Returns ``(tp, source)``."""
+    info = rec.get("server_info") or {}
+    if info.get("tp_size") is not None:
+        return int(info["tp_size"]), "/server_info tp_size"
+    for flag in ("--tp-size", "--tensor-parallel-size"):
+        v = _cmd_value(rec.get("command"), flag)
+        if v is not None:
+            return int(v), f"command {flag}"
+    return SGLANG_TP_DEFAULT, "SGLang's default (no --tp-size in the command, none in /server_info)"
+
+
+def fit_result(rec: dict[str, Any]) -> dict[str, Any]:
+    """fit.single-gpu from a launch record: ``{"measured", "verdict", "note"}`` or ``{"not_run": reason}``.
+
+    Healthy = the launch record's status is "ok" or it has a launch-to-healthy time. One GPU and
+    healthy: reproduced; one GPU and not healthy: contradicted; more than one GPU: not tested.
+    """
+    healthy = rec.get("status") == "ok" or rec.get("load_s") is not None
+    tp, source = tensor_parallel(rec)
+    if tp != 1:
+        return {"not_run": f"served with tensor parallel size {tp} ({source}): one GPU was not tested"}
+    gpu = rec.get("gpu") or {}
+    return {"measured": {"gpus": tp, "gpu": gpu.get("name"), "gpu_memory_gb": gpu.get("memory_gb"), "healthy": healthy},
+            "verdict": Verdict.REPRODUCED if healthy else Verdict.CONTRADICTED,
+            "note": (f"server reached /health_generate 200 on one GPU (tp 1 from {source})" if healthy else
+                     f"the server did not become healthy on one GPU (tp 1 from {source}); status {rec.get('status')!r}")}
 
 
 def _rel(measured: float, card: float) -> float:
@@ -334,18 +368,12 @@ def record_claims(stage):
     loads = parse_load_lines(text)
     targets = [r for r in loads if "NextN" not in r["type"]]
     target = targets[0] if targets else None
-    healthy = rec.get("status") == "ok" or rec.get("load_s") is not None
-    info = rec.get("server_info") or {}
-    tp = info.get("tp_size") or _cmd_value(rec.get("command"), "--tp-size")
-    gpu = rec.get("gpu") or {}
     # fit.single-gpu
-    fit_ok = healthy and int(tp or 0) == 1
-    stage.record("fit.single-gpu", measured={"gpus": int(tp) if tp else None, "gpu": gpu.get("name"),
-                                             "gpu_memory_gb": gpu.get("memory_gb"), "healthy": healthy},
-                 verdict=Verdict.REPRODUCED if fit_ok else Verdict.CONTRADICTED,
-                 evidence=[launch_ev, log_ev], checked_on=checked,
-                 note="server reached /health_generate 200 with --tp-size 1" if fit_ok else
-                 "the server did not become healthy on one GPU")
+    fit = fit_result(rec)
+    if "not_run" in fit:
+        stage.not_run(fit["not_run"], ["fit.single-gpu"])
+    else:
+        stage.record("fit.single-gpu", evidence=[launch_ev, log_ev], checked_on=checked, **fit)
     # size.resident
     if target:
         gb = round(target["mem_gib"] * GIB / 1e9, 2)

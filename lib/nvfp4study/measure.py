@@ -36,6 +36,7 @@ import yaml
 
 from . import client
 from .errors import ReplayDataMissing, StudyError
+from .paths import atomic_write
 from .server import (
     ServerConfig,
     gpu_refusal,
@@ -245,8 +246,7 @@ def import_recorded(stage, source: Path, configs: list[ServerConfig], need_reque
 
 def _copy(src: Path, dst: Path, same: bool) -> Path:
     if not same:
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst)
+        atomic_write(dst, lambda tmp: shutil.copyfile(src, tmp))
     return dst
 
 

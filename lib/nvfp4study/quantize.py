@@ -447,7 +447,8 @@ def quantize_checkpoint(src: str | Path, dst: str | Path, qparams: QuantizeParam
 
     Args:
         src: source checkpoint folder (read only).
-        dst: output folder; must not exist unless ``overwrite`` (then replaced at the end).
+        dst: output folder; must not exist unless ``overwrite`` (then replaced at the end); must
+            neither be inside ``src`` nor contain it.
         qparams: scheme, device, max_workers, share_gate_up_global_scale, serving_rewrite, python.
         ignore: ignore patterns; default :func:`card_ignore` for the source's num_hidden_layers.
 
@@ -459,7 +460,8 @@ def quantize_checkpoint(src: str | Path, dst: str | Path, qparams: QuantizeParam
         ``rewrite``, ``source_unchanged``.
 
     Raises:
-        SourceCheckpointMissing, OutputExists, QuantizeFailed.
+        SourceCheckpointMissing, QuantizeFailed.
+        OutputExists: ``dst`` exists without ``overwrite``, or ``dst`` and ``src`` are nested.
     """
     t0 = time.monotonic()
     src, dst = Path(src).resolve(), Path(dst).absolute()
@@ -468,6 +470,8 @@ def quantize_checkpoint(src: str | Path, dst: str | Path, qparams: QuantizeParam
         raise OutputExists(f"output folder exists: {dst} (nothing was written)")
     if dst.resolve() == src or src in dst.resolve().parents:
         raise OutputExists(f"output {dst} is inside the source {src}; refusing to write there")
+    if dst.resolve() in src.parents:
+        raise OutputExists(f"source {src} is inside the output {dst}; replacing the output would delete it")
     ignore = list(ignore) if ignore is not None else card_ignore(int(before["config"]["num_hidden_layers"]))
     fused = "gate-up" if qparams.share_gate_up_global_scale else "empty"
     dst.parent.mkdir(parents=True, exist_ok=True)

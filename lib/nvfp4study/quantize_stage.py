@@ -18,9 +18,9 @@ from typing import Any
 
 from . import ling_layout, quantize, roundtrip
 from .errors import OutputExists, SourceCheckpointMissing, StageInputMissing
-from .ledger import Verdict
+from .ledger import Verdict, card_claims
 from .params import Params
-from .paths import RunPaths, write_json
+from .paths import RunPaths, atomic_write, write_json
 
 SOURCE_DIR = "source-bf16"
 QUANTIZED_DIR = "quantized-nvfp4"
@@ -174,7 +174,7 @@ def probes(params: Params, paths: RunPaths, p: dict[str, Any]) -> dict[str, Any]
             r = quantize.run_ptq(spec, qp.python)
         res["probes"][key] = {k: r[k] for k in ("ok", "error_type", "error", "scheme", "fused_maps")}
     shared = quantize.gate_up_scales(p["quantized"])
-    shared.to_parquet(paths.data("gate-up-scales", "parquet", share="on"))
+    atomic_write(paths.data("gate-up-scales", "parquet", share="on"), lambda tmp: shared.to_parquet(tmp, index=False))
     res["shared"] = quantize.gate_up_summary(shared)
     res["global_scales_bf16_exact"] = _bf16_exact(shared)
     if qp.compare_unshared:
@@ -182,7 +182,7 @@ def probes(params: Params, paths: RunPaths, p: dict[str, Any]) -> dict[str, Any]
         rep = quantize.quantize_checkpoint(p["source"], dst, qp.model_copy(update={"share_gate_up_global_scale": False}),
                                            overwrite=True)
         unshared = quantize.gate_up_scales(dst)
-        unshared.to_parquet(paths.data("gate-up-scales", "parquet", share="off"))
+        atomic_write(paths.data("gate-up-scales", "parquet", share="off"), lambda tmp: unshared.to_parquet(tmp, index=False))
         res["unshared"] = quantize.gate_up_summary(unshared)
         m = shared.merge(unshared, on=["layer", "expert"], suffixes=("_shared", "_unshared"))
         import numpy as np
@@ -252,7 +252,7 @@ def run_roundtrip(params: Params, paths: RunPaths, p: dict[str, Any]) -> dict[st
         return {"run": False, "reason": "needs both a BF16 source and a quantized checkpoint", "table": None}
     df = roundtrip.roundtrip(p["source"], p["quantized"], params.quantize.roundtrip_experts)
     data = paths.data("roundtrip", "parquet")
-    df.to_parquet(data)
+    atomic_write(data, lambda tmp: df.to_parquet(tmp, index=False))
     fig = roundtrip.figure(df, paths.figure("roundtrip")) if not df.empty else None
     return {"run": True, "table": df, "summary": roundtrip.summary(df), "data": str(data),
             "figure": str(fig) if fig else None}
@@ -268,6 +268,10 @@ def record_ledger(stage: Any, rep: dict[str, Any], probe: dict[str, Any], rt: di
         stage.not_run(rep.get("reason", "quantization skipped"))
         return pd.DataFrame([{k: r.get(k) for k in ("id", "verdict", "note")} for r in _rows(run, stage.claims())])
     versions = f"llmcompressor {rep['llmcompressor']} / compressed-tensors {rep['compressed_tensors']}"
+    card = next(c["card"] for c in card_claims() if c["id"] == "provenance.model-free-ptq")
+    card_versions = f"llmcompressor {card['llmcompressor']} / compressed-tensors {card['compressed_tensors']}"
+    same_versions = (str(rep["llmcompressor"]), str(rep["compressed_tensors"])) == (str(card["llmcompressor"]),
+                                                                                   str(card["compressed_tensors"]))
     pr = probe["probes"]
     w4a4 = pr["w4a4_scheme_NVFP4"]
     stage.record(
@@ -277,12 +281,16 @@ def record_ledger(stage: Any, rep: dict[str, Any], probe: dict[str, Any], rt: di
                   "routed_expert_tensors_packed": rep["counts"]["expert_weight_packed"],
                   "w4a4_scheme_refused": (f"{w4a4['error_type']}: {w4a4['error']}" if not w4a4["ok"] else False)},
         verdict=Verdict.PARTLY, evidence=[ev_q, ev_p], checked_on=versions,
-        note=("model_free_ptq with scheme NVFP4A16 quantized a Ling-layout checkpoint (random weights, "
-              "params' shape) into the card's tensor layout; scheme NVFP4 (W4A4) "
+        note=(f"model_free_ptq with scheme {rep['scheme']} quantized a Ling-layout checkpoint ("
+              + ("random weights, params' shape" if rep.get("random_weights") else "the given BF16 source")
+              + ") into the card's tensor layout"
+              + ("" if rep["scheme"] == card["scheme"] else f" (the card's scheme is {card['scheme']})")
+              + "; scheme NVFP4 (W4A4) "
               + ("is refused by model_free_ptq, consistent with the card quantizing A16 and editing the "
                  "config afterwards. " if not w4a4["ok"] else "was accepted here. ")
-              + f"Measured with {versions}, NOT the card's llmcompressor 0.12.0.1 / compressed-tensors "
-                "0.17.1; which tool produced the card's files cannot be checked from the files."))
+              + f"Measured with {versions}, "
+              + ("the card's versions" if same_versions else f"NOT the card's {card_versions}")
+              + "; which tool produced the card's files cannot be checked from the files."))
     stock, both = pr["stock_tables"], pr["both_emptied"]
     ok = (not stock["ok"]) and both["ok"]
     stage.record(

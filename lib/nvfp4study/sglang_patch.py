@@ -205,7 +205,11 @@ def _check_writable(paths: list[Path]) -> None:
 
 
 def _write_all(new: dict[Path, bytes], old: dict[Path, bytes]) -> None:
-    done: list[Path] = []
+    """Write every file of ``new`` (temp file + rename each). On ANY exception, including
+    KeyboardInterrupt between two renames, every file whose bytes differ from ``old`` is put back
+    and the exception re-raised (an OSError as :class:`PatchTargetReadOnly`)."""
+    tmp: str | None = None
+    p: Path | None = None
     try:
         for p, data in new.items():
             fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
@@ -213,13 +217,18 @@ def _write_all(new: dict[Path, bytes], old: dict[Path, bytes]) -> None:
                 fh.write(data)
             os.chmod(tmp, p.stat().st_mode & 0o7777)
             os.replace(tmp, p)
-            done.append(p)
-    except OSError as exc:
-        for p in done:  # roll back what was written
-            p.write_bytes(old[p])
-        if "tmp" in locals() and os.path.exists(tmp):
+            tmp = None
+    except BaseException as exc:
+        # Roll back by content, not by a list of renames done: an interrupt can land just after
+        # os.replace and before any bookkeeping.
+        for q, data in old.items():
+            if q.is_file() and q.read_bytes() != data:
+                q.write_bytes(data)
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
-        raise PatchTargetReadOnly(f"writing {p} failed ({exc}); earlier files restored") from exc
+        if isinstance(exc, OSError):
+            raise PatchTargetReadOnly(f"writing {p} failed ({exc}); earlier files restored") from exc
+        raise
 
 
 def _transform(tree: SGLangTree, mode: str, to_patched: bool) -> dict[Path, tuple[bytes, bytes]]:

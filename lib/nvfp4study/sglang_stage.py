@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import py_compile
 import shutil
 from pathlib import Path
@@ -250,14 +251,24 @@ def record_claims(stage: Stage, version: str):
     # clamp.others-forward --------------------------------------------------------------------
     card_runners = {"triton": ["triton"], "marlin": ["marlin"], "ascend": ["ascend"],
                     "deep_gemm": ["deep-gemm", "deep-gemm-contiguous"], "mxint4": ["mxint4-trtllm"]}
-    fw = {k: {p: m[p]["verdict"] for p in ps if p in m} for k, ps in card_runners.items()}
+    # A path missing from the audit, ABSENT from this version or UNDECIDED tells nothing about
+    # forwarding: skip it (listed in the note); a runner with no decided path is not counted.
+    skipped = [f"{p} ({m[p]['verdict'] if p in m else 'not audited'})" for ps in card_runners.values()
+               for p in ps if p not in m or m[p]["verdict"] in ("ABSENT", "UNDECIDED")]
+    fw = {k: {p: m[p]["verdict"] for p in ps if p in m and m[p]["verdict"] not in ("ABSENT", "UNDECIDED")}
+          for k, ps in card_runners.items()}
+    fw = {k: x for k, x in fw.items() if x}
     fwd = {k: all(v in ("EXACT", "APPROX") for v in x.values()) for k, x in fw.items()}
-    rec("clamp.others-forward", measured=fw,
-        verdict="reproduced" if all(fwd.values()) else "contradicted",
+    unchecked = [k for k in card_runners if k not in fw]
+    of_verdict = ("not run" if not fw else "contradicted" if not all(fwd.values())
+                  else "partly" if unchecked else "reproduced")
+    rec("clamp.others-forward", measured=fw or None, verdict=of_verdict,
         evidence=[d("sglang_audit")],
-        note=("Forward the limit: " + ", ".join(k for k, ok in fwd.items() if ok) + ". Drop it: "
-              + ", ".join(f"{k} ({'; '.join(m[p]['rule'] for p in card_runners[k] if p in m)})"
-                          for k, ok in fwd.items() if not ok)))
+        note=("Forward the limit: " + (", ".join(k for k, ok in fwd.items() if ok) or "none") + ". Drop it: "
+              + (", ".join(f"{k} ({'; '.join(m[p]['rule'] for p in fw[k])})" for k, ok in fwd.items() if not ok)
+                 or "none") + "."
+              + (f" Skipped (no decided audit row): {', '.join(skipped)}." if skipped else "")
+              + (f" Runners not checked: {', '.join(unchecked)}." if unchecked else "")))
 
     # clamp.cutlass-fix -----------------------------------------------------------------------
     card_rt = next((r for r in rt if r["sglang"] == CARD_VERSION and r["mode"] == "card"), None)
@@ -265,13 +276,20 @@ def record_claims(stage: Stage, version: str):
     fix = {"card_patch_on_" + CARD_VERSION: card_rt["cutlass_verdict"] if card_rt else None,
            f"stock_{version}": cut["verdict"], f"exact_patch_on_{version}": exact_rt["cutlass_verdict"] if exact_rt else None}
     fv = fix["card_patch_on_" + CARD_VERSION]
-    rec("clamp.cutlass-fix", measured=fix,
-        verdict="reproduced" if fv == "EXACT" else "partly" if fv == "APPROX" else "not run" if fv is None else "contradicted",
-        evidence=[d("sglang_patch_roundtrip"), d("sglang_audit_versions")],
-        note=(f"The card's three edits, applied to SGLang {CARD_VERSION}, make the NVFP4 CUTLASS path {fv}: "
-              "FlashInfer promotes Swiglu + swiglu_limit to SwigluBias, the pre-SiLU GPT-OSS form. "
-              f"SGLang {version} already carries those edits ({cut['verdict']}); an exact fix must select "
-              f"ActivationType.SwigluStep, which our 'exact' patch does ({fix[f'exact_patch_on_{version}']})."))
+    others = (f"Stock SGLang {version}: CUTLASS {cut['verdict']}; our 'exact' patch on {version}: "
+              f"{fix[f'exact_patch_on_{version}'] or 'not run'}.")
+    if fv is None:
+        rec("clamp.cutlass-fix", measured=None, verdict="not run",
+            evidence=[d("sglang_patch_roundtrip"), d("sglang_audit_versions")],
+            note=f"The card's patch was not replayed on SGLang {CARD_VERSION} in this run. " + others)
+    else:
+        rec("clamp.cutlass-fix", measured=fix,
+            verdict="reproduced" if fv == "EXACT" else "partly" if fv == "APPROX" else "contradicted",
+            evidence=[d("sglang_patch_roundtrip"), d("sglang_audit_versions")],
+            note=(f"The card's three edits, applied to SGLang {CARD_VERSION}, make the NVFP4 CUTLASS path {fv}"
+                  + (": FlashInfer promotes Swiglu + swiglu_limit to SwigluBias, the pre-SiLU GPT-OSS form"
+                     if fv == "APPROX" else "")
+                  + f". {others} An exact fix selects ActivationType.SwigluStep, which our 'exact' patch does."))
 
     # scales.input-empty-nan ------------------------------------------------------------------
     alloc = {v: {k: f"{x['alloc']} L{x['line']}" for k, x in c["input_global_scales"].items()} for v, c in chk.items()}
@@ -295,16 +313,32 @@ def record_claims(stage: Stage, version: str):
               + (f". On {version} W4A16 loads through Marlin, whose clamp verdict is {marlin}." if not raises else "")))
 
     # serve.shared-fusion-off -----------------------------------------------------------------
-    sf = {v: {"auto_off_shared_in_ignore": c["shared_fusion"]["evaluations"]["shared experts in ignore (regex)"]["fusion_disabled"],
-              "auto_off_shared_untargeted": c["shared_fusion"]["evaluations"]["shared experts only untargeted"]["fusion_disabled"],
+    def _off(c: dict, label: str) -> bool | None:
+        return c["shared_fusion"].get("evaluations", {}).get(label, {}).get("fusion_disabled")
+
+    sf = {v: {"auto_off_shared_in_ignore": _off(c, "shared experts in ignore (regex)"),
+              "auto_off_shared_untargeted": _off(c, "shared experts only untargeted"),
               "veto_sees_clamp_lists": c["shared_fusion"].get("considers_clamp_lists"),
               "veto_line": f"{c['shared_fusion'].get('file')}:{c['shared_fusion'].get('line')}"} for v, c in chk.items()}
-    rec("serve.shared-fusion-off", measured=sf, verdict="partly", evidence=[d("sglang_checks")],
-        note=("BailingMoeV3.shared_experts_fusion_disable_reason turns fusion off by itself when the checkpoint's "
-              "ignore list names the shared experts but not the routed ones (layer-0 names); it stays on when the "
-              "shared experts are merely left out of the targets. The veto never looks at the clamp lists, and a "
-              "fused shared expert runs inside FusedMoE with the routed gemm1_clamp_limit, so the flag is needed "
-              "for Ling's clamp anyway - for a different reason than the card gives."))
+    s_v = sf.get(version)
+    fields = (s_v["auto_off_shared_in_ignore"], s_v["auto_off_shared_untargeted"], s_v["veto_sees_clamp_lists"]) \
+        if s_v else (None, None, None)
+    if None in fields:
+        rec("serve.shared-fusion-off", measured=None, verdict="not run", evidence=[d("sglang_checks")],
+            note=(f"The shared-expert fusion veto of SGLang {version} was not found or not evaluated "
+                  f"({'no checks for this version' if not s_v else s_v['veto_line']})."))
+    else:
+        in_ign, untgt, sees = fields
+        # Card: the flag is required. It is, for the card's reason, where SGLang leaves fusion on
+        # for BF16 shared experts; a veto blind to the clamp lists makes it required for the clamp.
+        sf_verdict = ("reproduced" if not in_ign and not untgt
+                      else "contradicted" if in_ign and untgt and sees else "partly")
+        rec("serve.shared-fusion-off", measured=sf, verdict=sf_verdict, evidence=[d("sglang_checks")],
+            note=(f"SGLang {version}, BailingMoeV3.shared_experts_fusion_disable_reason ({s_v['veto_line']}): fusion is "
+                  f"turned off by itself when the ignore list names the shared experts: {in_ign}; when the shared "
+                  f"experts are only left out of the targets: {untgt}. The veto looks at the clamp lists: {sees}"
+                  + ("" if sees else " - a fused shared expert would run inside FusedMoE with the routed "
+                     "gemm1_clamp_limit, so the flag is needed for Ling's clamp whatever the layout") + "."))
 
     # det.min-deepgemm-dim --------------------------------------------------------------------
     md = {v: {k: c["min_deepgemm_dim"].get(k) for k in ("value", "line", "guard", "guard_lines",
@@ -353,10 +387,25 @@ def record_claims(stage: Stage, version: str):
              measured={k: exact_rt[k] for k in ("cutlass_verdict", "verify_ok", "idempotent", "byte_identical_after_revert")},
              verdict="reproduced" if exact_rt["cutlass_verdict"] == "EXACT" and exact_rt["byte_identical_after_revert"] else "contradicted",
              evidence=[d("sglang_patch_roundtrip")])
-    gaps = {f"L={r['limit']:g}": round(100 * r["gate_gap_rel"], 3) for r in num["rows"] if r["pair"] == "pre vs post"}
+    pp = [r for r in num["rows"] if r["pair"] == "pre vs post"]
+    gaps = {f"L={r['limit']:g}": {"max_gate_gap_g_le_L": r.get("gate_gap_le_L"),
+                                  "max_gate_gap_g_gt_L": r.get("gate_gap_gt_L"),
+                                  "max_relative_gate_gap_g_gt_L": r.get("gate_gap_rel_gt_L")} for r in pp}
+
+    def _holds(r: dict) -> bool:  # measured on the grid vs the closed forms L - silu(L), 1 - sigmoid(L)
+        le, gt, rel = r.get("gate_gap_le_L"), r.get("gate_gap_gt_L"), r.get("gate_gap_rel_gt_L")
+        return (le is not None and gt is not None and rel is not None and math.isclose(le, 0.0, abs_tol=1e-12)
+                and math.isclose(gt, r["gate_gap"], rel_tol=1e-9, abs_tol=1e-15)
+                and math.isclose(rel, r["gate_gap_rel"], rel_tol=1e-9, abs_tol=1e-15))
+
+    bad = [f"L={r['limit']:g}" for r in pp if not _holds(r)]
     find("finding.approx-size",
          claim="Pre-SiLU and post-SiLU clamps agree for gate <= L; above it the gate factor differs by at most "
                "L - silu(L), i.e. 1 - sigmoid(L) relative.",
-         measured={"max_relative_gate_gap_percent": gaps}, verdict="reproduced",
-         evidence=[d("clamp_numerics"), stage.paths.figure("clamp_forms")], checked_on="CPU float64")
+         measured=gaps or None,
+         verdict="not run" if not pp else "contradicted" if bad else "reproduced",
+         evidence=[d("clamp_numerics"), stage.paths.figure("clamp_forms")], checked_on="CPU float64",
+         note=("Largest |post - pre| gate factor measured on the grid's gate values, against L - silu(L) = "
+               + ", ".join(f"{r['gate_gap']:.6g} (L={r['limit']:g})" for r in pp)
+               + (f"; does not hold for {', '.join(bad)}" if bad else "") + "."))
     return pd.DataFrame([{k: r.get(k) for k in ("id", "origin", "verdict", "checked_on", "note")} for r in rows])
