@@ -357,8 +357,7 @@ def record_ledger(stage: Any, rep: ca.AuditReport, ck: dict[str, Any], unshared:
             v = Verdict.PARTLY if state_ok else Verdict.CONTRADICTED
         stage.record("mtp.layer42-bf16",
                      measured={"layer": mt["layer"], "packed": mt["packed_tensors"], "plain": mt["plain_tensors"],
-                               "dtypes": mt["dtypes"], "state": mt["state"], "formula": fm.get("formula"),
-                               "formula_at_real_sizes": frm.get("value")},
+                               "dtypes": mt["dtypes"], "state": mt["state"], "formula": fm.get("formula")},
                      verdict=v, evidence=[ev, ev_h],
                      note=(f"MTP layer {mt['layer']}: {mt['packed_tensors']} packed, {mt['plain_tensors']} plain, state "
                            f"'{mt['state']}'; {scope}. Count = 3 x num_experts + {m['mtp_other_tensors']} other tensors of the "
@@ -382,7 +381,8 @@ def record_ledger(stage: Any, rep: ca.AuditReport, ck: dict[str, Any], unshared:
         extra = ("" if key != "mla_kv_unpacked" else
                  " The card does not say which 16 tensors: kv_a_proj_with_mqa + kv_b_proj of the 8 MLA layers (7 trunk + MTP) "
                  f"is the reading of this layout that gives 16; unpacked MLA-only modules here: {m['mla_unpacked_by_module']}.")
-        stage.record(cid, measured={"count": m[key], "formula": f[key]["formula"], "formula_at_real_sizes": fr[key]["value"]},
+        # the formula's value at the real sizes is arithmetic, not a measurement: it is in the note
+        stage.record(cid, measured={"count": m[key], "formula": f[key]["formula"]},
                      verdict=v, evidence=[ev, ev_t], note=why + "." + extra, checked_on=checked)
     ins = rep.input_scales
     c_in = card["scales.input-global-scale"]
