@@ -693,7 +693,7 @@ def analyse(stage, params: Params, mode: str) -> dict[str, Any]:
         _write_parquet(probe, out["probe"])
     plot(summary, params, out["figure"])
     status = sandbox_status(c.sandbox)
-    _write_json(out["provenance"], {
+    write_json(out["provenance"], {
         "mode": mode, "params_digest": params.digest(), "replay_from": params.replay_from,
         "raw_files": [p.name for p in raws], "probe_file": probe_file.name if probe_file else None,
         "claim_sets": sets, "sandbox": status, "rows": len(df),
@@ -711,8 +711,6 @@ def _write_parquet(df: pd.DataFrame, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _write_json(path: Path, data: Any) -> None:
-    write_json(path, data)
 
 
 def run_served_study(stage) -> dict[str, Any]:

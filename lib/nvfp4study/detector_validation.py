@@ -243,7 +243,7 @@ def card_examples(stage: Any, tasks: Sequence[Any] | None = None, *, execute: bo
             *[m for m in METHODS if not frame[m].isna().all()], "exec_outcome", "exec_name"]
     out = frame[cols]
     path = stage.paths.data("detector-validation-card-lines", "json")
-    _atomic_write(path, lambda p: Path(p).write_text(out.to_json(orient="records", indent=1)))
+    atomic_write(path, lambda p: Path(p).write_text(out.to_json(orient="records", indent=1)))
     return out
 
 
@@ -382,7 +382,6 @@ def plot(summary: pd.DataFrame, path: Path) -> Path:
 
 
 # --- files -----------------------------------------------------------------------------------
-_atomic_write = atomic_write
 
 
 def provenance(params: Any, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -437,7 +436,7 @@ def run(stage: Any, *, execute: bool | None = None, tasks: Sequence[Any] | None 
         "examples": paths.data("detector-validation-examples", "json"),
         "figure": paths.figure("detector-validation"),
     }
-    _atomic_write(out["samples"], lambda p: frame.to_parquet(p, index=False))
+    atomic_write(out["samples"], lambda p: frame.to_parquet(p, index=False))
     meta = provenance(stage.params, {
         "tasks": len(tasks), "samples": len(frame), "junk_kinds": [str(k) for k in JunkKind],
         "fragments": list(FRAGMENTS), "junk_variants_per_kind": cp.junk_variants_per_kind,
@@ -447,9 +446,9 @@ def run(stage: Any, *, execute: bool | None = None, tasks: Sequence[Any] | None 
                       "samples; Wilson 95% intervals",
     })
     payload = {"provenance": meta, "rows": json.loads(summary.to_json(orient="records"))}
-    _atomic_write(out["summary"], lambda p: Path(p).write_text(json.dumps(payload, indent=1)))
+    atomic_write(out["summary"], lambda p: Path(p).write_text(json.dumps(payload, indent=1)))
     ex = examples(frame)
-    _atomic_write(out["examples"], lambda p: Path(p).write_text(ex.to_json(orient="records", indent=1)))
+    atomic_write(out["examples"], lambda p: Path(p).write_text(ex.to_json(orient="records", indent=1)))
     plot(summary, out["figure"])
     return ValidationResult(frame, summary, out, iso, seconds)
 

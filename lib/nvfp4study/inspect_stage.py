@@ -31,8 +31,6 @@ REAL_KEYS = ("num_hidden_layers", "num_experts", "hidden_size", "moe_intermediat
 SAFETENSORS_DTYPE = {"float32": "F32", "bfloat16": "BF16", "float16": "F16", "float64": "F64"}  # card word -> header dtype
 
 
-def _write_json(path: Path, data: Any) -> None:
-    write_json(path, data)
 
 
 def resolve_checkpoint(stage: Any) -> dict[str, Any]:
@@ -92,7 +90,7 @@ def run_audit(stage: Any, ck: dict[str, Any]) -> ca.AuditReport:
     data["routing_real_sizes"] = vars(qr.check_routing(*(getattr(LingShape(), k) for k in
                                                           ("num_experts", "n_group", "topk_group", "num_experts_per_tok"))))
     data["real_size_config"] = is_real_size(json.loads((Path(ck["path"]) / "config.json").read_text()))
-    _write_json(p.data("checkpoint_audit", "json"), data)
+    write_json(p.data("checkpoint_audit", "json"), data)
     tmp = p.data(".checkpoint-tensors", "parquet")
     pd.DataFrame(rep.tensor_rows()).to_parquet(tmp)
     os.replace(tmp, p.data("checkpoint-tensors", "parquet"))

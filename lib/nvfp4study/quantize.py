@@ -327,17 +327,15 @@ def serving_rewrite(ckpt: str | Path) -> dict[str, Any]:
         rewritten += 1
     index["metadata"]["total_size"] = int(index["metadata"].get("total_size", 0)) + 4 * added
     index["weight_map"] = dict(sorted(index["weight_map"].items()))
-    _write_json(index_path, index)
+    write_json(index_path, index, indent=2)
     cfg_path = ckpt / "config.json"
     cfg = json.loads(cfg_path.read_text())
     set_w4a4_serving_block(cfg["quantization_config"])
-    _write_json(cfg_path, cfg, sort_keys=True)
+    write_json(cfg_path, cfg, indent=2, sort_keys=True)
     return {"input_global_scales_added": added, "shards_rewritten": rewritten,
             "seconds": time.monotonic() - t0}
 
 
-def _write_json(path: Path, data: Any, sort_keys: bool = False) -> None:
-    write_json(path, data, indent=2, sort_keys=sort_keys)
 
 
 # --- measurements on the output --------------------------------------------------------------

@@ -125,7 +125,7 @@ def run_quantize(params: Params, paths: RunPaths, p: dict[str, Any], source: dic
     else:
         rep = {"source": p["source"], "quantized": p["quantized"]}
     rep.update(action=p["action"], reason=p["reason"])
-    _write_json(out, rep)
+    write_json(out, rep)
     return rep
 
 
@@ -157,7 +157,7 @@ def probes(params: Params, paths: RunPaths, p: dict[str, Any]) -> dict[str, Any]
     out = paths.data("quantize-probes", "json")
     if p["action"] != "quantize":
         res = {"run": False, "reason": p["reason"]}
-        _write_json(out, res)
+        write_json(out, res)
         return res
     qp = params.quantize
     ignore = quantize.card_ignore(params.checkpoint.shape.num_hidden_layers
@@ -191,7 +191,7 @@ def probes(params: Params, paths: RunPaths, p: dict[str, Any]) -> dict[str, Any]
             m["gate_shared"].to_numpy() == np.minimum(m["gate_unshared"], m["up_unshared"]).to_numpy()))
         res["unshared_mb_per_s"] = rep["mb_per_s"]
         shutil.rmtree(dst, ignore_errors=True)  # only the scales are needed; keep the work dir small
-    _write_json(out, res)
+    write_json(out, res)
     return res
 
 
@@ -361,5 +361,3 @@ def read_quantize_json(paths: RunPaths) -> dict[str, Any]:
     return json.loads(f.read_text())
 
 
-def _write_json(path: Path, data: Any) -> None:
-    write_json(path, data)

@@ -75,7 +75,6 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-_write_json = write_json
 
 
 def _previous_manifest(root: Path, params: Params) -> dict[str, Any]:
@@ -212,7 +211,7 @@ def run_study(
                       if n["notebook"] not in {p.stem for p in chosen}],
         **environment.collect(params, root),
     }
-    _write_json(paths.manifest, manifest)
+    write_json(paths.manifest, manifest)
     echo(f"run folder: {root}")
     failure: NotebookFailed | None = None
     for i, nb in enumerate(chosen, 1):
@@ -230,7 +229,7 @@ def run_study(
             to_html(out, paths.html_dir / f"{nb.stem}.html")
         manifest["notebooks"].append(entry)
         manifest["notebooks"].sort(key=lambda n: n["notebook"])
-        _write_json(paths.manifest, manifest)
+        write_json(paths.manifest, manifest)
         echo(f"[{i}/{len(chosen)}] {nb.stem:<24} {entry['seconds']:7.1f} s  {entry['status']}")
         if failure:
             break
@@ -241,7 +240,7 @@ def run_study(
     manifest.pop("failure", None)
     if failure:
         manifest["failure"] = str(failure)
-    _write_json(paths.manifest, manifest)
+    write_json(paths.manifest, manifest)
     done = {n["notebook"] for n in manifest["notebooks"] if n["status"] == "ok"}
     complete = {p.stem for p in all_nbs} <= done
     # outputs/latest is what notebooks opened by hand read: only a complete, successful run.

@@ -35,8 +35,6 @@ from .stage import Stage
 CARD_VERSION = "0.5.20"
 
 
-def _dump(path: Path, data: Any) -> Path:
-    return write_json(path, data)
 
 
 def stage_tree(stage: Stage) -> SGLangTree:
@@ -54,7 +52,7 @@ def audit_main(stage: Stage, tree: SGLangTree):
     """Audit the stage's tree; writes ``data/sglang_audit.json``; returns the table (left-aligned,
     wrapped, so the deciding rule is readable without scrolling)."""
     results = audit_tree(tree)
-    _dump(stage.paths.data("sglang_audit"), [r.as_json() for r in results])
+    write_json(stage.paths.data("sglang_audit"), [r.as_json() for r in results])
     return text_table(results_frame(results).drop(columns=["sglang"]))
 
 
@@ -64,7 +62,7 @@ def audit_versions(stage: Stage) -> list[PathResult]:
     out: list[PathResult] = []
     for v in stage.params.sglang.audit_versions:
         out += audit_tree(unpack_wheel(v))
-    _dump(stage.paths.data("sglang_audit_versions"), [r.as_json() for r in out])
+    write_json(stage.paths.data("sglang_audit_versions"), [r.as_json() for r in out])
     return out
 
 
@@ -86,7 +84,7 @@ def checks(stage: Stage):
     import pandas as pd
 
     allc = {v: extra_checks(unpack_wheel(v)) for v in stage.params.sglang.audit_versions}
-    _dump(stage.paths.data("sglang_checks"), allc)
+    write_json(stage.paths.data("sglang_checks"), allc)
     rows = []
     for v, c in allc.items():
         md, sf = c["min_deepgemm_dim"], c["shared_fusion"]
@@ -155,7 +153,7 @@ def patch_roundtrip(stage: Stage, tree: SGLangTree):
     if tree.version != CARD_VERSION and CARD_VERSION in sp.patch_versions():
         card = unpack_wheel(CARD_VERSION)
         rows += _roundtrip(stage, card, [m for m in sp.modes_for(CARD_VERSION) if m != "stock"])
-    _dump(stage.paths.data("sglang_patch_roundtrip"), rows)
+    write_json(stage.paths.data("sglang_patch_roundtrip"), rows)
     return pd.DataFrame(rows).drop(columns=["cutlass_rule", "py_compile_ok"])
 
 
@@ -164,7 +162,7 @@ def numerics(stage: Stage, tree: SGLangTree):
     ``data/clamp_numerics.json`` with the SGLang source lines of the forms in ``tree``."""
     df = cn.compare()
     fig = cn.figure(stage.paths.figure("clamp_forms"))
-    _dump(stage.paths.data("clamp_numerics"), {"rows": df.to_dict(orient="records"),
+    write_json(stage.paths.data("clamp_numerics"), {"rows": df.to_dict(orient="records"),
                                                "sglang_sources": cn.formula_sources(tree.root),
                                                "figure": str(fig)})
     return df
@@ -179,7 +177,7 @@ def prepare_install(stage: Stage, tree: SGLangTree) -> str:
     state_file = stage.paths.data("sglang_patch_state")
     needed = list(dict.fromkeys(stage.params.corruption.clamp_modes))
     if not stage.params.sglang.apply_to_install:
-        _dump(state_file, {"install": None, "clamp_mode": None, "needed_modes": needed,
+        write_json(state_file, {"install": None, "clamp_mode": None, "needed_modes": needed,
                            "note": "apply_to_install is false: patches were exercised on a copy only"})
         return ("No serving install is patched in this profile (`apply_to_install: false`); "
                 "the modes were applied and reverted on a copy in `work/`.")
@@ -188,7 +186,7 @@ def prepare_install(stage: Stage, tree: SGLangTree) -> str:
     sp.switch_mode(tree, "stock", det=False, state_file=state_file)
     st = json.loads(state_file.read_text())
     st.update(needed_modes=needed, install=str(tree.root))
-    _dump(state_file, st)
+    write_json(state_file, st)
     return (f"The serving install `{tree.root}` (SGLang {tree.version}) accepts modes "
             f"{', '.join(needed)}; it is left in `stock`, recorded in `{state_file.name}`.")
 
