@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nvfp4study.checkpoint_audit import audit_checkpoint
-from nvfp4study.params import LingShape
+from nvfp4study.checkpoint.audit import audit_checkpoint
+from nvfp4study.core.params import LingShape
 
 BYTES = {"BF16": 2, "F32": 4, "U8": 1, "F8_E4M3": 1}
 
@@ -31,7 +31,7 @@ BYTES = {"BF16": 2, "F32": 4, "U8": 1, "F8_E4M3": 1}
 def _own_specs(s: LingShape) -> list[tuple[str, tuple[int, ...], str]]:
     """The BF16 tensor list, from the generator when present (else a minimal Ling list)."""
     try:
-        from nvfp4study.ling_layout import tensor_specs
+        from nvfp4study.checkpoint.layout import tensor_specs
 
         return tensor_specs(s)
     except Exception as exc:  # generator absent or broken: fall back to the experts + a few tensors
@@ -106,7 +106,7 @@ def _write_own(s: LingShape, out: Path, shards: int) -> None:
 def build(out: Path, shards: int) -> str:
     """Write the full-size header-only NVFP4 layout; returns who wrote it."""
     try:
-        from nvfp4study.ling_layout import write_checkpoint
+        from nvfp4study.checkpoint.generate import write_checkpoint
 
         write_checkpoint(LingShape(), out, shards=shards, header_only=True, layout="nvfp4")
         return "ling_layout.write_checkpoint(layout='nvfp4', header_only=True)"

@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 from pyflakes import checker
 
-from nvfp4study.detect import detect_code, detect_completion
-from nvfp4study.junk import make_variants, wrap_completion
-from nvfp4study.tasks import load_tasks
+from nvfp4study.codeeval.detect import detect_code, detect_completion
+from nvfp4study.codeeval.junk import make_variants, wrap_completion
+from nvfp4study.codeeval.tasks import load_tasks
 
 
 def best_rate(fn: Callable[[], int], repeat: int) -> tuple[float, int]:

@@ -1,4 +1,4 @@
-"""Quantizer throughput: ``nvfp4study.quantize.quantize_checkpoint`` vs ``model_free_ptq`` called
+"""Quantizer throughput: ``nvfp4study.checkpoint.quantize.quantize_checkpoint`` vs ``model_free_ptq`` called
 directly, on the same BF16 Ling-layout input with realistic expert shapes (random weights).
 
     python benchmarks/bench_quantize.py [--experts 8] [--moe-layers 2] [--repeat 2] [--device cpu]
@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from nvfp4study import ling_layout, quantize
-from nvfp4study.params import LingShape, QuantizeParams
+from nvfp4study.checkpoint import generate, quantize
+from nvfp4study.core.params import LingShape, QuantizeParams
 
 
 def bench_shape(experts: int, moe_layers: int) -> LingShape:
@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
     try:
         shape = bench_shape(args.experts, args.moe_layers)
         t0 = time.monotonic()
-        src = ling_layout.write_checkpoint(shape, work / "src", shards=args.shards, seed=0)
+        src = generate.write_checkpoint(shape, work / "src", shards=args.shards, seed=0)
         mb = quantize.check_source(src)["safetensors_bytes"] / 1e6
         print(f"input: {mb:.0f} MB BF16, {args.moe_layers} MoE layers x {args.experts} experts of 768x2560 "
               f"(+ MTP layer), {args.shards} shards; generated in {time.monotonic() - t0:.1f} s")

@@ -1,6 +1,6 @@
 """Sandboxed executions per second over HumanEval's 164 canonical solutions.
 
-Runs every canonical solution against its checks with :func:`nvfp4study.sandbox.check_many`
+Runs every canonical solution against its checks with :func:`nvfp4study.codeeval.sandbox.check_many`
 under bubblewrap and under the plain-subprocess fallback (same runner, limits and watchdog),
 with 1 and 2 workers, and prints executions/s (wall clock, ``time.perf_counter``) and the
 median per-program duration the harness measured. Best of ``--repeat`` rounds.
@@ -14,9 +14,9 @@ import argparse
 import statistics
 import time
 
-from nvfp4study.params import SandboxParams
-from nvfp4study.sandbox import check_many, sandbox_status
-from nvfp4study.tasks import humaneval_tasks
+from nvfp4study.codeeval.sandbox import check_many, sandbox_status
+from nvfp4study.codeeval.tasks import humaneval_tasks
+from nvfp4study.core.params import SandboxParams
 
 
 def main() -> int:

@@ -20,8 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import fake_sglang  # noqa: E402
-from nvfp4study import client  # noqa: E402
-from nvfp4study.server_process import ServerProcess  # noqa: E402
+from nvfp4study.serving import client  # noqa: E402
+from nvfp4study.serving.process import ServerProcess  # noqa: E402
 
 
 def _port() -> int:

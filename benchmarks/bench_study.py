@@ -14,7 +14,7 @@ from pathlib import Path
 
 import nbformat
 
-from nvfp4study import runner
+from nvfp4study.core import runner
 
 
 def kernel_start_seconds(repeats: int = 5) -> list[float]:

@@ -23,12 +23,11 @@ run_dir: str = ""  # run folder; empty means outputs/latest, or a new folder whe
 # %%
 from IPython.display import Markdown, display
 
-from nvfp4study import environment
-from nvfp4study.stage import open_stage
+from nvfp4study.stages import s00_environment as s0
 
-stage = open_stage("00_environment", params_file, run_dir)
-info = environment.collect(stage.params, stage.run_dir)
-environment.write_info(info, stage.paths.data("environment"))
+stage = s0.open_stage(params_file, run_dir)
+info = s0.collect(stage.params, stage.run_dir)
+s0.write_info(info, stage.paths.data("environment"))
 display(Markdown(f"Profile **{stage.params.profile}** — run folder `{stage.run_dir}`"))
 
 # %% [markdown]
@@ -36,16 +35,16 @@ display(Markdown(f"Profile **{stage.params.profile}** — run folder `{stage.run
 
 # %%
 display(Markdown(info["nvfp4_gpu"]))
-environment.gpu_table(info)
+s0.gpu_table(info)
 
 # %% [markdown]
 # ## Software
 
 # %%
-environment.package_table(info)
+s0.package_table(info)
 
 # %% [markdown]
 # ## CPU and disk
 
 # %%
-environment.machine_table(info)
+s0.machine_table(info)

@@ -35,10 +35,9 @@ run_dir: str = ""  # run folder; empty means outputs/latest, or a new folder whe
 # %%
 from IPython.display import Image, Markdown, display
 
-from nvfp4study import quantize_stage as qs
-from nvfp4study.stage import open_stage
+from nvfp4study.stages import s01_quantize as qs
 
-stage = open_stage("01_quantize", params_file, run_dir)
+stage = qs.open_stage(params_file, run_dir)
 plan = qs.plan(stage.params, stage.paths)
 display(Markdown(qs.plan_markdown(plan)))
 

@@ -18,7 +18,7 @@
 # It also looks for the known checkpoint faults F-01..F-05 (missing activation scales, a broken
 # MTP layer, a draft in another FP4 format, a weight-only config, routing shapes).
 #
-# **How.** `nvfp4study.checkpoint_audit` reads only the safetensors headers, the index and
+# **How.** `nvfp4study.checkpoint.audit` reads only the safetensors headers, the index and
 # `config.json`, plus the `[1]`-sized float32 global scales (with `safetensors.safe_open`); it
 # matches the config's `ignore`/`targets` against every module the way SGLang 0.5.23 does
 # (and reports where compressed-tensors' own matching would differ). The same command works on
@@ -36,10 +36,9 @@ run_dir: str = ""  # run folder; empty means outputs/latest, or a new folder whe
 # %%
 from IPython.display import Image, Markdown, display
 
-from nvfp4study import inspect_stage as ins
-from nvfp4study.stage import open_stage
+from nvfp4study.stages import s02_inspect as ins
 
-stage = open_stage("02_inspect_checkpoint", params_file, run_dir)
+stage = ins.open_stage(params_file, run_dir)
 ck = ins.resolve_checkpoint(stage)
 ck
 

@@ -37,14 +37,13 @@ params_file: str = "../params/default.yaml"  # study params; the runner passes t
 run_dir: str = ""  # run folder; empty means outputs/latest, or a new folder when there is none
 
 # %%
-from nvfp4study.stage import open_stage
+from nvfp4study.stages import s03_sglang as s3
 
-stage = open_stage("03_patch_sglang", params_file, run_dir)
+stage = s3.open_stage(params_file, run_dir)
 
 # %%
 from IPython.display import Image, Markdown
 
-from nvfp4study import sglang_stage as s3
 
 tree = s3.stage_tree(stage)
 

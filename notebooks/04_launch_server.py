@@ -30,16 +30,15 @@ params_file: str = "../params/default.yaml"  # study params; the runner passes t
 run_dir: str = ""  # run folder; empty means outputs/latest, or a new folder when there is none
 
 # %%
-from nvfp4study import launch_checks, measure, server
-from nvfp4study.stage import open_stage
+from nvfp4study.stages import s04_launch as s4
 
-stage = open_stage("04_launch_server", params_file, run_dir)
+stage = s4.open_stage(params_file, run_dir)
 
 # %% [markdown]
 # ## How this stage runs here
 
 # %%
-measure.resolve_mode(stage).markdown()
+s4.resolve_mode(stage).markdown()
 
 # %% [markdown]
 # ## The command
@@ -48,7 +47,7 @@ measure.resolve_mode(stage).markdown()
 # the argument definitions of the SGLang release in the params.
 
 # %%
-server.command_table(stage.params)
+s4.command_table(stage.params)
 
 # %% [markdown]
 # ## Every server configuration of the study
@@ -57,25 +56,25 @@ server.command_table(stage.params)
 # need from it is sent, so each configuration is launched once (05 launches its clamp modes).
 
 # %%
-server.plan_table(stage.params)
+s4.plan_table(stage.params)
 
 # %% [markdown]
 # ## Launch (or replay, or not run)
 
 # %%
-measure.collect(stage)
+s4.collect(stage)
 
 # %%
-launch_checks.launch_table(stage)
+s4.launch_table(stage)
 
 # %% [markdown]
 # ## Clamp log lines per layer
 
 # %%
-launch_checks.clamp_summary(stage)
+s4.clamp_summary(stage)
 
 # %%
-launch_checks.clamp_table(stage)
+s4.clamp_table(stage)
 
 # %% [markdown]
 # ## Warnings worth surfacing
@@ -84,16 +83,16 @@ launch_checks.clamp_table(stage)
 # scale; an active reasoning parser can move answers into `reasoning_content`.
 
 # %%
-launch_checks.warnings_table(stage)
+s4.warnings_table(stage)
 
 # %% [markdown]
 # ## Weights in memory and load time
 
 # %%
-launch_checks.memory_table(stage)
+s4.memory_table(stage)
 
 # %% [markdown]
 # ## Ledger
 
 # %%
-launch_checks.record_claims(stage)
+s4.record_claims(stage)

@@ -38,10 +38,9 @@ run_dir: str = ""  # run folder; empty means outputs/latest, or a new folder whe
 # %%
 from IPython.display import Markdown, display
 
-from nvfp4study import detector_validation
-from nvfp4study.stage import open_stage
+from nvfp4study.stages import s05_corruption as s5
 
-stage = open_stage("05_corruption", params_file, run_dir)
+stage = s5.open_stage(params_file, run_dir)
 display(Markdown(f"Profile **{stage.params.profile}** — run folder `{stage.run_dir}`"))
 
 # %% [markdown]
@@ -51,17 +50,17 @@ display(Markdown(f"Profile **{stage.params.profile}** — run folder `{stage.run
 # by every method.
 
 # %%
-result = detector_validation.run(stage)
-display(Markdown(detector_validation.describe(result)))
+result = s5.validation.run(stage)
+display(Markdown(s5.validation.describe(result)))
 
 # %% [markdown]
 # ### Recall (precision) per junk kind and method
 
 # %%
-detector_validation.table(result.summary)
+s5.validation.table(result.summary)
 
 # %%
-detector_validation.figure(result)
+s5.validation.figure(result)
 
 # %% [markdown]
 # ### One example per kind
@@ -69,7 +68,7 @@ detector_validation.figure(result)
 # The line before and after injection, the detector's class for it, and each method's verdict.
 
 # %%
-detector_validation.examples(result.samples)
+s5.validation.examples(result.samples)
 
 # %% [markdown]
 # ### What our detector misses, by the role of the token the junk hit
@@ -78,7 +77,7 @@ detector_validation.examples(result.samples)
 # leaves every identifier bound: no static check can see it; only execution can.
 
 # %%
-detector_validation.misses(result.samples, "detector")
+s5.validation.misses(result.samples, "detector")
 
 # %% [markdown]
 # ### The card's own four junk lines
@@ -88,13 +87,13 @@ detector_validation.misses(result.samples, "detector")
 # parse, so an AST check alone cannot even run on them.
 
 # %%
-detector_validation.card_examples(stage)
+s5.validation.card_examples(stage)
 
 # %% [markdown]
 # ### Ledger rows: `detect.ast-undefined`, `detect.ascii-junk`
 
 # %%
-detector_validation.record_claims(stage, result)
+s5.validation.record_claims(stage, result)
 
 # %% [markdown]
 # ## Part 2 · The served study
@@ -111,10 +110,9 @@ detector_validation.record_claims(stage, result)
 # recorded run's raw files instead.
 
 # %%
-from nvfp4study import corruption
 
-served = corruption.run_served_study(stage)
-corruption.describe(served)
+served = s5.served.run_served_study(stage)
+s5.served.describe(served)
 
 # %% [markdown]
 # ### Clean completions per clamp mode and sampling configuration
@@ -123,13 +121,13 @@ corruption.describe(served)
 # Wilson interval of `clean / n`; `executed`/`passed` come from the sandbox.
 
 # %%
-corruption.summary_table(served)
+s5.served.summary_table(served)
 
 # %% [markdown]
 # ### Before / after, with 95 % Wilson intervals
 
 # %%
-corruption.figure(served)
+s5.served.figure(served)
 
 # %% [markdown]
 # ### The most frequent junk fragments
@@ -138,12 +136,12 @@ corruption.figure(served)
 # the detector reported them, counted per clamp mode.
 
 # %%
-corruption.junk_table(served)
+s5.served.junk_table(served)
 
 # %% [markdown]
 # ### Ledger rows: `corruption.*`, `serve.reasoning-parser` (card value beside ours)
 
 # %%
-corruption.ledger_rows(stage)
+s5.served.ledger_rows(stage)
 
 # %% [markdown]

@@ -32,22 +32,21 @@ params_file: str = "../params/default.yaml"  # study params; the runner passes t
 run_dir: str = ""  # run folder; empty means outputs/latest, or a new folder when there is none
 
 # %%
-from nvfp4study import measure, mtp
-from nvfp4study.stage import open_stage
+from nvfp4study.stages import s06_mtp as mtp
 
-stage = open_stage("06_mtp_sweep", params_file, run_dir)
+stage = mtp.open_stage(params_file, run_dir)
 
 # %% [markdown]
 # ## How this stage runs here
 
 # %%
-measure.resolve_mode(stage).markdown()
+mtp.resolve_mode(stage).markdown()
 
 # %% [markdown]
 # ## Collection (one server per depth not yet recorded)
 
 # %%
-measure.collect(stage)
+mtp.collect(stage)
 
 # %% [markdown]
 # ## Per depth: tok/s, speedup, acceptance

@@ -28,22 +28,21 @@ params_file: str = "../params/default.yaml"  # study params; the runner passes t
 run_dir: str = ""  # run folder; empty means outputs/latest, or a new folder when there is none
 
 # %%
-from nvfp4study import determinism, measure
-from nvfp4study.stage import open_stage
+from nvfp4study.stages import s07_determinism as determinism
 
-stage = open_stage("07_determinism", params_file, run_dir)
+stage = determinism.open_stage(params_file, run_dir)
 
 # %% [markdown]
 # ## How this stage runs here
 
 # %%
-measure.resolve_mode(stage).markdown()
+determinism.resolve_mode(stage).markdown()
 
 # %% [markdown]
 # ## Collection (configurations whose requests are not recorded yet)
 
 # %%
-measure.collect(stage)
+determinism.collect(stage)
 
 # %% [markdown]
 # ## Identical prompts per comparison

@@ -24,10 +24,9 @@ run_dir: str = ""  # run folder; empty means outputs/latest, or a new folder whe
 # %%
 from IPython.display import HTML, Markdown, display
 
-from nvfp4study import report
-from nvfp4study.stage import open_stage
+from nvfp4study.stages import s99_report as report
 
-stage = open_stage("99_report", params_file, run_dir)
+stage = report.open_stage(params_file, run_dir)
 display(Markdown(f"Profile **{stage.params.profile}**: {stage.params.description}"))
 
 # %% [markdown]

@@ -19,8 +19,8 @@ def repo() -> Path:
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
     """An empty run folder with the default params and a fresh ledger."""
-    from nvfp4study.ledger import init_ledger
-    from nvfp4study.params import dump_params, load_params
+    from nvfp4study.core.ledger import init_ledger
+    from nvfp4study.core.params import dump_params, load_params
 
     d = tmp_path / "run"
     d.mkdir()

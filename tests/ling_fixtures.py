@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from nvfp4study.params import LingShape
+from nvfp4study.core.params import LingShape
 
 TINY = LingShape(
     vocab_size=64, hidden_size=64, intermediate_size=64, num_hidden_layers=3,

@@ -12,9 +12,9 @@ import psutil
 import pytest
 
 import fake_sglang
-from nvfp4study.params import dump_params, load_params
-from nvfp4study.paths import RunPaths
-from nvfp4study.stage import Stage
+from nvfp4study.core.params import dump_params, load_params
+from nvfp4study.core.paths import RunPaths
+from nvfp4study.core.stage import Stage
 
 MARKERS = ("fake_sglang.py", "fake-sglang-scheduler")
 
@@ -87,7 +87,8 @@ def installed_sglang(folder: Path) -> tuple[Path, list[str]]:
     and ``sglang_origin: site/sglang/__init__.py``."""
     import zipfile
 
-    from nvfp4study import server, sglang_patch
+    from nvfp4study.serving import server
+    from nvfp4study.sglang import patch as sglang_patch
 
     wheel = server.cached_wheel("0.5.23")
     if wheel is None:

@@ -8,7 +8,7 @@ import textwrap
 from functools import cache
 from pathlib import Path
 
-from nvfp4study.sglang_source import SGLangTree, open_tree, unpack_wheel
+from nvfp4study.sglang.source import SGLangTree, open_tree, unpack_wheel
 
 VERSIONS = ("0.5.20", "0.5.21", "0.5.22", "0.5.23")
 

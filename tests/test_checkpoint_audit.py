@@ -18,10 +18,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from nvfp4study import checkpoint_audit as ca
-from nvfp4study import quant_rules as qr
-from nvfp4study.checkpoint_audit import Code, Severity, audit_checkpoint
-from nvfp4study.errors import (
+from nvfp4study.checkpoint import audit as ca
+from nvfp4study.checkpoint import quant_rules as qr
+from nvfp4study.checkpoint.audit import Code, Severity, audit_checkpoint
+from nvfp4study.checkpoint.header import read_shard_header
+from nvfp4study.core.errors import (
     CheckpointConfigError,
     HeaderJSONInvalid,
     HeaderLengthBeyondFile,
@@ -31,7 +32,6 @@ from nvfp4study.errors import (
     ShardTruncated,
     UnknownDtype,
 )
-from nvfp4study.safetensors_header import read_shard_header
 
 H, MI, E = 128, 64, 8  # hidden, moe intermediate, experts (Marlin-compatible sizes)
 NL, DENSE, LG = 4, 1, 2  # layers 0-3 (MTP = 4), dense layer 0, MLA on layers 1 and 3
@@ -568,13 +568,13 @@ def test_compiled_ignore_list_equals_entry_by_entry():
 # --- on checkpoints made by the study's own generator and quantizer --------------------------------------
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory):
-    ling_layout = pytest.importorskip("nvfp4study.ling_layout")
-    quantize = pytest.importorskip("nvfp4study.quantize")
-    from nvfp4study.params import load_params
+    from nvfp4study.checkpoint import generate, quantize
+    from nvfp4study.checkpoint import layout as ling_layout
+    from nvfp4study.core.params import load_params
 
     p = load_params()
     base = tmp_path_factory.mktemp("gen")
-    src = ling_layout.write_checkpoint(p.checkpoint.shape, base / "bf16", shards=p.checkpoint.shards, seed=0)
+    src = generate.write_checkpoint(p.checkpoint.shape, base / "bf16", shards=p.checkpoint.shards, seed=0)
     out = {}
     for share in (True, False):
         dst = base / f"nvfp4-share={share}"
@@ -607,13 +607,10 @@ def test_card_style_quantization_has_gate_up_mismatch(generated):
 
 @pytest.mark.slow
 def test_full_size_header_only_layout_counts(tmp_path):
-    ling_layout = pytest.importorskip("nvfp4study.ling_layout")
-    from nvfp4study.params import LingShape
+    from nvfp4study.checkpoint import generate
+    from nvfp4study.core.params import LingShape
 
-    try:
-        root = ling_layout.write_checkpoint(LingShape(), tmp_path / "full", shards=16, header_only=True, layout="nvfp4")
-    except Exception as exc:  # the generator's NVFP4 header-only layout is optional
-        pytest.skip(f"generator cannot write the NVFP4 header-only layout: {exc}")
+    root = generate.write_checkpoint(LingShape(), tmp_path / "full", shards=16, header_only=True, layout="nvfp4")
     rep = audit_checkpoint(root)
     m = rep.counts["measured"]
     assert m["quantized_expert_modules"] == 61_440 == m["input_global_scales"]
@@ -623,7 +620,7 @@ def test_full_size_header_only_layout_counts(tmp_path):
 
 
 def test_shared_fusion_veto_rule():
-    from nvfp4study.checkpoint_checks import check_shared_fusion
+    from nvfp4study.checkpoint.checks import check_shared_fusion
 
     cfg = {"num_shared_experts": 1, "moe_shared_expert_intermediate_size": 768, "moe_intermediate_size": 768}
     out: list = []
@@ -638,10 +635,10 @@ def test_shared_fusion_veto_rule():
 def test_stage_records_every_claim(tmp_path, clean):
     import pandas as pd
 
-    from nvfp4study import inspect_stage as ins
-    from nvfp4study.errors import StageInputMissing
-    from nvfp4study.ledger import claims_for_stage, read_ledger
-    from nvfp4study.stage import open_stage
+    from nvfp4study.core.errors import StageInputMissing
+    from nvfp4study.core.ledger import claims_for_stage, read_ledger
+    from nvfp4study.core.stage import open_stage
+    from nvfp4study.stages import s02_inspect as ins
 
     stage = open_stage("02_inspect_checkpoint", "", str(tmp_path / "run"))
     with pytest.raises(StageInputMissing):
@@ -665,8 +662,8 @@ def test_stage_records_every_claim(tmp_path, clean):
 
 
 def _audited_stage(tmp_path, clean):
-    from nvfp4study import inspect_stage as ins
-    from nvfp4study.stage import open_stage
+    from nvfp4study.core.stage import open_stage
+    from nvfp4study.stages import s02_inspect as ins
 
     stage = open_stage("02_inspect_checkpoint", "", str(tmp_path / "run"))
     root, _, _ = clean
@@ -676,7 +673,7 @@ def _audited_stage(tmp_path, clean):
 
 
 def _record(ins, stage, ck, rep):
-    from nvfp4study.ledger import read_ledger
+    from nvfp4study.core.ledger import read_ledger
 
     ins.record_ledger(stage, rep, ck, {"run": False})
     return {r["id"]: r for r in read_ledger(stage.run_dir)}

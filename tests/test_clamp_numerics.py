@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from nvfp4study import clamp_numerics as cn
+from nvfp4study.sglang import clamp_numerics as cn
 
 
 def t(x: float) -> torch.Tensor:

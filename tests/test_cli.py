@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from nvfp4study import cli
-from nvfp4study.params import REPO_ROOT
+from nvfp4study.core.params import REPO_ROOT
 
 
 @pytest.mark.parametrize("name", sorted(cli.COMMANDS))

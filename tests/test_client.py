@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fake_sglang import WORDS
-from nvfp4study import client, server
-from nvfp4study.errors import RequestFailed, ResponseMissingFields, StreamCut
+from nvfp4study.core.errors import RequestFailed, ResponseMissingFields, StreamCut
+from nvfp4study.serving import client, server
 from serving_fixtures import fake_params, free_port, no_leftover, stage_for  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("no_leftover")

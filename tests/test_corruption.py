@@ -30,20 +30,20 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from nvfp4study import corruption
-from nvfp4study.corruption import (
+from nvfp4study.codeeval import corruption
+from nvfp4study.codeeval.corruption import (
     append_row,
     junk_fragments,
     read_rows,
     run_served_study,
     wilson_interval,
 )
-from nvfp4study.errors import RawDataError, ReplayDataMissing, TaskSelectionError
-from nvfp4study.ledger import init_ledger, read_ledger
-from nvfp4study.params import dump_params, load_params
-from nvfp4study.paths import RunPaths
-from nvfp4study.stage import Stage
-from nvfp4study.tasks import card_tasks
+from nvfp4study.codeeval.tasks import card_tasks
+from nvfp4study.core.errors import RawDataError, ReplayDataMissing, TaskSelectionError
+from nvfp4study.core.ledger import init_ledger, read_ledger
+from nvfp4study.core.params import dump_params, load_params
+from nvfp4study.core.paths import RunPaths
+from nvfp4study.core.stage import Stage
 
 OVERRIDES = [
     "corruption.humaneval_count=0",
@@ -372,7 +372,7 @@ class FakeServing:
 
 
 def test_live_collection_resumes(tmp_path, monkeypatch):
-    from nvfp4study import client, server
+    from nvfp4study.serving import client, server
 
     stage = make_stage(tmp_path / "run", "server.enabled=true", "server.require_gpu=false",
                        "corruption.reasoning_probe_tasks=1")
@@ -407,7 +407,7 @@ def test_live_collection_resumes(tmp_path, monkeypatch):
 
 
 def test_gpu_profile_claim_sets(repo):
-    from nvfp4study.tasks import CARD_TASK_IDS
+    from nvfp4study.codeeval.tasks import CARD_TASK_IDS
 
     params = load_params(repo / "params" / "ling3-flash.yaml")
     sets = corruption.claim_sets(params)

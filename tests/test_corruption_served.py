@@ -41,12 +41,13 @@ import pandas as pd
 import psutil
 import pytest
 
-from nvfp4study import corruption, sglang_patch
-from nvfp4study.ledger import read_ledger
-from nvfp4study.params import REPO_ROOT
-from nvfp4study.sglang_source import open_tree
-from nvfp4study.stage import open_stage
-from nvfp4study.tasks import CARD_TASK_IDS, card_tasks
+from nvfp4study.codeeval import corruption
+from nvfp4study.codeeval.tasks import CARD_TASK_IDS, card_tasks
+from nvfp4study.core.ledger import read_ledger
+from nvfp4study.core.params import REPO_ROOT
+from nvfp4study.core.stage import open_stage
+from nvfp4study.sglang import patch as sglang_patch
+from nvfp4study.sglang.source import open_tree
 from serving_fixtures import fake_params, fake_processes, installed_sglang, no_leftover  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("no_leftover")

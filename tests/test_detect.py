@@ -6,7 +6,7 @@ import json
 import pytest
 
 from nvfp4study import cli
-from nvfp4study.detect import (
+from nvfp4study.codeeval.detect import (
     CORRUPTING,
     FindingKind,
     Status,
@@ -17,7 +17,7 @@ from nvfp4study.detect import (
     missing_import_for,
     recover,
 )
-from nvfp4study.errors import DetectInputError
+from nvfp4study.core.errors import DetectInputError
 
 # F-06: four spliced-junk programs, each with its clean twin, the class that must flag it and
 # the offending token.
@@ -197,7 +197,7 @@ def test_junk_fence_and_reasoning_leaks_through_detect():
 
 
 def test_canonical_solutions_have_no_finding():
-    from nvfp4study.tasks import load_tasks
+    from nvfp4study.codeeval.tasks import load_tasks
 
     tasks = load_tasks(164, True)
     bad = {}

@@ -6,11 +6,11 @@ import math
 import pandas as pd
 import pytest
 
-from nvfp4study import detector_validation as dv
-from nvfp4study.errors import DetectorValidationError
-from nvfp4study.ledger import read_ledger
-from nvfp4study.stage import open_stage
-from nvfp4study.tasks import load_tasks
+from nvfp4study.codeeval import validation as dv
+from nvfp4study.codeeval.tasks import load_tasks
+from nvfp4study.core.errors import DetectorValidationError
+from nvfp4study.core.ledger import read_ledger
+from nvfp4study.core.stage import open_stage
 
 
 def test_wilson_published_values():

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from nvfp4study import determinism, measure
+from nvfp4study.serving import measure
+from nvfp4study.stages import s07_determinism as determinism
 
 
 def _row(ids, rate, status="ok", text=None):
@@ -80,7 +81,7 @@ def _all_failed(det: bool) -> dict:
 
 
 def _results(rows, det, tok=None):
-    from nvfp4study import ledger
+    from nvfp4study.core import ledger
 
     pairs = determinism.pair_rows(rows, ["pA", "pB"], repeats=2)
     counts = {c["comparison"]: c for c in determinism.identity_counts(pairs)}

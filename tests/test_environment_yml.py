@@ -4,7 +4,7 @@ import tomllib
 
 import yaml
 
-from nvfp4study.params import REPO_ROOT
+from nvfp4study.core.params import REPO_ROOT
 
 
 def test_same_dependencies():

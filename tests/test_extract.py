@@ -2,8 +2,7 @@
 
 import pytest
 
-from nvfp4study.errors import CompletionFormatError
-from nvfp4study.extract import (
+from nvfp4study.codeeval.extract import (
     CodeSource,
     TextOrigin,
     ThinkState,
@@ -12,6 +11,7 @@ from nvfp4study.extract import (
     find_blocks,
     strip_think,
 )
+from nvfp4study.core.errors import CompletionFormatError
 
 FUNC = "def add(a, b):\n    return a + b\n"
 COT = ("The user wants a function that adds two numbers. I could use sum() but the plain "

@@ -5,7 +5,7 @@ import tokenize
 
 import pytest
 
-from nvfp4study.junk import ALL_KINDS, FRAGMENTS, JunkKind, make_variants, wrap_completion
+from nvfp4study.codeeval.junk import ALL_KINDS, FRAGMENTS, JunkKind, make_variants, wrap_completion
 
 PROMPT = 'from typing import List\n\n\ndef search(arr: List[int], x: int) -> int:\n    """Find x."""\n'
 SOLUTION = ("    low, high = 0, len(arr) - 1\n    while low <= high:\n        mid = (low + high) // 2\n"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from nvfp4study import launch_checks as lc
+from nvfp4study.stages import s04_launch as lc
 from serving_fixtures import ling_model_dir
 
 P = "[2026-01-02 03:04:05 TP0] "

@@ -3,9 +3,9 @@ import json
 import pytest
 import yaml
 
-from nvfp4study import ledger
-from nvfp4study.errors import LedgerError
-from nvfp4study.params import REPO_ROOT
+from nvfp4study.core import ledger
+from nvfp4study.core.errors import LedgerError
+from nvfp4study.core.params import REPO_ROOT
 
 NOTEBOOK_STAGES = {p.stem for p in (REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.py")}
 
@@ -74,5 +74,5 @@ def test_corrupt_ledger_is_named(tmp_path):
 
 
 def test_claims_yaml_parses_to_unique_ids():
-    rows = yaml.safe_load((REPO_ROOT / "lib/nvfp4study/claims.yaml").read_text())
+    rows = yaml.safe_load((REPO_ROOT / "lib/nvfp4study/core/claims.yaml").read_text())
     assert len({r["id"] for r in rows}) == len(rows)

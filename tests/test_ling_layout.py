@@ -13,9 +13,10 @@ import torch
 from safetensors import safe_open
 
 from ling_fixtures import TINY, tree_digest
-from nvfp4study import ling_layout as L
-from nvfp4study.errors import LayoutError, OutputExists
-from nvfp4study.params import LingShape
+from nvfp4study.checkpoint import generate as G
+from nvfp4study.checkpoint import layout as L
+from nvfp4study.core.errors import LayoutError, OutputExists
+from nvfp4study.core.params import LingShape
 
 REAL = LingShape()
 
@@ -109,26 +110,26 @@ def test_schedule_tiny():
 def test_bad_shapes(bad, tmp_path):
     shape = TINY.model_copy(update=bad)
     with pytest.raises(LayoutError):
-        L.write_checkpoint(shape, tmp_path / "x", shards=2)
+        G.write_checkpoint(shape, tmp_path / "x", shards=2)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_split_shards():
     specs = L.tensor_specs(TINY)
     for n in (1, 2, 3, 7, len(specs)):
-        groups = L.split_shards(specs, n)
+        groups = G.split_shards(specs, n)
         assert len(groups) == n and all(groups) and [s for g in groups for s in g] == specs
     with pytest.raises(LayoutError):
-        L.split_shards(specs, len(specs) + 1)
+        G.split_shards(specs, len(specs) + 1)
     with pytest.raises(LayoutError):
-        L.split_shards(specs, 0)
+        G.split_shards(specs, 0)
 
 
 # --- files -------------------------------------------------------------------------------------
 def test_write_is_deterministic_and_hub_like(tmp_path):
-    a = L.write_checkpoint(TINY, tmp_path / "a", shards=3, seed=5)
-    b = L.write_checkpoint(TINY, tmp_path / "b", shards=3, seed=5)
-    c = L.write_checkpoint(TINY, tmp_path / "c", shards=3, seed=6)
+    a = G.write_checkpoint(TINY, tmp_path / "a", shards=3, seed=5)
+    b = G.write_checkpoint(TINY, tmp_path / "b", shards=3, seed=5)
+    c = G.write_checkpoint(TINY, tmp_path / "c", shards=3, seed=6)
     da, db, dc = tree_digest(a), tree_digest(b), tree_digest(c)
     strip = lambda d: {k: v.split(":")[0] for k, v in d.items()}  # noqa: E731
     assert strip(da) == strip(db)
@@ -159,7 +160,7 @@ def test_write_is_deterministic_and_hub_like(tmp_path):
 
 def test_header_only_is_valid_and_sparse(tmp_path):
     shape = TINY.model_copy(update={"hidden_size": 1024, "moe_intermediate_size": 256})
-    out = L.write_checkpoint(shape, tmp_path / "h", shards=2, header_only=True)
+    out = G.write_checkpoint(shape, tmp_path / "h", shards=2, header_only=True)
     specs = {n: (sh, dt) for n, sh, dt in L.tensor_specs(shape)}
     seen = {}
     for shard in out.glob("*.safetensors"):
@@ -179,7 +180,7 @@ def test_header_only_is_valid_and_sparse(tmp_path):
 
 
 def test_header_only_nvfp4_layout_reads(tmp_path):
-    out = L.write_checkpoint(TINY, tmp_path / "n", shards=2, header_only=True, layout="nvfp4")
+    out = G.write_checkpoint(TINY, tmp_path / "n", shards=2, header_only=True, layout="nvfp4")
     cfg = json.loads((out / "config.json").read_text())
     qc = cfg["quantization_config"]
     assert qc["ignore"][0] == r"re:.*layers\.3\..*"
@@ -195,7 +196,7 @@ def test_header_only_nvfp4_layout_reads(tmp_path):
     assert all(v == 1.0 for k, v in names.items() if k.endswith("input_global_scale"))
     assert all(2688 / 0.2 <= v <= 2688 / 0.05 for k, v in names.items() if k.endswith("weight_global_scale"))
     with pytest.raises(LayoutError):
-        L.write_checkpoint(TINY, tmp_path / "m", layout="nvfp4")  # nvfp4 is header-only
+        G.write_checkpoint(TINY, tmp_path / "m", layout="nvfp4")  # nvfp4 is header-only
 
 
 # --- bad input ---------------------------------------------------------------------------------
@@ -203,7 +204,7 @@ def test_output_exists(tmp_path):
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "keep").write_text("mine")
     with pytest.raises(OutputExists, match="x"):
-        L.write_checkpoint(TINY, tmp_path / "x", shards=2)
+        G.write_checkpoint(TINY, tmp_path / "x", shards=2)
     assert os.listdir(tmp_path / "x") == ["keep"]
 
 
@@ -221,7 +222,7 @@ def test_failure_leaves_nothing(tmp_path, monkeypatch):
     real = st.save_file
     monkeypatch.setattr(st, "save_file", boom)
     with pytest.raises(OSError):
-        L.write_checkpoint(TINY, tmp_path / "y", shards=3)
+        G.write_checkpoint(TINY, tmp_path / "y", shards=3)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -237,12 +238,12 @@ def test_read_header_errors(tmp_path):
 
 def test_cli(tmp_path, capsys):
     params = tmp_path / "p.yaml"
-    params.write_text(Path(L.__file__).resolve().parents[2].joinpath("params/default.yaml").read_text())
-    assert L.main([str(tmp_path / "c"), "--params", str(params), "--header-only", "--shards", "2"]) == 0
+    params.write_text(Path(L.__file__).resolve().parents[3].joinpath("params/default.yaml").read_text())
+    assert G.main([str(tmp_path / "c"), "--params", str(params), "--header-only", "--shards", "2"]) == 0
     out = capsys.readouterr().out
-    from nvfp4study.params import load_params
+    from nvfp4study.core.params import load_params
 
     n = len(L.tensor_specs(load_params(params).checkpoint.shape))
     assert f"{n} tensors" in out and "header-only" in out
     with pytest.raises(SystemExit):
-        L.main(["--help"])
+        G.main(["--help"])

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nvfp4study import measure, mtp
+from nvfp4study.serving import measure
+from nvfp4study.stages import s06_mtp as mtp
 
 C = "sglang:generation_tokens_total"
 V = "sglang:spec_verify_calls_total"

@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from nvfp4study.errors import ParamsError
-from nvfp4study.params import PARAMS_DIR, load_params
+from nvfp4study.core.errors import ParamsError
+from nvfp4study.core.params import PARAMS_DIR, load_params
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in PARAMS_DIR.glob("*.yaml")))

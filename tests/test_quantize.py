@@ -12,10 +12,12 @@ import torch
 from safetensors import safe_open
 
 from ling_fixtures import TINY, tree_digest
-from nvfp4study import ling_layout as L
-from nvfp4study import quantize as Q
-from nvfp4study.errors import OutputExists, QuantizeFailed, SourceCheckpointMissing
-from nvfp4study.params import QuantizeParams
+from nvfp4study.checkpoint import generate as G
+from nvfp4study.checkpoint import layout as L
+from nvfp4study.checkpoint import quantize as Q
+from nvfp4study.checkpoint import recipe as R
+from nvfp4study.core.errors import OutputExists, QuantizeFailed, SourceCheckpointMissing
+from nvfp4study.core.params import QuantizeParams
 
 N_ROUTED = 3 * TINY.num_experts * (TINY.num_hidden_layers - TINY.first_k_dense_replace)  # 48
 
@@ -31,7 +33,7 @@ def ckpts(tmp_path_factory):
     root = tmp_path_factory.mktemp("q")
     # enough shards that some expert's gate and up land in different files (cross-shard pairing)
     for shards in range(5, 40):
-        src = L.write_checkpoint(TINY, root / f"src{shards}", shards=shards, seed=1)
+        src = G.write_checkpoint(TINY, root / f"src{shards}", shards=shards, seed=1)
         if _split_pairs(src):
             break
     before = tree_digest(src)
@@ -102,7 +104,7 @@ def test_config_is_the_cards_serving_layout(ckpts):
 def test_header_only_nvfp4_layout_equals_real_output(ckpts, tmp_path):
     """The synthetic full-size layout uses the same names/dtypes/shapes as the real pipeline."""
     real = {n: (sh, dt) for _, n, sh, dt in L.iter_header_specs(ckpts["root"] / "shared")}
-    specs, cfg = Q.nvfp4_layout(TINY, L.tensor_specs(TINY), L.config_dict(TINY))
+    specs, cfg = R.nvfp4_layout(TINY, L.tensor_specs(TINY), L.config_dict(TINY))
     assert {n: (sh, dt) for n, sh, dt in specs} == real
     got = json.loads((ckpts["root"] / "shared" / "config.json").read_text())["quantization_config"]
     assert cfg["quantization_config"] == got
@@ -115,7 +117,7 @@ def test_is_quantized_agrees_with_compressed_tensors():
     ignore = Q.card_ignore(TINY.num_hidden_layers)
     fake = {n: torch.empty(0) for n, _, _ in specs}
     ct = {name for _, name in match_quantizable_tensors(fake, ignore, ["Linear"])}
-    ours = {n for n, sh, _ in specs if Q.is_quantized(n, sh, ignore)}
+    ours = {n for n, sh, _ in specs if R.is_quantized(n, sh, ignore)}
     assert ours == ct
 
 

@@ -7,13 +7,13 @@ import json
 import pytest
 
 from ling_fixtures import TINY
-from nvfp4study import ling_layout as L
-from nvfp4study import quantize_stage as qs
-from nvfp4study.errors import OutputExists, StageInputMissing
-from nvfp4study.ledger import read_ledger
-from nvfp4study.params import load_params
-from nvfp4study.paths import RunPaths
-from nvfp4study.stage import Stage
+from nvfp4study.checkpoint import layout as L
+from nvfp4study.core.errors import OutputExists, StageInputMissing
+from nvfp4study.core.ledger import read_ledger
+from nvfp4study.core.params import load_params
+from nvfp4study.core.paths import RunPaths
+from nvfp4study.core.stage import Stage
+from nvfp4study.stages import s01_quantize as qs
 
 
 def _stage(run_dir, **over):
@@ -96,7 +96,7 @@ def test_read_quantize_json_missing(tmp_path):
 
 
 def test_path_source_needs_source_path(run_dir):
-    from nvfp4study.errors import SourceCheckpointMissing
+    from nvfp4study.core.errors import SourceCheckpointMissing
 
     st = _stage(run_dir, checkpoint={"source": "path", "source_path": None})
     with pytest.raises(SourceCheckpointMissing, match="source_path"):

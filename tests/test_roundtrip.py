@@ -9,11 +9,11 @@ import torch
 from safetensors import safe_open
 
 from ling_fixtures import TINY
-from nvfp4study import ling_layout as L
-from nvfp4study import quantize as Q
-from nvfp4study import roundtrip as R
-from nvfp4study.errors import SourceCheckpointMissing
-from nvfp4study.params import QuantizeParams
+from nvfp4study.checkpoint import generate as G
+from nvfp4study.checkpoint import quantize as Q
+from nvfp4study.checkpoint import roundtrip as R
+from nvfp4study.core.errors import SourceCheckpointMissing
+from nvfp4study.core.params import QuantizeParams
 
 # e2m1 magnitudes by the low 3 bits of a nibble; bit 3 is the sign (OCP MX spec, FP4 E2M1)
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
@@ -22,7 +22,7 @@ E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     root = tmp_path_factory.mktemp("rt")
-    src = L.write_checkpoint(TINY, root / "src", shards=2, seed=2)
+    src = G.write_checkpoint(TINY, root / "src", shards=2, seed=2)
     q = root / "q"
     Q.quantize_checkpoint(src, q, QuantizeParams())
     return src, q

@@ -6,8 +6,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from nvfp4study import runner
-from nvfp4study.errors import ParamsError
+from nvfp4study.core import runner
+from nvfp4study.core.errors import ParamsError
 
 PARAMS_CELL = ('params_file: str = "../params/default.yaml"  # params\n'
                'run_dir: str = ""  # run folder')
@@ -82,7 +82,7 @@ def test_stops_at_first_failure_and_keeps_what_it_wrote(nbdir, tmp_path):
 
 def test_partial_runs_continue_latest_and_keep_the_manifest(nbdir, tmp_path):
     out = tmp_path / "out"
-    from nvfp4study.errors import RunDirError
+    from nvfp4study.core.errors import RunDirError
 
     with pytest.raises(RunDirError, match="run the whole study first"):
         runner.run_study(outputs=out, notebook_dir=nbdir, only="01")
@@ -128,7 +128,7 @@ def test_bad_params_fail_before_any_folder(nbdir, tmp_path):
 
 
 def test_unwritable_outputs_is_named(nbdir, tmp_path):
-    from nvfp4study.errors import RunDirError
+    from nvfp4study.core.errors import RunDirError
 
     blocker = tmp_path / "file"
     blocker.write_text("")

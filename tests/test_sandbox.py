@@ -18,10 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from nvfp4study import sandbox
-from nvfp4study.errors import SandboxUnavailable
-from nvfp4study.params import SandboxParams
-from nvfp4study.sandbox import (
+from nvfp4study.codeeval import sandbox
+from nvfp4study.codeeval.sandbox import (
     Isolation,
     Outcome,
     build_program,
@@ -30,7 +28,9 @@ from nvfp4study.sandbox import (
     prompt_preamble,
     sandbox_status,
 )
-from nvfp4study.tasks import card_tasks, humaneval_tasks, task_index
+from nvfp4study.codeeval.tasks import card_tasks, humaneval_tasks, task_index
+from nvfp4study.core.errors import SandboxUnavailable
+from nvfp4study.core.params import SandboxParams
 
 REPO = Path(__file__).resolve().parents[1]
 HOME = Path(os.path.expanduser("~"))

@@ -16,8 +16,7 @@ import psutil
 import pytest
 
 import fake_sglang
-from nvfp4study import client, server
-from nvfp4study.errors import (
+from nvfp4study.core.errors import (
     HealthTimeout,
     NoCapableGPU,
     PortInUse,
@@ -26,8 +25,9 @@ from nvfp4study.errors import (
     StreamCut,
     WrongInterpreter,
 )
-from nvfp4study.params import load_params
-from nvfp4study.server import ServerConfig, build_command, card_config
+from nvfp4study.core.params import load_params
+from nvfp4study.serving import client, server
+from nvfp4study.serving.server import ServerConfig, build_command, card_config
 from serving_fixtures import (  # noqa: F401
     fake_params,
     fake_processes,
@@ -86,7 +86,7 @@ def test_spec_off_deterministic_upstream_and_parsers():
 def test_command_needs_interpreter_and_model():
     with pytest.raises(WrongInterpreter):
         build_command(load_params(), card_config(load_params()))
-    from nvfp4study.errors import StageInputMissing
+    from nvfp4study.core.errors import StageInputMissing
 
     with pytest.raises(StageInputMissing):
         build_command(load_params(None, ["server.python=/x"]), card_config(load_params()))
@@ -279,7 +279,7 @@ def test_atexit_stops_a_server_left_running(tmp_path):
     port = free_port()
     script = textwrap.dedent(f"""
         from pathlib import Path
-        from nvfp4study.server import ServerProcess
+        from nvfp4study.serving.server import ServerProcess
         sp = ServerProcess([{str(exe)!r}, "-c", "from sglang.cli.main import main", "serve", "--port", "{port}",
                             "--host", "127.0.0.1"], Path({str(tmp_path / 'a.log')!r}), "127.0.0.1", {port}, grace_s=2)
         sp.start()
@@ -307,8 +307,8 @@ def test_config_keys_and_roundtrip():
 
 
 def test_install_switched_for_the_launch_and_restored(tmp_path):
-    from nvfp4study import sglang_patch
-    from nvfp4study.sglang_source import open_tree
+    from nvfp4study.sglang import patch as sglang_patch
+    from nvfp4study.sglang.source import open_tree
 
     site, files = installed_sglang(tmp_path / "site")  # the package files the patches touch
     before = {f: (site / f).read_bytes() for f in files}

@@ -11,10 +11,14 @@ import sys
 
 import pytest
 
-from nvfp4study import determinism, launch_checks, ledger, measure, mtp
-from nvfp4study.errors import ReplayDataMissing
-from nvfp4study.params import REPO_ROOT, dump_params, load_params
-from nvfp4study.stage import open_stage
+from nvfp4study.core import ledger
+from nvfp4study.core.errors import ReplayDataMissing
+from nvfp4study.core.params import REPO_ROOT, dump_params, load_params
+from nvfp4study.core.stage import open_stage
+from nvfp4study.serving import measure
+from nvfp4study.stages import s04_launch as launch_checks
+from nvfp4study.stages import s06_mtp as mtp
+from nvfp4study.stages import s07_determinism as determinism
 from serving_fixtures import fake_params, fake_processes, ling_model_dir, no_leftover  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("no_leftover")

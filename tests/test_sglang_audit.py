@@ -10,10 +10,10 @@ import json
 
 import pytest
 
-from nvfp4study import sglang_audit as sa
-from nvfp4study.errors import NotAnSGLangTree, SGLangNotInstalled
-from nvfp4study.sglang_checks import extra_checks, moe_scheme_for, shared_fusion
-from nvfp4study.sglang_source import find_root, installed_tree, open_tree, read_version
+from nvfp4study.core.errors import NotAnSGLangTree, SGLangNotInstalled
+from nvfp4study.sglang import audit as sa
+from nvfp4study.sglang.checks import extra_checks, moe_scheme_for, shared_fusion
+from nvfp4study.sglang.source import find_root, installed_tree, open_tree, read_version
 from sglang_fixtures import VERSIONS, mini_tree, released
 
 E, A, D, R, X = "EXACT", "APPROX", "DROPPED", "REFUSED", "ABSENT"
@@ -187,7 +187,7 @@ def test_min_deepgemm_dim_and_scales():
 
 
 def test_w4a16_scheme_per_version():
-    from nvfp4study.sglang_checks import NVFP4_ACTS, NVFP4_WEIGHTS
+    from nvfp4study.sglang.checks import NVFP4_ACTS, NVFP4_WEIGHTS
 
     for v, line in (("0.5.20", 493), ("0.5.21", 498)):
         r = moe_scheme_for(released(v), NVFP4_WEIGHTS, None)

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nvfp4study import sglang_patch as sp
-from nvfp4study.errors import (
+from nvfp4study.core.errors import (
     NotAnSGLangTree,
     PatchConflict,
     PatchStateError,
@@ -19,8 +18,9 @@ from nvfp4study.errors import (
     UnknownPatchMode,
     UnknownPatchVersion,
 )
-from nvfp4study.sglang_audit import audit_tree
-from nvfp4study.sglang_source import copy_tree, open_tree
+from nvfp4study.sglang import patch as sp
+from nvfp4study.sglang.audit import audit_tree
+from nvfp4study.sglang.source import copy_tree, open_tree
 from sglang_fixtures import mini_tree, released
 
 NVFP4 = "sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4_moe.py"

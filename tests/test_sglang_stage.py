@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from nvfp4study import ledger
-from nvfp4study import sglang_patch as sp
-from nvfp4study import sglang_stage as s3
-from nvfp4study.errors import PatchTargetReadOnly
-from nvfp4study.params import DEFAULT_PARAMS
-from nvfp4study.stage import open_stage
+from nvfp4study.core import ledger
+from nvfp4study.core.errors import PatchTargetReadOnly
+from nvfp4study.core.params import DEFAULT_PARAMS
+from nvfp4study.core.stage import open_stage
+from nvfp4study.sglang import patch as sp
+from nvfp4study.stages import s03_sglang as s3
 
 V = "0.5.23"
 CARD = s3.CARD_VERSION
@@ -206,7 +206,7 @@ def test_approx_size_from_grid(tmp_path, row, expected):
 
 
 def test_approx_size_on_the_real_grid(tmp_path):
-    from nvfp4study import clamp_numerics as cn
+    from nvfp4study.sglang import clamp_numerics as cn
 
     d = _inputs()
     d["clamp_numerics"] = {"rows": cn.compare(n=101).to_dict(orient="records")}
@@ -216,7 +216,7 @@ def test_approx_size_on_the_real_grid(tmp_path):
 
 
 def test_missing_input_file(tmp_path):
-    from nvfp4study.errors import StageInputMissing
+    from nvfp4study.core.errors import StageInputMissing
 
     d = _inputs()
     del d["clamp_numerics"]

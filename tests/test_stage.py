@@ -2,11 +2,11 @@
 
 import pytest
 
-from nvfp4study import ledger
-from nvfp4study import stage as stage_mod
-from nvfp4study.errors import ParamsError
-from nvfp4study.params import DEFAULT_PARAMS, dump_params, load_params
-from nvfp4study.paths import point_latest
+from nvfp4study.core import ledger
+from nvfp4study.core import stage as stage_mod
+from nvfp4study.core.errors import ParamsError
+from nvfp4study.core.params import DEFAULT_PARAMS, dump_params, load_params
+from nvfp4study.core.paths import point_latest
 
 
 @pytest.fixture
@@ -14,7 +14,7 @@ def outputs(tmp_path, monkeypatch):
     out = tmp_path / "outputs"
     out.mkdir()
     monkeypatch.setattr(stage_mod, "OUTPUTS", out)
-    monkeypatch.setattr("nvfp4study.paths.OUTPUTS", out)
+    monkeypatch.setattr("nvfp4study.core.paths.OUTPUTS", out)
     return out
 
 

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from nvfp4study.ledger import card_claims
-from nvfp4study.params import REPO_ROOT
+from nvfp4study.core.ledger import card_claims
+from nvfp4study.core.params import REPO_ROOT
 
 STAGES = ["00_environment", "01_quantize", "02_inspect_checkpoint", "03_patch_sglang",
           "04_launch_server", "05_corruption", "06_mtp_sweep", "07_determinism", "99_report"]

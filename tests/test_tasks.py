@@ -7,10 +7,8 @@ import socket
 
 import pytest
 
-from nvfp4study.errors import TaskSelectionError
-from nvfp4study.params import SandboxParams
-from nvfp4study.sandbox import Outcome, check_many
-from nvfp4study.tasks import (
+from nvfp4study.codeeval.sandbox import Outcome, check_many
+from nvfp4study.codeeval.tasks import (
     CARD_TASK_IDS,
     HUMANEVAL_SIZE,
     card_tasks,
@@ -19,6 +17,8 @@ from nvfp4study.tasks import (
     humaneval_tasks,
     load_tasks,
 )
+from nvfp4study.core.errors import TaskSelectionError
+from nvfp4study.core.params import SandboxParams
 
 
 def test_humaneval_loads_offline(monkeypatch):

@@ -1,7 +1,7 @@
 """``nvfp4study`` command line: a thin table of subcommands over the library.
 
 Each subcommand lives in the module that does the work, as ``main(argv) -> int``; heavy imports
-happen only when that command runs. A :class:`~nvfp4study.errors.StudyError` becomes one line
+happen only when that command runs. A :class:`~nvfp4study.core.errors.StudyError` becomes one line
 on stderr and exit status 2.
 """
 
@@ -10,18 +10,18 @@ from __future__ import annotations
 import importlib
 import sys
 
-from .errors import StudyError
+from .core.errors import StudyError
 
 # command -> (module, one-line help with an example)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("nvfp4study.runner", "run the study's notebooks: nvfp4study run --params params/default.yaml"),
-    "make-checkpoint": ("nvfp4study.ling_layout", "write a Ling-layout BF16 checkpoint: nvfp4study make-checkpoint OUT"),
-    "quantize": ("nvfp4study.quantize", "NVFP4-quantize a checkpoint: nvfp4study quantize SRC DST"),
-    "audit-checkpoint": ("nvfp4study.checkpoint_audit", "audit a checkpoint from its headers: nvfp4study audit-checkpoint PATH --json"),
-    "audit-sglang": ("nvfp4study.sglang_audit", "audit SGLang's clamp plumbing: nvfp4study audit-sglang --version 0.5.23"),
-    "patch": ("nvfp4study.sglang_patch", "patch SGLang's clamp: nvfp4study patch apply --mode exact --sglang PATH"),
-    "detect": ("nvfp4study.detect", "classify code for junk tokens: nvfp4study detect --json FILE..."),
-    "serve": ("nvfp4study.server", "start SGLang with the study's flags: nvfp4study serve --params params/ling3-flash.yaml"),
+    "run": ("nvfp4study.core.runner", "run the study's notebooks: nvfp4study run --params params/default.yaml"),
+    "make-checkpoint": ("nvfp4study.checkpoint.generate", "write a Ling-layout BF16 checkpoint: nvfp4study make-checkpoint OUT"),
+    "quantize": ("nvfp4study.checkpoint.quantize", "NVFP4-quantize a checkpoint: nvfp4study quantize SRC DST"),
+    "audit-checkpoint": ("nvfp4study.checkpoint.audit", "audit a checkpoint from its headers: nvfp4study audit-checkpoint PATH --json"),
+    "audit-sglang": ("nvfp4study.sglang.audit", "audit SGLang's clamp plumbing: nvfp4study audit-sglang --version 0.5.23"),
+    "patch": ("nvfp4study.sglang.patch", "patch SGLang's clamp: nvfp4study patch apply --mode exact --sglang PATH"),
+    "detect": ("nvfp4study.codeeval.detect", "classify code for junk tokens: nvfp4study detect --json FILE..."),
+    "serve": ("nvfp4study.serving.server", "start SGLang with the study's flags: nvfp4study serve --params params/ling3-flash.yaml"),
 }
 
 

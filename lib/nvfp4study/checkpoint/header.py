@@ -1,0 +1,294 @@
+"""Read safetensors headers (and the hub index) without touching tensor data.
+
+A safetensors file is ``u64 little-endian N`` + ``N`` bytes of UTF-8 JSON + the data section.
+The JSON maps each tensor name to ``{"dtype", "shape", "data_offsets": [begin, end]}`` with
+offsets relative to the data section; ``"__metadata__"`` holds string pairs. (Format:
+safetensors' README, "Format" section; dtype names as in ``safetensors/torch.py`` ``_TYPES``
+and the Rust ``Dtype`` enum of safetensors 0.8.)
+
+Reading only the header makes a 76 GB checkpoint with about 245k tensors an I/O of a few MB.
+Every problem raises a named :class:`~nvfp4study.core.errors.CheckpointFileError` that names the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections import defaultdict
+from dataclasses import dataclass, field
+from math import prod
+from pathlib import Path
+from typing import NamedTuple
+
+from ..core.errors import (
+    CheckpointFileError,
+    HeaderJSONInvalid,
+    HeaderLengthBeyondFile,
+    IndexShardMissing,
+    IndexTensorMissing,
+    ShardTruncated,
+    UnknownDtype,
+)
+
+INDEX_FILE = "model.safetensors.index.json"
+
+#: bits per element of every dtype safetensors 0.8 defines (F4/F6 are sub-byte, packed).
+DTYPE_BITS: dict[str, int] = {
+    "BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "U8": 8, "I8": 8,
+    "F8_E5M2": 8, "F8_E4M3": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8, "F8_E8M0": 8,
+    "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32,
+    "I64": 64, "U64": 64, "F64": 64, "C64": 64,
+}
+
+
+class TensorHeader(NamedTuple):
+    """One tensor's header entry.
+
+    ``start``/``end`` are byte offsets into the shard's data section (which begins at
+    ``8 + header_len``); ``shard`` is the shard's file name.
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    start: int
+    end: int
+    shard: str
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.start
+
+    @property
+    def numel(self) -> int:
+        return prod(self.shape)
+
+
+@dataclass
+class ShardHeader:
+    """A parsed shard header: file size, header length, metadata and tensors by name."""
+
+    path: Path
+    file_size: int
+    header_len: int
+    metadata: dict[str, str]
+    tensors: dict[str, TensorHeader]
+    data_complete: bool = True  # False: the data section is absent (a header-only layout)
+
+    @property
+    def data_start(self) -> int:
+        return 8 + self.header_len
+
+
+def read_shard_header(path: str | Path, *, allow_missing_data: bool = False) -> ShardHeader:
+    """Parse one shard's header and check it against the file size.
+
+    Args:
+        path: a ``.safetensors`` file.
+        allow_missing_data: accept a file whose data section is shorter than the offsets
+            (a header-only layout, e.g. the audit benchmark's); ``data_complete`` is then False.
+
+    Returns:
+        The :class:`ShardHeader`.
+
+    Raises:
+        ShardTruncated: fewer than 8 bytes, or data ending before the last tensor's end offset.
+        HeaderLengthBeyondFile: the header length exceeds the file size minus 8.
+        HeaderJSONInvalid: not UTF-8 JSON, not an object, a malformed entry, offsets that do not
+            match dtype x shape, or overlapping tensors.
+        UnknownDtype: a dtype not in :data:`DTYPE_BITS`.
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                raise ShardTruncated(path, f"file is {size} bytes, shorter than the 8-byte header length")
+            (n,) = struct.unpack("<Q", head)
+            if n > size - 8:
+                raise HeaderLengthBeyondFile(
+                    path, f"header length {n} bytes but only {size - 8} bytes follow the length field"
+                )
+            raw = fh.read(n)
+    except OSError as exc:
+        raise CheckpointFileError(path, f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise HeaderJSONInvalid(path, f"header is not valid JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise HeaderJSONInvalid(path, f"header is a JSON {type(header).__name__}, not an object")
+    metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict):
+        raise HeaderJSONInvalid(path, "__metadata__ is not an object")
+    shard = path.name
+    tensors: dict[str, TensorHeader] = {}
+    bits_of = DTYPE_BITS.get
+    for name, entry in header.items():
+        try:
+            dtype, shape, (start, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
+        except (TypeError, KeyError, ValueError):
+            raise HeaderJSONInvalid(path, f"tensor {name!r}: entry needs dtype, shape and two data_offsets") from None
+        bits = bits_of(dtype)
+        if bits is None:
+            raise UnknownDtype(path, f"tensor {name!r} has unknown dtype {dtype!r} (known: {', '.join(DTYPE_BITS)})")
+        numel = 1
+        for d in shape:
+            if type(d) is not int or d < 0:
+                raise HeaderJSONInvalid(path, f"tensor {name!r}: shape must be non-negative integers, got {shape!r}")
+            numel *= d
+        if type(start) is not int or type(end) is not int or not 0 <= start <= end or (end - start) * 8 != bits * numel:
+            raise HeaderJSONInvalid(
+                path, f"tensor {name!r}: offsets [{start}, {end}] do not hold {dtype} x {list(shape)}"
+            )
+        tensors[name] = TensorHeader(name, dtype, tuple(shape), start, end, shard)
+    data_end = _check_overlaps(path, tensors)
+    have = size - 8 - n
+    complete = have >= data_end
+    if not complete and not allow_missing_data:
+        last = max(tensors.values(), key=lambda t: t.end).name
+        raise ShardTruncated(
+            path, f"data section is {have} bytes but tensor {last!r} ends at byte {data_end} of it"
+        )
+    return ShardHeader(path, size, n, metadata, tensors, complete)
+
+
+def _check_overlaps(path: Path, tensors: dict[str, TensorHeader]) -> int:
+    """Raise HeaderJSONInvalid when two tensors' data overlap; return the data section's end."""
+    if not tensors:
+        return 0
+    import numpy as np
+
+    ts = list(tensors.values())
+    starts = np.fromiter((t.start for t in ts), dtype=np.int64, count=len(ts))
+    ends = np.fromiter((t.end for t in ts), dtype=np.int64, count=len(ts))
+    order = np.lexsort((ends, starts))
+    s, e = starts[order], ends[order]
+    bad = np.nonzero(s[1:] < np.maximum.accumulate(e)[:-1])[0]
+    if bad.size:
+        a, b = ts[order[bad[0]]], ts[order[bad[0] + 1]]
+        raise HeaderJSONInvalid(path, f"tensor {b.name!r} overlaps {a.name!r} in the data section")
+    return int(e.max())
+
+
+@dataclass
+class CheckpointHeaders:
+    """All shard headers of a checkpoint folder, plus what the index says.
+
+    ``tensors`` maps each name to the header entry of the shard it was found in (first shard in
+    file-name order when a name occurs twice; ``duplicates`` lists such names with all shards).
+    ``unlisted`` are tensors present in a shard but absent from the index's ``weight_map``.
+    """
+
+    root: Path
+    shards: dict[str, ShardHeader]
+    tensors: dict[str, TensorHeader]
+    index: dict | None = None
+    duplicates: dict[str, list[str]] = field(default_factory=dict)
+    unlisted: list[str] = field(default_factory=list)
+
+    @property
+    def file_bytes(self) -> int:
+        """Sum of the shard files' sizes (bytes)."""
+        return sum(s.file_size for s in self.shards.values())
+
+    @property
+    def data_bytes(self) -> int:
+        """Sum of the tensors' data sizes from the headers (bytes)."""
+        return sum(t.nbytes for t in self.tensors.values())
+
+    @property
+    def data_complete(self) -> bool:
+        return all(s.data_complete for s in self.shards.values())
+
+
+def read_checkpoint_headers(root: str | Path, *, allow_missing_data: bool = False) -> CheckpointHeaders:
+    """Read the index (when present) and every shard header of a checkpoint folder.
+
+    With ``model.safetensors.index.json`` the shards are the files its ``weight_map`` names;
+    without it, every ``*.safetensors`` file in the folder.
+
+    Raises:
+        CheckpointFileError: not a folder, no shard at all, or an index that is not JSON.
+        IndexShardMissing: the index names a shard file that does not exist.
+        IndexTensorMissing: the index maps a tensor to a shard whose header lacks it.
+        and every error of :func:`read_shard_header`.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise CheckpointFileError(root, "not a checkpoint folder")
+    index_path = root / INDEX_FILE
+    index = None
+    if index_path.is_file():
+        try:
+            index = json.loads(index_path.read_text())
+            weight_map = index["weight_map"]
+            if not isinstance(weight_map, dict):
+                raise TypeError
+        except (OSError, ValueError, KeyError, TypeError):
+            raise CheckpointFileError(index_path, "index is not JSON with a weight_map object") from None
+        names = sorted(set(weight_map.values()))
+        for shard in names:
+            if not (root / shard).is_file():
+                users = sum(1 for v in weight_map.values() if v == shard)
+                raise IndexShardMissing(index_path, f"names shard {shard!r} ({users} tensors), which is not in {root}")
+    else:
+        weight_map = None
+        names = sorted(p.name for p in root.glob("*.safetensors"))
+    if not names:
+        raise CheckpointFileError(root, "no .safetensors files and no index")
+    shards = {n: read_shard_header(root / n, allow_missing_data=allow_missing_data) for n in names}
+    tensors: dict[str, TensorHeader] = {}
+    duplicates: dict[str, list[str]] = {}
+    for n in names:
+        for name, t in shards[n].tensors.items():
+            if name in tensors:
+                duplicates.setdefault(name, [tensors[name].shard]).append(n)
+            else:
+                tensors[name] = t
+    unlisted: list[str] = []
+    if weight_map is not None:
+        for name, shard in weight_map.items():
+            if name not in shards[shard].tensors:
+                raise IndexTensorMissing(index_path, f"maps tensor {name!r} to {shard!r}, whose header does not contain it")
+        unlisted = sorted(set(tensors) - set(weight_map))
+    return CheckpointHeaders(root, shards, tensors, index, duplicates, unlisted)
+
+
+def shard_data_offset(shards: dict[str, ShardHeader], t: TensorHeader) -> int:
+    """Absolute byte offset of tensor ``t`` in its shard file."""
+    return shards[t.shard].data_start + t.start
+
+
+def file_size_on_disk(path: Path) -> int:
+    """Allocated bytes of a file (``st_blocks * 512``): less than its size when sparse."""
+    return os.stat(path).st_blocks * 512
+
+
+def read_scalars(headers: CheckpointHeaders, names: list[str]) -> dict[str, float]:
+    """Values of single-element tensors, read with ``safetensors.safe_open`` (numpy), one open per
+    shard. Tensors with more than one element map to NaN (their layout is reported separately).
+
+    Raises:
+        CheckpointFileError: safetensors cannot open a shard (names it).
+    """
+    from math import nan
+
+    from safetensors import safe_open
+
+    by_shard: dict[str, list[str]] = defaultdict(list)
+    for n in names:
+        by_shard[headers.tensors[n].shard].append(n)
+    out: dict[str, float] = {}
+    for shard, ns in by_shard.items():
+        path = headers.root / shard
+        try:
+            with safe_open(str(path), framework="numpy") as fh:
+                for n in ns:
+                    a = fh.get_tensor(n)
+                    out[n] = a.item() if a.size == 1 else nan
+        except Exception as exc:  # safetensors raises its own SafetensorError / OSError
+            raise CheckpointFileError(path, f"safetensors cannot read scales: {exc}") from exc
+    return out

@@ -1,0 +1,455 @@
+"""BF16 -> NVFP4 with llmcompressor's real ``model_free_ptq``, then the model card's serving rewrite.
+
+Recipe (``../shared/reference/llmcompressor.md``; the model card's "Provenance" section):
+
+1. ``model_free_ptq(src, tmp, scheme="NVFP4A16", ignore=CARD_IGNORE)``. ``NVFP4`` (W4A4) is
+   refused by model_free_ptq ("cannot calibrate activations"), hence A16 + a config edit.
+2. Fused maps. llmcompressor 0.13.0 keeps two tables in
+   ``llmcompressor/entrypoints/model_free/microscale.py``:
+
+   - ``DEFAULT_FUSED_MAPPINGS`` (microscale.py:27), read by ``build_microscale_inverse_weight_maps``
+     (microscale.py:112): for every tensor matching a primary pattern, the partner tensors are
+     loaded into the primary's shard job (and re-saved in that shard) — cross-shard pairing;
+   - ``_DEFAULT_FUSED_MAPPINGS_LIST`` (microscale.py:49), read by ``get_fused_names``
+     (microscale.py:74), which ``validate_safetensors_index`` (validate.py:70) and
+     ``process_file_microscale_scheme`` (process.py:171) call; the sets it finds get one
+     ``FusionHandler`` (process.py:210), whose observers share one global scale computed from
+     the largest absmax of the group (llmcompressor/observers/base.py:90-96), i.e. the
+     smaller of the two global scales.
+
+   On the Ling layout the stock tables fail before quantizing anything, because an MLA layer has
+   ``attention.q_proj`` without k/v. Which table trips first depends on the shard layout: when a
+   shard holds an MLA q_proj followed by a KDA q_proj, the list's q/k/v set matches q twice
+   ("Matched a re:.*(attn|attention)\\.q_proj\\.weight$ twice before completing set"); otherwise
+   the dict asks for the MLA's missing partner ("Dependency weight model.layers.N.attention.v_proj.weight
+   not found in weight map"; k_proj or v_proj: set order). Ignoring MLA does not help: both
+   tables see every tensor name, ignored or not. The dict fails on every Ling layout; the list
+   only when a shard holds an MLA q_proj and a later q_proj (measured: the tiny default layout
+   trips it, the full-size header-only layout in 64 shards does not).
+   So both tables are emptied (the card's "fused expert maps emptied"). The stock expert names
+   (``mlp.experts.N.gate_proj``) never match the stock ``mlp\\.gate_proj`` rules anyway, so every
+   expert gets separate gate and up global scales. With ``share_gate_up_global_scale`` one rule
+   pairing ``mlp.experts.N.gate_proj`` with ``...up_proj`` goes into BOTH tables (the dict so a
+   pair split across shards is still fused, the list so the pair shares a FusionHandler).
+3. Serving rewrite (the card's layout): ``input_global_scale`` = 1.0 (float32 [1]) beside every
+   expert ``weight_global_scale``, and the config group's ``input_activations`` set to the
+   compressed-tensors NVFP4 preset's block (``dynamic: "local"``) so SGLang picks its W4A4 MoE
+   scheme. The ignore list keeps the MTP layer first.
+
+Everything is written to a temporary folder beside the destination and renamed at the end; the
+source is only read (its file sizes and mtimes are checked before and after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import OutputExists, QuantizeFailed, SourceCheckpointMissing
+from ..core.files import write_json
+from ..core.params import QuantizeParams
+from .layout import EXPERT_RE, iter_header_specs, read_header
+from .recipe import (
+    card_ignore,
+    set_w4a4_serving_block,
+)
+
+LIB_DIR = Path(__file__).resolve().parents[2]
+
+# --- 2. fused tables -----------------------------------------------------------------------
+GATE_UP_PRIMARY = r"^(?P<prefix>.+?\.mlp\.experts\.\d+)\.gate_proj\.weight$"
+GATE_UP_PARTNERS = ["{prefix}.up_proj.weight"]
+GATE_UP_SET = [r"re:.*mlp\.experts\.\d+\.gate_proj\.weight$", r"re:.*mlp\.experts\.\d+\.up_proj\.weight$"]
+FUSED_MODES = ("stock", "empty", "gate-up", "dict-emptied", "list-emptied")
+
+
+@contextlib.contextmanager
+def fused_tables(mode: str) -> Iterator[None]:
+    """Set llmcompressor's two fused tables for the duration, restoring them after.
+
+    Modes: ``stock`` (unchanged), ``empty`` (both emptied: the card's recipe), ``gate-up``
+    (both emptied + the expert gate/up pairing rule), ``dict-emptied`` / ``list-emptied`` (only
+    one emptied: probes showing both are needed). The tables are mutated in place because
+    llmcompressor reads them as module globals at call time (microscale.py:74, :112).
+    """
+    if mode not in FUSED_MODES:
+        raise ValueError(f"fused maps mode {mode!r}; valid: {', '.join(FUSED_MODES)}")
+    from llmcompressor.entrypoints.model_free import microscale as ms
+
+    saved_dict, saved_list = dict(ms.DEFAULT_FUSED_MAPPINGS), list(ms._DEFAULT_FUSED_MAPPINGS_LIST)
+    try:
+        if mode in ("empty", "gate-up", "dict-emptied"):
+            ms.DEFAULT_FUSED_MAPPINGS.clear()
+        if mode in ("empty", "gate-up", "list-emptied"):
+            ms._DEFAULT_FUSED_MAPPINGS_LIST.clear()
+        if mode == "gate-up":
+            ms.DEFAULT_FUSED_MAPPINGS[GATE_UP_PRIMARY] = list(GATE_UP_PARTNERS)
+            ms._DEFAULT_FUSED_MAPPINGS_LIST.append(list(GATE_UP_SET))
+        yield
+    finally:
+        ms.DEFAULT_FUSED_MAPPINGS.clear()
+        ms.DEFAULT_FUSED_MAPPINGS.update(saved_dict)
+        ms._DEFAULT_FUSED_MAPPINGS_LIST[:] = saved_list
+
+
+class _StopBeforeQuantizing(Exception):
+    pass
+
+
+def ptq(src: str, out: str, *, scheme: str = "NVFP4A16", ignore: list[str], fused_maps: str = "gate-up",
+        device: str = "cpu", max_workers: int = 1, probe: bool = False) -> dict[str, Any]:
+    """Run ``llmcompressor.model_free_ptq`` in this process; never raises for its errors.
+
+    ``probe=True`` stops after validation (before "Quantizing"): used to see whether a
+    scheme / fused-table setting is accepted, at no quantization cost.
+
+    Returns:
+        ``{"ok", "error_type", "error", "seconds" (wall, monotonic, of the call),
+        "llmcompressor", "compressed_tensors", "fused_maps", "scheme", "probe"}``.
+    """
+    os.environ.setdefault("LLM_COMPRESSOR_LOG_LEVEL", "WARNING")  # read once, at llmcompressor's import
+    import compressed_tensors
+    import llmcompressor
+    import llmcompressor.entrypoints.model_free as mf
+
+    res: dict[str, Any] = {"ok": False, "error_type": None, "error": None, "seconds": None,
+                           "llmcompressor": llmcompressor.__version__,
+                           "compressed_tensors": compressed_tensors.__version__,
+                           "fused_maps": fused_maps, "scheme": scheme, "probe": probe}
+    real_exec = mf.exec_jobs
+
+    def stop_exec(jobs: list, workers: int, desc: str = "") -> Any:
+        if desc == "Quantizing":
+            raise _StopBeforeQuantizing
+        return real_exec(jobs, workers, desc=desc)
+
+    t0 = time.monotonic()
+    try:
+        with fused_tables(fused_maps):
+            if probe:
+                mf.exec_jobs = stop_exec
+            mf.model_free_ptq(src, out, scheme=scheme, ignore=list(ignore), max_workers=max_workers,
+                              device=device)
+        res["ok"] = True
+    except _StopBeforeQuantizing:
+        res["ok"] = True
+    except Exception as exc:  # the tool's own error is the measurement
+        res["error_type"], res["error"] = type(exc).__name__, str(exc)
+    finally:
+        mf.exec_jobs = real_exec
+        res["seconds"] = time.monotonic() - t0
+    return res
+
+
+def run_ptq(spec: dict[str, Any], python: str | None = None) -> dict[str, Any]:
+    """:func:`ptq` here, or in the interpreter ``python`` (``python -m nvfp4study.checkpoint.quantize
+    --child SPEC RESULT``) when the quantizer lives in another environment.
+
+    Raises:
+        QuantizeFailed: the child process died without a result.
+    """
+    if not python:
+        return ptq(**spec)
+    with tempfile.TemporaryDirectory(prefix="nvfp4study-ptq-") as td:
+        sp, rp = Path(td) / "spec.json", Path(td) / "result.json"
+        sp.write_text(json.dumps(spec))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(LIB_DIR), os.environ.get("PYTHONPATH")])))
+        t0 = time.monotonic()
+        tail: list[str] = []
+        # the child's output (progress bars, warnings) is streamed to our stderr as it comes
+        with subprocess.Popen([python, "-m", "nvfp4study.checkpoint.quantize", "--child", str(sp), str(rp)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                sys.stderr.write(line)
+                tail = (tail + [line.rstrip()])[-5:]
+        if not rp.exists():
+            raise QuantizeFailed(f"quantizer process {python} exited {proc.returncode} without a result: "
+                                 f"{' | '.join(t for t in tail if t)}")
+        res = json.loads(rp.read_text())
+        res["python"], res["process_seconds"] = python, time.monotonic() - t0
+        return res
+
+
+# --- 3. serving rewrite --------------------------------------------------------------------
+def serving_rewrite(ckpt: str | Path) -> dict[str, Any]:
+    """Add ``input_global_scale`` = 1.0 (float32 [1]) beside every expert ``weight_global_scale``
+    and set the W4A4 ``input_activations`` block in ``config.json``; updates the index.
+
+    Rewrites each affected shard (temp file + rename inside ``ckpt``; call it on a temp copy).
+
+    Returns:
+        ``{"input_global_scales_added", "shards_rewritten", "seconds"}``.
+    """
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    ckpt = Path(ckpt)
+    t0 = time.monotonic()
+    index_path = ckpt / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    added, rewritten = 0, 0
+    for shard in sorted(ckpt.glob("*.safetensors")):
+        names = [n for n in read_header(shard) if n != "__metadata__"]
+        new = [n[: -len("weight_global_scale")] + "input_global_scale" for n in names
+               if n.endswith(".weight_global_scale") and EXPERT_RE.match(n)]
+        new = [n for n in new if n not in names]
+        if not new:
+            continue
+        tensors = load_file(str(shard))
+        for n in new:
+            tensors[n] = torch.ones(1, dtype=torch.float32)
+            index["weight_map"][n] = shard.name
+        tmp = shard.with_name(f".{shard.name}.tmp")
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
+        os.replace(tmp, shard)
+        del tensors
+        added += len(new)
+        rewritten += 1
+    index["metadata"]["total_size"] = int(index["metadata"].get("total_size", 0)) + 4 * added
+    index["weight_map"] = dict(sorted(index["weight_map"].items()))
+    write_json(index_path, index, indent=2)
+    cfg_path = ckpt / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    set_w4a4_serving_block(cfg["quantization_config"])
+    write_json(cfg_path, cfg, indent=2, sort_keys=True)
+    return {"input_global_scales_added": added, "shards_rewritten": rewritten,
+            "seconds": time.monotonic() - t0}
+
+
+
+
+# --- measurements on the output --------------------------------------------------------------
+def checkpoint_counts(ckpt: str | Path) -> dict[str, Any]:
+    """Counts from the safetensors headers: tensors, by dtype, packed weights, scales, input
+    scales, expert packed weights, quantized modules per layer and shard file modes."""
+    by_dtype, kinds = Counter(), Counter()
+    n = 0
+    for _, name, _, dtype in iter_header_specs(ckpt):
+        n += 1
+        by_dtype[dtype] += 1
+        for suffix in ("weight_packed", "weight_scale", "weight_global_scale", "input_global_scale"):
+            if name.endswith("." + suffix):
+                kinds[suffix] += 1
+                if suffix == "weight_packed" and EXPERT_RE.match(name):
+                    kinds["expert_weight_packed"] += 1
+    modes = sorted({oct(p.stat().st_mode & 0o777) for p in Path(ckpt).glob("*.safetensors")})
+    return {"tensors": n, "by_dtype": dict(sorted(by_dtype.items())), **{k: kinds[k] for k in (
+        "weight_packed", "expert_weight_packed", "weight_scale", "weight_global_scale", "input_global_scale")},
+        "shard_file_modes": modes}
+
+
+def gate_up_scales(ckpt: str | Path) -> Any:
+    """Per expert with a quantized gate and up: both ``weight_global_scale`` values.
+
+    Returns:
+        pandas DataFrame: ``layer, expert, gate, up, equal`` (bitwise), ``rel_diff``
+        (|gate - up| / max(gate, up)). Reads only the [1]-sized scale tensors.
+    """
+    import pandas as pd
+    from safetensors import safe_open
+
+    ckpt = Path(ckpt)
+    wm = json.loads((ckpt / "model.safetensors.index.json").read_text())["weight_map"]
+    want: dict[tuple[int, int], dict[str, str]] = {}
+    for name in wm:
+        m = EXPERT_RE.match(name)
+        if m and name.endswith(".weight_global_scale") and m.group(3) in ("gate", "up"):
+            want.setdefault((int(m.group(1)), int(m.group(2))), {})[m.group(3)] = name
+    by_shard: dict[str, list[str]] = {}
+    for pair in want.values():
+        for name in pair.values():
+            by_shard.setdefault(wm[name], []).append(name)
+    values: dict[str, float] = {}
+    for shard, names in by_shard.items():
+        with safe_open(str(ckpt / shard), "pt") as fh:
+            for name in names:
+                values[name] = float(fh.get_tensor(name).float().reshape(-1)[0])
+    rows = []
+    for (layer, expert), pair in sorted(want.items()):
+        if set(pair) != {"gate", "up"}:
+            continue
+        g, u = values[pair["gate"]], values[pair["up"]]
+        rows.append({"layer": layer, "expert": expert, "gate": g, "up": u, "equal": g == u,
+                     "rel_diff": abs(g - u) / max(abs(g), abs(u)) if max(abs(g), abs(u)) else 0.0})
+    return pd.DataFrame(rows, columns=["layer", "expert", "gate", "up", "equal", "rel_diff"])
+
+
+def gate_up_summary(df: Any) -> dict[str, Any]:
+    """``experts``, ``equal`` (count), ``share_fraction``, ``max_rel_diff``, ``median_rel_diff``."""
+    n = len(df)
+    return {"experts": n, "equal": int(df["equal"].sum()) if n else 0,
+            "share_fraction": float(df["equal"].mean()) if n else None,
+            "max_rel_diff": float(df["rel_diff"].max()) if n else None,
+            "median_rel_diff": float(df["rel_diff"].median()) if n else None}
+
+
+# --- the whole job -------------------------------------------------------------------------
+def check_source(src: str | Path) -> dict[str, Any]:
+    """A readable BF16 source: folder, config.json, shards, index naming existing shards.
+
+    Returns ``{"files": {name: (size, mtime_ns)}, "safetensors_bytes", "config"}``.
+
+    Raises:
+        SourceCheckpointMissing: what is missing, naming the file.
+        QuantizeFailed: the source already has a ``quantization_config``.
+    """
+    src = Path(src)
+    if not src.is_dir():
+        raise SourceCheckpointMissing(f"source checkpoint folder not found: {src}")
+    cfg_path = src / "config.json"
+    if not cfg_path.is_file():
+        raise SourceCheckpointMissing(f"{cfg_path}: config.json missing")
+    try:
+        config = json.loads(cfg_path.read_text())
+    except ValueError as exc:
+        raise SourceCheckpointMissing(f"{cfg_path}: not valid JSON ({exc})") from exc
+    shards = sorted(src.glob("*.safetensors"))
+    if not shards:
+        raise SourceCheckpointMissing(f"{src}: no *.safetensors shards")
+    index = src / "model.safetensors.index.json"
+    if index.is_file():
+        wm = json.loads(index.read_text()).get("weight_map", {})
+        missing = sorted({f for f in wm.values() if not (src / f).is_file()})
+        if missing:
+            raise SourceCheckpointMissing(f"{index}: names missing shard(s) {missing}")
+    if "quantization_config" in config:
+        raise QuantizeFailed(f"{cfg_path}: source already has a quantization_config (not a BF16 source)")
+    files = {str(p.relative_to(src)): (p.stat().st_size, p.stat().st_mtime_ns)
+             for p in sorted(src.rglob("*")) if p.is_file()}
+    return {"files": files, "safetensors_bytes": sum(p.stat().st_size for p in shards), "config": config}
+
+
+def quantize_checkpoint(src: str | Path, dst: str | Path, qparams: QuantizeParams, *,
+                        ignore: list[str] | None = None, overwrite: bool = False) -> dict[str, Any]:
+    """Quantize ``src`` (BF16, Ling layout) to NVFP4 in ``dst`` with the card's recipe.
+
+    Args:
+        src: source checkpoint folder (read only).
+        dst: output folder; must not exist unless ``overwrite`` (then replaced at the end); must
+            neither be inside ``src`` nor contain it.
+        qparams: scheme, device, max_workers, share_gate_up_global_scale, serving_rewrite, python.
+        ignore: ignore patterns; default :func:`card_ignore` for the source's num_hidden_layers.
+
+    Returns:
+        A JSON-able report: source, quantized, versions, fused_maps, ignore, seconds
+        (``ptq_seconds`` inside model_free_ptq, ``rewrite_seconds``, ``total_seconds``),
+        ``source_bytes``, ``mb_per_s`` (source safetensors MB (1e6 bytes) / ptq_seconds),
+        ``counts`` (:func:`checkpoint_counts`), ``gate_up`` (:func:`gate_up_summary`),
+        ``rewrite``, ``source_unchanged``.
+
+    Raises:
+        SourceCheckpointMissing, QuantizeFailed.
+        OutputExists: ``dst`` exists without ``overwrite``, or ``dst`` and ``src`` are nested.
+    """
+    t0 = time.monotonic()
+    src, dst = Path(src).resolve(), Path(dst).absolute()
+    before = check_source(src)
+    if (dst.exists() or dst.is_symlink()) and not overwrite:
+        raise OutputExists(f"output folder exists: {dst} (nothing was written)")
+    if dst.resolve() == src or src in dst.resolve().parents:
+        raise OutputExists(f"output {dst} is inside the source {src}; refusing to write there")
+    if dst.resolve() in src.parents:
+        raise OutputExists(f"source {src} is inside the output {dst}; replacing the output would delete it")
+    ignore = list(ignore) if ignore is not None else card_ignore(int(before["config"]["num_hidden_layers"]))
+    fused = "gate-up" if qparams.share_gate_up_global_scale else "empty"
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
+    try:
+        out = work / "ckpt"
+        spec = {"src": str(src), "out": str(out), "scheme": qparams.scheme, "ignore": ignore,
+                "fused_maps": fused, "device": qparams.device, "max_workers": qparams.max_workers}
+        res = run_ptq(spec, qparams.python)
+        if not res["ok"]:
+            raise QuantizeFailed(f"model_free_ptq on {src} failed: {res['error_type']}: {res['error']}")
+        rewrite = serving_rewrite(out) if qparams.serving_rewrite else None
+        counts = checkpoint_counts(out)
+        gu = gate_up_summary(gate_up_scales(out))
+        after = check_source(src)
+        if after["files"] != before["files"]:
+            raise QuantizeFailed(f"source {src} changed during quantization (sizes/mtimes differ)")
+        if dst.exists() or dst.is_symlink():
+            os.rename(dst, work / "replaced")
+        os.rename(out, dst)
+    except BaseException:
+        if (work / "replaced").exists() and not dst.exists():
+            os.rename(work / "replaced", dst)
+        raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    mb = before["safetensors_bytes"] / 1e6
+    return {
+        "source": str(src), "quantized": str(dst), "scheme": qparams.scheme, "device": qparams.device,
+        "python": qparams.python or sys.executable,
+        "llmcompressor": res["llmcompressor"], "compressed_tensors": res["compressed_tensors"],
+        "fused_maps": fused, "share_gate_up_global_scale": qparams.share_gate_up_global_scale,
+        "serving_rewrite": qparams.serving_rewrite, "ignore": ignore,
+        "ptq_seconds": res["seconds"], "rewrite_seconds": rewrite["seconds"] if rewrite else 0.0,
+        "total_seconds": time.monotonic() - t0, "source_bytes": before["safetensors_bytes"],
+        "mb_per_s": mb / res["seconds"] if res["seconds"] else None,
+        "counts": counts, "gate_up": gu, "rewrite": rewrite, "source_unchanged": True,
+    }
+
+
+# --- CLI -----------------------------------------------------------------------------------
+def _child(spec_path: str, result_path: str) -> int:
+    res = ptq(**json.loads(Path(spec_path).read_text()))
+    Path(result_path).write_text(json.dumps(res))
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """``nvfp4study quantize SRC DST [--params FILE] [--no-share-gate-up] ...``"""
+    if argv[:1] == ["--child"]:
+        return _child(argv[1], argv[2])
+    ap = argparse.ArgumentParser(
+        prog="nvfp4study quantize",
+        description="NVFP4-quantize a BF16 Ling-layout checkpoint with llmcompressor's model_free_ptq "
+                    "(NVFP4A16, the card's ignore list, fused maps handled), then the serving rewrite.",
+        epilog="example: nvfp4study quantize /models/Ling-3.0-flash /models/Ling-3.0-flash-NVFP4 --device cuda",
+    )
+    ap.add_argument("src", help="BF16 source checkpoint folder (only read)")
+    ap.add_argument("dst", help="output folder (must not exist)")
+    ap.add_argument("--params", help="params YAML whose quantize section is used (default: params/default.yaml)")
+    ap.add_argument("--device", help="cpu, cuda, cuda:0 ... (default: from params)")
+    ap.add_argument("--max-workers", type=int, help="worker threads (GPU only)")
+    ap.add_argument("--python", help="interpreter of a separate llmcompressor environment")
+    ap.add_argument("--no-share-gate-up", action="store_true", help="separate gate/up global scales")
+    ap.add_argument("--no-serving-rewrite", action="store_true", help="plain NVFP4A16 output (W4A16 config)")
+    ap.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = ap.parse_args(argv)
+    from ..core.params import load_params
+
+    qp = load_params(args.params).quantize
+    upd = {k: v for k, v in {"device": args.device, "max_workers": args.max_workers,
+                             "python": args.python}.items() if v is not None}
+    if args.no_share_gate_up:
+        upd["share_gate_up_global_scale"] = False
+    if args.no_serving_rewrite:
+        upd["serving_rewrite"] = False
+    qp = qp.model_copy(update=upd)
+    rep = quantize_checkpoint(args.src, args.dst, qp)
+    if args.json:
+        print(json.dumps(rep, indent=1))
+    else:
+        c = rep["counts"]
+        print(f"wrote {rep['quantized']}: {c['tensors']} tensors, {c['weight_packed']} packed "
+              f"({c['expert_weight_packed']} routed-expert), {c['input_global_scale']} input_global_scale; "
+              f"model_free_ptq {rep['ptq_seconds']:.1f} s = {rep['mb_per_s']:.1f} MB/s of BF16 input; "
+              f"gate/up sharing {rep['gate_up']['equal']}/{rep['gate_up']['experts']} experts")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

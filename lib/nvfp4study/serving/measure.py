@@ -1,0 +1,462 @@
+"""Raw request records of the serving stages (04, 06, 07): what to ask each server, asking it,
+appending every answer to JSONL as it arrives, and re-using a recorded run (replay).
+
+Files (under ``data/`` of the run; ``<cfg>`` is :attr:`ServerConfig.tags`, e.g.
+``clamp=exact-spec=2-det=off``):
+
+- ``serve-raw-<cfg>.jsonl``: one row per request: the :func:`nvfp4study.serving.client.chat_completion`
+  record plus ``config``, ``config_key``, ``request_key``, ``prompt_id``, ``repeat``, ``warmup``,
+  ``launch`` (the launch number) and ``metrics_before`` / ``metrics_after`` (Prometheus counters
+  read just before and after this request, so deltas are scoped to it).
+- ``serve-launch-<cfg>.jsonl``: one row per launch: command, log path, load time, GPU,
+  ``/server_info``, ``/model_info``, counters at the start and end of the session, status.
+
+Grouping: when a server is up, every request any of 04/06/07 needs from that configuration is
+sent (not only the running notebook's), so each distinct configuration is launched once across
+the three notebooks; requests already recorded with status "ok" are not sent again (resume).
+
+Modes (:func:`resolve_mode`): "replay" when ``replay_from`` is set (recorded files are copied in;
+missing ones are :class:`ReplayDataMissing`, never a live run); "not run" when no server can
+start here (the reason is recorded in the ledger); else "live".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..core.errors import ReplayDataMissing, StudyError
+from ..core.files import atomic_write
+from . import client
+from .server import (
+    ServerConfig,
+    gpu_refusal,
+    process_for,
+    served_model_path,
+    serving,
+    stage_configs,
+)
+
+RAW_STEM, LAUNCH_STEM = "serve-raw", "serve-launch"
+SERVING_STAGES = ("04_launch_server", "06_mtp_sweep", "07_determinism")
+
+
+# --- what to ask -----------------------------------------------------------------------------
+@cache
+def all_prompts() -> tuple[dict[str, str], ...]:
+    """The study's serving prompts (``data/serving_prompts.yaml``): ``({"id", "text"}, ...)``."""
+    rows = yaml.safe_load(resources.files(__package__).joinpath("data/serving_prompts.yaml").read_text())
+    return tuple({"id": r["id"], "text": r["text"]} for r in rows)
+
+
+def prompts(n: int) -> list[dict[str, str]]:
+    """The first ``n`` prompts. Raises StudyError when more are asked than exist."""
+    p = all_prompts()
+    if n > len(p):
+        raise StudyError(f"{n} prompts asked, the study has {len(p)} (data/serving_prompts.yaml)")
+    return list(p[:n])
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One request of a study: prompt, repeat index, token budget, thinking switch."""
+
+    prompt_id: str
+    repeat: int
+    max_tokens: int
+    thinking: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.prompt_id}/r{self.repeat}/max{self.max_tokens}/think={'on' if self.thinking else 'off'}"
+
+
+def mtp_requests(params) -> list[RequestSpec]:
+    """06's requests on each depth: ``mtp.prompts`` prompts once each."""
+    m = params.mtp
+    return [RequestSpec(p["id"], 0, m.max_tokens, m.thinking) for p in prompts(m.prompts)]
+
+
+def det_requests(params) -> list[RequestSpec]:
+    """07's requests on each of its configurations: ``determinism.prompts`` x ``repeats``."""
+    d = params.determinism
+    return [RequestSpec(p["id"], r, d.max_tokens, False) for r in range(d.repeats) for p in prompts(d.prompts)]
+
+
+def needs(params, config: ServerConfig) -> list[RequestSpec]:
+    """Every request stages 06 and 07 need from ``config``, each once, in sending order."""
+    sc = stage_configs(params)
+    out: dict[str, RequestSpec] = {}
+    if config in sc["06_mtp_sweep"]:
+        out.update((r.key, r) for r in mtp_requests(params))
+    if config in sc["07_determinism"]:
+        out.update((r.key, r) for r in det_requests(params))
+    return list(out.values())
+
+
+# --- files -----------------------------------------------------------------------------------
+def raw_path(paths, config: ServerConfig) -> Path:
+    return paths.data(RAW_STEM, "jsonl", **config.tags)
+
+
+def launch_path(paths, config: ServerConfig) -> Path:
+    return paths.data(LAUNCH_STEM, "jsonl", **config.tags)
+
+
+def append_jsonl(path: Path, row: dict[str, Any]) -> None:
+    """Append one JSON line and fsync it (a crash loses at most the line being written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(row, default=str) + "\n"
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(line)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Rows of a JSONL file; an unparsable line (a write cut by a crash) is skipped."""
+    rows = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def recorded(paths, config: ServerConfig) -> dict[str, dict[str, Any]]:
+    """``{request_key: row}`` of a configuration's timed rows: the last "ok" row of each key,
+    or the last row when none is ok (so failures stay visible). Warm-up rows are left out."""
+    p = raw_path(paths, config)
+    out: dict[str, dict[str, Any]] = {}
+    if not p.is_file():
+        return out
+    for row in read_jsonl(p):
+        if row.get("warmup"):
+            continue
+        k = row["request_key"]
+        if k not in out or row.get("status") == "ok" or out[k].get("status") != "ok":
+            out[k] = row
+    return out
+
+
+def launches(paths, config: ServerConfig) -> list[dict[str, Any]]:
+    p = launch_path(paths, config)
+    return read_jsonl(p) if p.is_file() else []
+
+
+# --- mode ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Mode:
+    """How a serving stage runs here: "live", "replay" (of ``source``) or "not run" (``reason``)."""
+
+    kind: str
+    reason: str = ""
+    source: Path | None = None
+
+    def markdown(self):
+        from IPython.display import Markdown
+
+        if self.kind == "not run":
+            return Markdown(f"**not run: {self.reason}.** The stage's claims are recorded as not run; "
+                            "the tables below stay empty. Run it on a Blackwell GPU with "
+                            "`params/ling3-flash.yaml`, or re-analyse a recorded run with "
+                            "`-p replay_from=<run dir>`.")
+        if self.kind == "replay":
+            return Markdown(f"**Replay** of the recorded run `{self.source}`: its raw files are copied "
+                            "into this run and analysed; no server is started.")
+        return Markdown("**Live**: SGLang is launched for each configuration below; every answer is "
+                        "appended to `data/serve-raw-*.jsonl` as it arrives.")
+
+
+def resolve_mode(stage) -> Mode:
+    """Replay when ``replay_from`` is set, "not run" when :func:`gpu_refusal` gives a reason."""
+    p = stage.params
+    if p.replay_from:
+        src = Path(p.replay_from).expanduser()
+        if not src.is_absolute():
+            src = (Path.cwd() / src)
+        return Mode("replay", source=src.resolve())
+    reason = gpu_refusal(p)
+    return Mode("not run", reason=reason) if reason else Mode("live")
+
+
+def params_of(stage):
+    """The params that define what was measured: the recorded run's own ``params.yaml`` when
+    replaying (so its configurations, prompts and depths are analysed as they were recorded,
+    whatever this run's profile), else the stage's params.
+
+    Raises:
+        ReplayDataMissing: the recorded run has no ``params.yaml``.
+    """
+    from ..core.params import load_params
+
+    p = stage.params
+    if not p.replay_from:
+        return p
+    src = resolve_mode(stage).source
+    if not src.is_dir():
+        raise ReplayDataMissing(f"replay_from {src} is not a folder")
+    f = src / "params.yaml"
+    if not f.is_file():
+        raise ReplayDataMissing(f"replay_from {src}: no params.yaml (not a recorded run folder)")
+    return load_params(f).model_copy(update={"replay_from": p.replay_from})
+
+
+def import_recorded(stage, source: Path, configs: list[ServerConfig], need_requests: bool) -> list[Path]:
+    """Copy a recorded run's raw files (and the logs they name) for ``configs`` into this run.
+
+    Raises:
+        ReplayDataMissing: the source folder, or a configuration's launch / raw file, is missing.
+    """
+    from ..core.paths import RunPaths
+
+    if not source.is_dir():
+        raise ReplayDataMissing(f"replay_from {source} is not a folder")
+    src = RunPaths(source)
+    missing, copied = [], []
+    for c in configs:
+        files = [launch_path(src, c)] + ([raw_path(src, c)] if need_requests else [])
+        for f in files:
+            if not f.is_file():
+                missing.append(str(f))
+    if missing:
+        raise ReplayDataMissing("recorded data missing (no live run is started in replay mode): "
+                                + ", ".join(missing))
+    same = source.resolve() == stage.run_dir.resolve()
+    for c in configs:
+        for f in (launch_path(src, c), raw_path(src, c)):
+            if f.is_file():
+                copied.append(_copy(f, stage.paths.data_dir / f.name, same))
+        for row in read_jsonl(launch_path(src, c)):
+            if row.get("log") and (source / row["log"]).is_file():
+                copied.append(_copy(source / row["log"], stage.run_dir / row["log"], same))
+    return copied
+
+
+def _copy(src: Path, dst: Path, same: bool) -> Path:
+    if not same:
+        atomic_write(dst, lambda tmp: shutil.copyfile(src, tmp))
+    return dst
+
+
+# --- asking ----------------------------------------------------------------------------------
+def _counters(url: str, enabled: bool) -> dict[str, float] | None:
+    if not enabled:
+        return None
+    m = client.get_metrics(url)
+    return {k: m.get(k, 0.0) for k in client.COUNTERS}
+
+
+def ask(stage, url: str, config: ServerConfig, spec: RequestSpec, *, launch: int, warmup: bool = False,
+        text: str | None = None) -> dict[str, Any]:
+    """Send one request (flush cache, counters before, stream, counters after) and append its row.
+
+    Returns the row. A failed request is a row with ``status``/``error``; if the server process
+    has exited meanwhile, :class:`~nvfp4study.core.errors.ServerDied` is raised after the row is kept.
+    """
+    p = stage.params
+    if p.mtp.flush_cache:
+        client.flush_cache(url)
+    before = _counters(url, p.server.enable_metrics)
+    prompt = text if text is not None else {q["id"]: q["text"] for q in all_prompts()}[spec.prompt_id]
+    spec_on = config.spec_depth is not None
+    rec = client.chat_completion(
+        url, [{"role": "user", "content": prompt}], temperature=0.0, top_p=1.0, top_k=-1,
+        max_tokens=spec.max_tokens, chat_template_kwargs={"enable_thinking": spec.thinking},
+        return_spec_tokens_details=spec_on, expect_spec_details=spec_on, return_output_ids=True,
+        extra_body={"rid": f"nvfp4study-{uuid.uuid4().hex[:12]}"}, timeout=p.server.request_timeout_s,
+        raise_on_error=False)
+    after = _counters(url, p.server.enable_metrics) if rec["status"] == "ok" else None
+    row = {"config": config.to_dict(), "config_key": config.key, "request_key": spec.key,
+           "prompt_id": spec.prompt_id, "repeat": spec.repeat, "warmup": warmup, "launch": launch,
+           "metrics_before": before, "metrics_after": after, **rec}
+    append_jsonl(raw_path(stage.paths, config), row)
+    if rec["status"] != "ok":
+        sp = process_for(url)
+        if sp is not None:
+            sp.check_alive(wait_s=2.0)
+    return row
+
+
+def collect(stage):
+    """Run the stage's live collection (or the replay import, or record "not run").
+
+    For each configuration the stage needs, the server is launched once if anything is missing:
+    the launch itself (04) or any request 06/07 need from it. Returns a DataFrame (one row per
+    configuration: launched or skipped, requests sent, failures) or a Markdown sentence.
+    """
+    import pandas as pd
+    from IPython.display import Markdown
+
+    mode = resolve_mode(stage)
+    if mode.kind == "not run":
+        stage.not_run(mode.reason)
+        return Markdown(f"not run: {mode.reason}")
+    configs = stage_configs(params_of(stage))[stage.name]
+    if mode.kind == "replay":
+        files = import_recorded(stage, mode.source, configs, need_requests=stage.name != "04_launch_server")
+        return pd.DataFrame({"copied from " + str(mode.source): [str(f.relative_to(stage.run_dir)) for f in files]})
+    rows = []
+    for c in configs:
+        done = {k for k, r in recorded(stage.paths, c).items() if r.get("status") == "ok"}
+        pending = [r for r in needs(stage.params, c) if r.key not in done]
+        must_launch = stage.name == "04_launch_server" and not any(
+            r.get("status") == "ok" for r in launches(stage.paths, c))
+        if not pending and not must_launch:
+            rows.append({"config": c.key, "launched": False, "sent": 0, "failed": 0,
+                         "note": "all requests already recorded"})
+            continue
+        rows.append(_session(stage, c, pending))
+    return pd.DataFrame(rows)
+
+
+def model_config_for(stage, model_path: str | None) -> dict[str, Any]:
+    """The served checkpoint's ``config.json`` keys the checks need (params' shape when unreadable)."""
+    keys = ("num_hidden_layers", "first_k_dense_replace", "num_nextn_predict_layers",
+            "expert_swiglu_limit_list", "share_expert_swiglu_limit_list")
+    cfg = Path(model_path or "") / "config.json"
+    if model_path and cfg.is_file():
+        data = json.loads(cfg.read_text())
+        return {k: data.get(k) for k in keys} | {"source": str(cfg)}
+    sh = params_of(stage).checkpoint.shape
+    n = sh.num_hidden_layers
+    return {"num_hidden_layers": n, "first_k_dense_replace": sh.first_k_dense_replace,
+            "num_nextn_predict_layers": sh.num_nextn_predict_layers,
+            "expert_swiglu_limit_list": [sh.expert_swiglu_limits.get(i, 0) for i in range(n)],
+            "share_expert_swiglu_limit_list": [sh.share_expert_swiglu_limits.get(i, 0) for i in range(n)],
+            "source": "params checkpoint.shape"}
+
+
+def _session(stage, config: ServerConfig, pending: list[RequestSpec]) -> dict[str, Any]:
+    p = stage.params
+    n = len(launches(stage.paths, config)) + 1
+    rec: dict[str, Any] = {"launch": n, "status": "starting"}
+    sent = failed = 0
+    try:
+        rec["model_config"] = model_config_for(stage, served_model_path(stage, config))
+        with serving(stage, config, launch_record=rec) as url:
+            rec["server_info"] = client.server_info(url)
+            rec["model_info"] = client.model_info(url)
+            rec["metrics_start"] = _counters(url, p.server.enable_metrics)
+            for i in range(p.mtp.warmup_requests if pending else 0):
+                ask(stage, url, config, RequestSpec(f"warmup-{i}", 0, 64), launch=n, warmup=True,
+                    text="Say hello in one short sentence.")
+            for spec in pending:
+                row = ask(stage, url, config, spec, launch=n)
+                sent += 1
+                failed += row["status"] != "ok"
+            rec["metrics_end"] = _counters(url, p.server.enable_metrics)
+            rec["status"] = "ok"
+    except BaseException as exc:
+        rec["status"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        raise
+    finally:
+        rec.update(sent=sent, failed=failed)
+        append_jsonl(launch_path(stage.paths, config), rec)
+    return {"config": config.key, "launched": True, "sent": sent, "failed": failed,
+            "load_s": rec.get("load_s"), "note": rec.get("install", "")}
+
+
+def rows_for(stage, config: ServerConfig, specs: list[RequestSpec]) -> list[dict[str, Any]]:
+    """The recorded rows of ``specs`` on ``config`` (from this run's files only), in spec order.
+
+    Raises:
+        StageInputMissing: a request was never recorded (run the stage live or replay a run).
+    """
+    from ..core.errors import StageInputMissing
+
+    have = recorded(stage.paths, config)
+    missing = [s.key for s in specs if s.key not in have]
+    if missing:
+        raise StageInputMissing(f"{raw_path(stage.paths, config).name}: no record of {len(missing)} "
+                                f"request(s), e.g. {missing[0]}")
+    return [have[s.key] for s in specs]
+
+
+# --- per-request numbers shared by 06 and 07 -------------------------------------------------
+def request_metrics(row: dict[str, Any]) -> dict[str, Any]:
+    """Timing, acceptance and counter deltas of one raw row (one request).
+
+    Definitions (all times on the client's monotonic clock, seconds since the request was sent):
+
+    - ``ttft_s``: arrival of the first chunk carrying text (content or reasoning).
+    - ``decode_tok_s``: tokens after the first text chunk / time from the first to the last text
+      chunk; token counts are the cumulative ``usage.completion_tokens`` each chunk carries
+      (``continuous_usage_stats``), else ``completion_tokens - 1`` over the same interval
+      (``token_count`` says which). Excludes TTFT (prefill).
+    - ``e2e_tok_s``: ``completion_tokens / end_s`` (``end_s`` = arrival of ``data: [DONE]``).
+    - ``accept_len`` / ``accept_rate``: the server's per-request ``spec_accept_length``
+      (completion tokens / verify passes, bonus token included) and ``spec_accept_rate``
+      (correct / proposed drafts) (``managers/tokenizer_manager.py`` 3138-3172).
+    - ``d_gen`` / ``d_verify``: ``sglang:generation_tokens_total`` and
+      ``sglang:spec_verify_calls_total`` after minus before this request; ``counter_scoped`` is
+      True when ``d_gen`` equals this request's completion tokens (no other traffic counted).
+    """
+    ok = row.get("status") == "ok"
+    usage = row.get("usage") or {}
+    n = usage.get("completion_tokens") if ok else None
+    text = [c for c in row.get("chunks") or [] if c.get("kind") in ("content", "reasoning")]
+    out: dict[str, Any] = {"status": row.get("status"), "completion_tokens": n,
+                           "ttft_s": row.get("ttft_s"), "end_s": row.get("end_s") if ok else None,
+                           "decode_tok_s": None, "e2e_tok_s": None, "token_count": None}
+    if ok and len(text) >= 2:
+        first, last = text[0], text[-1]
+        if first.get("tokens") is not None and last.get("tokens") is not None:
+            dtok, out["token_count"] = last["tokens"] - first["tokens"], "per-chunk usage"
+        else:
+            dtok, out["token_count"] = (n or 0) - 1, "completion_tokens - 1"
+        dt = last["t"] - first["t"]
+        out["decode_tok_s"] = dtok / dt if dt > 0 and dtok > 0 else None
+    if ok and n and row.get("end_s"):
+        out["e2e_tok_s"] = n / row["end_s"]
+    spec = row.get("spec_tokens_details") or {}
+    out.update(accept_len=spec.get("spec_accept_length"), accept_rate=spec.get("spec_accept_rate"),
+               verify_ct=spec.get("spec_verify_ct"), correct=spec.get("spec_num_correct_drafts"),
+               proposed=spec.get("spec_num_proposed_drafts"))
+    b, a = row.get("metrics_before"), row.get("metrics_after")
+    if ok and b and a:
+        out["d_gen"] = a["sglang:generation_tokens_total"] - b["sglang:generation_tokens_total"]
+        out["d_verify"] = a["sglang:spec_verify_calls_total"] - b["sglang:spec_verify_calls_total"]
+        out["counter_scoped"] = out["d_gen"] == n
+    else:
+        out.update(d_gen=None, d_verify=None, counter_scoped=None)
+    return out
+
+
+def compare_outputs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Byte/token identity of two recorded outputs, lengths first (Spec-Bench's ``zip`` check
+    lets a truncated text pass), then the first position that differs.
+
+    Token ids (``output_ids``) are compared when both rows have them, else the text
+    (``reasoning_content`` + ``content``) character by character.
+
+    Returns:
+        ``{"comparable", "identical", "unit" ("token"/"char"), "len_a", "len_b", "first_divergence"}``;
+        ``first_divergence`` is None when identical, the shorter length when one is a prefix.
+    """
+    if a.get("status") != "ok" or b.get("status") != "ok":
+        return {"comparable": False, "identical": None, "unit": None, "len_a": None, "len_b": None,
+                "first_divergence": None}
+    if a.get("output_ids") is not None and b.get("output_ids") is not None:
+        x, y, unit = list(a["output_ids"]), list(b["output_ids"]), "token"
+    else:
+        x = (a.get("reasoning_content") or "") + (a.get("content") or "")
+        y = (b.get("reasoning_content") or "") + (b.get("content") or "")
+        unit = "char"
+    same_len = len(x) == len(y)
+    div = next((i for i, (p, q) in enumerate(zip(x, y, strict=False)) if p != q), None)
+    if div is None and not same_len:
+        div = min(len(x), len(y))
+    return {"comparable": True, "identical": same_len and div is None, "unit": unit, "len_a": len(x),
+            "len_b": len(y), "first_divergence": div}

@@ -1,0 +1,224 @@
+"""One SGLang server process: launch in its own process group, wait for health, stop it all.
+
+The server is started with ``start_new_session=True`` (its own session and process group, so
+SGLang's scheduler/detokenizer children share one group id), its output appended to a log file,
+and ``PR_SET_PDEATHSIG`` set so it gets SIGTERM if the launching process dies. :meth:`stop`
+sends SIGTERM to the group, waits a grace period, then SIGKILLs whatever is left (also any
+descendant that left the group) and waits until none is alive. An ``atexit`` hook stops every
+server this interpreter started, as a last resort.
+
+``GET /health_generate`` answers 503 while the server is starting and 200 once a one-token
+generation went through (0.5.23 ``entrypoints/http_server.py`` 721-799).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from ..core.errors import HealthTimeout, PortInUse, ServerDied, ServerExitedDuringLoad
+
+ERROR_LINE = re.compile(r"Traceback|Error|Exception|error:|FAILED|out of memory|Killed", re.I)
+
+
+def log_tail(path: str | Path | None, lines: int = 40) -> str:
+    """The server log's last lines; when it holds a traceback or error lines, those first."""
+    if path is None or not Path(path).is_file():
+        return ""
+    text = Path(path).read_text(errors="replace").splitlines()
+    tail = text[-lines:]
+    tb = max((i for i, ln in enumerate(text) if ln.startswith("Traceback")), default=None)
+    if tb is not None and tb < len(text) - lines:
+        return "\n".join(text[tb:tb + lines // 2] + ["..."] + tail[-lines // 2:])
+    errs = [ln for ln in text[:-lines] if ERROR_LINE.search(ln)][-5:]
+    return "\n".join((errs + ["..."] if errs else []) + tail)
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise :class:`PortInUse` when something listens on host:port (bind test, SO_REUSEADDR
+    set as uvicorn does, so only a listener, not a TIME_WAIT socket, makes it fail)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                raise PortInUse(f"{host}:{port} is already in use (another server? stop it or set "
+                                f"server.port)") from None
+            raise
+
+
+def _set_pdeathsig() -> None:  # runs in the child before exec (Linux): die with the launcher
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+_LIVE: dict[int, ServerProcess] = {}
+_BY_URL: dict[str, ServerProcess] = {}
+
+
+@dataclass
+class ServerProcess:
+    """One launched SGLang server: its command, log, process group and timings."""
+
+    command: list[str]
+    log_path: Path
+    host: str
+    port: int
+    env: dict[str, str] = field(default_factory=dict)
+    grace_s: float = 30.0
+    tail_lines: int = 40
+    proc: subprocess.Popen | None = None
+    t_launch: float | None = None
+    t_healthy: float | None = None
+    returncode: int | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def tail(self) -> str:
+        return log_tail(self.log_path, self.tail_lines)
+
+    def start(self) -> None:
+        """Launch in a new session (own process group), output appended to the log file."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.env}
+        with open(self.log_path, "ab") as log:
+            log.write(f"# nvfp4study launch: {json.dumps(self.command)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                         preexec_fn=_set_pdeathsig if sys.platform == "linux" else None)
+        self.t_launch = time.monotonic()
+        _LIVE[self.proc.pid] = self
+        _BY_URL[self.base_url] = self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_healthy(self, timeout_s: float, poll_s: float = 2.0) -> float:
+        """Poll ``/health_generate`` until 200. Returns seconds from launch to healthy.
+
+        Raises:
+            ServerExitedDuringLoad: the process exited first.
+            HealthTimeout: no 200 within ``timeout_s``.
+        """
+        import httpx
+
+        from .transport import http
+
+        assert self.proc is not None and self.t_launch is not None
+        deadline = self.t_launch + timeout_s
+        last = "no answer yet"
+        while True:
+            rc = self.proc.poll()
+            if rc is not None:
+                self.returncode = rc
+                raise ServerExitedDuringLoad(f"the server exited with status {rc} while loading",
+                                             log=self.log_path, log_tail=self.tail())
+            now = time.monotonic()
+            if now >= deadline:
+                raise HealthTimeout(f"/health_generate not 200 after {timeout_s:.0f} s (last: {last})",
+                                    log=self.log_path, log_tail=self.tail())
+            try:
+                with http(max(1.0, min(30.0, deadline - now))) as session:
+                    r = session.get(self.base_url + "/health_generate")
+                if r.status_code == 200:
+                    self.t_healthy = time.monotonic()
+                    return self.t_healthy - self.t_launch
+                last = f"HTTP {r.status_code}"
+            except httpx.HTTPError as exc:
+                last = type(exc).__name__
+            end = min(deadline, time.monotonic() + poll_s)
+            while time.monotonic() < end and self.proc.poll() is None:
+                time.sleep(min(0.1, poll_s))
+
+    def group_members(self) -> list[psutil.Process]:
+        """Live (non-zombie) processes of the server's process group and descendants."""
+        if self.proc is None:
+            return []
+        pgid = self.proc.pid  # start_new_session: the leader's pid is the group id
+        out: dict[int, psutil.Process] = {}
+        for p in psutil.process_iter(["status"]):
+            try:
+                if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                    out[p.pid] = p
+            except (ProcessLookupError, psutil.Error, OSError):
+                continue
+        with contextlib.suppress(psutil.Error):
+            for c in psutil.Process(self.proc.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if c.status() != psutil.STATUS_ZOMBIE:
+                        out[c.pid] = c
+        return list(out.values())
+
+    def stop(self) -> None:
+        """Terminate the whole process group: SIGTERM, wait ``grace_s``, then SIGKILL. Idempotent."""
+        if self.proc is None:
+            return
+        pgid = self.proc.pid
+        members = self.group_members()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGTERM)
+        for p in members:  # descendants that left the group (one SIGTERM each, not two)
+            with contextlib.suppress(psutil.Error, OSError):
+                if os.getpgid(p.pid) != pgid:
+                    p.terminate()
+        deadline = time.monotonic() + self.grace_s
+        while time.monotonic() < deadline and (self.proc.poll() is None or self.group_members()):
+            time.sleep(0.05)
+        if self.proc.poll() is None or self.group_members():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+            for p in self.group_members() + members:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+        end = time.monotonic() + 10
+        while self.group_members() and time.monotonic() < end:
+            time.sleep(0.05)
+        self.returncode = self.proc.returncode
+        _LIVE.pop(self.proc.pid, None)
+        if _BY_URL.get(self.base_url) is self:
+            _BY_URL.pop(self.base_url, None)
+
+    def check_alive(self, wait_s: float = 0.0) -> None:
+        """Raise :class:`ServerDied` (with the log tail) if the server has exited, waiting up to
+        ``wait_s`` for an exit in progress (after a cut stream the process may still be closing)."""
+        if self.proc is not None and wait_s > 0:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=wait_s)
+        if self.proc is not None and self.proc.poll() is not None:
+            self.returncode = self.proc.returncode
+            raise ServerDied(f"the server exited with status {self.returncode} while serving",
+                             log=self.log_path, log_tail=self.tail())
+
+
+@atexit.register
+def _stop_all() -> None:  # last resort: never leave a server behind this interpreter
+    for sp in list(_LIVE.values()):
+        with contextlib.suppress(Exception):
+            sp.stop()
+
+
+def process_for(base_url: str) -> ServerProcess | None:
+    """The live :class:`ServerProcess` serving ``base_url`` (to attach its log tail to errors)."""
+    return _BY_URL.get(base_url.rstrip("/"))

@@ -1,0 +1,504 @@
+"""SGLang server lifecycle: the ``sglang serve`` command, launch, health wait, clean shutdown.
+
+The command is the model card's (``--tp-size 1 --ep-size 1 --mem-fraction-static 0.75
+--context-length 32768 --max-running-requests 1 --chunked-prefill-size 2048
+--disable-shared-experts-fusion --tool-call-parser glm45 --speculative-algorithm NEXTN
+--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3``) built
+from params, plus ``--enable-metrics`` and, per configuration, ``--enable-deterministic-inference``.
+Every flag is defined in SGLang 0.5.23 (:data:`~nvfp4study.sglang.flags.FLAG_SOURCES` gives file
+and line; :func:`command_table` and the tests re-read them from the released wheel).
+
+It runs as ``<server.python> -c <SERVE_CODE> serve --model-path ...``: ``sglang serve`` is the
+console script ``sglang = sglang.cli.main:main`` (``sglang-0.5.23.dist-info/entry_points.txt``);
+``sglang/cli/main.py`` has no ``__main__`` guard, so ``python -m sglang.cli.main`` would do
+nothing, and ``-c`` runs the same ``main()`` the console script runs, with the interpreter
+named in params.
+
+:func:`serving` starts the server in its own session/process group (``start_new_session``),
+writes its output to ``logs/`` of the run, waits for ``GET /health_generate`` to answer 200
+(it answers 503 while starting: ``entrypoints/http_server.py`` 721-736), detects an early exit,
+and always terminates the whole process group (SIGTERM, then SIGKILL after a grace period) on
+normal exit, on exceptions and on KeyboardInterrupt; an ``atexit`` hook is the last resort
+(the process itself: :mod:`nvfp4study.serving.process`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import functools
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import NoCapableGPU, StageInputMissing, WrongInterpreter
+from ..core.params import Params
+from ..sglang.flags import FLAG_SOURCES, cached_wheel, sglang_cli_flags  # noqa: F401
+from .process import ServerProcess, check_port_free, log_tail, process_for  # noqa: F401
+
+# ``sglang serve`` == console script ``sglang = sglang.cli.main:main`` (entry_points.txt).
+SERVE_CODE = "import sys; from sglang.cli.main import main; sys.argv[0] = 'sglang'; sys.exit(main())"
+VERSION_PROBE = "import importlib.metadata as m; print(m.version('sglang'))"
+GPU_PROBE = (
+    "import torch; c = torch.cuda.get_device_capability(0) if torch.cuda.is_available() else None; "
+    "p = torch.cuda.get_device_properties(0) if c else None; "
+    "print(repr((c[0], c[1], p.name, p.total_memory) if c else None))"
+)
+
+# NVFP4 W4A4 MoE needs Blackwell: ``is_blackwell`` = compute capability major in {10, 11, 12}
+# and CUDA >= 12.8 (sglang/srt/utils/common.py 297-303), checked by
+# ``CompressedTensorsW4A4Nvfp4MoE.__init__`` (compressed_tensors_w4a4_nvfp4_moe.py 38-43).
+NVFP4_CAPABILITY_MAJORS = (10, 11, 12)
+
+
+
+# --- configurations --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ServerConfig:
+    """One distinct server launch. Measurements are grouped by this so each launches once.
+
+    Attributes:
+        clamp: clamp mode of the serving install (the patch modes of sglang_patch: stock / none / exact).
+        spec_depth: NEXTN draft depth k (``--speculative-num-steps k``); ``None`` = speculation off.
+        deterministic: add ``--enable-deterministic-inference``.
+        model_path: served checkpoint; ``None`` = ``server.model_path`` or the run's quantized one.
+        model_label: a short name for the checkpoint in file names ("study", "broken-draft").
+        tp_size, ep_size: overrides of ``server.tp_size``/``ep_size`` (the upstream 4-GPU reference).
+    """
+
+    clamp: str = "exact"
+    spec_depth: int | None = 2
+    deterministic: bool = False
+    model_path: str | None = None
+    model_label: str = "study"
+    tp_size: int | None = None
+    ep_size: int | None = None
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """Configuration as ``k=v`` tags for file names (``paths.data(stem, ext, **tags)``)."""
+        t = {"clamp": self.clamp, "spec": "off" if self.spec_depth is None else str(self.spec_depth),
+             "det": "on" if self.deterministic else "off"}
+        if self.model_label != "study":
+            t["model"] = self.model_label
+        if self.tp_size not in (None, 1):
+            t["tp"] = str(self.tp_size)
+        if self.ep_size not in (None, 1):
+            t["ep"] = str(self.ep_size)
+        return t
+
+    @property
+    def key(self) -> str:
+        """``clamp=exact-spec=2-det=off``: the configuration's name in tables and files."""
+        return "-".join(f"{k}={v}" for k, v in self.tags.items())
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ServerConfig:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+def card_config(params: Params, **overrides: Any) -> ServerConfig:
+    """The card's serving configuration from params (clamp ``server.clamp_mode``, depth
+    ``server.speculative.num_steps``, or off when ``speculative.algorithm`` is null)."""
+    spec = params.server.speculative
+    base = ServerConfig(clamp=params.server.clamp_mode,
+                        spec_depth=spec.num_steps if spec.algorithm else None)
+    return replace(base, **overrides)
+
+
+def stage_configs(params: Params) -> dict[str, list[ServerConfig]]:
+    """The server configurations each serving stage needs, in launch order.
+
+    04: the card's configuration. 05: the card's configuration per ``corruption.clamp_modes``.
+    06: one per ``mtp.depths`` (0 = off), again on ``mtp.broken_model_path`` when set.
+    07: speculation off and at ``determinism.spec_depth``, then both with deterministic mode.
+    """
+    clamp = params.server.clamp_mode
+    card = card_config(params)
+    depth = lambda d: None if d == 0 else d  # noqa: E731
+    mtp = [ServerConfig(clamp=clamp, spec_depth=depth(d)) for d in params.mtp.depths]
+    if params.mtp.broken_model_path:
+        mtp += [ServerConfig(clamp=clamp, spec_depth=depth(d), model_path=params.mtp.broken_model_path,
+                             model_label="broken-draft") for d in params.mtp.depths]
+    det_depth = params.determinism.spec_depth
+    det = [ServerConfig(clamp=clamp, spec_depth=None), ServerConfig(clamp=clamp, spec_depth=det_depth)]
+    if params.determinism.deterministic_mode:
+        det += [replace(c, deterministic=True) for c in det]
+    return {
+        "04_launch_server": [card],
+        "05_corruption": [replace(card, clamp=m) for m in params.corruption.clamp_modes],
+        "06_mtp_sweep": mtp,
+        "07_determinism": det,
+    }
+
+
+def plan_servers(params: Params) -> list[ServerConfig]:
+    """Every distinct configuration stages 04-07 need, each once, grouped by clamp mode (so the
+    serving install is re-patched as rarely as possible), then checkpoint, determinism, depth."""
+    seen: dict[ServerConfig, None] = {}
+    for configs in stage_configs(params).values():
+        for c in configs:
+            seen.setdefault(c, None)
+    clamp_order = {m: i for i, m in enumerate(dict.fromkeys(
+        [params.server.clamp_mode, *params.corruption.clamp_modes]))}
+    return sorted(seen, key=lambda c: (clamp_order.get(c.clamp, 99), c.model_label != "study",
+                                       c.model_label, c.deterministic,
+                                       -1 if c.spec_depth is None else c.spec_depth))
+
+
+def plan_table(params: Params):
+    """A DataFrame: one row per planned configuration, the stages that use it and its flags."""
+    import pandas as pd
+
+    users = stage_configs(params)
+    rows = []
+    for c in plan_servers(params):
+        rows.append({"config": c.key, "stages": ", ".join(s for s, cs in users.items() if c in cs),
+                     "flags": " ".join(_config_flags(params, c)) or "(card's base flags only)"})
+    return pd.DataFrame(rows)
+
+
+# --- the command -----------------------------------------------------------------------------
+def _config_flags(params: Params, config: ServerConfig) -> list[str]:
+    s = params.server
+    flags: list[str] = []
+    if config.spec_depth is not None:
+        k = config.spec_depth
+        if k < 1:
+            raise ValueError(f"spec_depth must be >= 1 or None, got {k}")
+        spec = s.speculative
+        # depth k: k draft steps; with top-k 1 the verify pass checks k+1 tokens (the card's
+        # k=2 -> 3 draft tokens). The params' own triple is used as given at its own depth.
+        draft = spec.num_draft_tokens if k == spec.num_steps else k * spec.eagle_topk + 1
+        flags += ["--speculative-algorithm", spec.algorithm or "NEXTN",
+                  "--speculative-num-steps", str(k),
+                  "--speculative-eagle-topk", str(spec.eagle_topk),
+                  "--speculative-num-draft-tokens", str(draft)]
+    if config.deterministic:
+        flags.append("--enable-deterministic-inference")
+    return flags
+
+
+def num_draft_tokens(params: Params, config: ServerConfig) -> int | None:
+    """``--speculative-num-draft-tokens`` of a configuration (None when speculation is off)."""
+    flags = _config_flags(params, config)
+    return int(flags[flags.index("--speculative-num-draft-tokens") + 1]) if config.spec_depth else None
+
+
+def build_command(params: Params, config: ServerConfig, model_path: str | None = None) -> list[str]:
+    """The argv that launches SGLang for ``config``: ``[python, -c, SERVE_CODE, serve, ...]``.
+
+    Args:
+        params: study params (``server`` section: interpreter, host/port, the card's flags).
+        config: the configuration (depth, deterministic mode, tp/ep overrides, model).
+        model_path: the checkpoint; default ``config.model_path`` or ``server.model_path``.
+
+    Returns:
+        The argument list (no shell). Flags and their 0.5.23 definitions: :data:`FLAG_SOURCES`.
+
+    Raises:
+        WrongInterpreter: ``server.python`` is not set.
+        StageInputMissing: no model path anywhere.
+    """
+    s = params.server
+    if not s.python:
+        raise WrongInterpreter("server.python is not set: name the SGLang environment's interpreter "
+                               "(e.g. -p server.python=/opt/envs/sglang/bin/python)")
+    path = model_path or config.model_path or s.model_path
+    if not path:
+        raise StageInputMissing("no model path: set server.model_path or run 01_quantize first")
+    cmd = [s.python, "-c", SERVE_CODE, "serve", "--model-path", str(path)]
+    if s.trust_remote_code:
+        cmd.append("--trust-remote-code")
+    cmd += ["--host", s.host, "--port", str(s.port),
+            "--tp-size", str(config.tp_size or s.tp_size), "--ep-size", str(config.ep_size or s.ep_size),
+            "--mem-fraction-static", str(s.mem_fraction_static),
+            "--context-length", str(s.context_length),
+            "--max-running-requests", str(s.max_running_requests),
+            "--chunked-prefill-size", str(s.chunked_prefill_size)]
+    if s.disable_shared_experts_fusion:
+        cmd.append("--disable-shared-experts-fusion")
+    if s.tool_call_parser:
+        cmd += ["--tool-call-parser", s.tool_call_parser]
+    if s.reasoning_parser:
+        cmd += ["--reasoning-parser", s.reasoning_parser]
+    cmd += _config_flags(params, config)
+    if s.enable_metrics:
+        cmd.append("--enable-metrics")
+    cmd += list(s.extra_args)
+    return cmd
+
+
+def command_flags(cmd: list[str]) -> list[str]:
+    """The ``--flags`` of a command built by :func:`build_command` (after ``serve``)."""
+    tail = cmd[cmd.index("serve") + 1:] if "serve" in cmd else cmd
+    return [a.split("=", 1)[0] for a in tail if a.startswith("--")]
+
+
+def command_table(params: Params, config: ServerConfig | None = None):
+    """The launch command flag by flag, with where SGLang defines each flag.
+
+    The "defined in" column is re-read from the cached wheel of ``sglang.version`` when it is
+    there (else it shows :data:`FLAG_SOURCES`, marked "(recorded)"). Needs no GPU.
+    """
+    import pandas as pd
+
+    config = config or card_config(params)
+    p = params if params.server.python else params.model_copy(
+        update={"server": params.server.model_copy(update={"python": "<server.python>"})})
+    cmd = build_command(p, config, model_path=(config.model_path or p.server.model_path or "<model>"))
+    wheel = cached_wheel(params.sglang.version)
+    live = sglang_cli_flags(wheel) if wheel else {}
+    rows, tail = [], cmd[cmd.index("serve") + 1:]
+    for i, a in enumerate(tail):
+        if not a.startswith("--"):
+            continue
+        value = tail[i + 1] if i + 1 < len(tail) and not tail[i + 1].startswith("--") else ""
+        where = live.get(a, "NOT DEFINED") if wheel else FLAG_SOURCES.get(a, "?") + " (recorded)"
+        rows.append({"flag": a, "value": value, f"defined in sglang {params.sglang.version}": where})
+    return pd.DataFrame(rows)
+
+
+# --- GPU -------------------------------------------------------------------------------------
+def gpu_capability(python: str | None = None) -> tuple[int, int] | None:
+    """Compute capability of GPU 0, or None when no CUDA GPU is visible.
+
+    With ``python`` (the SGLang environment's interpreter) the probe runs there, because the
+    study's own environment may hold a CPU-only torch; otherwise this process's torch is asked.
+    """
+    info = gpu_info(python)
+    return None if info is None else (info["capability"][0], info["capability"][1])
+
+
+@functools.lru_cache(maxsize=8)
+def gpu_info(python: str | None = None) -> dict[str, Any] | None:
+    """``{"capability": (major, minor), "name": str, "memory_gb": float (1e9 bytes)}`` of GPU 0
+    (cached per interpreter: the probe imports torch, which takes seconds)."""
+    if python:
+        try:
+            out = subprocess.run([python, "-c", GPU_PROBE], capture_output=True, text=True, timeout=120)
+            val = ast.literal_eval(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else None
+        except (OSError, subprocess.TimeoutExpired, ValueError, SyntaxError):
+            val = None
+    else:
+        try:
+            import torch
+        except ImportError:
+            return None
+        if not torch.cuda.is_available():
+            return None
+        c = torch.cuda.get_device_capability(0)
+        prop = torch.cuda.get_device_properties(0)
+        val = (c[0], c[1], prop.name, prop.total_memory)
+    if not val:
+        return None
+    return {"capability": (int(val[0]), int(val[1])), "name": val[2], "memory_gb": round(val[3] / 1e9, 2)}
+
+
+def nvfp4_w4a4_supported(capability: tuple[int, int] | None) -> bool:
+    """Whether SGLang's NVFP4 W4A4 MoE scheme can run: compute capability 10.x, 11.x or 12.x."""
+    return capability is not None and capability[0] in NVFP4_CAPABILITY_MAJORS
+
+
+def gpu_refusal(params: Params) -> str | None:
+    """Why stages 04-07 cannot serve here (a "needs an NVFP4-capable GPU (...)" sentence) or None."""
+    if not params.server.enabled:
+        return "needs an NVFP4-capable GPU (server.enabled is false in the params: no GPU on this machine)"
+    if not params.server.require_gpu:
+        return None
+    cap = gpu_capability(params.server.python)
+    if cap is None:
+        return "needs an NVFP4-capable GPU (no CUDA GPU visible)"
+    if not nvfp4_w4a4_supported(cap):
+        return f"needs an NVFP4-capable GPU (compute capability {cap[0]}.{cap[1]} < 10.0)"
+    return None
+
+
+# --- the process -----------------------------------------------------------------------------
+def check_interpreter(python: str, expect_version: str | None = None) -> str:
+    """Check the SGLang interpreter and return its ``sglang`` version.
+
+    Raises:
+        WrongInterpreter: missing, not executable, no ``sglang`` importable, or the version differs.
+    """
+    exe = shutil.which(python) if not os.path.isabs(python) else python
+    if not exe or not Path(exe).is_file():
+        raise WrongInterpreter(f"server.python {python!r} does not exist")
+    if not os.access(exe, os.X_OK):
+        raise WrongInterpreter(f"server.python {exe!r} is not executable")
+    try:
+        out = subprocess.run([exe, "-c", VERSION_PROBE], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise WrongInterpreter(f"server.python {exe!r} cannot run: {exc}") from None
+    if out.returncode != 0:
+        raise WrongInterpreter(f"server.python {exe!r} has no sglang: {out.stderr.strip()[-400:]}")
+    version = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+    if expect_version and version != expect_version:
+        raise WrongInterpreter(f"server.python {exe!r} has sglang {version}, the params want "
+                               f"{expect_version} (set sglang.version or server.check_version=false)")
+    return version
+
+
+def _next_log(paths, config: ServerConfig) -> Path:
+    path = paths.log(f"sglang-{config.key}.log")
+    n = 1
+    while path.exists():
+        n += 1
+        path = paths.log(f"sglang-{config.key}-{n}.log")
+    return path
+
+
+def served_model_path(stage, config: ServerConfig) -> str:
+    """The checkpoint to serve: ``config.model_path``, ``server.model_path``, or the quantized
+    checkpoint 01 recorded in ``data/quantize.json`` of the run.
+
+    Raises:
+        StageInputMissing: none of them is available.
+    """
+    if config.model_path or stage.params.server.model_path:
+        return str(config.model_path or stage.params.server.model_path)
+    q = stage.paths.data("quantize")
+    if q.is_file():
+        data = json.loads(q.read_text())
+        for k in ("serving_checkpoint", "output", "checkpoint", "quantized_path", "path"):
+            if isinstance(data.get(k), str):
+                return data[k]
+    raise StageInputMissing(f"no model to serve: set server.model_path or run 01_quantize ({q} missing)")
+
+
+def install_mode(stack: contextlib.ExitStack, stage, config: ServerConfig) -> str:
+    """Put the serving install in ``config.clamp`` mode (and the ``MIN_DEEPGEMM_DIM`` edit for
+    deterministic mode) for the server's lifetime, when ``sglang.apply_to_install`` is true.
+
+    Uses the SGLang patcher's :func:`nvfp4study.sglang.patch.serving_mode` entered on
+    ``stack``: the install returns to its previous state when the stack closes, after the server
+    has stopped; the state is recorded in ``data/sglang_patch_state.json``. The install is
+    ``sglang.path`` when ``sglang.source`` is "path", else the one ``server.python`` imports.
+    Returns a sentence saying what was done (the launch's clamp log lines are the evidence).
+    """
+    p = stage.params
+    if not p.sglang.apply_to_install:
+        return (f"install served as found (sglang.apply_to_install is false): clamp mode "
+                f"{config.clamp!r} not enforced; the clamp log lines show what ran")
+    from ..sglang import patch as sglang_patch
+    from ..sglang import source as sglang_source
+
+    if p.sglang.source == "path" and p.sglang.path:
+        tree = sglang_source.open_tree(p.sglang.path)
+    else:
+        tree = sglang_source.installed_tree(p.server.python)
+    st = stack.enter_context(sglang_patch.serving_mode(
+        tree, config.clamp, det=True if config.deterministic else None,
+        state_file=stage.paths.data("sglang_patch_state")))
+    return (f"install {tree.root} (SGLang {tree.version}) in clamp mode {st['clamp_mode']!r}, "
+            f"MIN_DEEPGEMM_DIM edit {'on' if st['det'] else 'off'}, for this launch; restored afterwards")
+
+
+@contextlib.contextmanager
+def serving(stage, config: ServerConfig, *, startup_timeout_s: float | None = None,
+            launch_record: dict | None = None) -> Iterator[str]:
+    """Run an SGLang server for ``config`` and yield its base URL; always stop it afterwards.
+
+    Args:
+        stage: the :class:`~nvfp4study.core.stage.Stage` (params, run paths; log -> ``logs/``).
+        config: the configuration to launch.
+        startup_timeout_s: default ``server.startup_timeout_s``.
+        launch_record: if given, filled with the command, log path, load time (s from launch to
+            a healthy ``/health_generate``), the interpreter's sglang version and GPU.
+
+    Yields:
+        ``http://host:port``.
+
+    Raises:
+        WrongInterpreter, NoCapableGPU, PortInUse, StageInputMissing: before launch.
+        the patcher's errors (``PatchConflict``, ``PatchTargetReadOnly``, ...) when
+            ``sglang.apply_to_install`` is true and the install cannot be switched.
+        ServerExitedDuringLoad, HealthTimeout: while loading (the process group is then stopped).
+        ServerDied: on leaving the block, if the server exited while it was in use.
+    """
+    params: Params = stage.params
+    s = params.server
+    if not s.python:
+        raise WrongInterpreter("server.python is not set: name the SGLang environment's interpreter")
+    version = check_interpreter(s.python, params.sglang.version if s.check_version else None)
+    gpu = gpu_info(s.python)
+    if s.require_gpu and not nvfp4_w4a4_supported(None if gpu is None else gpu["capability"]):
+        raise NoCapableGPU(gpu_refusal(params) or "needs an NVFP4-capable GPU")
+    check_port_free(s.host, s.port)
+    model = served_model_path(stage, config)
+    cmd = build_command(params, config, model_path=model)
+    sp = ServerProcess(cmd, _next_log(stage.paths, config), s.host, s.port, env=dict(s.env),
+                       grace_s=s.shutdown_grace_s)
+    rec = launch_record if launch_record is not None else {}
+    rec.update(config=config.to_dict(), config_key=config.key, command=cmd,
+               log=str(sp.log_path.relative_to(stage.run_dir)), sglang_version=version, gpu=gpu,
+               model_path=model)
+    with contextlib.ExitStack() as install:  # closes (restores the install) after sp.stop()
+        rec["install"] = install_mode(install, stage, config)
+        try:
+            sp.start()
+            rec["load_s"] = round(sp.wait_healthy(startup_timeout_s or s.startup_timeout_s, s.health_poll_s), 3)
+            yield sp.base_url
+            sp.check_alive()
+        finally:
+            sp.stop()
+            rec["returncode"] = sp.returncode
+
+
+# --- CLI -------------------------------------------------------------------------------------
+def main(argv: list[str]) -> int:
+    """``nvfp4study serve``: start SGLang with the study's flags and keep it up until Ctrl-C."""
+    from ..core.params import load_params
+    from ..core.paths import RunPaths, ensure_writable, new_run_dir
+    from ..core.stage import Stage
+
+    ap = argparse.ArgumentParser(
+        prog="nvfp4study serve",
+        description="Start SGLang with the card's flags from params; Ctrl-C stops its process group.",
+        epilog="example: nvfp4study serve --params params/ling3-flash.yaml --depth 2")
+    ap.add_argument("--params", default=None, help="params YAML (default params/default.yaml)")
+    ap.add_argument("--depth", type=int, default=None, help="NEXTN depth k (0 = speculation off)")
+    ap.add_argument("--clamp", default=None, help="clamp mode of the install (stock/none/exact)")
+    ap.add_argument("--deterministic", action="store_true", help="add --enable-deterministic-inference")
+    ap.add_argument("--run-dir", default=None, help="folder for the log (default: a new run folder)")
+    ap.add_argument("-p", dest="overrides", action="append", default=[], help="key=value override")
+    ap.add_argument("--dry-run", action="store_true", help="print the command and exit")
+    a = ap.parse_args(argv)
+    params = load_params(a.params, a.overrides)
+    over: dict[str, Any] = {"deterministic": a.deterministic}
+    if a.depth is not None:
+        over["spec_depth"] = None if a.depth == 0 else a.depth
+    if a.clamp:
+        over["clamp"] = a.clamp
+    config = card_config(params, **over)
+    if a.dry_run:
+        shown = params if params.server.python else params.model_copy(
+            update={"server": params.server.model_copy(update={"python": "<server.python>"})})
+        print(" ".join(build_command(shown, config, model_path=params.server.model_path or "<model>")))
+        return 0
+    if not params.server.python:
+        raise WrongInterpreter("server.python is not set: name the SGLang environment's interpreter "
+                               "(e.g. -p server.python=/opt/envs/sglang/bin/python)")
+    root = ensure_writable(Path(a.run_dir)) if a.run_dir else new_run_dir(params.profile, suffix="serve")
+    stage = Stage(name="serve", params=params, paths=RunPaths(root))
+    try:
+        with serving(stage, config) as url:
+            print(f"serving {config.key} at {url} (log in {root / 'logs'}); Ctrl-C to stop", flush=True)
+            with contextlib.suppress(KeyboardInterrupt):
+                while True:
+                    time.sleep(1)
+                    process_for(url).check_alive()
+    finally:
+        if not a.run_dir and not any(p.is_file() for p in root.rglob("*")):
+            shutil.rmtree(root)  # a launch refused before anything was written leaves no folder
+    return 0

@@ -1,0 +1,250 @@
+"""Abstract values and bookkeeping for :mod:`nvfp4study.sglang.clamp_flow` (the clamp interpreter).
+
+Values: :data:`UNK` (cannot tell), ``None``, Python constants, :class:`Limit` (the clamp value or
+anything computed from it), :data:`CONFIG` (the ``MoeRunnerConfig``), :class:`Act` (a FlashInfer
+``ActivationType`` member), :class:`Payload` (a ``...QuantInfo`` dataclass), :class:`FuncRef`,
+tuples, :class:`DictV`, :class:`Multi` (one of several).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+
+class _Sym:
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+UNK = _Sym("?")
+CONFIG = _Sym("runner_config")
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The clamp value, or a value derived from it (``how`` says how, for the evidence)."""
+
+    how: str = "gemm1_clamp_limit"
+
+
+@dataclass(frozen=True)
+class Act:
+    """A FlashInfer ``ActivationType`` member, by name."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Multi:
+    """One of several values (a branch the interpreter could not decide)."""
+
+    options: tuple
+
+
+@dataclass(frozen=True)
+class Payload:
+    """A ``...QuantInfo(...)`` dataclass instance: its class and the fields given (or defaulted).
+
+    ``origin`` maps a field to ``(file, line, text)`` of the keyword that set it.
+    """
+
+    cls: str
+    fields: tuple  # ((name, value), ...)
+    origin: tuple = ()
+
+    def get(self, name: str) -> Any:
+        for k, v in self.fields:
+            if k == name:
+                return v
+        return None if name in CLAMP_FIELDS else UNK
+
+    def where(self, name: str) -> tuple | None:
+        for k, v in self.origin:
+            if k == name:
+                return v
+        return None
+
+
+@dataclass(frozen=True)
+class FuncRef:
+    """A sink function held in a variable (``moe_call = trtllm_fp4_block_scale_moe``)."""
+
+    name: str
+
+
+@dataclass
+class DictV:
+    items: dict
+    nodes: dict = field(default_factory=dict)
+
+
+#: Ling's MoE runner config, as BailingMoeV3 builds it (bailing_moe_v3.py: FusedMoE gets
+#: ``gemm1_clamp_limit`` only). ``routing_method_type`` is never passed by Bailing.
+LING_FACTS: dict[str, Any] = {
+    "gemm1_clamp_limit": Limit(),
+    "gemm1_alpha": None,
+    "gemm1_beta": None,
+    "swiglu_limit": None,
+    "activation": "silu",
+    "is_gated": True,
+}
+#: FusedMoE attributes Bailing leaves at their defaults (bailing_moe_v3.py never passes them).
+LAYER_FACTS: dict[str, Any] = {"routing_method_type": None}
+CONFIG_NAMES = {"runner_config", "moe_runner_config", "config", "_moe_runner_config"}
+#: Payload fields that default to None in SGLang's quant-info dataclasses (base.py and runners).
+CLAMP_FIELDS = ("gemm1_clamp_limit", "gemm1_alpha", "gemm1_beta", "swiglu_limit", "swiglu_alpha",
+                "swiglu_beta", "use_swiglu_step")
+
+
+def truth(v: Any) -> bool | None:
+    """Truthiness of an abstract value; None when unknown."""
+    if v is UNK:
+        return None
+    if isinstance(v, Multi):
+        ts = {truth(o) for o in v.options}
+        return ts.pop() if len(ts) == 1 else None
+    if isinstance(v, (Limit, Act, _Sym)):
+        return True
+    if isinstance(v, DictV):
+        return bool(v.items)
+    try:
+        return bool(v)
+    except Exception:  # noqa: BLE001 - an exotic constant
+        return None
+
+
+def join(a: Any, b: Any) -> Any:
+    if a is b or (type(a) is type(b) and a == b):
+        return a
+    opts: list = []
+    for v in (a, b):
+        for o in v.options if isinstance(v, Multi) else (v,):
+            if not any(o is p or (type(o) is type(p) and o == p) for p in opts):
+                opts.append(o)
+    return opts[0] if len(opts) == 1 else Multi(tuple(opts))
+
+
+def has_limit(v: Any) -> bool:
+    if isinstance(v, Limit):
+        return True
+    if isinstance(v, Multi):
+        return any(has_limit(o) for o in v.options)
+    if isinstance(v, tuple):
+        return any(has_limit(o) for o in v)
+    return False
+
+
+@dataclass
+class SinkHit:
+    callee: str
+    file: str
+    function: str
+    line: int
+    kwargs: dict
+    args: list
+    kw_nodes: dict  # keyword -> AST node (to tell a literal None from a computed one)
+    origins: dict = field(default_factory=dict)  # keyword -> where its payload field was set
+
+
+@dataclass
+class Refusal:
+    file: str
+    function: str
+    line: int
+    mentions_clamp: bool
+    text: str
+    certain: bool = True
+
+
+@dataclass
+class Module:
+    path: Path
+    rel: str
+    tree: ast.Module
+    functions: dict
+    classes: dict
+    imports: dict  # local name -> (module, name)
+
+
+@cache
+def _parse_cached(path: Path, mtime_ns: int, size: int) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _parse(path: Path) -> ast.Module:
+    """Parse a file once per version of its contents (keyed by mtime and size)."""
+    st = Path(path).stat()
+    return _parse_cached(Path(path), st.st_mtime_ns, st.st_size)
+
+
+def _imports(body: list[ast.stmt], pkg: str) -> dict:
+    out = {}
+    for n in body:
+        if isinstance(n, ast.ImportFrom):
+            base = n.module or ""
+            if n.level:
+                parts = pkg.split(".")[: len(pkg.split(".")) - n.level]
+                base = ".".join(parts + ([n.module] if n.module else []))
+            for a in n.names:
+                out[a.asname or a.name] = (base, a.name)
+    return out
+
+
+@dataclass
+class Frame:
+    module: Module
+    cls: str | None
+    qualname: str
+    depth: int = 0
+    locals: dict = field(default_factory=dict)
+    imports: dict = field(default_factory=dict)
+    returns: list = field(default_factory=list)
+    guards: list = field(default_factory=list)
+    stopped: bool = False
+
+    def fork(self) -> Frame:
+        f = copy.copy(self)
+        f.locals = dict(self.locals)
+        f.imports = dict(self.imports)
+        f.returns = []
+        f.guards = list(self.guards)
+        f.stopped = False
+        return f
+
+    def guard_mentions_clamp(self) -> bool:
+        return any("clamp" in g for g, _ in self.guards)
+
+
+_TENSOR_VIEWS = {"data", "to", "float", "contiguous", "clone", "detach", "view", "expand",
+                 "reshape", "cuda"}
+_RELEVANT = ("clamp", "swiglu", "ActivationType", "gemm1_alpha", "activation_type")
+
+
+@cache
+def _relevant_src(fn: ast.AST) -> bool:
+    src = ast.unparse(fn)
+    return any(t in src for t in _RELEVANT)
+
+
+def _relevant(fn: ast.AST) -> bool:
+    """Only helpers that touch the clamp, SwiGLU parameters or activation types are entered."""
+    return _relevant_src(fn)
+
+
+def clamp_mentions(fn: ast.AST) -> list[int]:
+    """Lines where a function mentions ``gemm1_clamp_limit`` (attribute, getattr, or keyword)."""
+    lines = set()
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Attribute) and n.attr == "gemm1_clamp_limit":
+            lines.add(n.lineno)
+        elif isinstance(n, ast.Constant) and n.value == "gemm1_clamp_limit":
+            lines.add(n.lineno)
+    return sorted(lines)

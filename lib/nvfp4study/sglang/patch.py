@@ -1,0 +1,459 @@
+"""Patch an SGLang tree into one of the study's clamp modes, check it, and restore it byte for byte.
+
+Patch sets live in ``patches/<version>/`` (package data): ``manifest.json`` lists, per mode, the
+files it changes with the SHA-256 of the released original and of the patched file, and one
+unified diff per file (``patch -p1`` applies them from the tree root too). Modes:
+
+- ``stock``: no change (apply = check every file is the released original);
+- ``none``: the clamp removed from the NVFP4 CUTLASS call (the card's "before" state);
+- ``exact``: the NVFP4 CUTLASS call selects FlashInfer's post-SiLU ``SwigluStep`` when a limit is
+  set without alpha, the TRT-LLM branch passes the clamp, and each MoE layer logs
+  ``[swiglu-clamp-patch] cutlass nvfp4 limit=<L> mode=exact form=<...> layer=<i>``;
+- ``card`` (0.5.20 only): the card's own patch as it describes it;
+- ``det``: the deterministic-inference edit (``MIN_DEEPGEMM_DIM`` 16 -> 64), combinable with any
+  clamp mode.
+
+Guarantees: apply is idempotent; it refuses (named error, nothing written) an unknown version or
+mode, a file whose hash matches neither the original nor this mode's result, another clamp mode
+already applied, or a read-only file/folder; all files are prepared and compiled in memory first,
+then written by temp file + rename, and a failed write rolls the earlier ones back. Revert
+restores the original bytes, checked against the recorded hash.
+
+For the serving stage: :func:`switch_mode` moves an install to one mode (reverting any other
+first) and records it in a state file; :func:`serving_mode` is a context manager that applies a
+mode and restores the previous state on exit, whatever happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import hashlib
+import json
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import (
+    PatchConflict,
+    PatchStateError,
+    PatchTargetReadOnly,
+    UnknownPatchMode,
+    UnknownPatchVersion,
+)
+from ..core.files import write_json
+from .source import SGLangTree, open_tree
+
+CLAMP_MODES = ("stock", "none", "exact", "card")
+DET = "det"
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@cache
+def _manifest(version: str) -> dict[str, Any]:
+    base = resources.files(__package__).joinpath("patches")
+    f = base.joinpath(version, "manifest.json")
+    if not f.is_file():
+        have = sorted(p.name for p in base.iterdir() if p.joinpath("manifest.json").is_file())
+        raise UnknownPatchVersion(f"no patch set for SGLang {version}; patch sets exist for {', '.join(have)}")
+    return json.loads(f.read_text())
+
+
+def patch_versions() -> list[str]:
+    """SGLang versions that have a patch set."""
+    base = resources.files(__package__).joinpath("patches")
+    return sorted(p.name for p in base.iterdir() if p.joinpath("manifest.json").is_file())
+
+
+def modes_for(version: str) -> list[str]:
+    """Modes available for a version (``stock`` always, plus the patch set's; ``det`` last)."""
+    m = _manifest(version)["modes"]
+    return ["stock"] + [k for k in m if k != DET] + ([DET] if DET in m else [])
+
+
+def _files(version: str, mode: str) -> list[dict[str, Any]]:
+    if mode == "stock":
+        return []
+    modes = _manifest(version)["modes"]
+    if mode not in modes:
+        raise UnknownPatchMode(f"mode {mode!r} has no patch for SGLang {version}; modes: {', '.join(modes_for(version))}")
+    return modes[mode]["files"]
+
+
+def _diff_text(version: str, entry: dict[str, Any]) -> str:
+    return resources.files(__package__).joinpath("patches", version, entry["patch"]).read_text()
+
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def apply_unified_diff(text: str, diff: str, reverse: bool = False) -> str:
+    """Apply a unified diff to ``text`` exactly (no fuzz, no offset); ``reverse`` undoes it.
+
+    Raises:
+        PatchConflict: a context or removed line does not match.
+    """
+    lines = text.splitlines(True)
+    out: list[str] = []
+    pos = 0
+    dl = diff.splitlines(True)
+    i = 0
+    while i < len(dl):
+        m = _HUNK.match(dl[i])
+        if not m:
+            i += 1
+            continue
+        start = int(m.group(3 if reverse else 1))
+        count = int(m.group(4 if reverse else 2) or 1)
+        start = start - 1 if count else start
+        out.extend(lines[pos:start])
+        pos = start
+        i += 1
+        while i < len(dl) and not dl[i].startswith("@@"):
+            tag, body = dl[i][:1], dl[i][1:]
+            if tag == "\\":
+                i += 1
+                continue
+            old_tag, new_tag = ("+", "-") if reverse else ("-", "+")
+            if tag == " " or tag == old_tag:
+                if pos >= len(lines) or lines[pos] != body:
+                    raise PatchConflict(f"line {pos + 1} does not match the patch context")
+                pos += 1
+                if tag == " ":
+                    out.append(body)
+            elif tag == new_tag:
+                out.append(body)
+            i += 1
+    out.extend(lines[pos:])
+    return "".join(out)
+
+
+@dataclass
+class FileState:
+    path: str
+    state: str  # "original" | "patched:<mode>" | "modified" | "missing"
+    sha256: str | None
+
+
+def file_states(tree: SGLangTree) -> dict[str, FileState]:
+    """The state of every file any mode of the tree's version touches."""
+    man = _manifest(tree.version)
+    known: dict[str, dict[str, str]] = {}
+    for mode, spec in man["modes"].items():
+        for e in spec["files"]:
+            d = known.setdefault(e["path"], {"original": e["original_sha256"]})
+            d[f"patched:{mode}"] = e["patched_sha256"]
+    out = {}
+    for rel, hashes in known.items():
+        p = tree.file(rel)
+        if not p.is_file():
+            out[rel] = FileState(rel, "missing", None)
+            continue
+        h = _sha(p.read_bytes())
+        state = next((k for k, v in hashes.items() if v == h and k == "original"), None) or \
+            next((k for k, v in hashes.items() if v == h), "modified")
+        out[rel] = FileState(rel, state, h)
+    return out
+
+
+def status(tree: SGLangTree) -> dict[str, Any]:
+    """``{"sglang_version", "clamp_mode", "det", "files": {path: state}}``.
+
+    ``clamp_mode`` is ``stock`` when every clamp file is original, a mode name when all of that
+    mode's files carry its patch, and ``"modified"`` otherwise.
+    """
+    states = file_states(tree)
+    det_files = {e["path"] for e in _manifest(tree.version)["modes"].get(DET, {"files": []})["files"]}
+    clamp_states = {p: s.state for p, s in states.items() if p not in det_files}
+    mode = "modified"
+    if all(s == "original" for s in clamp_states.values()):
+        mode = "stock"
+    else:
+        for m in modes_for(tree.version):
+            if m in ("stock", DET):
+                continue
+            mine = {e["path"] for e in _files(tree.version, m)}
+            if all(clamp_states[p] == f"patched:{m}" for p in mine) and \
+                    all(clamp_states[p] == "original" for p in clamp_states if p not in mine):
+                mode = m
+    det = bool(det_files) and all(states[p].state == f"patched:{DET}" for p in det_files)
+    return {"sglang_version": tree.version, "clamp_mode": mode, "det": det,
+            "files": {p: s.state for p, s in states.items()}}
+
+
+def _writable(p: Path) -> bool:
+    # os.access says yes to root whatever the mode bits; a file or folder without any write bit
+    # is treated as read-only too (a read-only site-packages stays untouched even for root).
+    return os.access(p, os.W_OK) and bool(p.stat().st_mode & 0o222)
+
+
+def _check_writable(paths: list[Path]) -> None:
+    for p in paths:
+        if not _writable(p) or not _writable(p.parent):
+            raise PatchTargetReadOnly(f"{p} (or its folder) is not writable; no file was changed")
+
+
+def _write_all(new: dict[Path, bytes], old: dict[Path, bytes]) -> None:
+    """Write every file of ``new`` (temp file + rename each). On ANY exception, including
+    KeyboardInterrupt between two renames, every file whose bytes differ from ``old`` is put back
+    and the exception re-raised (an OSError as :class:`PatchTargetReadOnly`)."""
+    tmp: str | None = None
+    p: Path | None = None
+    try:
+        for p, data in new.items():
+            fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.chmod(tmp, p.stat().st_mode & 0o7777)
+            os.replace(tmp, p)
+            tmp = None
+    except BaseException as exc:
+        # Roll back by content, not by a list of renames done: an interrupt can land just after
+        # os.replace and before any bookkeeping.
+        for q, data in old.items():
+            if q.is_file() and q.read_bytes() != data:
+                q.write_bytes(data)
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise PatchTargetReadOnly(f"writing {p} failed ({exc}); earlier files restored") from exc
+        raise
+
+
+def _transform(tree: SGLangTree, mode: str, to_patched: bool) -> dict[Path, tuple[bytes, bytes]]:
+    """Plan: {path: (current bytes, new bytes)} for files that must change; checks hashes."""
+    plan: dict[Path, tuple[bytes, bytes]] = {}
+    for e in _files(tree.version, mode):
+        p = tree.file(e["path"])
+        if not p.is_file():
+            raise PatchConflict(f"{e['path']} is missing from {tree.root}")
+        cur = p.read_bytes()
+        h = _sha(cur)
+        want, have = (e["patched_sha256"], e["original_sha256"]) if to_patched else \
+            (e["original_sha256"], e["patched_sha256"])
+        if h == want:
+            continue  # already there: idempotent
+        if h != have:
+            raise PatchConflict(
+                f"{e['path']} matches neither the released original nor the {mode!r} patch "
+                f"(sha256 {h[:12]}); it changed since the patch was made or another mode is applied")
+        text = apply_unified_diff(cur.decode("utf-8"), _diff_text(tree.version, e), reverse=not to_patched)
+        data = text.encode("utf-8")
+        if _sha(data) != want:
+            raise PatchConflict(f"{e['path']}: patched result does not match the recorded hash")
+        compile(data, str(p), "exec")  # a patched file must still compile
+        plan[p] = (cur, data)
+    return plan
+
+
+def _execute(plan: dict[Path, tuple[bytes, bytes]]) -> list[str]:
+    _check_writable(list(plan))
+    _write_all({p: new for p, (_, new) in plan.items()}, {p: cur for p, (cur, _) in plan.items()})
+    return [str(p) for p in plan]
+
+
+def apply(tree: SGLangTree, mode: str) -> list[str]:
+    """Apply ``mode`` (a clamp mode or ``det``) to ``tree``; returns the files written.
+
+    Raises:
+        UnknownPatchVersion, UnknownPatchMode, PatchConflict, PatchTargetReadOnly.
+    """
+    files = _files(tree.version, mode)  # validates version and mode
+    if mode in CLAMP_MODES:
+        st = status(tree)
+        cur = st["clamp_mode"]
+        if cur == "modified":
+            bad = [p for p, s in st["files"].items() if s in ("modified", "missing")]
+            raise PatchConflict(f"{', '.join(bad) or 'clamp files'} in {tree.root} matches neither the released "
+                                "original nor a known patch (changed since the patch was made?); nothing written")
+        if cur not in ("stock", mode):
+            raise PatchConflict(f"clamp mode {cur!r} is applied to {tree.root}; revert it first "
+                                "(or use `nvfp4study patch switch`)")
+        if mode == "stock":
+            return []
+    del files
+    return _execute(_transform(tree, mode, to_patched=True))
+
+
+def revert(tree: SGLangTree, mode: str | None = None) -> list[str]:
+    """Restore the released files of ``mode`` (default: whatever clamp mode is applied; ``det``
+    must be named). Returns the files written.
+
+    Raises:
+        UnknownPatchVersion, UnknownPatchMode, PatchConflict, PatchTargetReadOnly.
+    """
+    if mode is None:
+        mode = status(tree)["clamp_mode"]
+        if mode == "modified":
+            raise PatchConflict(f"{tree.root}: clamp files match no known state; cannot revert safely")
+    if mode == "stock":
+        return []
+    return _execute(_transform(tree, mode, to_patched=False))
+
+
+def verify(tree: SGLangTree, mode: str) -> dict[str, Any]:
+    """Whether ``tree`` is exactly in ``mode``: ``{"ok": bool, ...status}``; for ``det``, whether
+    the deterministic edit is applied."""
+    _files(tree.version, mode)
+    st = status(tree)
+    st["ok"] = st["det"] if mode == DET else st["clamp_mode"] == mode
+    st["mode"] = mode
+    return st
+
+
+def check_can_apply(tree: SGLangTree, mode: str) -> None:
+    """Dry run: could :func:`switch_mode` put ``tree`` into ``mode``? Checks the version, the
+    mode, every file's hash (original, or a known patch that can be reverted) and write
+    permission; writes nothing.
+
+    Raises:
+        UnknownPatchVersion, UnknownPatchMode, PatchConflict, PatchTargetReadOnly.
+    """
+    files = _files(tree.version, mode)
+    states = file_states(tree)
+    for e in files:
+        st = states[e["path"]]
+        if st.state in ("modified", "missing"):
+            raise PatchConflict(f"{e['path']} is {st.state} in {tree.root}; mode {mode!r} cannot be applied")
+    _check_writable([tree.file(e["path"]) for e in files])
+
+
+def load_state(state_file: str | Path) -> dict[str, Any]:
+    """Read a state file written by :func:`write_state` / stage 03.
+
+    Raises:
+        PatchStateError: missing or unreadable.
+    """
+    try:
+        return json.loads(Path(state_file).read_text())
+    except (OSError, ValueError) as exc:
+        raise PatchStateError(f"cannot read patch state {state_file}: {exc}") from exc
+
+
+def install_from_state(state_file: str | Path) -> SGLangTree:
+    """The serving install recorded by stage 03 in ``data/sglang_patch_state.json``.
+
+    Raises:
+        PatchStateError: no state file, or stage 03 patched no install (CPU profile).
+    """
+    st = load_state(state_file)
+    if not st.get("install"):
+        raise PatchStateError(f"{state_file}: no serving install was prepared ({st.get('note', '')})")
+    return open_tree(st["install"])
+
+
+def write_state(state_file: str | Path, tree: SGLangTree, note: str = "") -> dict[str, Any]:
+    """Record the tree's current patch state as JSON (atomically) and return it."""
+    path = Path(state_file)
+    prev = {}
+    if path.is_file():
+        with contextlib.suppress(OSError, ValueError):
+            prev = json.loads(path.read_text())
+    st = {**prev, **status(tree)}  # keeps keys stage 03 added (install, needed_modes)
+    st.update(tree=str(tree.root), note=note,
+              time=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+    write_json(path, st)
+    return st
+
+
+def switch_mode(tree: SGLangTree | str | Path, mode: str, det: bool | None = None,
+                state_file: str | Path | None = None) -> dict[str, Any]:
+    """Put a tree (e.g. the serving install) into clamp ``mode`` and, if ``det`` is not None,
+    the deterministic edit on/off; record the result in ``state_file``. Returns the status.
+
+    Every file is checked before anything is written; if the second step fails the first is
+    undone, so the tree is left in its previous state or the requested one.
+
+    Raises:
+        UnknownPatchVersion, UnknownPatchMode, PatchConflict, PatchTargetReadOnly.
+    """
+    tree = tree if isinstance(tree, SGLangTree) else open_tree(tree)
+    if mode not in CLAMP_MODES:
+        raise UnknownPatchMode(f"{mode!r} is not a clamp mode ({', '.join(CLAMP_MODES)})")
+    _files(tree.version, mode)
+    before = status(tree)
+    if before["clamp_mode"] == "modified":
+        raise PatchConflict(f"{tree.root}: clamp files match no known state; refusing to switch")
+    undo: list[tuple[str, bool]] = []
+    try:
+        if before["clamp_mode"] != mode:
+            if before["clamp_mode"] != "stock":
+                revert(tree, before["clamp_mode"])
+                undo.append((before["clamp_mode"], True))
+            if mode != "stock":
+                apply(tree, mode)
+                undo.append((mode, False))
+        if det is not None and det != before["det"]:
+            (apply if det else revert)(tree, DET)
+            undo.append((DET, not det))
+    except Exception:
+        for m, reapply in reversed(undo):
+            (apply if reapply else revert)(tree, m)
+        raise
+    st = status(tree)
+    if state_file is not None:
+        st = write_state(state_file, tree, note=f"switch_mode({mode!r}, det={det})")
+    return st
+
+
+@contextlib.contextmanager
+def serving_mode(tree: SGLangTree | str | Path, mode: str, det: bool | None = None,
+                 state_file: str | Path | None = None) -> Iterator[dict[str, Any]]:
+    """``with serving_mode(install, "exact"):`` start the server inside; on exit (normal or not)
+    the install returns to the state it had before, and ``state_file`` says so."""
+    tree = tree if isinstance(tree, SGLangTree) else open_tree(tree)
+    before = status(tree)
+    if before["clamp_mode"] == "modified":
+        raise PatchStateError(f"{tree.root}: clamp files match no known state")
+    st = switch_mode(tree, mode, det, state_file)
+    try:
+        yield st
+    finally:
+        switch_mode(tree, before["clamp_mode"], before["det"], state_file)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``nvfp4study patch apply|verify|revert|status --mode MODE --sglang PATH``."""
+    ap = argparse.ArgumentParser(
+        prog="nvfp4study patch",
+        description="Apply, verify or revert the study's SGLang clamp patches (and the det edit).",
+        epilog="example: nvfp4study patch apply --mode exact --sglang ~/sglang-0.5.23-copy",
+    )
+    ap.add_argument("action", choices=["apply", "verify", "revert", "status", "switch"])
+    ap.add_argument("--mode", help="stock, none, exact, card (0.5.20) or det")
+    ap.add_argument("--sglang", required=True, help="the SGLang tree (folder holding sglang/)")
+    ap.add_argument("--state-file", help="with switch: where to record the resulting state (JSON)")
+    a = ap.parse_args(argv)
+    tree = open_tree(a.sglang)
+    if a.action in ("apply", "verify", "switch") and not a.mode:
+        ap.error(f"{a.action} needs --mode")
+    if a.action == "apply":
+        written = apply(tree, a.mode)
+        print(f"{a.mode}: {len(written)} file(s) written" + "".join(f"\n  {w}" for w in written))
+    elif a.action == "revert":
+        written = revert(tree, a.mode)
+        print(f"reverted: {len(written)} file(s) restored" + "".join(f"\n  {w}" for w in written))
+    elif a.action == "switch":
+        print(json.dumps(switch_mode(tree, a.mode, state_file=a.state_file), indent=1))
+    elif a.action == "verify":
+        st = verify(tree, a.mode)
+        print(json.dumps(st, indent=1))
+        return 0 if st["ok"] else 1
+    else:
+        print(json.dumps(status(tree), indent=1))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

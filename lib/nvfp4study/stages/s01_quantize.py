@@ -1,0 +1,373 @@
+"""Stage 01_quantize: what the notebook calls, one function per cell.
+
+Plan (source and output), build or check the BF16 source, quantize with
+:func:`nvfp4study.checkpoint.quantize.quantize_checkpoint`, measure the tool's behaviour on the Ling layout
+(probes), round-trip a sample of experts, write ``data/quantize.json`` (read by 02) and record
+the ledger rows of ``provenance.model-free-ptq`` / ``provenance.fused-maps`` plus the study's
+findings. Every number shown comes from files this stage wrote in the run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ..checkpoint import generate, quantize, recipe, roundtrip
+from ..checkpoint import layout as ling_layout
+from ..core.errors import OutputExists, SourceCheckpointMissing, StageInputMissing
+from ..core.files import atomic_write, write_json
+from ..core.ledger import Verdict, card_claims
+from ..core.params import Params
+from ..core.paths import RunPaths
+from ..core.stage import Stage, open_stage_named
+
+NOTEBOOK = "01_quantize"
+
+
+def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
+    """:func:`nvfp4study.core.stage.open_stage_named` for notebook ``01_quantize``."""
+    return open_stage_named(NOTEBOOK, params_file, run_dir)
+
+SOURCE_DIR = "source-bf16"
+QUANTIZED_DIR = "quantized-nvfp4"
+UNSHARED_DIR = "quantized-nvfp4-unshared"
+
+
+def plan(params: Params, paths: RunPaths) -> dict[str, Any]:
+    """Decide what the stage does.
+
+    Returns ``{"action": "quantize"|"skip", "source_kind": "generate"|"path"|None, "source",
+    "quantized", "reason"}``; skipping when ``checkpoint.quantized_path`` is set (that checkpoint
+    is audited as given) or ``quantize.enabled`` is false.
+
+    Raises:
+        SourceCheckpointMissing: ``checkpoint.source: path`` without ``source_path``.
+    """
+    cp, qp = params.checkpoint, params.quantize
+    src_kind = cp.source
+    src = (cp.source_path if src_kind == "path" else str(paths.work(SOURCE_DIR)))
+    if cp.quantized_path:
+        return {"action": "skip", "source_kind": "path" if src_kind == "path" else None,
+                "source": cp.source_path if src_kind == "path" else None, "quantized": cp.quantized_path,
+                "reason": f"checkpoint.quantized_path is set: {cp.quantized_path} is used as given, no quantization"}
+    if not qp.enabled:
+        return {"action": "skip", "source_kind": None, "source": None, "quantized": None,
+                "reason": "quantize.enabled is false"}
+    if src_kind == "path" and not cp.source_path:
+        raise SourceCheckpointMissing("checkpoint.source is 'path' but checkpoint.source_path is not set")
+    return {"action": "quantize", "source_kind": src_kind, "source": src,
+            "quantized": str(paths.work(QUANTIZED_DIR)), "reason": ""}
+
+
+def plan_markdown(p: dict[str, Any]) -> str:
+    """One paragraph saying what this stage will do."""
+    if p["action"] == "skip":
+        return f"**Quantization skipped**: {p['reason']}."
+    what = ("a small BF16 checkpoint in the Ling-3.0-flash layout with **random weights** is generated"
+            if p["source_kind"] == "generate" else f"the BF16 source `{p['source']}` is read (never written)")
+    return (f"**Plan**: {what}, then quantized with llmcompressor's `model_free_ptq` (NVFP4A16) into "
+            f"`{p['quantized']}`, and the serving rewrite is applied.")
+
+
+def _matches(ckpt: Path, params: Params) -> bool:
+    try:
+        cfg = json.loads((ckpt / "config.json").read_text())["_nvfp4study"]
+    except (OSError, ValueError, KeyError):
+        return False
+    n_shards = len(list(ckpt.glob("*.safetensors")))
+    return (cfg.get("seed") == params.checkpoint.seed and n_shards == params.checkpoint.shards
+            and cfg.get("shape") == params.checkpoint.shape.model_dump(mode="json"))
+
+
+def build_source(params: Params, paths: RunPaths, p: dict[str, Any]) -> dict[str, Any]:
+    """Generate the Ling-layout source (or reuse an identical one from an earlier execution in
+    this run folder), or check the given source. Returns path, tensors, bytes, shards, seconds.
+
+    Raises:
+        SourceCheckpointMissing: a given source is incomplete.
+        OutputExists: the run's source folder exists with other params (not overwritten).
+    """
+    if p["source"] is None:
+        return {"path": None, "note": "no source: " + p["reason"]}
+    src = Path(p["source"])
+    t0 = time.monotonic()
+    reused = False
+    if p["source_kind"] == "generate":
+        if src.exists():
+            if not _matches(src, params):
+                raise OutputExists(f"{src} exists but was generated with other params; use a new run folder")
+            reused = True
+        else:
+            generate.write_checkpoint(params.checkpoint.shape, src, shards=params.checkpoint.shards,
+                                         seed=params.checkpoint.seed)
+    info = quantize.check_source(src) if p["action"] == "quantize" else None
+    specs = list(ling_layout.iter_header_specs(src))
+    return {"path": str(src), "kind": p["source_kind"], "generated": p["source_kind"] == "generate",
+            "reused": reused, "random_weights": p["source_kind"] == "generate",
+            "tensors": len(specs), "shards": len({s[0] for s in specs}),
+            "bytes": info["safetensors_bytes"] if info else None, "seconds": time.monotonic() - t0}
+
+
+def layout_table(params: Params) -> Any:
+    """pandas DataFrame of :func:`nvfp4study.checkpoint.layout.layer_schedule` for the params' shape."""
+    import pandas as pd
+
+    return pd.DataFrame(ling_layout.layer_schedule(params.checkpoint.shape))
+
+
+def ignore_table(params: Params) -> Any:
+    """The card's ignore list with reasons and match counts on the params' layout."""
+    shape = params.checkpoint.shape
+    return recipe.ignore_table(ling_layout.tensor_specs(shape), shape.num_hidden_layers)
+
+
+def run_quantize(params: Params, paths: RunPaths, p: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
+    """Quantize (replacing this run's earlier output, never an input) and write
+    ``data/quantize.json``: ``{"source", "quantized", "action", "reason", ...report}``."""
+    out = paths.data("quantize", "json")
+    if p["action"] == "quantize":
+        rep = quantize.quantize_checkpoint(p["source"], p["quantized"], params.quantize, overwrite=True)
+        rep["random_weights"] = bool(source.get("random_weights"))
+    else:
+        rep = {"source": p["source"], "quantized": p["quantized"]}
+    rep.update(action=p["action"], reason=p["reason"])
+    write_json(out, rep)
+    return rep
+
+
+def counts_table(rep: dict[str, Any]) -> Any:
+    """What was written: tensors, packed, scales, input scales, timing and MB/s."""
+    import pandas as pd
+
+    if rep.get("action") != "quantize":
+        return pd.DataFrame([{"what": "quantization", "value": "skipped: " + rep.get("reason", "")}])
+    c = rep["counts"]
+    rows = [("tensors written", c["tensors"]), ("weight_packed (NVFP4 Linear)", c["weight_packed"]),
+            ("  of which routed experts", c["expert_weight_packed"]), ("weight_scale (FP8 block scales)", c["weight_scale"]),
+            ("weight_global_scale", c["weight_global_scale"]), ("input_global_scale (serving rewrite)", c["input_global_scale"]),
+            ("tensors by dtype", json.dumps(c["by_dtype"])), ("shard file modes", ", ".join(c["shard_file_modes"])),
+            ("model_free_ptq seconds", round(rep["ptq_seconds"], 2)),
+            ("serving rewrite seconds", round(rep["rewrite_seconds"], 2)),
+            ("total seconds", round(rep["total_seconds"], 2)),
+            ("BF16 input MB (1e6 B)", round(rep["source_bytes"] / 1e6, 1)),
+            ("MB/s of BF16 input (model_free_ptq)", round(rep["mb_per_s"], 1)),
+            ("llmcompressor / compressed-tensors", f"{rep['llmcompressor']} / {rep['compressed_tensors']}"),
+            ("device", rep["device"]), ("fused maps", rep["fused_maps"])]
+    return pd.DataFrame(rows, columns=["what", "value"])
+
+
+def probes(params: Params, paths: RunPaths, p: dict[str, Any]) -> dict[str, Any]:
+    """Measure model_free_ptq's behaviour on the Ling layout (stop before quantizing), and,
+    with ``quantize.compare_unshared``, quantize once more with both tables emptied and no
+    gate/up rule. Writes ``data/quantize-probes.json`` and the gate/up tables (parquet)."""
+    out = paths.data("quantize-probes", "json")
+    if p["action"] != "quantize":
+        res = {"run": False, "reason": p["reason"]}
+        write_json(out, res)
+        return res
+    qp = params.quantize
+    ignore = quantize.card_ignore(params.checkpoint.shape.num_hidden_layers
+                                  if p["source_kind"] == "generate" else
+                                  json.loads((Path(p["source"]) / "config.json").read_text())["num_hidden_layers"])
+    res: dict[str, Any] = {"run": True, "probes": {}}
+    cases = [("stock_tables", "NVFP4A16", "stock"), ("dict_only_emptied", "NVFP4A16", "dict-emptied"),
+             ("list_only_emptied", "NVFP4A16", "list-emptied"), ("both_emptied", "NVFP4A16", "empty"),
+             ("w4a4_scheme_NVFP4", "NVFP4", "empty")]
+    for key, scheme, fused in cases:
+        with tempfile.TemporaryDirectory(prefix="probe-", dir=paths.work_dir) as td:
+            spec = {"src": p["source"], "out": str(Path(td) / "out"), "scheme": scheme, "ignore": ignore,
+                    "fused_maps": fused, "device": qp.device, "max_workers": qp.max_workers, "probe": True}
+            r = quantize.run_ptq(spec, qp.python)
+        res["probes"][key] = {k: r[k] for k in ("ok", "error_type", "error", "scheme", "fused_maps")}
+    shared = quantize.gate_up_scales(p["quantized"])
+    atomic_write(paths.data("gate-up-scales", "parquet", share="on"), lambda tmp: shared.to_parquet(tmp, index=False))
+    res["shared"] = quantize.gate_up_summary(shared)
+    res["global_scales_bf16_exact"] = _bf16_exact(shared)
+    if qp.compare_unshared:
+        dst = paths.work(UNSHARED_DIR)
+        rep = quantize.quantize_checkpoint(p["source"], dst, qp.model_copy(update={"share_gate_up_global_scale": False}),
+                                           overwrite=True)
+        unshared = quantize.gate_up_scales(dst)
+        atomic_write(paths.data("gate-up-scales", "parquet", share="off"), lambda tmp: unshared.to_parquet(tmp, index=False))
+        res["unshared"] = quantize.gate_up_summary(unshared)
+        m = shared.merge(unshared, on=["layer", "expert"], suffixes=("_shared", "_unshared"))
+        import numpy as np
+
+        res["shared_is_min_of_unshared"] = bool(len(m) and np.all(
+            m["gate_shared"].to_numpy() == np.minimum(m["gate_unshared"], m["up_unshared"]).to_numpy()))
+        res["unshared_mb_per_s"] = rep["mb_per_s"]
+        shutil.rmtree(dst, ignore_errors=True)  # only the scales are needed; keep the work dir small
+    write_json(out, res)
+    return res
+
+
+def _bf16_exact(df: Any) -> dict[str, Any]:
+    """Fraction of global scales (gate and up) that are exactly representable in bfloat16."""
+    import torch
+
+    vals = torch.tensor(list(df["gate"]) + list(df["up"]), dtype=torch.float32)
+    exact = vals.to(torch.bfloat16).to(torch.float32) == vals
+    return {"values": int(vals.numel()), "bf16_exact": int(exact.sum())}
+
+
+def probes_table(res: dict[str, Any]) -> Any:
+    """One row per probe: accepted or the tool's exact error message."""
+    import pandas as pd
+
+    if not res.get("run"):
+        return pd.DataFrame([{"probe": "all", "result": "not run: " + res.get("reason", "")}])
+    return pd.DataFrame([{"probe": k, "scheme": v["scheme"], "fused tables": v["fused_maps"],
+                          "accepted": v["ok"], "error": f"{v['error_type']}: {v['error']}" if v["error"] else ""}
+                         for k, v in res["probes"].items()])
+
+
+def gate_up_figure(paths: RunPaths, res: dict[str, Any]) -> Path | None:
+    """Histogram of |gate - up| / max global scale per expert, shared vs unshared runs."""
+    files = {k: paths.data("gate-up-scales", "parquet", share=k) for k in ("on", "off")}
+    if not files["on"].exists():
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import pandas as pd
+
+    frames = {k: pd.read_parquet(f) for k, f in files.items() if f.exists()}
+    top = max(float(df["rel_diff"].max()) for df in frames.values()) * 100
+    bins = np.linspace(0, max(top * 1.05, 1.0), 31)
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    for k, label in (("off", "both tables emptied (no rule)"), ("on", "gate/up pairing rule")):
+        if k in frames:
+            df = frames[k]
+            ax.hist(df["rel_diff"] * 100, bins=bins, alpha=0.7, label=f"{label}: {int(df['equal'].sum())}/{len(df)} equal")
+    ax.set(xlabel="|gate - up| / max(gate, up) of weight_global_scale, %", ylabel="experts",
+           title="gate/up global scales per routed expert (random weights)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = paths.figure("gate-up-global-scale")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run_roundtrip(params: Params, paths: RunPaths, p: dict[str, Any]) -> dict[str, Any]:
+    """Round trip on ``quantize.roundtrip_experts`` experts; writes ``data/roundtrip.parquet``
+    and ``figures/roundtrip.png``. Needs both a source and a quantized checkpoint."""
+    if not p["source"] or not p["quantized"]:
+        return {"run": False, "reason": "needs both a BF16 source and a quantized checkpoint", "table": None}
+    df = roundtrip.roundtrip(p["source"], p["quantized"], params.quantize.roundtrip_experts)
+    data = paths.data("roundtrip", "parquet")
+    atomic_write(data, lambda tmp: df.to_parquet(tmp, index=False))
+    fig = roundtrip.figure(df, paths.figure("roundtrip")) if not df.empty else None
+    return {"run": True, "table": df, "summary": roundtrip.summary(df), "data": str(data),
+            "figure": str(fig) if fig else None}
+
+
+def record_ledger(stage: Any, rep: dict[str, Any], probe: dict[str, Any], rt: dict[str, Any]) -> Any:
+    """Record the stage's claims and findings; returns the recorded rows as a DataFrame."""
+    import pandas as pd
+
+    run = stage.run_dir
+    ev_q, ev_p = str(stage.paths.data("quantize", "json")), str(stage.paths.data("quantize-probes", "json"))
+    if rep.get("action") != "quantize":
+        stage.not_run(rep.get("reason", "quantization skipped"))
+        return pd.DataFrame([{k: r.get(k) for k in ("id", "verdict", "note")} for r in _rows(run, stage.claims())])
+    versions = f"llmcompressor {rep['llmcompressor']} / compressed-tensors {rep['compressed_tensors']}"
+    card = next(c["card"] for c in card_claims() if c["id"] == "provenance.model-free-ptq")
+    card_versions = f"llmcompressor {card['llmcompressor']} / compressed-tensors {card['compressed_tensors']}"
+    same_versions = (str(rep["llmcompressor"]), str(rep["compressed_tensors"])) == (str(card["llmcompressor"]),
+                                                                                   str(card["compressed_tensors"]))
+    pr = probe["probes"]
+    w4a4 = pr["w4a4_scheme_NVFP4"]
+    stage.record(
+        "provenance.model-free-ptq",
+        measured={"tool": "model_free_ptq", "scheme": rep["scheme"], "llmcompressor": rep["llmcompressor"],
+                  "compressed_tensors": rep["compressed_tensors"], "ran": True,
+                  "routed_expert_tensors_packed": rep["counts"]["expert_weight_packed"],
+                  "w4a4_scheme_refused": (f"{w4a4['error_type']}: {w4a4['error']}" if not w4a4["ok"] else False)},
+        verdict=Verdict.PARTLY, evidence=[ev_q, ev_p], checked_on=versions,
+        note=(f"model_free_ptq with scheme {rep['scheme']} quantized a Ling-layout checkpoint ("
+              + ("random weights, params' shape" if rep.get("random_weights") else "the given BF16 source")
+              + ") into the card's tensor layout"
+              + ("" if rep["scheme"] == card["scheme"] else f" (the card's scheme is {card['scheme']})")
+              + "; scheme NVFP4 (W4A4) "
+              + ("is refused by model_free_ptq, consistent with the card quantizing A16 and editing the "
+                 "config afterwards. " if not w4a4["ok"] else "was accepted here. ")
+              + f"Measured with {versions}, "
+              + ("the card's versions" if same_versions else f"NOT the card's {card_versions}")
+              + "; which tool produced the card's files cannot be checked from the files."))
+    stock, both = pr["stock_tables"], pr["both_emptied"]
+    ok = (not stock["ok"]) and both["ok"]
+    stage.record(
+        "provenance.fused-maps",
+        measured={k: ("accepted" if v["ok"] else f"fails: {v['error_type']}: {v['error']}")
+                  for k, v in pr.items() if k != "w4a4_scheme_NVFP4"} | {"oneshot": "not tested"},
+        verdict=Verdict.PARTLY if ok else Verdict.CONTRADICTED, evidence=[ev_p], checked_on=versions,
+        note=(("On this run's Ling layout the stock fused tables fail before anything is quantized and emptying "
+               "both tables makes model_free_ptq run, with MLA kept out by the ignore list. Emptying only the "
+               f"dict: {_verdict_word(pr['dict_only_emptied'])}; only the list: {_verdict_word(pr['list_only_emptied'])} "
+               "(whether the list trips depends on which tensors share a shard). Sequential oneshot was not "
+               "tested (needs the model class and the card's hardware), hence partly.") if ok else
+              "The stock fused tables did not fail, or emptying them did not make model_free_ptq run (see measured)."))
+    if "unshared" in probe:
+        sh, un = probe["shared"], probe["unshared"]
+        good = sh["share_fraction"] == 1.0 and un["share_fraction"] < 1.0 and probe["shared_is_min_of_unshared"]
+        stage.add_finding(
+            "quantize.gate-up-global-scale",
+            claim=("With both fused tables emptied, model_free_ptq gives each routed expert separate gate and up "
+                   "global scales; one gate/up pairing rule in both tables makes them share one (the smaller)."),
+            measured={"with_rule": sh, "without_rule": un, "shared_is_min_of_unshared": probe["shared_is_min_of_unshared"]},
+            verdict=Verdict.REPRODUCED if good else Verdict.CONTRADICTED, checked_on=versions,
+            evidence=[ev_p, str(stage.paths.data("gate-up-scales", "parquet", share="on")),
+                      str(stage.paths.data("gate-up-scales", "parquet", share="off"))],
+            note="Random weights; the card's own checkpoint is measured by 02_inspect_checkpoint.")
+    bf = probe["global_scales_bf16_exact"]
+    stage.add_finding(
+        "quantize.global-scale-bf16-values",
+        claim="weight_global_scale tensors are float32 but hold bfloat16-rounded values (2688/amax computed in the weights' dtype).",
+        measured=bf, verdict=Verdict.REPRODUCED if bf["bf16_exact"] == bf["values"] else Verdict.CONTRADICTED,
+        evidence=[ev_p], checked_on=versions,
+        note="compressed_tensors/quantization/utils/helpers.py generate_gparam computes 448 x 6 / absmax with a "
+             "bfloat16 absmax; PyTorch evaluates float / bf16 tensor as 2688 x reciprocal in bf16 "
+             "(torch/_tensor.py:1111-1114, two roundings), so a scale can sit one bf16 step off the exactly rounded 2688 / absmax, and "
+             "distinct experts can share a global scale by coincidence (a false 'copied scale' smell).")
+    if rt.get("run") and rt["summary"].get("tensors"):
+        s = rt["summary"]
+        stage.add_finding(
+            "quantize.roundtrip-within-bound",
+            claim="compressed-tensors' NVFP4 codec dequantizes the quantized experts back to the BF16 source within NVFP4's per-element bound.",
+            measured=s, verdict=Verdict.REPRODUCED if s["all_within_bound"] else Verdict.CONTRADICTED,
+            evidence=[rt["data"], rt["figure"]], checked_on=versions,
+            note=f"{s['tensors']} tensors; relative Frobenius error median {s['rel_error_median']:.4f} on random normal weights.")
+    ids = stage.claims() + [r for r in ("quantize.gate-up-global-scale", "quantize.global-scale-bf16-values",
+                                        "quantize.roundtrip-within-bound")]
+    return pd.DataFrame([{k: r.get(k) for k in ("id", "verdict", "measured", "note")} for r in _rows(run, ids)])
+
+
+def _verdict_word(probe: dict[str, Any]) -> str:
+    return "accepted" if probe["ok"] else f"fails ({probe['error_type']})"
+
+
+def _rows(run: Path, ids: list[str]) -> list[dict[str, Any]]:
+    from ..core.ledger import read_ledger
+
+    return [r for r in read_ledger(run) if r["id"] in ids]
+
+
+def read_quantize_json(paths: RunPaths) -> dict[str, Any]:
+    """``data/quantize.json`` of a run (for later stages).
+
+    Raises:
+        StageInputMissing: 01_quantize has not written it.
+    """
+    f = paths.data("quantize", "json")
+    if not f.is_file():
+        raise StageInputMissing(f"{f} missing: run 01_quantize first")
+    return json.loads(f.read_text())
+
+

@@ -1,0 +1,411 @@
+"""Stage 04: what the server log says at launch: clamp lines per layer, warnings, memory, load time.
+
+Reads only files of the run: the launch record ``data/serve-launch-<cfg>.jsonl`` and the server
+log it names (``logs/sglang-<cfg>.log``). Facts parsed, with their 0.5.23 sources:
+
+- Clamp lines: the card's form ``[swiglu-clamp-patch] cutlass nvfp4 limit=4`` (no layer index:
+  lines are assigned to the MoE layers in construction order, layers ``first_k_dense_replace``
+  .. ``num_hidden_layers-1``, then the NEXTN draft, built with ``layer_id=0``) and the study's
+  patch form (``patches/0.5.23/exact``: ``... cutlass nvfp4 limit=4 mode=exact form=SwigluStep
+  layer=35``; ``none``: ``limit=None mode=none config_limit=4 layer=35``).
+- ``Load weight end. elapsed=X s, type=T, ..., mem usage=Y GB.`` (``model_executor/
+  model_runner.py`` 1371-1379); SGLang's "GB" is GiB: ``get_available_gpu_memory`` divides
+  bytes by ``1 << 30`` (``utils/common.py`` 576). The ledger uses GB = 1e9 bytes.
+- ``w1_weight_global_scale must match w3_weight_global_scale`` (``compressed_tensors_w4a4_
+  nvfp4_moe.py`` 188-194): gate/up global scales differ and the up projection is dequantized
+  with the gate's scale.
+- A reasoning parser: ``Auto-detected --reasoning-parser as '...'`` (``parser/
+  template_detection.py`` 886-890) or ``reasoning_parser`` in ``/model_info``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..core import ledger
+from ..core.errors import StageInputMissing
+from ..core.files import atomic_write, write_json
+from ..core.ledger import Verdict
+from ..core.stage import Stage, open_stage_named
+from ..serving import measure
+from ..serving.measure import collect, model_config_for, resolve_mode  # noqa: F401  (notebook 04)
+from ..serving.server import card_config, command_table, plan_table  # noqa: F401  (notebook 04)
+
+NOTEBOOK = "04_launch_server"
+
+
+def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
+    """:func:`nvfp4study.core.stage.open_stage_named` for notebook ``04_launch_server``."""
+    return open_stage_named(NOTEBOOK, params_file, run_dir)
+
+GIB = 1 << 30
+CLAMP_TAG = "[swiglu-clamp-patch]"
+_RANK = re.compile(r"^\[[^\]]*?\b((?:TP|DP|EP|PP)\d+(?:\s+(?:TP|DP|EP|PP)\d+)*)\]")
+_KV = re.compile(r"(\w+)=(\S+)")
+_LOAD_END = re.compile(r"Load weight end\. elapsed=(?P<elapsed>[\d.]+) s, type=(?P<type>\w+),.*?"
+                       r"mem usage=(?P<mem>[\d.]+) GB")
+WARNINGS = {
+    "gate/up global scales differ": re.compile(r"w1_weight_global_scale must match w3_weight_global_scale"),
+    "reasoning parser auto-detected": re.compile(r"Auto-detected --reasoning-parser as '([^']+)'"),
+    "NVFP4 refused (not Blackwell)": re.compile(r"does not support NVFP4"),
+    "DeepGEMM failure (MIN_DEEPGEMM_DIM)": re.compile(r"DeepGEMM failed for matrix shapes"),
+    "traceback": re.compile(r"^Traceback \(most recent call last\)"),
+    "out of memory": re.compile(r"out of memory", re.I),
+}
+# Tolerances for verdicts (documented in the ledger notes).
+LOAD_TIME_TOL = (0.25, 0.50)  # card "about 300 s": reproduced within 25 %, partly within 50 %
+RESIDENT_TOL = 0.05           # 71.8 GB within 5 %
+
+
+# --- parsing ---------------------------------------------------------------------------------
+def _num(v: str) -> float | None:
+    if v in ("None", "none", "null", "0", "0.0"):
+        return None if v in ("None", "none", "null") else 0.0
+    try:
+        return float(v)
+    except ValueError:
+        return None
+
+
+def parse_clamp_lines(text: str) -> list[dict[str, Any]]:
+    """Every clamp log line: ``rank`` (e.g. "TP0" or ""), ``order`` (per rank), ``path`` (words
+    before the first ``key=value``), ``limit`` (float or None), ``mode``, ``layer`` (int or None)."""
+    out, order = [], {}
+    for line in text.splitlines():
+        i = line.find(CLAMP_TAG)
+        if i < 0:
+            continue
+        m = _RANK.match(line)
+        rank = m.group(1) if m else ""
+        body = line[i + len(CLAMP_TAG):].strip()
+        kv = dict(_KV.findall(body))
+        first = _KV.search(body)
+        path = (body[:first.start()] if first else body).strip() or kv.get("path", "")
+        layer = kv.get("layer", kv.get("layer_id"))
+        n = order.get(rank, 0)
+        order[rank] = n + 1
+        out.append({"rank": rank, "order": n, "path": kv.get("path", path), "limit": _num(kv.get("limit", "None")),
+                    "mode": kv.get("mode"), "form": kv.get("form"),
+                    "config_limit": _num(kv["config_limit"]) if "config_limit" in kv else None,
+                    "layer": int(layer) if layer and layer.isdigit() else None, "line": line.strip()})
+    return out
+
+
+def parse_load_lines(text: str) -> list[dict[str, Any]]:
+    """``Load weight end`` lines: ``type``, ``elapsed_s``, ``mem_gib`` (SGLang's "GB"), ``rank``."""
+    out = []
+    for line in text.splitlines():
+        m = _LOAD_END.search(line)
+        if m:
+            r = _RANK.match(line)
+            out.append({"rank": r.group(1) if r else "", "type": m["type"], "elapsed_s": float(m["elapsed"]),
+                        "mem_gib": float(m["mem"])})
+    return out
+
+
+def find_warnings(text: str, model_info: dict | None = None) -> list[dict[str, Any]]:
+    """Warnings worth surfacing: kind, count, first matching line (and the active parser)."""
+    rows = []
+    lines = text.splitlines()
+    for kind, rx in WARNINGS.items():
+        hits = [ln for ln in lines if rx.search(ln)]
+        if hits:
+            rows.append({"warning": kind, "count": len(hits), "first line": hits[0].strip()[:200]})
+    rp = (model_info or {}).get("reasoning_parser")
+    if rp:
+        rows.append({"warning": "reasoning parser active", "count": 1,
+                     "first line": f"/model_info reasoning_parser={rp!r}: with enable_thinking false the "
+                                   "answer can land in reasoning_content"})
+    return rows
+
+
+def expected_limits(model_config: dict[str, Any]) -> dict[str, Any]:
+    """Expected routed clamp per MoE layer from a config: ``{"moe_layers": [...], "limit": {l: v}}``.
+
+    ``expert_swiglu_limit_list`` entries of 0 mean no clamp (``bailing_moe_v3.py`` 435-439).
+    """
+    n = int(model_config["num_hidden_layers"])
+    first = int(model_config.get("first_k_dense_replace", 0))
+    lst = model_config.get("expert_swiglu_limit_list") or [0] * n
+    return {"moe_layers": list(range(first, n)),
+            "limit": {i: (float(lst[i]) if i < len(lst) and lst[i] else None) for i in range(n)},
+            "draft": int(model_config.get("num_nextn_predict_layers", 0)) > 0}
+
+
+def assign_layers(lines: list[dict[str, Any]], expected: dict[str, Any]) -> list[dict[str, Any]]:
+    """Give each clamp line of the first rank a layer: its own ``layer=`` when logged, else by
+    order over the MoE layers, then "draft" for the lines after them."""
+    if not lines:
+        return []
+    rank0 = lines[0]["rank"]
+    mine = [ln for ln in lines if ln["rank"] == rank0]
+    moe = expected["moe_layers"]
+    out = []
+    for ln in mine:
+        if ln["layer"] is not None and ln["order"] < len(moe):
+            who = ln["layer"]
+        else:
+            who = moe[ln["order"]] if ln["order"] < len(moe) else "draft"
+        out.append({**ln, "assigned": who})
+    return out
+
+
+# --- the stage -------------------------------------------------------------------------------
+def _launch(stage) -> tuple[dict[str, Any], str]:
+    config = card_config(measure.params_of(stage))
+    rows = [r for r in measure.launches(stage.paths, config) if r.get("log")]
+    if not rows:
+        raise StageInputMissing(f"{measure.launch_path(stage.paths, config).name}: no launch recorded")
+    rec = rows[-1]
+    log = stage.run_dir / rec["log"]
+    if not log.is_file():
+        raise StageInputMissing(f"server log {log} missing")
+    return rec, log.read_text(errors="replace")
+
+
+def _not_run(stage):
+    from IPython.display import Markdown
+
+    mode = measure.resolve_mode(stage)
+    return Markdown(f"not run: {mode.reason}") if mode.kind == "not run" else None
+
+
+def launch_table(stage):
+    """One row per launch of the card's configuration: status, load time, GPU, version."""
+    import pandas as pd
+
+    if (nr := _not_run(stage)) is not None:
+        return nr
+    rows = []
+    for r in measure.launches(stage.paths, card_config(measure.params_of(stage))):
+        gpu = r.get("gpu") or {}
+        rows.append({"launch": r.get("launch"), "status": r.get("status"), "config": r.get("config_key"),
+                     "launch→healthy (s)": r.get("load_s"), "sglang": r.get("sglang_version"),
+                     "GPU": gpu.get("name"), "GPU memory (GB)": gpu.get("memory_gb"),
+                     "tp_size": (r.get("server_info") or {}).get("tp_size"), "log": r.get("log")})
+    return pd.DataFrame(rows)
+
+
+def clamp_table(stage):
+    """Per MoE layer (and the draft): the config's routed limit and what the log reports.
+
+    Writes ``data/launch-clamp.json``. Columns: layer, expected limit, logged limit, mode, match.
+    """
+    import pandas as pd
+
+    if (nr := _not_run(stage)) is not None:
+        return nr
+    rec, text = _launch(stage)
+    exp = expected_limits(rec.get("model_config") or model_config_for(stage, rec.get("model_path")))
+    assigned = assign_layers(parse_clamp_lines(text), exp)
+    by_layer = {a["assigned"]: a for a in assigned}
+    rows = []
+    for layer in exp["moe_layers"] + (["draft"] if exp["draft"] else []):
+        e = None if layer == "draft" else exp["limit"][layer]  # the draft reads entry 0: unclamped
+        got = by_layer.get(layer)
+        logged = got["limit"] if got else "no line"
+        rows.append({"layer": str(layer), "expected limit": _fmt(e), "logged limit": _fmt(logged),
+                     "mode": (got or {}).get("mode"), "form": (got or {}).get("form"),
+                     "path": (got or {}).get("path"), "match": got is not None and _same(e, got["limit"])})
+    extra = [a for a in assigned if a["assigned"] == "draft"][1:]
+    for a in extra:
+        rows.append({"layer": "extra line", "expected limit": "-", "logged limit": _fmt(a["limit"]),
+                     "mode": a["mode"], "form": a["form"], "path": a["path"], "match": False})
+    df = pd.DataFrame(rows)
+    atomic_write(stage.paths.data("launch-clamp"), lambda tmp: tmp.write_text(df.to_json(orient="records", indent=1)))
+    return df
+
+
+def _fmt(v) -> str:
+    if v is None or v == 0.0:
+        return "None"
+    if isinstance(v, float):
+        return str(int(v)) if v.is_integer() else str(v)
+    return str(v)
+
+
+def _same(a, b) -> bool:
+    a = None if not a else float(a)
+    b = None if not b else float(b)
+    return a == b
+
+
+def clamp_summary(stage):
+    """Markdown: which layers report which limit, as ranges (the card's "limit=4 on 35-41")."""
+    from IPython.display import Markdown
+
+    if (nr := _not_run(stage)) is not None:
+        return nr
+    df = clamp_table(stage)
+    return Markdown(_summary_sentence(df))
+
+
+def _ranges(layers: list[int]) -> str:
+    out, start, prev = [], None, None
+    for x in sorted(layers):
+        if start is None:
+            start = prev = x
+        elif x == prev + 1:
+            prev = x
+        else:
+            out.append(f"{start}-{prev}" if start != prev else str(start))
+            start = prev = x
+    if start is not None:
+        out.append(f"{start}-{prev}" if start != prev else str(start))
+    return ", ".join(out)
+
+
+def _by_limit(df) -> dict[str, str]:
+    groups: dict[str, list[int]] = {}
+    for r in df.to_dict("records"):
+        if r["layer"].isdigit() and r["logged limit"] != "no line":
+            groups.setdefault(f"limit={r['logged limit']}", []).append(int(r["layer"]))
+    return {k: _ranges(v) for k, v in groups.items()}
+
+
+def _summary_sentence(df) -> str:
+    groups = _by_limit(df)
+    layers = df[df.layer.str.isdigit()]
+    missing = int((layers["logged limit"] == "no line").sum())
+    bad = int((~layers["match"]).sum()) - missing
+    parts = [f"`{k}` on layers {v}" for k, v in groups.items()] or ["no clamp lines in the log"]
+    s = "The log reports " + "; ".join(parts) + "."
+    s += f" {len(layers) - missing} of {len(layers)} MoE layers have a line"
+    s += f"; {bad} disagree with the checkpoint's expert_swiglu_limit_list." if bad else "; all agree with the checkpoint's expert_swiglu_limit_list."
+    return s
+
+
+def warnings_table(stage):
+    """Warnings worth surfacing from the launch log and ``/model_info``."""
+    import pandas as pd
+
+    if (nr := _not_run(stage)) is not None:
+        return nr
+    rec, text = _launch(stage)
+    rows = find_warnings(text, rec.get("model_info"))
+    return pd.DataFrame(rows or [{"warning": "none of the known warnings", "count": 0, "first line": ""}])
+
+
+def memory_table(stage):
+    """Weights' memory and load time per loaded model (target, draft) from ``Load weight end``.
+
+    Writes ``data/launch-memory.json``.
+    """
+    import pandas as pd
+
+    if (nr := _not_run(stage)) is not None:
+        return nr
+    rec, text = _launch(stage)
+    rows = [{"rank": r["rank"], "model type": r["type"], "weight load (s)": r["elapsed_s"],
+             "mem usage (SGLang 'GB' = GiB)": r["mem_gib"], "mem usage (GB, 1e9 B)": round(r["mem_gib"] * GIB / 1e9, 2)}
+            for r in parse_load_lines(text)]
+    df = pd.DataFrame(rows)
+    write_json(stage.paths.data("launch-memory"), {"rows": rows, "launch_to_healthy_s": rec.get("load_s")})
+    return df
+
+
+SGLANG_TP_DEFAULT = 1  # SGLang 0.5.23 ``tp_size`` default: sglang/srt/arg_groups/fields/parallel.py:45-51
+                       # (``--tp-size``, alias ``--tensor-parallel-size``, ``] = 1``)
+
+
+def tensor_parallel(rec: dict[str, Any]) -> tuple[int, str]:
+    """The launch's tensor-parallel size and where it came from: ``/server_info`` ``tp_size``, else
+    the command's ``--tp-size``/``--tensor-parallel-size``, else SGLang's default
+    (:data:`SGLANG_TP_DEFAULT`). Returns ``(tp, source)``."""
+    info = rec.get("server_info") or {}
+    if info.get("tp_size") is not None:
+        return int(info["tp_size"]), "/server_info tp_size"
+    for flag in ("--tp-size", "--tensor-parallel-size"):
+        v = _cmd_value(rec.get("command"), flag)
+        if v is not None:
+            return int(v), f"command {flag}"
+    return SGLANG_TP_DEFAULT, "SGLang's default (no --tp-size in the command, none in /server_info)"
+
+
+def fit_result(rec: dict[str, Any]) -> dict[str, Any]:
+    """fit.single-gpu from a launch record: ``{"measured", "verdict", "note"}`` or ``{"not_run": reason}``.
+
+    Healthy = the launch record's status is "ok" or it has a launch-to-healthy time. One GPU and
+    healthy: reproduced; one GPU and not healthy: contradicted; more than one GPU: not tested.
+    """
+    healthy = rec.get("status") == "ok" or rec.get("load_s") is not None
+    tp, source = tensor_parallel(rec)
+    if tp != 1:
+        return {"not_run": f"served with tensor parallel size {tp} ({source}): one GPU was not tested"}
+    gpu = rec.get("gpu") or {}
+    return {"measured": {"gpus": tp, "gpu": gpu.get("name"), "gpu_memory_gb": gpu.get("memory_gb"), "healthy": healthy},
+            "verdict": Verdict.REPRODUCED if healthy else Verdict.CONTRADICTED,
+            "note": (f"server reached /health_generate 200 on one GPU (tp 1 from {source})" if healthy else
+                     f"the server did not become healthy on one GPU (tp 1 from {source}); status {rec.get('status')!r}")}
+
+
+def _rel(measured: float, card: float) -> float:
+    return abs(measured - card) / card
+
+
+def record_claims(stage):
+    """Record fit.single-gpu, size.resident, load.time and clamp.log-lines. Returns the rows."""
+    import pandas as pd
+
+    if (nr := _not_run(stage)) is not None:
+        return nr
+    rec, text = _launch(stage)
+    replay = measure.params_of(stage).replay_from
+    checked = f"sglang {rec.get('sglang_version')}" + (f" (replay of {replay})" if replay else "")
+    log_ev = stage.run_dir / rec["log"]
+    launch_ev = measure.launch_path(stage.paths, card_config(measure.params_of(stage)))
+    claims = {c["id"]: c["card"] for c in ledger.card_claims()}
+    loads = parse_load_lines(text)
+    targets = [r for r in loads if "NextN" not in r["type"]]
+    target = targets[0] if targets else None
+    # fit.single-gpu
+    fit = fit_result(rec)
+    if "not_run" in fit:
+        stage.not_run(fit["not_run"], ["fit.single-gpu"])
+    else:
+        stage.record("fit.single-gpu", evidence=[launch_ev, log_ev], checked_on=checked, **fit)
+    # size.resident
+    if target:
+        gb = round(target["mem_gib"] * GIB / 1e9, 2)
+        card_gb = claims["size.resident"]["resident_gb"]
+        if _rel(gb, card_gb) <= RESIDENT_TOL:
+            v, note = Verdict.REPRODUCED, "weights' memory from SGLang's Load weight end line"
+        elif _rel(target["mem_gib"], card_gb) <= RESIDENT_TOL:
+            v, note = Verdict.PARTLY, (f"SGLang logs {target['mem_gib']} 'GB' which is GiB (= {gb} GB); the card's "
+                                       "number matches the GiB figure, not GB")
+        else:
+            v, note = Verdict.CONTRADICTED, "weights' memory from SGLang's Load weight end line"
+        stage.record("size.resident", measured={"resident_gb": gb, "sglang_log_gib": target["mem_gib"]},
+                     verdict=v, evidence=[log_ev], checked_on=checked, note=note)
+        card_s = claims["load.time"]["load_s"]
+        r = _rel(target["elapsed_s"], card_s)
+        v = Verdict.REPRODUCED if r <= LOAD_TIME_TOL[0] else Verdict.PARTLY if r <= LOAD_TIME_TOL[1] else Verdict.CONTRADICTED
+        stage.record("load.time", measured={"load_s": target["elapsed_s"], "launch_to_healthy_s": rec.get("load_s")},
+                     verdict=v, evidence=[log_ev, launch_ev], checked_on=checked,
+                     note="weight load from SGLang's log (card: about 300 s; within 25 % = reproduced, "
+                          "50 % = partly); launch to healthy includes CUDA graphs and warm-up")
+    else:
+        stage.not_run("no 'Load weight end' line in the server log", ["size.resident", "load.time"])
+    # clamp.log-lines
+    df = clamp_table(stage)
+    layers = df[df.layer.str.isdigit()]
+    groups = _by_limit(df)
+    n_lines = int((layers["logged limit"] != "no line").sum())
+    if n_lines == 0:
+        v, note = Verdict.CONTRADICTED, "no [swiglu-clamp-patch] line in the log (is the patch applied?)"
+    elif bool(layers["match"].all()):
+        v, note = Verdict.REPRODUCED, ("one line per MoE layer, limits as in the checkpoint's list; dense layers "
+                                       f"0-{int(layers.layer.iloc[0]) - 1} have no MoE and log nothing")
+    else:
+        v, note = Verdict.PARTLY, "lines present but some layers are missing or disagree with the config's list"
+    stage.record("clamp.log-lines", measured=groups, verdict=v, evidence=[log_ev, stage.paths.data("launch-clamp")],
+                 checked_on=checked, note=note)
+    rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims()]
+    return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
+
+
+def _cmd_value(cmd: list[str] | None, flag: str) -> str | None:
+    if not cmd or flag not in cmd:
+        return None
+    return cmd[cmd.index(flag) + 1]

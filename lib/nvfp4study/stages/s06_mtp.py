@@ -1,0 +1,498 @@
+"""Stage 06: the NEXTN (MTP) depth sweep: tok/s and acceptance per depth, from recorded files.
+
+Per depth (``mtp.depths``, 0 = speculation off) the same prompts are sent one at a time
+(``--max-running-requests 1``), greedy, after a warm-up. Everything here reads only
+``data/serve-raw-<cfg>.jsonl`` (and the launch records) of the run, so a replayed run gives the
+same tables. Estimators, each named in every table (bug report F-10):
+
+- **request-weighted**: median (and mean) of the per-request ``spec_accept_length`` /
+  ``spec_accept_rate``, with the range over requests.
+- **token-weighted**: sum of completion tokens / sum of verify passes; sum of correct drafts /
+  sum of proposed drafts (long answers weigh more).
+- **counter-delta, scoped**: Prometheus ``sglang:generation_tokens_total`` /
+  ``sglang:spec_verify_calls_total`` deltas read just before and after each of our requests.
+- **counter-delta, whole session**: the same counters from the server's start of measurement to
+  its end: includes the warm-up, the other stages' requests and any other client.
+
+Counter estimators give no accept rate directly; it is derived as (len - 1) / (draft tokens - 1)
+(each verify pass yields the accepted drafts plus one bonus token), so it is labelled "derived".
+
+A broken draft (F-08): at a depth with draft tokens > 1, a token-weighted accept rate below
+:data:`BROKEN_RATE` with accept length below :data:`BROKEN_LEN` is reported as "draft broken:
+check layer 42", not as a property of the workload.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from typing import Any
+
+from ..core import ledger
+from ..core.errors import StageInputMissing
+from ..core.files import atomic_write
+from ..core.ledger import Verdict
+from ..core.stage import Stage, open_stage_named
+from ..serving import measure
+from ..serving.measure import collect, resolve_mode  # noqa: F401  (notebook 06)
+from ..serving.server import ServerConfig, num_draft_tokens, stage_configs
+
+NOTEBOOK = "06_mtp_sweep"
+
+
+def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
+    """:func:`nvfp4study.core.stage.open_stage_named` for notebook ``06_mtp_sweep``."""
+    return open_stage_named(NOTEBOOK, params_file, run_dir)
+
+BROKEN_RATE = 0.10   # token-weighted accept rate below this ...
+BROKEN_LEN = 1.10    # ... with accept length below this = broken draft (card: 0.00 / 1.00)
+WORKING_RATE = 0.30  # accept rate at or above this = draft clearly working (3x the broken threshold;
+                     # the card's working draft: 0.53-0.95 at k=1..3, claims.yaml mtp.k1-k3)
+TOKS_TOL = (0.15, 0.30)  # tok/s and speedup vs the card: reproduced within 15 %, partly within 30 %
+RANGE_TOL = 0.05     # accept length / rate: within the card's range widened by this
+STAGE = "06_mtp_sweep"
+CARD_IDS = {0: "mtp.off", 1: "mtp.k1", 2: "mtp.k2", 3: "mtp.k3"}
+
+
+def _nr(stage):
+    from IPython.display import Markdown
+
+    mode = measure.resolve_mode(stage)
+    return Markdown(f"not run: {mode.reason}") if mode.kind == "not run" else None
+
+
+def sweep_configs(params) -> list[tuple[str, int, ServerConfig]]:
+    """``(model label, depth, config)`` for 06, in the order of ``mtp.depths``."""
+    return [(c.model_label, c.spec_depth or 0, c) for c in stage_configs(params)[STAGE]]
+
+
+def _records(df) -> list[dict[str, Any]]:
+    """DataFrame rows as dicts with NaN turned back into None."""
+    return df.astype(object).where(df.notna(), None).to_dict("records")
+
+
+def _dump(stage, stem: str, df) -> None:
+    atomic_write(stage.paths.data(stem), lambda tmp: tmp.write_text(df.to_json(orient="records", indent=1, double_precision=10)))
+
+
+# --- pure estimators (checked by hand in the tests) ------------------------------------------
+def _med(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def estimators(metrics: list[dict[str, Any]], draft_tokens: int | None,
+               session: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    """Acceptance of one depth by every estimator.
+
+    Args:
+        metrics: :func:`nvfp4study.serving.measure.request_metrics` of the depth's requests.
+        draft_tokens: ``--speculative-num-draft-tokens`` (proposed per verify = this - 1).
+        session: whole-session counter deltas ``{"d_gen": .., "d_verify": ..}`` or None.
+
+    Returns:
+        Rows ``{"estimator", "accept_len", "accept_rate", "rate_derived", "n", "len_min", "len_max",
+        "rate_min", "rate_max"}``.
+    """
+    ok = [m for m in metrics if m["status"] == "ok" and m.get("verify_ct")]
+    lens = [m["accept_len"] for m in ok if m["accept_len"] is not None]
+    rates = [m["accept_rate"] for m in ok if m["accept_rate"] is not None]
+    rng = {"len_min": min(lens, default=None), "len_max": max(lens, default=None),
+           "rate_min": min(rates, default=None), "rate_max": max(rates, default=None)}
+    none = dict.fromkeys(rng)
+
+    def derived(length: float | None) -> float | None:
+        if length is None or not draft_tokens or draft_tokens < 2:
+            return None
+        return (length - 1) / (draft_tokens - 1)
+
+    rows = [
+        {"estimator": "request-weighted median", "accept_len": _med(lens), "accept_rate": _med(rates),
+         "rate_derived": False, "n": len(ok), **rng},
+        {"estimator": "request-weighted mean", "accept_len": statistics.fmean(lens) if lens else None,
+         "accept_rate": statistics.fmean(rates) if rates else None, "rate_derived": False, "n": len(ok), **rng},
+    ]
+    toks, ver = sum(m["completion_tokens"] for m in ok), sum(m["verify_ct"] for m in ok)
+    corr, prop = sum(m["correct"] or 0 for m in ok), sum(m["proposed"] or 0 for m in ok)
+    rows.append({"estimator": "token-weighted", "accept_len": toks / ver if ver else None,
+                 "accept_rate": corr / prop if prop else None, "rate_derived": False, "n": len(ok), **none})
+    scoped = [m for m in metrics if m["status"] == "ok" and m.get("d_verify")]
+    dg, dv = sum(m["d_gen"] for m in scoped), sum(m["d_verify"] for m in scoped)
+    length = dg / dv if dv else None
+    rows.append({"estimator": "counter-delta, scoped to each request", "accept_len": length,
+                 "accept_rate": derived(length), "rate_derived": True, "n": len(scoped), **none})
+    if session and session.get("d_verify"):
+        length = session["d_gen"] / session["d_verify"]
+        rows.append({"estimator": "counter-delta, whole session (incl. warm-up, other requests and clients)",
+                     "accept_len": length, "accept_rate": derived(length), "rate_derived": True,
+                     "n": None, **none})
+    return rows
+
+
+def broken_draft(accept_len: float | None, accept_rate: float | None, draft_tokens: int | None) -> bool:
+    """F-08: accept rate ~0 and accept length ~1 at more than one draft token."""
+    return (draft_tokens is not None and draft_tokens > 1 and accept_rate is not None
+            and accept_len is not None and accept_rate < BROKEN_RATE and accept_len < BROKEN_LEN)
+
+
+# --- tables ----------------------------------------------------------------------------------
+def _session_delta(stage, config: ServerConfig, launches_used: set[int]) -> dict[str, float] | None:
+    dg = dv = 0.0
+    found = False
+    for r in measure.launches(stage.paths, config):
+        s, e = r.get("metrics_start"), r.get("metrics_end")
+        if r.get("launch") in launches_used and s and e:
+            dg += e["sglang:generation_tokens_total"] - s["sglang:generation_tokens_total"]
+            dv += e["sglang:spec_verify_calls_total"] - s["sglang:spec_verify_calls_total"]
+            found = True
+    return {"d_gen": dg, "d_verify": dv} if found else None
+
+
+def _requests(stage):
+    import pandas as pd
+
+    params = measure.params_of(stage)
+    specs = measure.mtp_requests(params)
+    rows, raw = [], {}
+    for model, depth, c in sweep_configs(params):
+        recs = measure.rows_for(stage, c, specs)
+        raw[(model, depth)] = recs
+        for r in recs:
+            rows.append({"model": model, "depth": depth, "config": c.key, "prompt_id": r["prompt_id"],
+                         "launch": r.get("launch"), **measure.request_metrics(r)})
+    df = pd.DataFrame(rows)
+    same, div = [], []
+    for r in rows:
+        base = raw.get((r["model"], 0))
+        if base is None or r["depth"] == 0:
+            same.append(None if base is None else True)
+            div.append(None)
+            continue
+        a = next(x for x in raw[(r["model"], r["depth"])] if x["prompt_id"] == r["prompt_id"])
+        b = next(x for x in base if x["prompt_id"] == r["prompt_id"])
+        cmp = measure.compare_outputs(b, a)
+        same.append(cmp["identical"])
+        div.append(cmp["first_divergence"])
+    df["identical_to_off"] = same
+    df["first_divergence_vs_off"] = div
+    return df, raw
+
+
+def request_table(stage):
+    """One row per timed request: status, tokens, TTFT, decode and end-to-end tok/s, the server's
+    accept length / rate, scoped counter deltas, identity with the depth-0 text.
+
+    Writes ``data/mtp-requests.json``.
+    """
+    if (nr := _nr(stage)) is not None:
+        return nr
+    df, _ = _requests(stage)
+    _dump(stage, "mtp-requests", df)
+    return df
+
+
+def summary_table(stage):
+    """Per depth: decode and end-to-end tok/s (median, range over requests), speedup over depth 0
+    with how many texts are identical to depth 0, token-weighted acceptance with its range over
+    requests, and the broken-draft flag. Writes ``data/mtp-summary.json``."""
+    import pandas as pd
+
+    if (nr := _nr(stage)) is not None:
+        return nr
+    df, _ = _requests(stage)
+    params = measure.params_of(stage)
+    rows = []
+    recs = _records(df)
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in recs:
+        groups.setdefault((r["model"], r["depth"]), []).append(r)
+    base = {m: _med([x["decode_tok_s"] for x in g if x["status"] == "ok" and x["decode_tok_s"] is not None])
+            for (m, d), g in groups.items() if d == 0}
+    for (model, depth), g in groups.items():
+        ok = [x for x in g if x["status"] == "ok"]
+        dec = [x["decode_tok_s"] for x in ok if x["decode_tok_s"] is not None]
+        e2e = [x["e2e_tok_s"] for x in ok if x["e2e_tok_s"] is not None]
+        c = next(c for m, d, c in sweep_configs(params) if m == model and d == depth)
+        dt = num_draft_tokens(params, c)
+        est = {e["estimator"]: e for e in estimators(ok, dt)}
+        tw, rw = est["token-weighted"], est["request-weighted median"]
+        row = {"model": model, "depth": depth, "draft tokens": dt, "requests ok": f"{len(ok)}/{len(g)}",
+               "decode tok/s median": _med(dec), "decode tok/s min": min(dec, default=None),
+               "decode tok/s max": max(dec, default=None), "e2e tok/s median": _med(e2e),
+               "TTFT s median": _med([x["ttft_s"] for x in ok if x["ttft_s"] is not None])}
+        b = base.get(model)
+        row["speedup vs off (decode medians)"] = (row["decode tok/s median"] / b) if b and row["decode tok/s median"] else None
+        n_same = sum(1 for x in ok if x["identical_to_off"] is True)
+        row["texts identical to off"] = "-" if depth == 0 else f"{n_same}/{len(ok)}"
+        row.update({"accept len (token-weighted)": tw["accept_len"], "accept len min": rw["len_min"],
+                    "accept len max": rw["len_max"], "accept rate (token-weighted)": tw["accept_rate"],
+                    "accept rate min": rw["rate_min"], "accept rate max": rw["rate_max"],
+                    "flag": ("draft broken: check layer 42" if broken_draft(tw["accept_len"], tw["accept_rate"], dt)
+                             else "")})
+        checked = [x for x in ok if x["counter_scoped"] is not None]
+        row["counters scoped to our request"] = f"{sum(1 for x in checked if x['counter_scoped'])}/{len(checked)}"
+        notes = []
+        if depth and n_same != len(ok):
+            notes.append("speedup compares different texts on some prompts (different text, different acceptance)")
+        if any(x["counter_scoped"] is False for x in checked):
+            notes.append("Prometheus deltas include other traffic on some requests")
+        row["note"] = "; ".join(notes)
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    _dump(stage, "mtp-summary", out)
+    return out
+
+
+def estimator_table(stage):
+    """Every estimator's accept length and rate per depth (F-10). Writes ``data/mtp-estimators.json``."""
+    import pandas as pd
+
+    if (nr := _nr(stage)) is not None:
+        return nr
+    df, _ = _requests(stage)
+    params = measure.params_of(stage)
+    rows = []
+    for model, depth, c in sweep_configs(params):
+        if depth == 0:
+            continue
+        g = [r for r in _records(df) if r["model"] == model and r["depth"] == depth]
+        launches_used = {int(r["launch"]) for r in g if r["launch"] is not None}
+        for e in estimators(g, num_draft_tokens(params, c),
+                            _session_delta(stage, c, launches_used)):
+            rows.append({"model": model, "depth": depth, **e})
+    out = pd.DataFrame(rows)
+    _dump(stage, "mtp-estimators", out)
+    return out
+
+
+def broken_draft_report(stage):
+    """Markdown: per depth whether the draft looks broken (F-08), with the numbers."""
+    from IPython.display import Markdown
+
+    if (nr := _nr(stage)) is not None:
+        return nr
+    s = summary_table(stage)
+    lines = []
+    for r in _records(s):
+        if not r["depth"]:
+            continue
+        if r["flag"]:
+            lines.append(f"- **{r['model']} k={r['depth']}: draft broken: check layer 42 of the checkpoint** "
+                         f"(accept rate {r['accept rate (token-weighted)']:.2f}, accept length "
+                         f"{r['accept len (token-weighted)']:.2f} at {r['draft tokens']} draft tokens); "
+                         "this is the checkpoint's draft layer, not a property of the workload.")
+        else:
+            lines.append(f"- {r['model']} k={r['depth']}: draft working (token-weighted accept rate "
+                         f"{_f(r['accept rate (token-weighted)'])}, accept length {_f(r['accept len (token-weighted)'])}).")
+    return Markdown("\n".join(lines) or "No speculative depth in `mtp.depths`.")
+
+
+def _f(x) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def card_marks() -> dict[int, dict[str, Any]]:
+    """The card's MTP numbers per depth, read from claims.yaml (shown only labelled "card")."""
+    cards = {c["id"]: c["card"] for c in ledger.card_claims()}
+    return {d: cards[i] for d, i in CARD_IDS.items() if i in cards}
+
+
+def figure(stage):
+    """tok/s, accept length and accept rate against depth (medians with request ranges), the
+    card's values as reference marks labelled "card". Writes ``figures/mtp-sweep.png``."""
+    from IPython.display import Image
+
+    if (nr := _nr(stage)) is not None:
+        return nr
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = summary_table(stage)
+    card = card_marks()
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    nan = float("nan")
+    recs = _records(s)
+    for model in dict.fromkeys(r["model"] for r in recs):
+        g = [r for r in recs if r["model"] == model]
+        d = [r["depth"] for r in g]
+        for ax, mid, lo, hi, label in (
+            (axes[0], "decode tok/s median", "decode tok/s min", "decode tok/s max", f"{model}: decode tok/s"),
+            (axes[1], "accept len (token-weighted)", "accept len min", "accept len max", f"{model}: token-weighted"),
+            (axes[2], "accept rate (token-weighted)", "accept rate min", "accept rate max", f"{model}: token-weighted"),
+        ):
+            y = [nan if r[mid] is None else r[mid] for r in g]
+            err = [[0.0 if None in (r[mid], r[lo]) else max(0.0, r[mid] - r[lo]) for r in g],
+                   [0.0 if None in (r[mid], r[hi]) else max(0.0, r[hi] - r[mid]) for r in g]]
+            ax.errorbar(d, y, yerr=err, marker="o", capsize=3, label=label + " (range over requests)")
+        axes[0].plot(d, [nan if r["e2e tok/s median"] is None else r["e2e tok/s median"] for r in g], "s--",
+                     alpha=0.6, label=f"{model}: end-to-end tok/s")
+    cd = sorted(card)
+    axes[0].plot(cd, [card[k]["tok_s"] for k in cd], "kx", markersize=9, label="card: tok/s")
+    for ax, key in ((axes[1], "accept_len"), (axes[2], "accept_rate")):
+        first = True
+        for k in cd:
+            if key in card[k]:
+                lo_, hi_ = card[k][key]
+                ax.vlines(k + 0.08, lo_, hi_, colors="k", linewidth=3, label="card: range" if first else None)
+                first = False
+    for ax, t in zip(axes, ("tok/s (one request)", "accept length", "accept rate"), strict=True):
+        ax.set_xlabel("NEXTN depth k (0 = speculation off)")
+        ax.set_title(t)
+        ax.set_xticks(sorted({r["depth"] for r in recs} | set(cd)))
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = stage.paths.figure("mtp-sweep")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Image(str(path))
+
+
+# --- ledger ----------------------------------------------------------------------------------
+def _within(x: float | None, card: float, tol: tuple[float, float]) -> int:
+    """2 = within tol[0] (relative), 1 = within tol[1], 0 = outside or missing."""
+    if x is None:
+        return 0
+    r = abs(x - card) / card
+    return 2 if r <= tol[0] else 1 if r <= tol[1] else 0
+
+
+def _in_range(x: float | None, rng: list[float]) -> bool:
+    return x is not None and rng[0] - RANGE_TOL <= x <= rng[1] + RANGE_TOL
+
+
+def record_claims(stage):
+    """Record mtp.off, mtp.k1-k3, mtp.k2-best and mtp.broken-draft from the summary. Returns rows."""
+    import pandas as pd
+
+    if (nr := _nr(stage)) is not None:
+        return nr
+    s = summary_table(stage)
+    ev = [stage.paths.data("mtp-summary"), stage.paths.data("mtp-requests"), stage.paths.data("mtp-estimators")]
+    params = measure.params_of(stage)
+    ev += [measure.raw_path(stage.paths, c) for _, _, c in sweep_configs(params)]
+    replay = params.replay_from
+    checked = "sglang " + params.sglang.version + (f" (replay of {replay})" if replay else "")
+    card = card_marks()
+    study = {int(r["depth"]): r for r in _records(s) if r["model"] == "study"}
+    tol_note = ("tok/s is hardware-dependent: within 15 % of the card = reproduced, 30 % = partly; "
+                "decode tok/s excludes time to first token")
+    for depth, cid in CARD_IDS.items():
+        r = study.get(depth)
+        if r is None or r["decode tok/s median"] is None:
+            stage.not_run(f"depth {depth} not in mtp.depths or no successful request", [cid])
+            continue
+        c = card[depth]
+        tok = _within(r["decode tok/s median"], c["tok_s"], TOKS_TOL)
+        measured = {"tok_s": _round(r["decode tok/s median"]), "tok_s_range": [_round(r["decode tok/s min"]), _round(r["decode tok/s max"])],
+                    "tok_s_e2e": _round(r["e2e tok/s median"]), "n": r["requests ok"]}
+        if depth == 0:
+            verdict = [Verdict.CONTRADICTED, Verdict.PARTLY, Verdict.REPRODUCED][tok]
+            stage.record(cid, measured=measured, verdict=verdict, evidence=ev, checked_on=checked, note=tol_note)
+            continue
+        measured.update(speedup=_round(r["speedup vs off (decode medians)"]),
+                        accept_len=[_round(r["accept len min"]), _round(r["accept len max"])],
+                        accept_len_token_weighted=_round(r["accept len (token-weighted)"]),
+                        accept_rate=[_round(r["accept rate min"]), _round(r["accept rate max"])],
+                        accept_rate_token_weighted=_round(r["accept rate (token-weighted)"]),
+                        texts_identical_to_off=r["texts identical to off"])
+        checks = [tok == 2, _within(r["speedup vs off (decode medians)"], c["speedup"], TOKS_TOL) == 2,
+                  _in_range(r["accept len (token-weighted)"], c["accept_len"]),
+                  _in_range(r["accept rate (token-weighted)"], c["accept_rate"])]
+        verdict = Verdict.REPRODUCED if all(checks) else Verdict.PARTLY if any(checks) else Verdict.CONTRADICTED
+        note = (f"{sum(checks)}/4 of tok/s, speedup, accept length, accept rate agree (acceptance: token-weighted, "
+                f"within the card's range +- {RANGE_TOL}); {tol_note}")
+        if r["note"]:
+            note += "; " + r["note"]
+        stage.record(cid, measured=measured, verdict=verdict, evidence=ev, checked_on=checked, note=note)
+    meds = {d: r["decode tok/s median"] for d, r in study.items() if r["decode tok/s median"] is not None}
+    if len(meds) >= 2:
+        best = max(meds, key=meds.get)
+        stage.record("mtp.k2-best", measured={"best_depth": best, "decode_tok_s": {str(k): _round(v) for k, v in meds.items()}},
+                     verdict=Verdict.REPRODUCED if best == 2 else Verdict.CONTRADICTED, evidence=ev,
+                     checked_on=checked, note="best depth by median decode tok/s over the swept depths")
+    else:
+        stage.not_run("fewer than two depths measured", ["mtp.k2-best"])
+    _record_broken(stage, s, ev, checked)
+    rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims()]
+    return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
+
+
+def broken_draft_result(recs: list[dict[str, Any]], card: dict[str, Any]) -> dict[str, Any]:
+    """The mtp.broken-draft verdict from rows of :func:`summary_table` (pure; checked in the tests).
+
+    The checkpoint tested is the one served as ``mtp.broken_model_path`` (model "broken-draft"), or
+    else the first model flagged broken. Every speculative depth of it needs a token-weighted accept
+    rate and length and a speedup over its depth 0; a missing value is named in the note and caps
+    the verdict at "partly" (no value at all: not run).
+
+    - reproduced: broken at every depth (:func:`broken_draft`), slower than no speculation at
+      every depth, and each speedup within 15 % of the card's.
+    - contradicted: the mis-declared checkpoint's draft works: every measured depth has an accept
+      rate of at least :data:`WORKING_RATE`, well above the broken signature (< :data:`BROKEN_RATE`).
+    - partly: anything between (some depths broken, speedups missing or not slower).
+
+    Returns:
+        ``{"measured", "verdict", "note"}``, or ``{"not_run": reason}``.
+    """
+    spec = [r for r in recs if r["depth"]]
+    models = [r["model"] for r in spec if r["model"] == "broken-draft"] or [r["model"] for r in spec if r["flag"]]
+    if not models:
+        tw = [f"k={r['depth']} rate {_f(r['accept rate (token-weighted)'])}" for r in spec]
+        return {"not_run": "the served checkpoint's draft is not broken (" + ", ".join(tw) + "); set "
+                "mtp.broken_model_path to a checkpoint with layer 42 mis-declared to test this claim"}
+    model = models[0]
+    mine = sorted((r for r in spec if r["model"] == model), key=lambda r: r["depth"])
+    LEN, RATE, SP = "accept len (token-weighted)", "accept rate (token-weighted)", "speedup vs off (decode medians)"
+    have_acc = [r for r in mine if r[LEN] is not None and r[RATE] is not None]
+    if not have_acc:
+        return {"not_run": f"model {model!r}: no accept length/rate measured at any speculative depth "
+                           "(no successful request)"}
+    acc_ids = {id(r) for r in have_acc}
+    missing = [f"k={r['depth']} ({'acceptance' if id(r) not in acc_ids else 'speedup'})"
+               for r in mine if id(r) not in acc_ids or r[SP] is None]
+    measured = {"accept_len": _round(max(r[LEN] for r in have_acc)),
+                "accept_rate": _round(max(r[RATE] for r in have_acc)),
+                "speedup": {str(r["depth"]): _round(r[SP]) for r in mine}}
+    broken = [r for r in have_acc if r["flag"]]
+    working = [r for r in have_acc if r[RATE] >= WORKING_RATE]
+    gaps = f"; not measured: {', '.join(missing)}" if missing else ""
+    if model == "broken-draft" and len(working) == len(have_acc):
+        rates = ", ".join(f"k={r['depth']} {_f(r[RATE])}" for r in have_acc)
+        return {"measured": measured, "verdict": Verdict.CONTRADICTED,
+                "note": f"model {model!r} (layer 42 mis-declared): the draft works, token-weighted accept rate "
+                        f"{rates} >= {WORKING_RATE}, far above the broken signature (< {BROKEN_RATE}){gaps}"}
+    speeds = [r[SP] for r in mine]
+    slower = all(x is not None and x < 1 for x in speeds)
+    cs = card["speedup"]
+    worse = all(_within(r[SP], cs[r["depth"]], TOKS_TOL) == 2 for r in mine if r["depth"] in cs)
+    all_broken = len(broken) == len(mine)
+    verdict = Verdict.REPRODUCED if all_broken and slower and worse and not missing else Verdict.PARTLY
+    if None in speeds:
+        speed_note = "slower than none not checked at every depth (speedup missing)"
+    else:
+        speed_note = "speculation slower than none at every depth" if slower else "not slower at every depth"
+    return {"measured": measured, "verdict": verdict,
+            "note": f"model {model!r}: draft broken (accept rate < {BROKEN_RATE}, length < {BROKEN_LEN}) at "
+                    f"{len(broken)} of {len(mine)} depths; {speed_note}{gaps}"}
+
+
+def _record_broken(stage, s, ev, checked) -> None:
+    card = next(c["card"] for c in ledger.card_claims() if c["id"] == "mtp.broken-draft")
+    res = broken_draft_result(_records(s), card)
+    if "not_run" in res:
+        stage.not_run(res["not_run"], ["mtp.broken-draft"])
+    else:
+        stage.record("mtp.broken-draft", evidence=ev, checked_on=checked, **res)
+
+
+def _round(x):
+    return None if x is None else round(float(x), 4)
+
+
+def summary_json(stage) -> dict[str, Any]:
+    """The summary as a dict (for other stages and the report). Raises StageInputMissing."""
+    p = stage.paths.data("mtp-summary")
+    if not p.is_file():
+        raise StageInputMissing(f"{p} missing: run 06_mtp_sweep")
+    return {"rows": json.loads(p.read_text())}

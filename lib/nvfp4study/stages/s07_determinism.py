@@ -1,0 +1,290 @@
+"""Stage 07: are greedy outputs byte-identical with and without speculation (and in
+deterministic mode)? Reads only the recorded raw files of the run.
+
+Configurations: speculation off and NEXTN at ``determinism.spec_depth`` (the card's k=2), then
+both again with ``--enable-deterministic-inference`` (``determinism.deterministic_mode``). Each
+prompt is sent ``determinism.repeats`` times to each, greedy (temperature 0), one at a time.
+
+Comparisons (each pair: lengths first, then the first differing token, bug report F-09):
+
+- spec-off self-reproducibility: every repeat equals repeat 0 (speculation off).
+- spec-on self-reproducibility: the same with speculation.
+- spec-on vs spec-off: repeat 0 of each, per prompt.
+- the same three in deterministic mode, and deterministic spec-on vs plain spec-off.
+
+Throughput per configuration: median decode tok/s over its requests. A speedup of spec-on over
+spec-off is reported with how many of its pairs have identical texts; when texts differ the
+label says so (different text, different acceptance), and an identical-pairs-only figure is
+given beside it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from ..core import ledger
+from ..core.files import atomic_write
+from ..core.ledger import Verdict
+from ..core.stage import Stage, open_stage_named
+from ..serving import measure
+from ..serving.measure import collect, resolve_mode  # noqa: F401  (notebook 07)
+from ..serving.server import ServerConfig, stage_configs
+
+NOTEBOOK = "07_determinism"
+
+
+def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
+    """:func:`nvfp4study.core.stage.open_stage_named` for notebook ``07_determinism``."""
+    return open_stage_named(NOTEBOOK, params_file, run_dir)
+
+STAGE = "07_determinism"
+TOKS_TOL = (0.15, 0.30)
+
+
+def _nr(stage):
+    from IPython.display import Markdown
+
+    mode = measure.resolve_mode(stage)
+    return Markdown(f"not run: {mode.reason}") if mode.kind == "not run" else None
+
+
+def configs(params) -> dict[str, ServerConfig]:
+    """``{"spec-off": .., "spec-on": .., "det spec-off": .., "det spec-on": ..}`` (det only if on)."""
+    cs = stage_configs(params)[STAGE]
+    names = ["spec-off", "spec-on", "det spec-off", "det spec-on"]
+    return dict(zip(names, cs, strict=False))
+
+
+def _rows(stage) -> dict[str, dict[tuple[str, int], dict[str, Any]]]:
+    params = measure.params_of(stage)
+    specs = measure.det_requests(params)
+    out = {}
+    for name, c in configs(params).items():
+        out[name] = {(r["prompt_id"], r["repeat"]): r for r in measure.rows_for(stage, c, specs)}
+    return out
+
+
+COMPARISONS = [
+    # (label, left config, right config, kind) kind: "self" = every repeat vs repeat 0 of left
+    ("spec-off self-reproducibility", "spec-off", "spec-off", "self"),
+    ("spec-on self-reproducibility", "spec-on", "spec-on", "self"),
+    ("spec-on vs spec-off", "spec-on", "spec-off", "cross"),
+    ("det spec-off self-reproducibility", "det spec-off", "det spec-off", "self"),
+    ("det spec-on self-reproducibility", "det spec-on", "det spec-on", "self"),
+    ("det spec-on vs det spec-off", "det spec-on", "det spec-off", "cross"),
+    ("det spec-on vs plain spec-off", "det spec-on", "spec-off", "cross"),
+]
+
+
+def pair_rows(rows: dict[str, dict[tuple[str, int], dict]], prompt_ids: list[str], repeats: int) -> list[dict]:
+    """Every comparison's pairs: comparison, prompt, repeats compared, identical, first divergence.
+
+    Pure function of recorded rows (tested by hand).
+    """
+    out = []
+    for label, left, right, kind in COMPARISONS:
+        if left not in rows or right not in rows:
+            continue
+        for pid in prompt_ids:
+            pairs = ([(r, 0) for r in range(1, repeats)] if kind == "self" else [(0, 0)])
+            for ra, rb in pairs:
+                a, b = rows[left].get((pid, ra)), rows[right].get((pid, rb))
+                cmp = measure.compare_outputs(a or {}, b or {})
+                ma = measure.request_metrics(a) if a else {}
+                mb = measure.request_metrics(b) if b else {}
+                out.append({"comparison": label, "prompt_id": pid, "left": f"{left} r{ra}", "right": f"{right} r{rb}",
+                            **cmp, "left_decode_tok_s": ma.get("decode_tok_s"),
+                            "right_decode_tok_s": mb.get("decode_tok_s")})
+    return out
+
+
+def identity_counts(pairs: list[dict]) -> list[dict]:
+    """Per comparison: prompts all of whose pairs are identical / prompts compared."""
+    out = []
+    for label, *_ in COMPARISONS:
+        mine = [p for p in pairs if p["comparison"] == label]
+        if not mine:
+            continue
+        by_prompt: dict[str, list[dict]] = {}
+        for p in mine:
+            by_prompt.setdefault(p["prompt_id"], []).append(p)
+        comparable = {k: v for k, v in by_prompt.items() if all(x["comparable"] for x in v)}
+        same = [k for k, v in comparable.items() if all(x["identical"] for x in v)]
+        divs = [x["first_divergence"] for v in comparable.values() for x in v if x["identical"] is False]
+        out.append({"comparison": label, "identical prompts": len(same), "prompts compared": len(comparable),
+                    "not comparable (failed request)": len(by_prompt) - len(comparable),
+                    "first divergence (min..max)": f"{min(divs)}..{max(divs)}" if divs else "-"})
+    return out
+
+
+def pair_table(stage):
+    """One row per compared pair (F-09). Writes ``data/det-pairs.json``."""
+    import pandas as pd
+
+    if (nr := _nr(stage)) is not None:
+        return nr
+    df = pd.DataFrame(_pairs(stage))
+    atomic_write(stage.paths.data("det-pairs"), lambda tmp: tmp.write_text(df.to_json(orient="records", indent=1, double_precision=10)))
+    return df
+
+
+def _pairs(stage) -> list[dict]:
+    d = measure.params_of(stage).determinism
+    return pair_rows(_rows(stage), [p["id"] for p in measure.prompts(d.prompts)], d.repeats)
+
+
+def identity_table(stage):
+    """Per comparison: identical prompts / compared. Writes ``data/det-identity.json``."""
+    import pandas as pd
+
+    if (nr := _nr(stage)) is not None:
+        return nr
+    df = pd.DataFrame(identity_counts(_pairs(stage)))
+    atomic_write(stage.paths.data("det-identity"), lambda tmp: tmp.write_text(df.to_json(orient="records", indent=1)))
+    return df
+
+
+def _med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def throughput_rows(rows: dict[str, dict], pairs: list[dict]) -> list[dict]:
+    """Median decode tok/s per configuration, and spec-on/spec-off speedups labelled by identity."""
+    out = []
+    for name, recs in rows.items():
+        m = [measure.request_metrics(r) for r in recs.values()]
+        ok = [x for x in m if x["status"] == "ok"]
+        out.append({"row": name, "decode tok/s median": _med([x["decode_tok_s"] for x in ok]),
+                    "e2e tok/s median": _med([x["e2e_tok_s"] for x in ok]), "requests ok": f"{len(ok)}/{len(m)}",
+                    "pairs": None, "identical pairs": None, "label": "throughput"})
+    for label in ("spec-on vs spec-off",
+                  "det spec-on vs det spec-off"):
+        mine = [p for p in pairs if p["comparison"] == label and p["comparable"]]
+        if not mine:
+            continue
+        same = [p for p in mine if p["identical"]]
+        ratio = lambda ps: (_med([p["left_decode_tok_s"] for p in ps]) / _med([p["right_decode_tok_s"] for p in ps])  # noqa: E731
+                            if ps and _med([p["right_decode_tok_s"] for p in ps]) else None)
+        differ = len(mine) - len(same)
+        out.append({"row": f"speedup {label}, all pairs", "decode tok/s median": ratio(mine), "e2e tok/s median": None,
+                    "requests ok": None, "pairs": len(mine), "identical pairs": len(same),
+                    "label": (f"texts differ in {differ} of {len(mine)} pairs: this ratio compares different texts "
+                              "(different text, different acceptance)") if differ else "all pairs identical"})
+        out.append({"row": f"speedup {label}, identical pairs only", "decode tok/s median": ratio(same),
+                    "e2e tok/s median": None, "requests ok": None, "pairs": len(same), "identical pairs": len(same),
+                    "label": "same texts on both sides" if same else "no identical pair: not computed"})
+    return out
+
+
+def throughput_table(stage):
+    """Throughput of each configuration and the labelled speedups. Writes ``data/det-throughput.json``."""
+    import pandas as pd
+
+    if (nr := _nr(stage)) is not None:
+        return nr
+    df = pd.DataFrame(throughput_rows(_rows(stage), _pairs(stage)))
+    atomic_write(stage.paths.data("det-throughput"), lambda tmp: tmp.write_text(df.to_json(orient="records", indent=1, double_precision=10)))
+    return df
+
+
+NO_PAIR = "no comparable pair: all requests failed"
+
+
+def _no_pair(c: dict | None) -> str:
+    """The not-run reason when a comparison has no comparable prompt."""
+    if c is None:
+        return "no comparable pair: no request of this comparison was recorded"
+    return f"{NO_PAIR} ({c['not comparable (failed request)']} prompt(s) with a failed request)"
+
+
+def claim_results(counts: dict[str, dict], det_tok_s: float | None, cards: dict[str, dict], *,
+                  spec_depth: int, repeats: int, deterministic_mode: bool) -> dict[str, dict]:
+    """Verdicts for det.spec-off, det.spec-on and det.deterministic-mode from :func:`identity_counts`.
+
+    Args:
+        counts: ``{comparison label: identity_counts row}``.
+        det_tok_s: median decode tok/s of "det spec-on" (None when unknown).
+        cards: ``{claim id: card dict}`` from ``claims.yaml``.
+        spec_depth, repeats, deterministic_mode: the stage's determinism params.
+
+    Returns:
+        ``{claim id: {"measured", "verdict", "note"}}``, or ``{claim id: {"not_run": reason}}`` when
+        no prompt of that comparison is comparable (every such request failed): with no data there is
+        nothing to reproduce or contradict.
+    """
+    out: dict[str, dict] = {}
+    off = counts.get("spec-off self-reproducibility")
+    if not (off and off["prompts compared"]):
+        out["det.spec-off"] = {"not_run": _no_pair(off)}
+    else:
+        out["det.spec-off"] = {
+            "measured": {"identical": off["identical prompts"], "n": off["prompts compared"], "repeats": repeats},
+            "verdict": Verdict.REPRODUCED if off["identical prompts"] == off["prompts compared"] else Verdict.CONTRADICTED,
+            "note": "every greedy repeat equal to the first, token by token"}
+    on = counts.get("spec-on vs spec-off")
+    on_n = on["prompts compared"] if on else 0
+    if not on_n:
+        out["det.spec-on"] = {"not_run": _no_pair(on)}
+    else:
+        all_same = on["identical prompts"] == on_n
+        card = cards["det.spec-on"]
+        out["det.spec-on"] = {
+            "measured": {"identical": on["identical prompts"], "n": on_n,
+                         "first_divergence": on["first divergence (min..max)"]},
+            "verdict": Verdict.CONTRADICTED if all_same else Verdict.REPRODUCED,
+            "note": (f"NEXTN k={spec_depth} vs speculation off, repeat 0 of each. "
+                     f"The card's count ({card['identical']}/{card['n']}) depends "
+                     "on its prompts; the claim tested is that speculation is not byte-identical. Whether the "
+                     "differences are paraphrases was not judged automatically (texts in det-pairs.json).")}
+    if not deterministic_mode:
+        out["det.deterministic-mode"] = {"not_run": "determinism.deterministic_mode is false"}
+        return out
+    det = counts.get("det spec-on vs det spec-off")
+    det_n = det["prompts compared"] if det else 0
+    if not det_n:
+        out["det.deterministic-mode"] = {"not_run": _no_pair(det)}
+        return out
+    card = cards["det.deterministic-mode"]
+    on_rate = on["identical prompts"] / on_n if on_n else None
+    better = det["identical prompts"] == det_n or (on_rate is not None and det["identical prompts"] / det_n > on_rate)
+    r = abs(det_tok_s - card["tok_s"]) / card["tok_s"] if det_tok_s else None
+    tok_ok = r is not None and r <= TOKS_TOL[0]
+    verdict = Verdict.REPRODUCED if better and tok_ok else Verdict.PARTLY if (better or tok_ok) else Verdict.CONTRADICTED
+    out["det.deterministic-mode"] = {
+        "measured": {"identical": det["identical prompts"], "n": det_n,
+                     "tok_s": None if det_tok_s is None else round(det_tok_s, 4),
+                     "identical_vs_plain_spec_off": counts.get("det spec-on vs plain spec-off", {}).get("identical prompts")},
+        "verdict": verdict,
+        "note": ("deterministic spec-on vs deterministic spec-off; 'reproduced' needs more identical prompts "
+                 "than without the mode (or all identical) and decode tok/s within 15 % of the card "
+                 "(hardware-dependent)" + ("" if on_n else "; plain spec-on had no comparable pair"))}
+    return out
+
+
+def record_claims(stage):
+    """Record det.spec-off, det.spec-on and det.deterministic-mode. Returns the ledger rows."""
+    import pandas as pd
+
+    if (nr := _nr(stage)) is not None:
+        return nr
+    pairs = _pairs(stage)
+    counts = {r["comparison"]: r for r in identity_counts(pairs)}
+    thr = {r["row"]: r for r in throughput_rows(_rows(stage), pairs)}
+    cards = {c["id"]: c["card"] for c in ledger.card_claims()}
+    params = measure.params_of(stage)
+    replay = params.replay_from
+    checked = "sglang " + params.sglang.version + (f" (replay of {replay})" if replay else "")
+    ev = [stage.paths.data("det-pairs"), stage.paths.data("det-identity"), stage.paths.data("det-throughput")]
+    ev += [measure.raw_path(stage.paths, c) for c in configs(params).values()]
+    d = params.determinism
+    results = claim_results(counts, thr.get("det spec-on", {}).get("decode tok/s median"), cards,
+                            spec_depth=d.spec_depth, repeats=d.repeats, deterministic_mode=d.deterministic_mode)
+    for cid, res in results.items():
+        if "not_run" in res:
+            stage.not_run(res["not_run"], [cid])
+        else:
+            stage.record(cid, evidence=ev, checked_on=checked, **res)
+    rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims()]
+    return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])

@@ -1,0 +1,194 @@
+"""The library's architecture as tests: notebooks -> stages -> wings -> core, no import circles.
+
+The import graph is built from the source with ``ast`` (every ``import`` and ``from ... import``,
+including those inside functions), so a lazy import cannot hide a circle.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from nvfp4study.core.params import REPO_ROOT
+
+LIB = REPO_ROOT / "lib"
+PKG = LIB / "nvfp4study"
+WINGS = ("checkpoint", "sglang", "serving", "codeeval")
+NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(LIB).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PKG.rglob("*.py")}
+
+
+def imports_of(path: Path, known: set[str]) -> set[str]:
+    """nvfp4study modules that ``path`` imports (a ``from pkg import name`` of a submodule counts
+    as an import of that submodule)."""
+    name = module_name(path)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "nvfp4study"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if mod.split(".")[0] != "nvfp4study":
+                continue
+            for a in node.names:
+                sub = f"{mod}.{a.name}"
+                out.add(sub if sub in known else mod)
+    return {m for m in out if m in known and m != name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {name: imports_of(path, set(mods)) for name, path in mods.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle as a path ``[a, b, ..., a]``, or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(u: str) -> list[str] | None:
+        state[u] = 1
+        stack.append(u)
+        for w in sorted(graph.get(u, ())):
+            if state.get(w) == 1:
+                return stack[stack.index(w):] + [w]
+            if w not in state and (c := visit(w)):
+                return c
+        stack.pop()
+        state[u] = 2
+        return None
+
+    for u in sorted(graph):
+        if u not in state and (c := visit(u)):
+            return c
+    return None
+
+
+def test_cycle_finder_finds_a_planted_circle():
+    g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert find_cycle(g) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_graph_sees_lazy_and_relative_imports(tmp_path):
+    known = {"nvfp4study.core.params", "nvfp4study.core.paths", "nvfp4study.core"}
+    src = PKG / "core" / "paths.py"
+    assert "nvfp4study.core.params" in imports_of(src, known | {"nvfp4study.core.paths"})
+
+
+def test_no_import_circles_anywhere():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+def wing_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_core_imports_no_wing_and_wings_import_no_stage():
+    bad = []
+    for mod, deps in import_graph().items():
+        w = wing_of(mod)
+        for d in deps:
+            dw = wing_of(d)
+            if w == "core" and dw != "core":
+                bad.append(f"{mod} (core) imports {d}")
+            if w in WINGS and dw in ("stages", "cli"):
+                bad.append(f"{mod} (wing {w}) imports {d}")
+            if w == "stages" and dw == "stages":
+                bad.append(f"{mod} (a stage) imports another stage {d}")
+    assert not bad, "\n".join(bad)
+
+
+def notebook_code(path: Path) -> str:
+    return "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"]
+                     if c["cell_type"] == "code")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_imports_only_its_stage_module(path):
+    tree = ast.parse(notebook_code(path))
+    ours = [(n.module, a.name, a.asname) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+            for a in n.names if (n.module or "").split(".")[0] == "nvfp4study"]
+    ours += [(a.name, "", a.asname) for n in ast.walk(tree) if isinstance(n, ast.Import)
+             for a in n.names if a.name.split(".")[0] == "nvfp4study"]
+    assert len(ours) == 1, f"{path.name} imports {ours}"
+    module, name, alias = ours[0]
+    assert module == "nvfp4study.stages" and re.fullmatch(rf"s{path.stem[:2]}_\w+", name), ours
+    import importlib
+
+    stage_module = importlib.import_module(f"nvfp4study.stages.{name}")
+    assert stage_module.NOTEBOOK == path.stem
+    assert f"{alias or name}.open_stage(params_file, run_dir)" in notebook_code(path)
+
+
+def test_every_notebook_has_one_stage_module_and_back():
+    stages = {p.stem for p in (PKG / "stages").glob("s[0-9][0-9]_*.py")}
+    assert {f"s{p.stem[:2]}" for p in NOTEBOOKS} == {s[:3] for s in stages}
+
+
+def long_module_reasons() -> dict[str, str]:
+    """``path: reason`` lines of CONTRIBUTING.md's "Modules over 500 lines" list."""
+    text = (REPO_ROOT / "CONTRIBUTING.md").read_text()
+    section = text.split("### Modules over 500 lines", 1)[1].split("\n#", 1)[0] if \
+        "### Modules over 500 lines" in text else ""
+    return dict(re.findall(r"^- `(lib/[^`]+\.py)`: (.+)$", section, flags=re.M))
+
+
+def test_modules_stay_near_500_lines_or_say_why():
+    reasons = long_module_reasons()
+    long = {p.relative_to(REPO_ROOT).as_posix(): len(p.read_text().splitlines())
+            for p in PKG.rglob("*.py")}
+    unexplained = {p: n for p, n in long.items() if n > 500 and p not in reasons}
+    assert not unexplained, f"over 500 lines with no reason in CONTRIBUTING.md: {unexplained}"
+    stale = [p for p in reasons if long.get(p, 0) <= 500]
+    assert not stale, f"CONTRIBUTING.md explains modules that are no longer long: {stale}"
+
+
+@pytest.mark.parametrize("pkg", ["core", *WINGS, "stages"])
+def test_each_wing_says_what_it_is_for_and_lists_its_names(pkg):
+    init = PKG / pkg / "__init__.py"
+    tree = ast.parse(init.read_text())
+    doc = ast.get_docstring(tree)
+    assert doc and len(doc.strip().splitlines()) >= 2, f"{init}: a docstring of two lines or more"
+    names = [n for n in tree.body if isinstance(n, ast.Assign)
+             and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)]
+    assert names, f"{init}: no __all__"
+    listed = ast.literal_eval(names[0].value)
+    on_disk = {p.stem for p in (PKG / pkg).glob("*.py") if p.stem != "__init__"}
+    assert set(listed) == on_disk, f"{init}: __all__ {sorted(listed)} != modules {sorted(on_disk)}"
+
+
+def test_nothing_tracked_points_outside_the_repository():
+    outside = "shared" + "/"  # spelled in two parts so this file does not match itself
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO_ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    hits = []
+    for rel in tracked:
+        p = REPO_ROOT / rel
+        if rel == "tests/test_layout.py" or not p.is_file() or p.suffix in (".png", ".parquet"):
+            continue
+        text = p.read_text(errors="replace")
+        for i, line in enumerate(text.splitlines(), 1):
+            if outside in line:
+                hits.append(f"{rel}:{i}: {line.strip()[:100]}")
+    assert not hits, "\n".join(hits)
