@@ -1,0 +1,18 @@
+"""Checkpoints in the Ling-3.0-flash layout: describe, generate, quantize, audit, round-trip.
+
+The layout and the card's NVFP4 recipe as data, a safetensors header reader, llmcompressor's
+``model_free_ptq`` with the serving rewrite, and the header audit (precision, counts, scales).
+"""
+
+__all__ = [
+    "audit",
+    "checks",
+    "generate",
+    "header",
+    "layout",
+    "modules",
+    "quant_rules",
+    "quantize",
+    "recipe",
+    "roundtrip",
+]

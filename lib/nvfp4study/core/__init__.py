@@ -1,0 +1,17 @@
+"""The study's spine, imported by every other part and importing none of them.
+
+Params (validated YAML), run folders and their file names, atomic writes, the claims ledger,
+named errors, the ``Stage`` context a notebook opens, machine probes and the papermill runner.
+"""
+
+__all__ = [
+    "display",
+    "environment",
+    "errors",
+    "files",
+    "ledger",
+    "params",
+    "paths",
+    "runner",
+    "stage",
+]

@@ -36,6 +36,7 @@ import yaml
 
 from ..core.errors import ReplayDataMissing, StudyError
 from ..core.files import atomic_write
+from ..core.stage import Stage
 from . import client
 from .server import (
     ServerConfig,
@@ -179,7 +180,7 @@ class Mode:
                         "appended to `data/serve-raw-*.jsonl` as it arrives.")
 
 
-def resolve_mode(stage) -> Mode:
+def resolve_mode(stage: Stage) -> Mode:
     """Replay when ``replay_from`` is set, "not run" when :func:`gpu_refusal` gives a reason."""
     p = stage.params
     if p.replay_from:
@@ -191,7 +192,7 @@ def resolve_mode(stage) -> Mode:
     return Mode("not run", reason=reason) if reason else Mode("live")
 
 
-def params_of(stage):
+def params_of(stage: Stage):
     """The params that define what was measured: the recorded run's own ``params.yaml`` when
     replaying (so its configurations, prompts and depths are analysed as they were recorded,
     whatever this run's profile), else the stage's params.
@@ -213,7 +214,7 @@ def params_of(stage):
     return load_params(f).model_copy(update={"replay_from": p.replay_from})
 
 
-def import_recorded(stage, source: Path, configs: list[ServerConfig], need_requests: bool) -> list[Path]:
+def import_recorded(stage: Stage, source: Path, configs: list[ServerConfig], need_requests: bool) -> list[Path]:
     """Copy a recorded run's raw files (and the logs they name) for ``configs`` into this run.
 
     Raises:
@@ -258,7 +259,7 @@ def _counters(url: str, enabled: bool) -> dict[str, float] | None:
     return {k: m.get(k, 0.0) for k in client.COUNTERS}
 
 
-def ask(stage, url: str, config: ServerConfig, spec: RequestSpec, *, launch: int, warmup: bool = False,
+def ask(stage: Stage, url: str, config: ServerConfig, spec: RequestSpec, *, launch: int, warmup: bool = False,
         text: str | None = None) -> dict[str, Any]:
     """Send one request (flush cache, counters before, stream, counters after) and append its row.
 
@@ -289,7 +290,7 @@ def ask(stage, url: str, config: ServerConfig, spec: RequestSpec, *, launch: int
     return row
 
 
-def collect(stage):
+def collect(stage: Stage):
     """Run the stage's live collection (or the replay import, or record "not run").
 
     For each configuration the stage needs, the server is launched once if anything is missing:
@@ -321,7 +322,7 @@ def collect(stage):
     return pd.DataFrame(rows)
 
 
-def model_config_for(stage, model_path: str | None) -> dict[str, Any]:
+def model_config_for(stage: Stage, model_path: str | None) -> dict[str, Any]:
     """The served checkpoint's ``config.json`` keys the checks need (params' shape when unreadable)."""
     keys = ("num_hidden_layers", "first_k_dense_replace", "num_nextn_predict_layers",
             "expert_swiglu_limit_list", "share_expert_swiglu_limit_list")
@@ -338,7 +339,7 @@ def model_config_for(stage, model_path: str | None) -> dict[str, Any]:
             "source": "params checkpoint.shape"}
 
 
-def _session(stage, config: ServerConfig, pending: list[RequestSpec]) -> dict[str, Any]:
+def _session(stage: Stage, config: ServerConfig, pending: list[RequestSpec]) -> dict[str, Any]:
     p = stage.params
     n = len(launches(stage.paths, config)) + 1
     rec: dict[str, Any] = {"launch": n, "status": "starting"}
@@ -368,7 +369,7 @@ def _session(stage, config: ServerConfig, pending: list[RequestSpec]) -> dict[st
             "load_s": rec.get("load_s"), "note": rec.get("install", "")}
 
 
-def rows_for(stage, config: ServerConfig, specs: list[RequestSpec]) -> list[dict[str, Any]]:
+def rows_for(stage: Stage, config: ServerConfig, specs: list[RequestSpec]) -> list[dict[str, Any]]:
     """The recorded rows of ``specs`` on ``config`` (from this run's files only), in spec order.
 
     Raises:

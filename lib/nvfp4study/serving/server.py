@@ -40,6 +40,7 @@ from typing import Any
 
 from ..core.errors import NoCapableGPU, StageInputMissing, WrongInterpreter
 from ..core.params import Params
+from ..core.stage import Stage
 from ..sglang.flags import FLAG_SOURCES, cached_wheel, sglang_cli_flags  # noqa: F401
 from .process import ServerProcess, check_port_free, log_tail, process_for  # noqa: F401
 
@@ -358,7 +359,7 @@ def _next_log(paths, config: ServerConfig) -> Path:
     return path
 
 
-def served_model_path(stage, config: ServerConfig) -> str:
+def served_model_path(stage: Stage, config: ServerConfig) -> str:
     """The checkpoint to serve: ``config.model_path``, ``server.model_path``, or the quantized
     checkpoint 01 recorded in ``data/quantize.json`` of the run.
 
@@ -405,7 +406,7 @@ def install_mode(stack: contextlib.ExitStack, stage, config: ServerConfig) -> st
 
 
 @contextlib.contextmanager
-def serving(stage, config: ServerConfig, *, startup_timeout_s: float | None = None,
+def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | None = None,
             launch_record: dict | None = None) -> Iterator[str]:
     """Run an SGLang server for ``config`` and yield its base URL; always stop it afterwards.
 
@@ -460,7 +461,6 @@ def main(argv: list[str]) -> int:
     """``nvfp4study serve``: start SGLang with the study's flags and keep it up until Ctrl-C."""
     from ..core.params import load_params
     from ..core.paths import RunPaths, ensure_writable, new_run_dir
-    from ..core.stage import Stage
 
     ap = argparse.ArgumentParser(
         prog="nvfp4study serve",

@@ -1,0 +1,16 @@
+"""SGLang's released source as evidence: where the SwiGLU clamp limit goes on every MoE path.
+
+Source trees from released wheels, the AST clamp-flow audit, the clamp patches (apply, verify,
+revert byte for byte), ``sglang serve`` flag facts and the clamp numerics (pre- vs post-SiLU).
+"""
+
+__all__ = [
+    "audit",
+    "checks",
+    "clamp_flow",
+    "clamp_numerics",
+    "clamp_values",
+    "flags",
+    "patch",
+    "source",
+]

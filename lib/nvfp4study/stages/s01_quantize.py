@@ -268,7 +268,7 @@ def run_roundtrip(params: Params, paths: RunPaths, p: dict[str, Any]) -> dict[st
             "figure": str(fig) if fig else None}
 
 
-def record_ledger(stage: Any, rep: dict[str, Any], probe: dict[str, Any], rt: dict[str, Any]) -> Any:
+def record_ledger(stage: Stage, rep: dict[str, Any], probe: dict[str, Any], rt: dict[str, Any]) -> Any:
     """Record the stage's claims and findings; returns the recorded rows as a DataFrame."""
     import pandas as pd
 

@@ -41,7 +41,7 @@ SAFETENSORS_DTYPE = {"float32": "F32", "bfloat16": "BF16", "float16": "F16", "fl
 
 
 
-def resolve_checkpoint(stage: Any) -> dict[str, Any]:
+def resolve_checkpoint(stage: Stage) -> dict[str, Any]:
     """The checkpoint to audit: ``checkpoint.quantized_path`` when set, else the ``quantized`` path
     01_quantize wrote in ``data/quantize.json``.
 
@@ -84,7 +84,7 @@ def predicted_data_bytes(shape: LingShape) -> int:
     return sum(ling_layout.spec_nbytes(s) for s in specs)
 
 
-def run_audit(stage: Any, ck: dict[str, Any]) -> ca.AuditReport:
+def run_audit(stage: Stage, ck: dict[str, Any]) -> ca.AuditReport:
     """Audit the checkpoint; write ``data/checkpoint_audit.json``, ``data/checkpoint-tensors.parquet``,
     ``figures/checkpoint-layer-heatmap.png`` and ``figures/checkpoint-up-scale-error.png``."""
     import pandas as pd
@@ -203,15 +203,15 @@ def counts_table(rep: ca.AuditReport) -> Any:
                           "card": v} for k, v in cards.items()])
 
 
-def heatmap_path(stage: Any) -> str:
+def heatmap_path(stage: Stage) -> str:
     return str(stage.paths.figure("checkpoint-layer-heatmap"))
 
 
-def up_error_path(stage: Any) -> str:
+def up_error_path(stage: Stage) -> str:
     return str(stage.paths.figure("checkpoint-up-scale-error"))
 
 
-def unshared_up_error(stage: Any) -> dict[str, Any]:
+def unshared_up_error(stage: Stage) -> dict[str, Any]:
     """The up_proj scale error SGLang's W4A4 scheme would apply on the card-style pipeline (both
     fused tables emptied, no gate/up rule), from 01's ``data/gate-up-scales-share=off.parquet``.
     Writes ``figures/up-scale-error-unshared.png``; ``{"run": False, "reason"}`` when 01 did not
@@ -267,7 +267,7 @@ def _count_verdict(measured: int, formula_audited: int | None, formula_real: int
                                   f"at real sizes {formula_real} (card {card:,})")
 
 
-def record_ledger(stage: Any, rep: ca.AuditReport, ck: dict[str, Any], unshared: dict[str, Any]) -> Any:
+def record_ledger(stage: Stage, rep: ca.AuditReport, ck: dict[str, Any], unshared: dict[str, Any]) -> Any:
     """Record every claim of stage 02 and the study's findings; returns the rows as a DataFrame."""
     import pandas as pd
 

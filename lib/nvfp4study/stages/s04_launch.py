@@ -152,7 +152,7 @@ def assign_layers(lines: list[dict[str, Any]], expected: dict[str, Any]) -> list
 
 
 # --- the stage -------------------------------------------------------------------------------
-def _launch(stage) -> tuple[dict[str, Any], str]:
+def _launch(stage: Stage) -> tuple[dict[str, Any], str]:
     config = card_config(measure.params_of(stage))
     rows = [r for r in measure.launches(stage.paths, config) if r.get("log")]
     if not rows:
@@ -164,14 +164,14 @@ def _launch(stage) -> tuple[dict[str, Any], str]:
     return rec, log.read_text(errors="replace")
 
 
-def _not_run(stage):
+def _not_run(stage: Stage):
     from IPython.display import Markdown
 
     mode = measure.resolve_mode(stage)
     return Markdown(f"not run: {mode.reason}") if mode.kind == "not run" else None
 
 
-def launch_table(stage):
+def launch_table(stage: Stage):
     """One row per launch of the card's configuration: status, load time, GPU, version."""
     import pandas as pd
 
@@ -187,7 +187,7 @@ def launch_table(stage):
     return pd.DataFrame(rows)
 
 
-def clamp_table(stage):
+def clamp_table(stage: Stage):
     """Per MoE layer (and the draft): the config's routed limit and what the log reports.
 
     Writes ``data/launch-clamp.json``. Columns: layer, expected limit, logged limit, mode, match.
@@ -231,7 +231,7 @@ def _same(a, b) -> bool:
     return a == b
 
 
-def clamp_summary(stage):
+def clamp_summary(stage: Stage):
     """Markdown: which layers report which limit, as ranges (the card's "limit=4 on 35-41")."""
     from IPython.display import Markdown
 
@@ -276,7 +276,7 @@ def _summary_sentence(df) -> str:
     return s
 
 
-def warnings_table(stage):
+def warnings_table(stage: Stage):
     """Warnings worth surfacing from the launch log and ``/model_info``."""
     import pandas as pd
 
@@ -287,7 +287,7 @@ def warnings_table(stage):
     return pd.DataFrame(rows or [{"warning": "none of the known warnings", "count": 0, "first line": ""}])
 
 
-def memory_table(stage):
+def memory_table(stage: Stage):
     """Weights' memory and load time per loaded model (target, draft) from ``Load weight end``.
 
     Writes ``data/launch-memory.json``.
@@ -344,7 +344,7 @@ def _rel(measured: float, card: float) -> float:
     return abs(measured - card) / card
 
 
-def record_claims(stage):
+def record_claims(stage: Stage):
     """Record fit.single-gpu, size.resident, load.time and clamp.log-lines. Returns the rows."""
     import pandas as pd
 

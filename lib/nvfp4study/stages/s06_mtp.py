@@ -54,7 +54,7 @@ STAGE = "06_mtp_sweep"
 CARD_IDS = {0: "mtp.off", 1: "mtp.k1", 2: "mtp.k2", 3: "mtp.k3"}
 
 
-def _nr(stage):
+def _nr(stage: Stage):
     from IPython.display import Markdown
 
     mode = measure.resolve_mode(stage)
@@ -71,7 +71,7 @@ def _records(df) -> list[dict[str, Any]]:
     return df.astype(object).where(df.notna(), None).to_dict("records")
 
 
-def _dump(stage, stem: str, df) -> None:
+def _dump(stage: Stage, stem: str, df) -> None:
     atomic_write(stage.paths.data(stem), lambda tmp: tmp.write_text(df.to_json(orient="records", indent=1, double_precision=10)))
 
 
@@ -135,7 +135,7 @@ def broken_draft(accept_len: float | None, accept_rate: float | None, draft_toke
 
 
 # --- tables ----------------------------------------------------------------------------------
-def _session_delta(stage, config: ServerConfig, launches_used: set[int]) -> dict[str, float] | None:
+def _session_delta(stage: Stage, config: ServerConfig, launches_used: set[int]) -> dict[str, float] | None:
     dg = dv = 0.0
     found = False
     for r in measure.launches(stage.paths, config):
@@ -147,7 +147,7 @@ def _session_delta(stage, config: ServerConfig, launches_used: set[int]) -> dict
     return {"d_gen": dg, "d_verify": dv} if found else None
 
 
-def _requests(stage):
+def _requests(stage: Stage):
     import pandas as pd
 
     params = measure.params_of(stage)
@@ -177,7 +177,7 @@ def _requests(stage):
     return df, raw
 
 
-def request_table(stage):
+def request_table(stage: Stage):
     """One row per timed request: status, tokens, TTFT, decode and end-to-end tok/s, the server's
     accept length / rate, scoped counter deltas, identity with the depth-0 text.
 
@@ -190,7 +190,7 @@ def request_table(stage):
     return df
 
 
-def summary_table(stage):
+def summary_table(stage: Stage):
     """Per depth: decode and end-to-end tok/s (median, range over requests), speedup over depth 0
     with how many texts are identical to depth 0, token-weighted acceptance with its range over
     requests, and the broken-draft flag. Writes ``data/mtp-summary.json``."""
@@ -242,7 +242,7 @@ def summary_table(stage):
     return out
 
 
-def estimator_table(stage):
+def estimator_table(stage: Stage):
     """Every estimator's accept length and rate per depth (F-10). Writes ``data/mtp-estimators.json``."""
     import pandas as pd
 
@@ -264,7 +264,7 @@ def estimator_table(stage):
     return out
 
 
-def broken_draft_report(stage):
+def broken_draft_report(stage: Stage):
     """Markdown: per depth whether the draft looks broken (F-08), with the numbers."""
     from IPython.display import Markdown
 
@@ -296,7 +296,7 @@ def card_marks() -> dict[int, dict[str, Any]]:
     return {d: cards[i] for d, i in CARD_IDS.items() if i in cards}
 
 
-def figure(stage):
+def figure(stage: Stage):
     """tok/s, accept length and accept rate against depth (medians with request ranges), the
     card's values as reference marks labelled "card". Writes ``figures/mtp-sweep.png``."""
     from IPython.display import Image
@@ -361,7 +361,7 @@ def _in_range(x: float | None, rng: list[float]) -> bool:
     return x is not None and rng[0] - RANGE_TOL <= x <= rng[1] + RANGE_TOL
 
 
-def record_claims(stage):
+def record_claims(stage: Stage):
     """Record mtp.off, mtp.k1-k3, mtp.k2-best and mtp.broken-draft from the summary. Returns rows."""
     import pandas as pd
 
@@ -477,7 +477,7 @@ def broken_draft_result(recs: list[dict[str, Any]], card: dict[str, Any]) -> dic
                     f"{len(broken)} of {len(mine)} depths; {speed_note}{gaps}"}
 
 
-def _record_broken(stage, s, ev, checked) -> None:
+def _record_broken(stage: Stage, s, ev, checked) -> None:
     card = next(c["card"] for c in ledger.card_claims() if c["id"] == "mtp.broken-draft")
     res = broken_draft_result(_records(s), card)
     if "not_run" in res:
@@ -490,7 +490,7 @@ def _round(x):
     return None if x is None else round(float(x), 4)
 
 
-def summary_json(stage) -> dict[str, Any]:
+def summary_json(stage: Stage) -> dict[str, Any]:
     """The summary as a dict (for other stages and the report). Raises StageInputMissing."""
     p = stage.paths.data("mtp-summary")
     if not p.is_file():

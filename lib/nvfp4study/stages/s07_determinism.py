@@ -42,7 +42,7 @@ STAGE = "07_determinism"
 TOKS_TOL = (0.15, 0.30)
 
 
-def _nr(stage):
+def _nr(stage: Stage):
     from IPython.display import Markdown
 
     mode = measure.resolve_mode(stage)
@@ -56,7 +56,7 @@ def configs(params) -> dict[str, ServerConfig]:
     return dict(zip(names, cs, strict=False))
 
 
-def _rows(stage) -> dict[str, dict[tuple[str, int], dict[str, Any]]]:
+def _rows(stage: Stage) -> dict[str, dict[tuple[str, int], dict[str, Any]]]:
     params = measure.params_of(stage)
     specs = measure.det_requests(params)
     out = {}
@@ -118,7 +118,7 @@ def identity_counts(pairs: list[dict]) -> list[dict]:
     return out
 
 
-def pair_table(stage):
+def pair_table(stage: Stage):
     """One row per compared pair (F-09). Writes ``data/det-pairs.json``."""
     import pandas as pd
 
@@ -129,12 +129,12 @@ def pair_table(stage):
     return df
 
 
-def _pairs(stage) -> list[dict]:
+def _pairs(stage: Stage) -> list[dict]:
     d = measure.params_of(stage).determinism
     return pair_rows(_rows(stage), [p["id"] for p in measure.prompts(d.prompts)], d.repeats)
 
 
-def identity_table(stage):
+def identity_table(stage: Stage):
     """Per comparison: identical prompts / compared. Writes ``data/det-identity.json``."""
     import pandas as pd
 
@@ -178,7 +178,7 @@ def throughput_rows(rows: dict[str, dict], pairs: list[dict]) -> list[dict]:
     return out
 
 
-def throughput_table(stage):
+def throughput_table(stage: Stage):
     """Throughput of each configuration and the labelled speedups. Writes ``data/det-throughput.json``."""
     import pandas as pd
 
@@ -263,7 +263,7 @@ def claim_results(counts: dict[str, dict], det_tok_s: float | None, cards: dict[
     return out
 
 
-def record_claims(stage):
+def record_claims(stage: Stage):
     """Record det.spec-off, det.spec-on and det.deterministic-mode. Returns the ledger rows."""
     import pandas as pd
 
