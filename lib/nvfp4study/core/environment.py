@@ -1,8 +1,9 @@
 """What machine and software a run used (stage 00 and every run's ``manifest.json``).
 
-NVFP4 W4A4 MoE in SGLang needs a GPU of compute capability 10.x-12.x (Blackwell):
-``compressed_tensors_w4a4_nvfp4_moe.py`` lines 36-56 of SGLang 0.5.23 raise below that
-(``../shared/reference/sglang-0.5.23.md``).
+NVFP4 W4A4 MoE in SGLang needs a Blackwell GPU (compute capability 10.x-12.x): in SGLang 0.5.23
+``srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4_moe.py``
+raises ``ValueError("Current platform does not support NVFP4 ...")`` unless
+``get_platform().is_blackwell`` (lines 37-44), and ``get_min_capability`` returns 100 (54-56).
 """
 
 from __future__ import annotations

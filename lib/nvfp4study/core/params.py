@@ -31,7 +31,9 @@ class _Strict(BaseModel):
 
 # --- checkpoint --------------------------------------------------------------------
 class LingShape(_Strict):
-    """Ling-3.0-flash sizes; the defaults are the real model's (``ling3-flash.md``)."""
+    """Ling-3.0-flash sizes. The defaults are the real model's, as the code that loads it reads
+    them (SGLang 0.5.23 ``srt/models/bailing_moe_v3.py``, ``srt/configs/bailing_hybrid.py``);
+    a checkpoint's own ``config.json`` overrides them wherever the study reads one."""
 
     vocab_size: int = 157184
     hidden_size: int = 2560

@@ -6,9 +6,10 @@ Per run folder (see :mod:`nvfp4study.core.paths`): executed ``NN_*.ipynb``, ``ht
 without code, ``data/``, ``figures/``, ``params.yaml``, ``manifest.json``, ``ledger.json`` and
 ``report.html`` (``99_report`` converted with nbconvert, no input cells).
 
-A cell error or a cell timeout fails the run: papermill raises ``PapermillExecutionError``
-for an error, but a timeout surfaces as nbclient's ``CellTimeoutError`` and the written
-notebook does not show it (``../shared/reference/evaluation.md``), so both are caught here.
+A cell error or a cell timeout fails the run: papermill turns a cell's error output into
+``PapermillExecutionError`` (papermill ``execute.py`` 200-230), but a timeout is nbclient's
+``CellTimeoutError`` (nbclient ``client.py`` 791, 856), raised before any error output is
+written, so the saved notebook does not show it; both are caught here.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Per depth (``mtp.depths``, 0 = speculation off) the same prompts are sent one at a time
 (``--max-running-requests 1``), greedy, after a warm-up. Everything here reads only
 ``data/serve-raw-<cfg>.jsonl`` (and the launch records) of the run, so a replayed run gives the
-same tables. Estimators, each named in every table (bug report F-10):
+same tables. Estimators, each named in every table, because one data set gives different
+acceptance figures per estimator (fault F-10 in ``docs/faults.md``):
 
 - **request-weighted**: median (and mean) of the per-request ``spec_accept_length`` /
   ``spec_accept_rate``, with the range over requests.
@@ -17,7 +18,8 @@ same tables. Estimators, each named in every table (bug report F-10):
 Counter estimators give no accept rate directly; it is derived as (len - 1) / (draft tokens - 1)
 (each verify pass yields the accepted drafts plus one bonus token), so it is labelled "derived".
 
-A broken draft (F-08): at a depth with draft tokens > 1, a token-weighted accept rate below
+A broken draft (fault F-08: a draft that is almost always rejected, for example an MTP layer
+loaded in the wrong format, must not be reported as a hard workload): at a depth with draft tokens > 1, a token-weighted accept rate below
 :data:`BROKEN_RATE` with accept length below :data:`BROKEN_LEN` is reported as "draft broken:
 check layer 42", not as a property of the workload.
 """

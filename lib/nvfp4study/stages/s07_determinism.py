@@ -5,7 +5,8 @@ Configurations: speculation off and NEXTN at ``determinism.spec_depth`` (the car
 both again with ``--enable-deterministic-inference`` (``determinism.deterministic_mode``). Each
 prompt is sent ``determinism.repeats`` times to each, greedy (temperature 0), one at a time.
 
-Comparisons (each pair: lengths first, then the first differing token, bug report F-09):
+Comparisons (each pair: lengths first, then the first differing token; outputs that differ are
+never turned into a speedup without saying so, fault F-09 in ``docs/faults.md``):
 
 - spec-off self-reproducibility: every repeat equals repeat 0 (speculation off).
 - spec-on self-reproducibility: the same with speculation.
