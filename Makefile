@@ -36,8 +36,14 @@ notebooks: $(STAMP)
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
+# JupyterLab on the study's venv, in notebooks/. Local by default; on a remote workstation
+# `make jupyter JUPYTER_IP=0.0.0.0` (or keep 127.0.0.1 and tunnel: see the README). Jupyter prints
+# the URL with its token. As root (containers, cloud machines) --allow-root is added.
+JUPYTER_IP   ?= 127.0.0.1
+JUPYTER_PORT ?= 8888
 jupyter: $(STAMP)
-	cd notebooks && ../$(BIN)/jupyter lab
+	cd notebooks && ../$(BIN)/jupyter lab --no-browser --ip=$(JUPYTER_IP) --port=$(JUPYTER_PORT) \
+		$$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 clean-outputs:
 	find outputs -mindepth 1 -maxdepth 1 ! -name .gitkeep -exec rm -rf {} +

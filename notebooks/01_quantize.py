@@ -3,7 +3,7 @@
 #   jupytext:
 #     formats: ipynb,py:percent
 #   kernelspec:
-#     display_name: Python 3 (ipykernel)
+#     display_name: Python 3 (nvfp4study)
 #     language: python
 #     name: python3
 # ---

@@ -3,6 +3,7 @@ their py:percent twins."""
 
 import ast
 import json
+from pathlib import Path
 
 import jupytext
 import pytest
@@ -51,3 +52,12 @@ def test_py_twin_in_sync(path):
     assert a == b, f"{path.name} differs from {twin.name}: run `make notebooks`"
 
 
+
+
+def test_stored_notebooks_name_the_kernel_make_setup_installs():
+    import sys
+
+    spec = json.loads((Path(sys.prefix) / "share/jupyter/kernels/python3/kernel.json").read_text())
+    for path in NOTEBOOKS:
+        ks = json.loads(path.read_text())["metadata"]["kernelspec"]
+        assert (ks["name"], ks["display_name"]) == ("python3", spec["display_name"]), path.name

@@ -25,12 +25,58 @@ def test_explicit_run_dir_uses_given_params(outputs, tmp_path):
     assert "layout.routed-experts" in st.claims()
 
 
-def test_first_interactive_open_starts_a_run_that_becomes_latest(outputs):
-    st = stage_mod.open_stage("01_quantize", str(DEFAULT_PARAMS), "")
+def test_first_interactive_open_starts_an_exploration_run_not_latest(outputs, monkeypatch, capsys):
+    monkeypatch.delenv(stage_mod.RUN_ENV, raising=False)
+    st = stage_mod.open_stage("02_inspect_checkpoint", str(DEFAULT_PARAMS), "")
     assert st.run_dir.parent == outputs and st.run_dir.name.endswith("-interactive")
-    assert (outputs / "latest").resolve() == st.run_dir.resolve()
-    again = stage_mod.open_stage("02_inspect_checkpoint", str(DEFAULT_PARAMS), "")
+    # latest is for complete runs only; the exploration run is outputs/interactive
+    assert not (outputs / "latest").exists()
+    assert (outputs / "interactive").resolve() == st.run_dir.resolve()
+    assert "a new exploration run" in capsys.readouterr().out
+    again = stage_mod.open_stage("03_patch_sglang", str(DEFAULT_PARAMS), "")
     assert again.run_dir == st.run_dir.resolve()
+    assert "outputs/interactive" in capsys.readouterr().out
+
+
+def test_a_complete_run_wins_over_the_exploration_run(outputs, monkeypatch):
+    monkeypatch.delenv(stage_mod.RUN_ENV, raising=False)
+    explore = stage_mod.open_stage("01_quantize", str(DEFAULT_PARAMS), "").run_dir
+    done = outputs / "20260101T000000Z-default"
+    done.mkdir()
+    dump_params(load_params(None), done / "params.yaml")
+    point_latest(done, outputs)
+    assert stage_mod.open_stage("02_inspect_checkpoint", "", "").run_dir == done.resolve() != explore
+
+
+def test_env_var_chooses_the_run_for_every_notebook_from_the_repo_root(outputs, monkeypatch, capsys):
+    rel = f"outputs-test-{id(outputs)}"
+    monkeypatch.setenv(stage_mod.RUN_ENV, rel)
+    target = stage_mod.REPO_ROOT / rel
+    try:
+        st = stage_mod.open_stage("01_quantize", str(DEFAULT_PARAMS), "")
+        assert st.run_dir == target  # relative to the repository root, not to notebooks/
+        assert "$NVFP4STUDY_RUN_DIR" in capsys.readouterr().out
+        # the folder now has params: a second notebook keeps them, whatever the default says
+        dump_params(load_params(None, ["mtp.prompts=3"]), target / "params.yaml")
+        st2 = stage_mod.open_stage("06_mtp_sweep", "", "")
+        assert st2.run_dir == target and st2.params.mtp.prompts == 3
+        out = capsys.readouterr().out
+        assert "the run's own params are used" in out and "differs from this run's params.yaml" in out
+    finally:
+        import shutil
+
+        shutil.rmtree(target, ignore_errors=True)
+
+
+def test_relative_run_dir_parameter_is_taken_from_the_repo_root(outputs, monkeypatch):
+    rel = f"outputs-test-param-{id(outputs)}"
+    try:
+        st = stage_mod.open_stage("01_quantize", str(DEFAULT_PARAMS), rel)
+        assert st.run_dir == stage_mod.REPO_ROOT / rel
+    finally:
+        import shutil
+
+        shutil.rmtree(stage_mod.REPO_ROOT / rel, ignore_errors=True)
 
 
 def test_interactive_open_uses_the_latest_runs_own_params(outputs, tmp_path):

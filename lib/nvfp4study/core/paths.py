@@ -136,15 +136,16 @@ def ensure_writable(run: Path) -> Path:
     return run
 
 
-def point_latest(run: Path, outputs: Path | None = None) -> None:
-    """Make ``outputs/latest`` a relative symlink to ``run`` (when run is under outputs)."""
+def point_latest(run: Path, outputs: Path | None = None, name: str = "latest") -> None:
+    """Make ``outputs/<name>`` (default ``latest``) a relative symlink to ``run``, replaced
+    atomically (when ``run`` is under ``outputs``; else nothing is done)."""
     outputs = Path(outputs) if outputs else OUTPUTS
-    link = outputs / "latest"
+    link = outputs / name
     try:
         target = run.resolve().relative_to(outputs.resolve())
     except ValueError:
         return
-    tmp = outputs / ".latest.tmp"
+    tmp = outputs / f".{name}.tmp"
     if tmp.is_symlink() or tmp.exists():
         tmp.unlink()
     tmp.symlink_to(target)
