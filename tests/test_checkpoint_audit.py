@@ -620,7 +620,7 @@ def test_full_size_header_only_layout_counts(tmp_path):
 
 
 def test_shared_fusion_veto_rule():
-    from nvfp4study.checkpoint.checks import check_shared_fusion
+    from nvfp4study.checkpoint.check_config import check_shared_fusion
 
     cfg = {"num_shared_experts": 1, "moe_shared_expert_intermediate_size": 768, "moe_intermediate_size": 768}
     out: list = []

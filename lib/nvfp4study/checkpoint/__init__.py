@@ -6,7 +6,10 @@ The layout and the card's NVFP4 recipe as data, a safetensors header reader, llm
 
 __all__ = [
     "audit",
-    "checks",
+    "check_config",
+    "check_modules",
+    "check_scales",
+    "findings",
     "generate",
     "header",
     "layout",

@@ -13,8 +13,10 @@ all-identical global scales, the routing shape against FlashInfer's grouped-rout
 W4A4 vs W4A16 and which SGLang release / GPU generation serves it, the counts with the formulas
 that give the real model's numbers, and a list of :class:`Finding`.
 
-Fault verdicts (``bug-reports.md``): F-01 ``F01-*``, F-02 ``F02-*`` (three states), F-03
-``F03-*``, F-04 ``F04-config-w4a16`` (vs ``config-w4a4``), F-05 ``F05-*`` (three shapes).
+Fault verdicts (one line each in :mod:`.findings`, in full in ``docs/faults.md``): F-01 missing
+or non-finite activation scales ``F01-*``, F-02 MTP layer missing / BF16 not ignored / packed but
+ignored ``F02-*``, F-03 MTP experts in another FP4 format ``F03-*``, F-04 weight-only config
+``F04-config-w4a16`` (vs ``config-w4a4``), F-05 routing shape ``F05-*`` (over / at / invalid).
 """
 
 from __future__ import annotations
@@ -31,22 +33,10 @@ from typing import Any
 
 from ..core.errors import CheckpointConfigError, QuantizationConfigMissing
 from . import quant_rules as qr
-from .checks import (
-    FAULT_CODES,
-    Code,
-    Finding,
-    Severity,
-    apply_schemes,
-    check_clamp_lists,
-    check_config,
-    check_counts,
-    check_mismatches,
-    check_mtp,
-    check_routing_shape,
-    check_scales,
-    check_shared_fusion,
-    count_formulas,
-)
+from .check_config import check_clamp_lists, check_config, check_routing_shape, check_shared_fusion
+from .check_modules import apply_schemes, check_counts, check_mismatches, check_mtp, count_formulas
+from .check_scales import check_scales
+from .findings import FAULT_CODES, Code, Finding, Severity
 from .header import CheckpointHeaders, read_checkpoint_headers
 from .modules import CARD_ROWS, PACKED_FORMATS, Module, build_modules, build_tables
 

@@ -1,21 +1,22 @@
 """A BF16 checkpoint in the exact Ling-3.0-flash tensor layout, with RANDOM weights.
 
-Names, shapes, config keys and the layer schedule follow ``../shared/reference/ling3-flash.md``
-(reconstructed from SGLang 0.5.23 ``srt/models/bailing_moe_v3.py``, ``bailing_moe_nextn.py``
-and the vendor's vLLM port); sizes come from :class:`~nvfp4study.core.params.LingShape` (the real
+Names, shapes, config keys and the layer schedule are those the loaders read: SGLang 0.5.23
+``srt/models/bailing_moe_v3.py``, ``bailing_moe_nextn.py`` and ``srt/configs/bailing_hybrid.py``,
+and the vendor's vLLM port (the real ``config.json`` was not readable offline; the full list of
+names, sizes, clamp lists and counts is in ``docs/ling-layout.md``); sizes come from :class:`~nvfp4study.core.params.LingShape` (the real
 model's by default, scaled down by the default profile). The weights are random normal
 numbers: the files are for testing the quantizer, the audit and their speed, not for inference.
 
-Layer schedule (``ling3-flash.md`` "Layer schedule"; SGLang ``is_linear_layer``):
+Layer schedule (SGLang 0.5.23 ``srt/models/bailing_moe_v3.py`` 241 ``is_linear_layer``; ``docs/ling-layout.md``):
 - MLA attention when ``(layer + 1) % layer_group_size == 0`` and on every MTP layer, KDA else;
 - dense MLP on layers ``< first_k_dense_replace``; MoE (router + expert bias + shared expert +
   routed experts) on the other layers and on the MTP layer;
 - the MTP (NEXTN) layer is numbered ``num_hidden_layers`` and adds ``eh_proj``, ``enorm``,
   ``hnorm``, ``final_layernorm``.
 
-Known gap: with the reference's name list the MTP layer holds 1,536 expert projections + 17
+Known gap: with the reconstructed name list the MTP layer holds 1,536 expert projections + 17
 other tensors (6 MLA, 2 layer norms, router weight + expert_bias, 3 shared-expert, eh_proj,
-enorm, hnorm, final_layernorm) = 1,553; the card and ``ling3-flash.md`` say 1,552 (16 others).
+enorm, hnorm, final_layernorm) = 1,553; the model card says 1,552 (16 others).
 16 of the 17 end in ``.weight`` (expert_bias does not), so one of our reconstructed tensors is
 probably absent from the real file, or the card counted weights only; nothing offline settles it.
 
@@ -128,10 +129,10 @@ def _clamp_list(limits: dict[int, float], n: int) -> list[float | int]:
 def config_dict(shape: LingShape, *, seed: int | None = None) -> dict[str, Any]:
     """The ``config.json`` of a Ling-3.0-flash checkpoint of this shape.
 
-    Keys and fixed values are those of ``ling3-flash.md`` (identity, sizes, router, MLA, KDA,
-    MTP, both SwiGLU clamp lists with ``num_hidden_layers`` entries). ``max_position_embeddings``
-    is 262144 with ``rope_scaling: null`` (the model card's statement; the reference calls the
-    real value "not settled"). ``gated_attention_proj_granularity_type: "head_wise"`` is what
+    Keys and fixed values are the real model's as the loaders read them (``docs/ling-layout.md``:
+    identity, sizes, router, MLA, KDA, MTP, both SwiGLU clamp lists with ``num_hidden_layers`` entries). ``max_position_embeddings``
+    is 262144 with ``rope_scaling: null`` (the model card's statement; the loaders disagree:
+    131072 with a YaRN override to 262144 in the vendor's serving recipes, 262144 elsewhere). ``gated_attention_proj_granularity_type: "head_wise"`` is what
     SGLang/vLLM read to build the MLA ``g_proj`` [num_heads, hidden]. The ``_nvfp4study`` key
     says the weights are random.
     """
@@ -204,7 +205,7 @@ def tensor_specs(shape: LingShape) -> list[Spec]:
     MLA ``q_proj`` [h*(nope+rope), H], ``kv_a_proj_with_mqa`` [kv_lora+rope, H],
     ``kv_a_layernorm`` [kv_lora], ``kv_b_proj`` [h*(nope+v), kv_lora], ``g_proj`` [h, H],
     ``dense`` [H, h*v]; MoE router ``mlp.gate.weight`` [E, H], ``mlp.gate.expert_bias`` [E] F32,
-    experts gate/up [moe_I, H], down [H, moe_I]. Real sizes: see ``ling3-flash.md``.
+    experts gate/up [moe_I, H], down [H, moe_I]. Real sizes: ``docs/ling-layout.md``.
 
     Raises:
         LayoutError: see :func:`check_shape`.
@@ -278,8 +279,8 @@ def count_formulas(shape: LingShape) -> dict[str, dict[str, Any]]:
     ``mtp_other_tensors``, ``mla_layers`` (main + MTP). Each value: ``{"value", "formula"}``.
     On the real shape: 3 x 512 x 40 = 61,440 routed projections; the MTP layer holds 1,536
     expert projections + 17 others = 1,553 tensors (6 MLA + 2 layer norms + router weight and
-    expert_bias + 3 shared-expert + eh_proj/enorm/hnorm/final_layernorm). ``ling3-flash.md``
-    and the card say 1,552 (= 1,536 + 16): one tensor of the reconstructed name list is
+    expert_bias + 3 shared-expert + eh_proj/enorm/hnorm/final_layernorm). The
+    model card says 1,552 (= 1,536 + 16): one tensor of the reconstructed name list is
     probably absent from the real file (or the card counted .weight tensors only, which gives 16);
     see the module docstring.
     """

@@ -1,6 +1,6 @@
 """Checkpoint tensors grouped into modules: component, storage format, the scheme SGLang applies.
 
-Names follow the Ling-3.0-flash layout (``ling3-flash.md`` "Tensor names"); the precision-table
+Names follow the Ling-3.0-flash layout (``docs/ling-layout.md``, "Tensor names"); the precision-table
 rows are the model card's. Used by :mod:`nvfp4study.checkpoint.audit`.
 """
 
@@ -103,9 +103,9 @@ class Module:
 def module_format(params: dict[str, TensorHeader]) -> tuple[str, str]:
     """Name the storage format of a module's tensors; returns ``(format, problem)``.
 
-    NVFP4 (compressed-tensors ``nvfp4-pack-quantized``, llmcompressor.md "What it writes"):
+    NVFP4 (compressed-tensors ``nvfp4-pack-quantized``, as llmcompressor's ``model_free_ptq`` writes it):
     ``weight_packed`` U8 [out, in/2], ``weight_scale`` F8_E4M3 [out, in/16], ``weight_global_scale``
-    F32 [1]. MXFP4 (bug-reports F-03): ``weight`` U8 [out, in/2] with a U8/F8_E8M0 ``weight_scale``
+    F32 [1]. MXFP4 (fault F-03, a draft layer in another FP4 format): ``weight`` U8 [out, in/2] with a U8/F8_E8M0 ``weight_scale``
     of in/32 columns. Anything else: the dtype(s) of the tensors (plain).
     """
     wp, ws = params.get("weight_packed"), params.get("weight_scale")

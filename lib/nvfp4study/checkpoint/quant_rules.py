@@ -183,7 +183,7 @@ def scheme_label(groups: list[ConfigGroup]) -> str:
 SGLANG_VERSIONS = ("0.5.20", "0.5.21", "0.5.22", "0.5.23")
 GPU_GENERATIONS = ("Ampere/Ada (sm80-89)", "Hopper (sm90)", "Blackwell (sm100-120)")
 
-#: Where each fact comes from (sglang-0.5.23.md, checked against the released wheels).
+#: Where each fact comes from (SGLang's released source, 0.5.20-0.5.23 wheels).
 SERVING_SOURCES = {
     "w4a4-blackwell": "schemes/compressed_tensors_w4a4_nvfp4_moe.py 36-56 (raises unless Blackwell), "
     "get_min_capability 100",
@@ -194,7 +194,8 @@ SERVING_SOURCES = {
     "w4a16-marlin": "0.5.22+ compressed_tensors.py 959-961 CompressedTensorsW4A16Nvfp4MoE; "
     "schemes/compressed_tensors_w4a16_nvfp4_moe.py 186-202 refuses gate/up global scales that differ, "
     "get_min_capability 80",
-    "marlin-clamp": "sglang-0.5.23.md: the Marlin runner drops the SwiGLU clamp (marlin.py 205-209)",
+    "marlin-clamp": "layers/moe/moe_runner/marlin.py 205-209: the Marlin runner passes gemm1_clamp_limit "
+                    "only when gemm1_alpha is set, so the SwiGLU clamp is dropped",
 }
 
 
@@ -261,7 +262,7 @@ def serving_matrix(scheme: str, gate_up_shared: bool | None, hidden_size: int | 
 #: <= WarpSize`` ("Routing kernel expects #experts per group <= warp size"), ``mNumLimitedGroups <=
 #: MaxNumTopGroups`` (4), ``mNumExpertGroups <= MaxNumGroups`` (8), ``mNumExperts % 4 == 0``; the
 #: selected groups are read one warp lane per expert into MaxNumTopGroups slots, hence
-#: experts-per-group x topk_group <= 4 x 32 = 128 (bug-reports.md F-05).
+#: experts-per-group x topk_group <= 4 x 32 = 128 (fault F-05: routing shapes beyond FlashInfer's grouped-routing kernel).
 WARP_SIZE = 32
 MAX_TOP_GROUPS = 4
 MAX_GROUPS = 8
@@ -290,7 +291,7 @@ def check_routing(num_experts: int, n_group: int | None, topk_group: int | None,
     ``over``: valid but outside the kernel's limits (the TRT-LLM MoE backend refuses it);
     ``at``: some limit met with equality; ``within``: strictly inside; ``ungrouped``: n_group <= 1.
 
-    Examples (bug-reports.md F-05): (512, 8, 4, 8) over (64 per group > 32, 256 > 128);
+    Examples (fault F-05, routing shapes): (512, 8, 4, 8) over (64 per group > 32, 256 > 128);
     (256, 8, 4, 8) at (32, 128); (16, 8, 1, 8) invalid (2 candidates < top_k 8).
     """
     if not n_group or n_group <= 1:

@@ -1,6 +1,7 @@
 """BF16 -> NVFP4 with llmcompressor's real ``model_free_ptq``, then the model card's serving rewrite.
 
-Recipe (``../shared/reference/llmcompressor.md``; the model card's "Provenance" section):
+Recipe (the model card's "Provenance" section, checked against llmcompressor 0.13.0's
+``entrypoints/model_free``):
 
 1. ``model_free_ptq(src, tmp, scheme="NVFP4A16", ignore=CARD_IGNORE)``. ``NVFP4`` (W4A4) is
    refused by model_free_ptq ("cannot calibrate activations"), hence A16 + a config edit.

@@ -107,7 +107,8 @@ def nvfp4_layout(shape: LingShape, specs: list[Spec], config: dict[str, Any]) ->
 
     Each quantized ``X.weight`` [o, i] becomes ``X.weight_global_scale`` F32 [1],
     ``X.weight_packed`` U8 [o, i/2], ``X.weight_scale`` F8_E4M3 [o, i/16], and, for routed
-    experts, ``X.input_global_scale`` F32 [1] (llmcompressor.md "What it writes").
+    experts, ``X.input_global_scale`` F32 [1] (what llmcompressor's ``model_free_ptq`` writes:
+    compressed-tensors ``nvfp4-pack-quantized``, ``compressors/nvfp4``).
     """
     ignore = card_ignore(shape.num_hidden_layers)
     out: list[Spec] = []

@@ -1,8 +1,8 @@
 """Round trip: dequantize sampled experts with compressed-tensors' NVFP4 codec, compare to BF16.
 
 The codec is ``compressed_tensors.compressors.nvfp4.NVFP4PackedCompressor.decompress`` applied
-per module to ``{weight_packed, weight_scale, weight_global_scale}`` (``llmcompressor.md``,
-"NVFP4 arithmetic"): W = e2m1 value x block scale / global scale.
+per module to ``{weight_packed, weight_scale, weight_global_scale}`` (compressed-tensors' NVFP4
+convention, global scale = 448 x 6 / amax = 2688 / amax): W = e2m1 value x block scale / global scale.
 
 Error bound used (per element, derived from the format): with s = block scale / global scale
 of the element's block of 16, and v = |x| / s, an e2m1 grid {0, 0.5, 1, 1.5, 2, 3, 4, 6} rounds

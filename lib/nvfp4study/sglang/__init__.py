@@ -7,6 +7,7 @@ revert byte for byte), ``sglang serve`` flag facts and the clamp numerics (pre- 
 __all__ = [
     "audit",
     "checks",
+    "clamp_exprs",
     "clamp_flow",
     "clamp_numerics",
     "clamp_values",

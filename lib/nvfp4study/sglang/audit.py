@@ -33,8 +33,8 @@ from typing import Any
 import yaml
 
 from ..core.errors import AuditError
-from . import clamp_flow as cf
-from .clamp_values import clamp_mentions
+from . import clamp_values as cv
+from .clamp_flow import Interp
 from .source import SGLangTree, installed_tree, open_tree, unpack_wheel
 
 
@@ -120,22 +120,22 @@ def sink_form_in_code(tree: SGLangTree, verify: dict) -> tuple[str | None, str]:
     return ("post" if silu_line <= clamp_line else "pre"), where
 
 
-def _arg(hit: cf.SinkHit, spec: str) -> tuple[bool, Any, ast.AST | None]:
+def _arg(hit: cv.SinkHit, spec: str) -> tuple[bool, Any, ast.AST | None]:
     """(present, value, keyword node) for one clamp/alpha spec of a sink call."""
     if spec.startswith("#"):
         i = int(spec[1:])
         return (i < len(hit.args)), (hit.args[i] if i < len(hit.args) else None), None
     if "." in spec:
         kw, attr = spec.split(".", 1)
-        if kw in hit.kwargs and hit.kwargs[kw] is cf.CONFIG:
-            return True, cf.LING_FACTS.get(attr, cf.UNK), None
+        if kw in hit.kwargs and hit.kwargs[kw] is cv.CONFIG:
+            return True, cv.LING_FACTS.get(attr, cv.UNK), None
         return False, None, None
     if spec in hit.kwargs:
         return True, hit.kwargs[spec], hit.kw_nodes.get(spec)
     return False, None, None
 
 
-def _form_verdict(form: str, hit: cf.SinkHit, sink: dict, tree: SGLangTree) -> tuple[ClampVerdict, str]:
+def _form_verdict(form: str, hit: cv.SinkHit, sink: dict, tree: SGLangTree) -> tuple[ClampVerdict, str]:
     alpha = None
     for spec in sink.get("alpha", []):
         present, v, _ = _arg(hit, spec)
@@ -143,9 +143,9 @@ def _form_verdict(form: str, hit: cf.SinkHit, sink: dict, tree: SGLangTree) -> t
             alpha = v
             break
     if form == "cutlass":
-        act = hit.kwargs.get(sink.get("activation", "activation_type"), cf.Act("Swiglu"))
-        names = {o.name for o in (act.options if isinstance(act, cf.Multi) else (act,))
-                 if isinstance(o, cf.Act)}
+        act = hit.kwargs.get(sink.get("activation", "activation_type"), cv.Act("Swiglu"))
+        names = {o.name for o in (act.options if isinstance(act, cv.Multi) else (act,))
+                 if isinstance(o, cv.Act)}
         if names == {"SwigluStep"}:
             return ClampVerdict.EXACT, "cutlass: activation_type SwigluStep (post-SiLU)"
         if names and "SwigluStep" not in names:
@@ -184,7 +184,7 @@ def _origin(node: ast.AST | None, origin: dict) -> tuple | None:
     return None
 
 
-def judge_hit(hit: cf.SinkHit, sink: dict, tree: SGLangTree,
+def judge_hit(hit: cv.SinkHit, sink: dict, tree: SGLangTree,
               origin: dict | None = None) -> tuple[ClampVerdict, str, tuple | None]:
     """Verdict for one kernel call: does the limit reach it, and in which form.
 
@@ -204,14 +204,14 @@ def _judge(hit, sink, tree, origin):
         present, v, n = _arg(hit, spec)
         if present:
             present_any = True
-            if cf.has_limit(v) or value is None:
+            if cv.has_limit(v) or value is None:
                 value, node = v, n
-    if cf.has_limit(value):
-        if isinstance(value, cf.Multi) and not all(cf.has_limit(o) for o in value.options):
+    if cv.has_limit(value):
+        if isinstance(value, cv.Multi) and not all(cv.has_limit(o) for o in value.options):
             return ClampVerdict.UNDECIDED, f"{hit.callee}(): limit reaches it on some branches only", None
         v, rule = _form_verdict(sink["form"], hit, sink, tree)
         return v, f"{hit.callee}(): {rule}", None
-    carriers = [k for k, v in hit.kwargs.items() if cf.has_limit(v) and k not in specs]
+    carriers = [k for k, v in hit.kwargs.items() if cv.has_limit(v) and k not in specs]
     if carriers:
         why = "; ".join(sink.get("siblings", {}).get(k, f"{k} carries it") for k in carriers)
         literal = isinstance(node, ast.Constant) and node.value is None
@@ -236,7 +236,7 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
     sinks = catalog()["sinks"]
     steps = [_split(s) for s in spec["steps"]]
     base = {"path": spec["id"], "label": spec["label"], "sglang_version": tree.version}
-    interp = cf.Interp(tree.root, set(sinks), spec.get("assume"))
+    interp = Interp(tree.root, set(sinks), spec.get("assume"))
     interp.entry_names = {q.split(".")[-1] for _, q in steps}
     missing = [f"{r}::{q}" for r, q in steps if interp.find(r, q) is None]
     if missing:
@@ -246,7 +246,7 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
         interp.run_step(r, q)
     mentions = []
     for r, q in steps:
-        mentions += [(r, ln) for ln in clamp_mentions(interp.find(r, q))]
+        mentions += [(r, ln) for ln in cv.clamp_mentions(interp.find(r, q))]
     live = sorted({f"{r[11:]}:{ln}" for r, ln in mentions if (r, ln) in interp.live})
     dead = sorted({f"{r[11:]}:{ln}" for r, ln in mentions if (r, ln) not in interp.live})
     extra = {"live_mentions": live, "dead_mentions": dead}
@@ -258,16 +258,16 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
     if "returns_clamp" in spec:
         r, q = steps[-1]
         fn = interp.find(r, q)
-        frame = cf.Frame(interp.module(r), None, q)
+        frame = cv.Frame(interp.module(r), None, q)
         interp._bind(fn, frame, [], {}, method_call=False)
         interp.exec_body(fn.body, frame)
-        vals = [v.items.get(spec["returns_clamp"]) for v in frame.returns if isinstance(v, cf.DictV)]
+        vals = [v.items.get(spec["returns_clamp"]) for v in frame.returns if isinstance(v, cv.DictV)]
         key = spec["returns_clamp"]
         if vals and all(v is None for v in vals):
             return PathResult(**base, verdict=ClampVerdict.DROPPED,
                               rule=f"returns {key}=None for Ling (reads swiglu_limit, not gemm1_clamp_limit)",
                               file=r[11:], function=q, line=fn.lineno, **extra)
-        if vals and all(cf.has_limit(v) for v in vals):
+        if vals and all(cv.has_limit(v) for v in vals):
             v = ClampVerdict.EXACT if spec.get("form") == "post" else ClampVerdict.APPROX
             return PathResult(**base, verdict=v, rule=f"returns {key}=limit ({spec.get('form')} form)",
                               file=r[11:], function=q, line=fn.lineno, **extra)
@@ -302,7 +302,7 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
 
 def _function_at(tree: SGLangTree, rel: str, line: int) -> str | None:
     """Qualified name of the innermost function holding ``line`` in ``rel``."""
-    mod = cf._parse(tree.file(rel))
+    mod = cv._parse(tree.file(rel))
     best = None
 
     def visit(node, qual):

@@ -7,7 +7,7 @@ and record the ledger rows whose stage is ``02_inspect_checkpoint`` plus the stu
 
 The default run audits a SCALED checkpoint with RANDOM weights: counts are compared with the
 layout formulas evaluated on the audited config, and the same formulas evaluated on the real
-Ling-3.0-flash sizes (:class:`~nvfp4study.core.params.LingShape` defaults, from ``ling3-flash.md``)
+Ling-3.0-flash sizes (:class:`~nvfp4study.core.params.LingShape` defaults, ``docs/ling-layout.md``)
 give the numbers the card states; card values are only ever compared, never recorded as ours.
 """
 
@@ -443,7 +443,8 @@ def record_ledger(stage: Stage, rep: ca.AuditReport, ck: dict[str, Any], unshare
                           "card's checkpoint (checkpoint.quantized_path) to test it.")
         stage.record("config.context", measured=None, verdict=Verdict.NOT_RUN, evidence=[ev],
                      note=f"{why}: the config carries {ctx}, written by ling_layout from the card's own statement; "
-                          "ling3-flash.md calls the real value not settled.")
+                          "the loaders disagree on the real value (131072 + YaRN to 262144 in the vendor's "
+                          "serving recipes, 262144 elsewhere).")
     else:
         why = "not run: the audited config does not have the real model's sizes"
         stage.record("config.clamp-lists", measured=None, verdict=Verdict.NOT_RUN, evidence=[ev],
@@ -465,7 +466,7 @@ def record_ledger(stage: Stage, rep: ca.AuditReport, ck: dict[str, Any], unshare
                        f"mNumExperts / mNumExpertGroups <= WarpSize), rule status '{rr['status']}'; the audited config "
                        f"(measured) gives '{rep.routing.get('status')}'. The kernel's check only; the backend was not run "
                        "(no GPU)."),
-                 checked_on="FlashInfer TRT-LLM routing kernel checks (reference: bug-reports.md F-05)")
+                 checked_on="FlashInfer TRT-LLM routing kernel checks (fault F-05: routing shapes)")
 
     # study findings
     faults = sorted(f_.code.value for f_ in rep.fault_findings())

@@ -1,0 +1,301 @@
+"""Expression evaluation of the clamp interpreter (:class:`~nvfp4study.sglang.clamp_flow.Interp`).
+
+:class:`ExprEval` is the half of the interpreter that gives an abstract value to an expression:
+names, attributes (layer attributes set in an earlier step, :class:`Payload` fields, the
+``MoeRunnerConfig`` facts of Ling), boolean and comparison operators (three-valued: a test it
+cannot decide is :data:`UNK`), and calls: a *sink* call is recorded as a :class:`SinkHit`,
+``...QuantInfo(...)`` builds a :class:`Payload`, ``setattr``-like helpers set layer attributes,
+and a helper function it can resolve in the tree is executed (at most ``MAX_DEPTH`` deep).
+Statements, branches and module loading are in :mod:`nvfp4study.sglang.clamp_flow`.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+from .clamp_values import (
+    _TENSOR_VIEWS,
+    CLAMP_FIELDS,
+    CONFIG,
+    CONFIG_NAMES,
+    LAYER_FACTS,
+    LING_FACTS,
+    UNK,
+    Act,
+    DictV,
+    Frame,
+    FuncRef,
+    Limit,
+    Multi,
+    Payload,
+    SinkHit,
+    _relevant,
+    has_limit,
+    join,
+    truth,
+)
+
+
+class ExprEval:
+    """Expression half of the interpreter; mixed into :class:`~nvfp4study.sglang.clamp_flow.Interp`,
+    which sets the state below and provides ``module_for``, ``_bind`` and ``exec_body``."""
+
+    MAX_DEPTH = 4
+    root: Path
+    sinks: set[str]
+    assume: dict[str, Any]
+    attrs: dict[str, Any]
+    origin: dict[str, tuple]
+    hits: list[SinkHit]
+    live: set[tuple[str, int]]
+    entry_names: set[str]
+
+    def attr_value(self, name: str, base: Any = UNK) -> Any:
+        if name in self.assume:
+            return self.assume[name]
+        if isinstance(base, Act) and name == "value":
+            return base
+        if isinstance(base, DictV):
+            return UNK
+        if name in self.attrs:
+            return self.attrs[name]
+        if name in CONFIG_NAMES:
+            return CONFIG
+        if base is CONFIG and name in LING_FACTS:
+            return LING_FACTS[name]
+        if name in LAYER_FACTS:
+            return LAYER_FACTS[name]
+        return UNK
+
+    def eval(self, node: ast.expr | None, frame: Frame) -> Any:  # noqa: C901 - one dispatch
+        if node is None:
+            return None
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id in frame.locals:
+                return frame.locals[node.id]
+            if node.id in self.sinks:
+                return FuncRef(node.id)
+            return self.assume.get(node.id, UNK)
+        if isinstance(node, ast.Attribute):
+            if node.attr == "gemm1_clamp_limit":
+                self.live.add((frame.module.rel, node.lineno))
+            base_src = ast.unparse(node.value)
+            if base_src.endswith("ActivationType"):
+                return Act(node.attr)
+            base = self.eval(node.value, frame)
+            if isinstance(base, Payload):
+                return base.get(node.attr)
+            if isinstance(base, Multi) and all(isinstance(o, Payload) for o in base.options):
+                out = base.options[0].get(node.attr)
+                for o in base.options[1:]:
+                    out = join(out, o.get(node.attr))
+                return out
+            if has_limit(base) and node.attr in _TENSOR_VIEWS:
+                return base
+            return self.attr_value(node.attr, base)
+        if isinstance(node, ast.Call):
+            return self.call(node, frame)
+        if isinstance(node, ast.BoolOp):
+            # Three-valued and/or: a decided operand wins even after an unknown one.
+            vals = [self.eval(e, frame) for e in node.values]
+            stop = False if isinstance(node.op, ast.And) else True
+            unknown = False
+            for v in vals:
+                t = truth(v)
+                if t is stop:
+                    return v if not unknown or isinstance(node.op, ast.Or) else stop
+                if t is None:
+                    unknown = True
+            return UNK if unknown else vals[-1]
+        if isinstance(node, ast.UnaryOp):
+            v = self.eval(node.operand, frame)
+            if isinstance(node.op, ast.Not):
+                t = truth(v)
+                return UNK if t is None else (not t)
+            return Limit("derived") if has_limit(v) else UNK
+        if isinstance(node, ast.BinOp):
+            a, b = self.eval(node.left, frame), self.eval(node.right, frame)
+            if has_limit(a) or has_limit(b):
+                return Limit(ast.unparse(node)[:60])
+            return UNK
+        if isinstance(node, ast.Compare):
+            return self.compare(node, frame)
+        if isinstance(node, ast.IfExp):
+            t = truth(self.eval(node.test, frame))
+            if t is True:
+                return self.eval(node.body, frame)
+            if t is False:
+                return self.eval(node.orelse, frame)
+            return join(self.eval(node.body, frame), self.eval(node.orelse, frame))
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return tuple(self.eval(e, frame) for e in node.elts)
+        if isinstance(node, ast.Dict):
+            items = {}
+            for k, v in zip(node.keys, node.values, strict=False):
+                if isinstance(k, ast.Constant):
+                    items[k.value] = self.eval(v, frame)
+            return DictV(items)
+        if isinstance(node, ast.Subscript):
+            base = self.eval(node.value, frame)
+            return Limit("indexed") if has_limit(base) else UNK
+        if isinstance(node, ast.JoinedStr):
+            parts = []
+            for v in node.values:
+                x = self.eval(v.value if isinstance(v, ast.FormattedValue) else v, frame)
+                if not isinstance(x, str):
+                    return UNK
+                parts.append(x)
+            return "".join(parts)
+        if isinstance(node, ast.NamedExpr):
+            v = self.eval(node.value, frame)
+            self.assign(node.target, v, frame)
+            return v
+        for child in ast.iter_child_nodes(node):  # e.g. f-strings: walk for live mentions only
+            if isinstance(child, ast.expr):
+                self.eval(child, frame)
+        return UNK
+
+    def compare(self, node: ast.Compare, frame: Frame) -> Any:
+        if len(node.ops) != 1:
+            return UNK
+        a = self.eval(node.left, frame)
+        b = self.eval(node.comparators[0], frame)
+        op = node.ops[0]
+        if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(node.comparators[0], ast.Constant) \
+                and node.comparators[0].value is None:
+            if isinstance(a, Multi):
+                rs = {(o is None) for o in a.options if o is not UNK}
+                if len(rs) != 1 or any(o is UNK for o in a.options):
+                    return UNK
+                r = rs.pop()
+            elif a is UNK:
+                return UNK
+            else:
+                r = a is None
+            return r if isinstance(op, ast.Is) else (not r)
+        known = (str, int, float, bool)
+        if isinstance(op, (ast.Eq, ast.NotEq)) and isinstance(a, known) and isinstance(b, known):
+            return (a == b) if isinstance(op, ast.Eq) else (a != b)
+        if isinstance(op, (ast.In, ast.NotIn)) and isinstance(a, known) and isinstance(b, tuple) \
+                and all(isinstance(x, known) for x in b):
+            return (a in b) if isinstance(op, ast.In) else (a not in b)
+        return UNK
+
+    def call(self, node: ast.Call, frame: Frame) -> Any:
+        f = node.func
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+        if isinstance(f, ast.Name) and f.id in frame.locals:
+            ref = frame.locals[f.id]
+            refs = ref.options if isinstance(ref, Multi) else (ref,)
+            if refs and all(isinstance(r, FuncRef) for r in refs):
+                name = refs[0].name
+        args = [self.eval(a, frame) for a in node.args if not isinstance(a, ast.Starred)]
+        kwargs, kw_nodes = {}, {}
+        for k in node.keywords:
+            v = self.eval(k.value, frame)
+            if k.arg is None:
+                if isinstance(v, DictV):
+                    kwargs.update(v.items)
+                    kw_nodes.update(v.nodes)
+            else:
+                kwargs[k.arg] = v
+                kw_nodes[k.arg] = k.value
+        if isinstance(f, ast.Attribute) and not isinstance(f.value, ast.Name | ast.Attribute):
+            self.eval(f.value, frame)
+        if name in self.assume and not node.args and not node.keywords:
+            return self.assume[name]
+        if name in self.sinks:
+            origins = {}
+            for k, kn in kw_nodes.items():
+                if isinstance(kn, ast.Attribute):
+                    base = self.eval(kn.value, frame)
+                    for b in base.options if isinstance(base, Multi) else (base,):
+                        if isinstance(b, Payload) and b.where(kn.attr):
+                            origins[k] = b.where(kn.attr)
+            self.hits.append(SinkHit(name, frame.module.rel, frame.qualname, node.lineno,
+                                     kwargs, args, kw_nodes, origins))
+            return UNK
+        if name == "getattr" and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
+            attr = node.args[1].value
+            if attr == "gemm1_clamp_limit":
+                self.live.add((frame.module.rel, node.lineno))
+            v = self.attr_value(attr, args[0] if args else UNK)
+            return v if v is not UNK or len(args) < 3 else UNK
+        if name in _TENSOR_VIEWS and isinstance(f, ast.Attribute) and has_limit(self.eval(f.value, frame)):
+            return Limit(f"{ast.unparse(f.value)[:40]}.{name}()")
+        if (name == "setattr" or "param" in name) and len(args) >= 3 and isinstance(args[1], str):
+            # setattr(layer, "x", v), copy_or_rebind_param(layer, "x", v), replace_parameter(...)
+            self.attrs[args[1]] = args[2]
+            self.origin[args[1]] = (frame.module.rel, node.lineno, ast.unparse(node)[:60])
+            return UNK
+        if name in ("float", "int") and len(args) == 1:
+            return args[0] if isinstance(args[0], Limit) or args[0] is None else UNK
+        if name == "bool" and len(args) == 1:
+            t = truth(args[0])
+            return UNK if t is None else t
+        if name == "dict" and not args:
+            return DictV(dict(kwargs), dict(kw_nodes))
+        if name == "ActivationType" and len(args) == 1:
+            return args[0] if isinstance(args[0], Act) else UNK
+        if name == "get" and isinstance(f, ast.Attribute) and args:
+            base = self.eval(f.value, frame)
+            if isinstance(base, DictV) and isinstance(args[0], (str, int)):
+                return base.items.get(args[0], args[1] if len(args) > 1 else None)
+            if isinstance(base, Multi) and isinstance(args[0], str):
+                return Multi(tuple(o.items.get(args[0]) if isinstance(o, DictV) else UNK
+                                   for o in base.options))
+        if name.endswith("QuantInfo"):
+            fields = {fld: (False if fld == "use_swiglu_step" else None) for fld in CLAMP_FIELDS}
+            origin = {fld: (frame.module.rel, node.lineno, f"{name}() default") for fld in CLAMP_FIELDS}
+            for k, v in kwargs.items():
+                fields[k] = v
+                kn = kw_nodes.get(k)
+                literal = isinstance(kn, ast.Constant) and kn.value is None
+                origin[k] = (frame.module.rel, getattr(kn, "lineno", node.lineno),
+                             f"literal {k}=None" if literal else ast.unparse(kn)[:60] if kn else k)
+            p = Payload(name, tuple(fields.items()), tuple(origin.items()))
+            key = f"<payload:{name}>"
+            self.attrs[key] = p
+            return p
+        target = self.resolve(f, frame)
+        if target is not None and frame.depth < self.MAX_DEPTH:
+            mod, fn, cls = target
+            carries = any(has_limit(v) or v is CONFIG for v in args + list(kwargs.values()))
+            if fn.name not in self.entry_names and (carries or _relevant(fn)):
+                sub = Frame(mod, cls, f"{cls + '.' if cls else ''}{fn.name}", depth=frame.depth + 1)
+                sub.guards = list(frame.guards)
+                self._bind(fn, sub, args, kwargs, method_call=cls is not None)
+                self.exec_body(fn.body, sub)
+                out: Any = None
+                for r in sub.returns:
+                    out = r if out is None else join(out, r)
+                return UNK if not sub.returns else out
+        vals = args + list(kwargs.values())
+        if any(has_limit(v) for v in vals):
+            return Limit(f"{name}(...)")
+        return UNK
+
+    def resolve(self, f: ast.expr, frame: Frame):
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+            if frame.cls:
+                fn = frame.module.classes.get(frame.cls, {}).get(f.attr)
+                if fn is not None:
+                    return frame.module, fn, frame.cls
+            return None
+        if not isinstance(f, ast.Name):
+            return None
+        name = f.id
+        src = frame.imports.get(name) or (None if name in frame.module.functions
+                                           else frame.module.imports.get(name))
+        if src is None:
+            fn = frame.module.functions.get(name)
+            return (frame.module, fn, None) if fn is not None else None
+        mod = self.module_for(src[0])
+        if mod is None:
+            return None
+        fn = mod.functions.get(src[1])
+        return (mod, fn, None) if fn is not None else None
