@@ -182,4 +182,3 @@ def card_example_samples(tasks: Sequence[Any]) -> list[dict[str, Any]]:
                     "site": "card", "line": line, "original_line": clean, "injected_line": bad,
                     "completion": junk.wrap_completion(code)})
     return out
-

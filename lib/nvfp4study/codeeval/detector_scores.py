@@ -140,4 +140,3 @@ def plot(summary: pd.DataFrame, path: Path) -> Path:
     atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
     plt.close(fig)
     return path
-

@@ -48,7 +48,6 @@ class ValidationResult:
     skipped: bool = False
 
 
-
 def card_examples(stage: Stage, tasks: Sequence[Any] | None = None, *, execute: bool | None = None) -> pd.DataFrame:
     """Each method's verdict on the card's own four junk lines (:data:`~nvfp4study.codeeval.detector_samples.CARD_LINES`).
 
@@ -87,7 +86,6 @@ def _runner(stage: Stage) -> Callable[[list[tuple[Any, str]]], list[Any]]:
         return sandbox.check_many(items, sp, workers=cp.max_workers)
 
     return runner
-
 
 
 def provenance(params: Any, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -187,4 +185,3 @@ def describe(result: ValidationResult) -> str:
             f"{det['recall_lo']:.3f}-{det['recall_hi']:.3f}) and **{int(det['fp'])}/{len(clean)}** "
             f"clean programs. Detection took {result.seconds['detect']:.1f} s, execution "
             f"{result.seconds['execute']:.1f} s.")
-

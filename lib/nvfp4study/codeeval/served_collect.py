@@ -130,5 +130,3 @@ def collect_probe(stage: Stage, tasks: list[Task]) -> Path | None:
                 append_row(path, _row(rec, clamp=c.after_mode, s=s, task=task, stream=stream,
                                       parser=parser, server_key=config.key, digest=params.digest()))
     return path
-
-

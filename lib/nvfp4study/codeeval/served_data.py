@@ -165,7 +165,6 @@ def probe_plan(params: Params) -> tuple[SamplingConfig, list[str]] | None:
     return off, claim_task_ids(params, c.reasoning_probe_tasks)
 
 
-
 def expected_files(paths: RunPaths, params: Params) -> tuple[list[Path], Path | None]:
     """The raw files a complete study with ``params`` has, and its probe file (or None)."""
     c = params.corruption
@@ -219,4 +218,3 @@ def import_recorded(stage: Stage, params: Params) -> list[Path]:
             atomic_write(dst, lambda tmp, src=p: shutil.copyfile(src, tmp))
         copied.append(dst)
     return copied
-

@@ -121,4 +121,3 @@ def junk_table(result: dict[str, Any]):
     if result["junk"].empty:
         return Markdown("_No junk fragment was found in any completion._")
     return result["junk"]
-

@@ -330,7 +330,7 @@ def analyse_served(stage: Stage, params: Params, mode: str) -> dict[str, Any]:
     })
     evidence = [out["summary"], out["classified"], out["figure"], *raws]
     ledger = record_served_claims(stage, params, df, summary, probe, evidence, probe_file,
-                           checked_on=f"sglang {params.sglang.version}")
+                                  checked_on=f"sglang {params.sglang.version}")
     return {"status": mode, "reason": "", "params": params, "classified": df, "summary": summary,
             "junk": junk, "probe": probe, "files": out, "ledger": ledger, "sets": sets}
 
@@ -342,7 +342,7 @@ def run_served_study(stage: Stage) -> dict[str, Any]:
     * ``server.enabled`` false: the six claims are recorded ``not run: needs an NVFP4-capable
       GPU (server.enabled is false)`` and nothing else happens.
     * a GPU refusal (:func:`nvfp4study.serving.server.gpu_refusal`): recorded as not run, with it.
-    * else live: :func:`collect` and :func:`collect_probe`, then :func:`analyse`.
+    * else live: :func:`collect` and :func:`collect_probe`, then :func:`analyse_served`.
 
     Returns:
         ``{"status": "not run"|"live"|"replay", "reason": str, ...}``; when analysed also
@@ -367,7 +367,6 @@ def run_served_study(stage: Stage) -> dict[str, Any]:
     collect(stage, tasks)
     collect_probe(stage, tasks)
     return analyse_served(stage, params, "live")
-
 
 
 def served_ledger_rows(stage: Stage) -> pd.DataFrame:
