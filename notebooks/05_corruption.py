@@ -57,7 +57,7 @@ display(Markdown(s5.validation.describe(result)))
 # ### Recall (precision) per junk kind and method
 
 # %%
-s5.validation.table(result.summary)
+s5.scores.table(result.summary)
 
 # %%
 s5.validation.figure(result)
@@ -68,7 +68,7 @@ s5.validation.figure(result)
 # The line before and after injection, the detector's class for it, and each method's verdict.
 
 # %%
-s5.validation.examples(result.samples)
+s5.scores.examples(result.samples)
 
 # %% [markdown]
 # ### What our detector misses, by the role of the token the junk hit
@@ -77,7 +77,7 @@ s5.validation.examples(result.samples)
 # leaves every identifier bound: no static check can see it; only execution can.
 
 # %%
-s5.validation.misses(result.samples, "detector")
+s5.scores.misses(result.samples, "detector")
 
 # %% [markdown]
 # ### The card's own four junk lines
@@ -93,7 +93,7 @@ s5.validation.card_examples(stage)
 # ### Ledger rows: `detect.ast-undefined`, `detect.ascii-junk`
 
 # %%
-s5.validation.record_claims(stage, result)
+s5.record_detector_claims(stage, result)
 
 # %% [markdown]
 # ## Part 2 · The served study
@@ -110,8 +110,7 @@ s5.validation.record_claims(stage, result)
 # recorded run's raw files instead.
 
 # %%
-
-served = s5.served.run_served_study(stage)
+served = s5.run_served_study(stage)
 s5.served.describe(served)
 
 # %% [markdown]
@@ -142,6 +141,6 @@ s5.served.junk_table(served)
 # ### Ledger rows: `corruption.*`, `serve.reasoning-parser` (card value beside ours)
 
 # %%
-s5.served.ledger_rows(stage)
+s5.served_ledger_rows(stage)
 
 # %% [markdown]

@@ -30,20 +30,17 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from nvfp4study.codeeval import corruption
-from nvfp4study.codeeval.corruption import (
-    append_row,
-    junk_fragments,
-    read_rows,
-    run_served_study,
-    wilson_interval,
-)
+from nvfp4study.codeeval import served_collect, served_data
+from nvfp4study.codeeval.served_analysis import junk_fragments, wilson_interval
+from nvfp4study.codeeval.served_data import append_row, read_rows
 from nvfp4study.codeeval.tasks import card_tasks
 from nvfp4study.core.errors import RawDataError, ReplayDataMissing, TaskSelectionError
 from nvfp4study.core.ledger import init_ledger, read_ledger
 from nvfp4study.core.params import dump_params, load_params
 from nvfp4study.core.paths import RunPaths
 from nvfp4study.core.stage import Stage
+from nvfp4study.stages import s05_corruption as s5
+from nvfp4study.stages.s05_corruption import run_served_study
 
 OVERRIDES = [
     "corruption.humaneval_count=0",
@@ -95,7 +92,7 @@ def fenced(code: str, tail: str = "") -> str:
 
 
 def row(clamp, sampling, task, content, reasoning=None, status="ok", stream=True, thinking=None):
-    return {"schema": corruption.ROW_SCHEMA, "clamp": clamp, "sampling": sampling,
+    return {"schema": served_data.ROW_SCHEMA, "clamp": clamp, "sampling": sampling,
             "task_id": f"card/{task}", "source": "card",
             "thinking": (sampling == "t06-on") if thinking is None else thinking,
             "stream": stream, "reasoning_parser": None, "status": status,
@@ -156,9 +153,9 @@ def make_stage(root: Path, *extra: str) -> Stage:
 
 def write_recorded(stage: Stage) -> None:
     for (clamp, sampling), rows in RAW.items():
-        path = corruption.raw_path(stage.paths, clamp, sampling)
+        path = served_data.raw_path(stage.paths, clamp, sampling)
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    probe = corruption.probe_path(stage.paths, "exact", "ling3")
+    probe = served_data.probe_path(stage.paths, "exact", "ling3")
     probe.write_text("".join(json.dumps(r) + "\n" for r in PROBE))
 
 
@@ -166,7 +163,7 @@ def write_recorded(stage: Stage) -> None:
 def analysed(tmp_path_factory):
     stage = make_stage(tmp_path_factory.mktemp("rec") / "run")
     write_recorded(stage)
-    result = corruption.analyse(stage, stage.params, "live")
+    result = s5.analyse_served(stage, stage.params, "live")
     return stage, result
 
 
@@ -288,10 +285,10 @@ def test_replay_gives_identical_tables(analysed, tmp_path):
     pd.testing.assert_frame_equal(result["junk"], first["junk"])
     cols = [c for c in first["classified"].columns if c != "isolation"]
     pd.testing.assert_frame_equal(result["classified"][cols], first["classified"][cols])
-    assert corruption.raw_path(stage.paths, "none", "t06-on").is_file()  # copied in
+    assert served_data.raw_path(stage.paths, "none", "t06-on").is_file()  # copied in
     a = {r["id"]: r["measured"] for r in read_ledger(recorded.run_dir)}
     b = {r["id"]: r["measured"] for r in read_ledger(stage.run_dir)}
-    assert all(a[c] == b[c] for c in corruption.SERVED_CLAIMS)
+    assert all(a[c] == b[c] for c in served_data.SERVED_CLAIMS)
 
 
 def test_replay_missing_data(tmp_path):
@@ -307,7 +304,7 @@ def test_not_run_without_server(tmp_path):
     result = run_served_study(stage)
     assert result["status"] == "not run"
     rows = {r["id"]: r for r in read_ledger(stage.run_dir)}
-    for cid in corruption.SERVED_CLAIMS:
+    for cid in served_data.SERVED_CLAIMS:
         assert rows[cid]["verdict"] == "not run"
         assert rows[cid]["note"] == "not run: needs an NVFP4-capable GPU (server.enabled is false)"
     assert not list(stage.paths.data_dir.glob("corruption-raw-*"))
@@ -329,16 +326,16 @@ def test_raw_file_robustness(tmp_path):
 
 def test_claim_sets_from_params():
     params = load_params(None, ["corruption.humaneval_count=3"])
-    sets = corruption.claim_sets(params)
+    sets = served_data.claim_sets(params)
     ids = [t.task_id for t in card_tasks()]
     assert sets == {"t0-off-a": ids[:15], "t0-off-b": ids[:10], "t06-on": ids[:10], "t06-off": ids[:10]}
     params = load_params(None, ["corruption.card_tasks=false", "corruption.humaneval_count=20"])
-    assert corruption.claim_sets(params)["t0-off-b"] == [f"HumanEval/{i}" for i in range(10)]
+    assert served_data.claim_sets(params)["t0-off-b"] == [f"HumanEval/{i}" for i in range(10)]
     params = load_params(None, ["corruption.claim_tasks=[HumanEval/3, card/dedupe]"])
-    assert corruption.claim_task_ids(params, 15) == ["HumanEval/3", "card/dedupe"]
+    assert served_data.claim_task_ids(params, 15) == ["HumanEval/3", "card/dedupe"]
     params = load_params(None, ["corruption.claim_tasks=[HumanEval/999]"])
     with pytest.raises(TaskSelectionError, match="HumanEval/999"):
-        corruption.claim_sets(params)
+        served_data.claim_sets(params)
 
 
 # --- live collection, with the server and client replaced by stand-ins ------------------------
@@ -381,26 +378,26 @@ def test_live_collection_resumes(tmp_path, monkeypatch):
     monkeypatch.setattr(server, "serving", fake.serving)
     monkeypatch.setattr(client, "chat_completion", fake.chat_completion)
     with pytest.raises(KeyboardInterrupt):
-        corruption.collect(stage, tasks)
+        served_collect.collect(stage, tasks)
     assert len(fake.calls) == 8  # 2 samplings x 3 tasks for "none", then 2 of "exact"
     fake.fail_after = None
-    corruption.collect(stage, tasks)
+    served_collect.collect(stage, tasks)
     assert len(fake.calls) == 12  # only the 4 missing requests were sent again
-    corruption.collect(stage, tasks)
+    served_collect.collect(stage, tasks)
     assert len(fake.calls) == 12 and len(fake.launches) == 3  # complete: no server launched
     for clamp in ("none", "exact"):
         for s in ("t0-off-a", "t06-on"):
-            rows = read_rows(corruption.raw_path(stage.paths, clamp, s))
+            rows = read_rows(served_data.raw_path(stage.paths, clamp, s))
             assert [r["task_id"] for r in rows] == [t.task_id for t in tasks]
             assert all(r["status"] == "ok" and r["clamp"] == clamp for r in rows)
-    thinking = {r["sampling"]: r["thinking"] for r in read_rows(corruption.raw_path(stage.paths, "none", "t06-on"))}
+    thinking = {r["sampling"]: r["thinking"] for r in read_rows(served_data.raw_path(stage.paths, "none", "t06-on"))}
     assert thinking == {"t06-on": True}
     assert fake.calls[3]["chat_template_kwargs"] == {"enable_thinking": True}
     assert fake.calls[0]["chat_template_kwargs"] == {"enable_thinking": False}
     assert (fake.calls[3]["temperature"], fake.calls[3]["top_p"], fake.calls[3]["top_k"]) == (0.6, 0.95, 20)
-    corruption.collect_probe(stage, tasks)
+    served_collect.collect_probe(stage, tasks)
     assert fake.launches[-1] == ("exact", "ling3")  # the probe's server has the parser on
-    probe = read_rows(corruption.probe_path(stage.paths, "exact", "ling3"))
+    probe = read_rows(served_data.probe_path(stage.paths, "exact", "ling3"))
     assert [(r["task_id"], r["stream"]) for r in probe] == [("card/binary_search", True),
                                                             ("card/binary_search", False)]
     assert stage.params.server.reasoning_parser is None  # the stage's own params untouched
@@ -410,8 +407,8 @@ def test_gpu_profile_claim_sets(repo):
     from nvfp4study.codeeval.tasks import CARD_TASK_IDS
 
     params = load_params(repo / "params" / "ling3-flash.yaml")
-    sets = corruption.claim_sets(params)
+    sets = served_data.claim_sets(params)
     assert sets == {"t0-off-a": list(CARD_TASK_IDS), "t0-off-b": list(CARD_TASK_IDS[:10]),
                     "t06-on": list(CARD_TASK_IDS[:10]), "t06-off": list(CARD_TASK_IDS[:10])}
-    off, ids = corruption.probe_plan(params)
+    off, ids = served_data.probe_plan(params)
     assert off.thinking is False and len(ids) == params.corruption.reasoning_probe_tasks

@@ -41,13 +41,14 @@ import pandas as pd
 import psutil
 import pytest
 
-from nvfp4study.codeeval import corruption
+from nvfp4study.codeeval import served_data
 from nvfp4study.codeeval.tasks import CARD_TASK_IDS, card_tasks
 from nvfp4study.core.ledger import read_ledger
 from nvfp4study.core.params import REPO_ROOT
 from nvfp4study.core.stage import open_stage
 from nvfp4study.sglang import patch as sglang_patch
 from nvfp4study.sglang.source import open_tree
+from nvfp4study.stages import s05_corruption as s5
 from serving_fixtures import fake_params, fake_processes, installed_sglang, no_leftover  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("no_leftover")
@@ -122,7 +123,7 @@ def study(tmp_path_factory):
             "step_s": 0.0, "prefill_s": 0.0, "listen_delay_s": 0.05, "starting_s": 0.1}
     _, pf, run = fake_params(tmp, *OVERRIDES, fake=fake)
     stage = open_stage("05_corruption", str(pf), str(run))
-    result = corruption.run_served_study(stage)
+    result = s5.run_served_study(stage)
     assert not own_processes(tmp, log)  # every server's process group is gone
     assert {f: (site / f).read_bytes() for f in files} == installed  # install restored
     return {"stage": stage, "result": result, "log": log, "site": site, "pf": pf, "run": run,
@@ -158,7 +159,7 @@ def test_raw_files_one_row_per_request(study):
     ids = list(CARD_TASK_IDS)
     for mode in ("none", "exact"):
         for sampling, thinking in (("t0-off-a", False), ("t06-on", True)):
-            rows = corruption.read_rows(corruption.raw_path(stage.paths, mode, sampling))
+            rows = served_data.read_rows(served_data.raw_path(stage.paths, mode, sampling))
             assert [r["task_id"] for r in rows] == ids
             for r in rows:
                 assert (r["clamp"], r["sampling"], r["thinking"], r["status"]) == (mode, sampling, thinking, "ok")
@@ -170,7 +171,7 @@ def test_raw_files_one_row_per_request(study):
             by_id = {r["task_id"]: r for r in rows}
             dd = by_id["card/dedupe"]["content"]
             assert ("seen.add(culp)" in dd) == (mode == "none")  # the streamed text arrived whole
-    probe = corruption.read_rows(corruption.probe_path(stage.paths, "exact", "ling3"))
+    probe = served_data.read_rows(served_data.probe_path(stage.paths, "exact", "ling3"))
     assert [(r["task_id"], r["stream"]) for r in probe] == [
         ("card/binary_search", True), ("card/binary_search", False),
         ("card/is_balanced", True), ("card/is_balanced", False)]
@@ -232,7 +233,7 @@ def test_ledger_rows_measured(study):
     assert r["verdict"] == "reproduced"
     both = {"n": 2, "content_empty": 2, "answer_in_reasoning_content": 2}
     assert r["measured"] == {"parser": "ling3", "stream": both, "non_stream": both}
-    for cid in corruption.SERVED_CLAIMS:
+    for cid in served_data.SERVED_CLAIMS:
         if rows[cid]["verdict"] != "not run":
             assert rows[cid]["checked_on"] == "sglang 0.5.23"
             assert all((study["run"] / e).is_file() for e in rows[cid]["evidence"]), cid
@@ -242,14 +243,14 @@ def test_second_call_resumes_without_requests(study):
     run, log = study["run"], study["log"]
     before, logs = len(requests_seen(log)), sorted((run / "logs").iterdir())
     ledger = {r["id"]: (r["measured"], r["verdict"]) for r in read_ledger(run)}
-    again = corruption.run_served_study(open_stage("05_corruption", str(study["pf"]), str(run)))
+    again = s5.run_served_study(open_stage("05_corruption", str(study["pf"]), str(run)))
     assert len(requests_seen(log)) == before  # nothing sent
     assert sorted((run / "logs").iterdir()) == logs  # no server launched
     assert not own_processes(study["tmp"], log)
     pd.testing.assert_frame_equal(again["summary"], study["result"]["summary"])
     assert {r["id"]: (r["measured"], r["verdict"]) for r in read_ledger(run)} == ledger
     for mode in ("none", "exact"):
-        assert len(corruption.read_rows(corruption.raw_path(study["stage"].paths, mode, "t06-on"))) == 15
+        assert len(served_data.read_rows(served_data.raw_path(study["stage"].paths, mode, "t06-on"))) == 15
 
 
 def test_a_lost_request_is_asked_again(study, tmp_path):
@@ -258,15 +259,15 @@ def test_a_lost_request_is_asked_again(study, tmp_path):
 
     run, log = tmp_path / "run", study["log"]
     shutil.copytree(study["run"], run)
-    raw = corruption.raw_path(open_stage("05_corruption", str(study["pf"]), str(run)).paths, "none", "t06-on")
+    raw = served_data.raw_path(open_stage("05_corruption", str(study["pf"]), str(run)).paths, "none", "t06-on")
     lines = raw.read_text().splitlines(keepends=True)
     raw.write_text("".join(lines[:3] + lines[4:]))  # card/merge_sorted (the 4th task) lost
     before = len(requests_seen(log))
-    result = corruption.run_served_study(open_stage("05_corruption", str(run / "params.yaml"), str(run)))
+    result = s5.run_served_study(open_stage("05_corruption", str(run / "params.yaml"), str(run)))
     new = requests_seen(log)[before:]
     assert [(r["mode"], r["thinking"]) for r in new] == [("none", True)]
     assert "def merge_sorted(" in new[0]["last"]
-    rows = corruption.read_rows(raw)
+    rows = served_data.read_rows(raw)
     assert len(rows) == 15 and rows[-1]["task_id"] == "card/merge_sorted"
     pd.testing.assert_frame_equal(result["summary"], study["result"]["summary"])
 

@@ -6,20 +6,21 @@ import math
 import pandas as pd
 import pytest
 
-from nvfp4study.codeeval import validation as dv
+from nvfp4study.codeeval import detector_samples, detector_scores, detector_validation
 from nvfp4study.codeeval.tasks import load_tasks
 from nvfp4study.core.errors import DetectorValidationError
 from nvfp4study.core.ledger import read_ledger
 from nvfp4study.core.stage import open_stage
+from nvfp4study.stages import s05_corruption as s5
 
 
 def test_wilson_published_values():
     # 95 % Wilson score intervals (e.g. Newcombe 1998, Stat Med 17:857, table I)
-    lo, hi = dv.wilson(5, 10)
+    lo, hi = detector_scores.wilson(5, 10)
     assert (round(lo, 4), round(hi, 4)) == (0.2366, 0.7634)
-    lo, hi = dv.wilson(0, 10)
+    lo, hi = detector_scores.wilson(0, 10)
     assert lo == 0 and math.isclose(hi, 3.8415 / 13.8415, rel_tol=1e-4)
-    assert all(math.isnan(x) for x in dv.wilson(0, 0))
+    assert all(math.isnan(x) for x in detector_scores.wilson(0, 0))
 
 
 def test_summarize_by_hand():
@@ -28,7 +29,7 @@ def test_summarize_by_hand():
         "detector": [False, True, False, True, False, True],
         "execution": pd.array([pd.NA] * 6, dtype="boolean"),
     })
-    s = dv.summarize(f).set_index(["method", "kind"])
+    s = detector_scores.summarize(f).set_index(["method", "kind"])
     assert set(s.index.get_level_values(0)) == {"detector"}  # execution not run: left out
     r = s.loc[("detector", "after_bracket")]
     assert (r["tp"], r["fn"], r["fp"], r["n_clean"], r["recall"], r["precision"]) == (1, 1, 1, 3, 0.5, 0.5)
@@ -38,9 +39,9 @@ def test_summarize_by_hand():
 
 def test_build_samples_rejects_bad_input():
     with pytest.raises(DetectorValidationError):
-        dv.build_samples([])
+        detector_samples.build_samples([])
     with pytest.raises(DetectorValidationError):
-        dv.build_samples(load_tasks(1, False), per_kind=-1)
+        detector_samples.build_samples(load_tasks(1, False), per_kind=-1)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,7 @@ def small(tmp_path_factory):
     card = {t.task_id: t for t in load_tasks(0, True)}
     he = load_tasks(73, False)
     tasks = [card["card/binary_search"], card["card/dedupe"], *he[:3], he[72]]
-    return stage, tasks, dv.run(stage, tasks=tasks, execute=True)
+    return stage, tasks, detector_validation.run(stage, tasks=tasks, execute=True)
 
 
 def test_small_sample_clean_and_flagged(small):
@@ -93,13 +94,13 @@ def test_small_sample_files(small):
     summ = json.loads(res.paths["summary"].read_text())
     assert summ["provenance"]["executed"] is True and len(summ["rows"]) == len(res.summary)
     assert res.paths["figure"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    table = dv.table(res.summary)
+    table = detector_scores.table(res.summary)
     assert "false positives on clean" in table.index and "our detector" in table.columns
 
 
 def test_claims_recorded(small):
     stage, _, res = small
-    out = dv.record_claims(stage, res)
+    out = s5.record_detector_claims(stage, res)
     rows = {r["id"]: r for r in read_ledger(stage.run_dir)}
     ascii_row = rows["detect.ascii-junk"]
     assert ascii_row["verdict"] == "partly"  # injected junk only; served junk needs the GPU
@@ -114,7 +115,7 @@ def test_claims_recorded(small):
 
 def test_card_lines(small):
     stage, tasks, _ = small
-    t = dv.card_examples(stage, tasks, execute=False)
+    t = detector_validation.card_examples(stage, tasks, execute=False)
     assert list(t["injected_line"]) == [
         "low, high = 0, len(arr) -  Advisory", "elif arr[mid] < x Advisory:", "seen.add(culp)"]
     assert t["detector"].all()
@@ -125,10 +126,10 @@ def test_card_lines(small):
 def test_switched_off_records_not_run(run_dir):
     stage = open_stage("05_corruption", "", str(run_dir))
     stage.params.corruption.validate_detector = False
-    res = dv.run(stage)
-    assert res.skipped and res.samples.empty and "Skipped" in dv.describe(res)
-    assert dv.card_examples(stage).empty and dv.table(res.summary).empty
-    dv.record_claims(stage, res)
+    res = detector_validation.run(stage)
+    assert res.skipped and res.samples.empty and "Skipped" in detector_validation.describe(res)
+    assert detector_validation.card_examples(stage).empty and detector_scores.table(res.summary).empty
+    s5.record_detector_claims(stage, res)
     rows = {r["id"]: r for r in read_ledger(run_dir)}
     assert rows["detect.ast-undefined"]["verdict"] == "not run"
     assert "validate_detector" in rows["detect.ascii-junk"]["note"]

@@ -1,15 +1,21 @@
 """Generated code, judged: extraction, junk detection, sandboxed execution, their validation.
 
 HumanEval and card tasks, markdown code extraction, the junk-token detector, the bubblewrap
-sandbox, the detector's recall on injected junk, and the served corruption study's analysis.
+sandbox, the detector's recall on injected junk (``detector_*``), and the served corruption study's
+raw data, live collection, analysis and display (``served_*``).
 """
 
 __all__ = [
-    "corruption",
     "detect",
+    "detector_samples",
+    "detector_scores",
+    "detector_validation",
     "extract",
     "junk",
     "sandbox",
+    "served_analysis",
+    "served_collect",
+    "served_data",
+    "served_display",
     "tasks",
-    "validation",
 ]

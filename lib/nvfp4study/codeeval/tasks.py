@@ -11,7 +11,7 @@ Two sources, one :class:`Task` shape (HumanEval's):
   bracket matcher, ``high = len(arr) -  Advisory`` and ``elif arr[mid] < x Advisory:`` from a
   binary search, ``seen.add(culp)`` from an order-preserving dedupe), so the set starts with
   those three and adds twelve more of the same size. The card's claim sets of 15 and 10 tasks
-  are defined on this list (``CorruptionParams.claim_tasks``; see ``corruption.py``).
+  are defined on this list (``CorruptionParams.claim_tasks``; see ``served_data.py``).
 
 The chat prompt (:func:`chat_messages`) is the same for every sampling configuration; thinking
 is switched only through ``chat_template_kwargs`` (:func:`chat_template_kwargs`), as the card does.

@@ -1,21 +1,379 @@
 """Stage 05: generated-code corruption: the detector validated on real code, then the served study.
 
-Notebook ``05_corruption``. Part 1 (:mod:`nvfp4study.codeeval.validation`) measures each
-detection method's recall on HumanEval solutions with the card's kinds of junk injected; part 2
-(:mod:`nvfp4study.codeeval.corruption`) serves the card's tasks before and after the clamp fix
-and classifies every completion. The notebook reaches both through this module only.
+Notebook ``05_corruption``; the notebook reaches everything through this module: the wing
+modules as :data:`validation` (:mod:`nvfp4study.codeeval.detector_validation`), :data:`scores`
+(:mod:`nvfp4study.codeeval.detector_scores`) and :data:`served`
+(:mod:`nvfp4study.codeeval.served_display`), and the stage logic below (the served study's
+orchestration and every ledger row this stage writes).
+
+**Part 1, detector validation** (any machine): :func:`record_detector_claims` with the rules of
+:func:`detector_claim_verdicts`, plus the study finding ``detect.method-comparison``.
+
+**Part 2, the served study** (:func:`run_served_study`): collection
+(:mod:`nvfp4study.codeeval.served_collect`), raw files and claim sets
+(:mod:`nvfp4study.codeeval.served_data`), analysis (:mod:`nvfp4study.codeeval.served_analysis`).
+"Before" is ``corruption.before_mode`` (``none``: the clamp removed, the card's unpatched
+state), "after" is ``corruption.after_mode`` (``exact``: the post-SiLU clamp).
+
+**Verdicts** for ``corruption.t0-off-15`` / ``-10`` / ``t06-on`` / ``t06-off``: *reproduced* when
+every after-mode completion of the set is clean AND the before-mode interval lies entirely
+below the after-mode interval (the difference is resolved at 95 %); *partly* when exactly one
+of the two holds; *contradicted* when neither does. ``corruption.executed``: the first
+``executed_n`` claim tasks, first sampling configuration, after mode; *reproduced* when all
+pass, else *contradicted* (failures listed). ``serve.reasoning-parser``: *reproduced* when every
+probe answer, streamed and not, has empty ``content`` with the code found in
+``reasoning_content``; *partly* when some do; *contradicted* when none do.
 """
 
 from __future__ import annotations
 
-from ..codeeval import corruption as served
-from ..codeeval import validation
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..codeeval import detector_scores as scores
+from ..codeeval import detector_validation as validation
+from ..codeeval import served_display as served
+from ..codeeval.detector_samples import CLEAN, METHODS
+from ..codeeval.detector_validation import ValidationResult
+from ..codeeval.sandbox import sandbox_status
+from ..codeeval.served_analysis import (
+    classify_rows,
+    junk_fragments,
+    probe_summary,
+    summarize,
+    write_parquet,
+)
+from ..codeeval.served_collect import collect, collect_probe
+from ..codeeval.served_data import (
+    SERVED_CLAIMS,
+    claim_sets,
+    claim_task_ids,
+    expected_files,
+    import_recorded,
+    latest,
+    probe_key,
+    read_rows,
+    recorded_params,
+    sampling_claims,
+)
+from ..codeeval.tasks import load_tasks
+from ..core.errors import ReplayDataMissing
+from ..core.files import write_json
+from ..core.ledger import Verdict
+from ..core.params import Params
 from ..core.stage import Stage, open_stage_named
 
 NOTEBOOK = "05_corruption"
-__all__ = ["NOTEBOOK", "open_stage", "served", "validation"]
+NOT_RUN_REASON = "needs an NVFP4-capable GPU (server.enabled is false)"
+__all__ = ["NOTEBOOK", "analyse_served", "detector_claim_verdicts", "open_stage",
+           "record_detector_claims", "record_served_claims", "run_served_study", "scores",
+           "served", "served_ledger_rows", "validation"]
 
 
 def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
     """:func:`nvfp4study.core.stage.open_stage_named` for notebook ``05_corruption``."""
     return open_stage_named(NOTEBOOK, params_file, run_dir)
+
+
+# === part 1: detector validation ================================================================
+def _recalls(summary: pd.DataFrame, method: str) -> dict[str, float]:
+    s = summary[summary["method"] == method]
+    return {r["kind"]: round(float(r["recall"]), 4) for _, r in s.iterrows()}
+
+
+def detector_claim_verdicts(result: ValidationResult) -> dict[str, dict[str, Any]]:
+    """The measured values and verdicts for ``detect.ast-undefined`` and ``detect.ascii-junk``.
+
+    Rules:
+        ``detect.ast-undefined`` ("an AST check for identifiers loaded but never bound detects
+        the junk tokens"): *reproduced* when that check flags >= 95 % of every junk kind with
+        no false positive on the clean programs; *partly* when it has no false positive and
+        flags some junk but misses >= 5 % of at least one kind; *contradicted* when it flags a
+        clean program or no junk at all.
+
+        ``detect.ascii-junk`` ("the junk tokens are plain ASCII, so a non-ASCII scan misses
+        them"): *reproduced* when every card token is ASCII and the scan flags no junk variant
+        whose clean twin it does not already flag (its hits come from non-ASCII text the clean
+        program already had); *contradicted* otherwise.
+    """
+    s, f = result.summary, result.samples
+    ast_rows = s[(s["method"] == "ast_undefined") & (s["kind"] != "all")]
+    fp = int(ast_rows["fp"].iloc[0]) if len(ast_rows) else 0
+    if fp or not len(ast_rows) or ast_rows["tp"].sum() == 0:
+        v_ast = Verdict.CONTRADICTED
+    elif (ast_rows["recall"] >= 0.95).all():
+        v_ast = Verdict.REPRODUCED
+    else:
+        v_ast = Verdict.PARTLY
+    weak = [r["kind"] for _, r in ast_rows.iterrows() if r["recall"] < 0.95]
+    det_all = s[(s["method"] == "detector") & (s["kind"] == "all")]
+    ast_measured = {
+        "method": "pyflakes undefined names on code that parses",
+        "recall": _recalls(s, "ast_undefined"),
+        "false_positives_clean": fp,
+        "n_clean": int(ast_rows["n_clean"].iloc[0]) if len(ast_rows) else 0,
+        "n_junk": int(s[(s["method"] == "ast_undefined") & (s["kind"] == "all")]["n_junk"].iloc[0]) if len(ast_rows) else 0,
+        "our_detector_recall_all": round(float(det_all["recall"].iloc[0]), 4) if len(det_all) else None,
+        "our_detector_false_positives_clean": int(det_all["fp"].iloc[0]) if len(det_all) else None,
+    }
+    ast_note = ("pyflakes UndefinedName on the extracted code; "
+                + (f"misses >= 5% of: {', '.join(weak)} (code that no longer parses, junk on "
+                   "attributes/definitions, junk on a closing fence)" if weak else "flags every kind")
+                + "; our detector adds syntax-error recovery, glued-name tokens and fence checks.")
+
+    clean = f[f["kind"] == CLEAN].set_index("task_id")["non_ascii"]
+    junky = f[f["kind"] != CLEAN]
+    own_hits = int(sum(bool(r["non_ascii"]) and not bool(clean.get(r["task_id"], False))
+                       for _, r in junky.iterrows()))
+    tokens_ascii = {t: t.isascii() for t in ("ulp", "oly", "culp", "Advisory")}
+    # The injected fragments are the card's ASCII tokens, so the scan cannot see them here by
+    # construction: this half reproduces the consequence ("a non-ASCII scan misses them"), and
+    # whether real junk in served completions is ASCII needs the served study -> at most partly.
+    v_ascii = Verdict.PARTLY if all(tokens_ascii.values()) and own_hits == 0 else Verdict.CONTRADICTED
+    na = s[(s["method"] == "non_ascii") & (s["kind"] == "all")]
+    ascii_measured = {
+        "tokens_ascii": tokens_ascii,
+        "non_ascii_scan_detects": own_hits > 0,
+        "scan_hits_caused_by_junk": own_hits,
+        "scan_recall_all": round(float(na["recall"].iloc[0]), 4) if len(na) else None,
+        "scan_false_positives_clean": int(na["fp"].iloc[0]) if len(na) else None,
+        "n_clean": int(na["n_clean"].iloc[0]) if len(na) else None,
+    }
+    ascii_note = ("partly: the card's four tokens are ASCII, and a non-ASCII scan of the whole "
+                  "completion flags none of the junk injected with them (its only hits come from "
+                  "non-ASCII characters already in the clean prompt, e.g. '➞' in HumanEval docstrings, "
+                  "which also make it flag clean programs). Whether the junk a served model really "
+                  "emits is ASCII is measured only by the served study (05, GPU).")
+    return {
+        "detect.ast-undefined": {"measured": ast_measured, "verdict": v_ast, "note": ast_note},
+        "detect.ascii-junk": {"measured": ascii_measured, "verdict": v_ascii, "note": ascii_note},
+    }
+
+
+def record_detector_claims(stage: Stage, result: ValidationResult) -> pd.DataFrame:
+    """Record ``detect.ast-undefined``, ``detect.ascii-junk`` and the study finding
+    ``detect.method-comparison`` in the ledger; returns the rows written as a table. A skipped
+    validation records the two claims as not run."""
+    if result.skipped:
+        ids = ["detect.ast-undefined", "detect.ascii-junk"]
+        stage.not_run("detector validation switched off (corruption.validate_detector: false)", ids)
+        return pd.DataFrame({"id": ids, "verdict": ["not run"] * 2})
+    evidence = [result.paths["summary"], result.paths["samples"], result.paths["figure"]]
+    rows = []
+    for cid, v in detector_claim_verdicts(result).items():
+        rows.append(stage.record(cid, measured=v["measured"], verdict=v["verdict"],
+                                 evidence=evidence, note=v["note"]))
+    s = result.summary
+    comp = {m: _recalls(s, m).get("all") for m in METHODS if m in set(s["method"])}
+    fps = {m: int(s[s["method"] == m]["fp"].iloc[0]) for m in comp}
+    det = comp.get("detector")
+    others = [r for m, r in comp.items() if m != "detector" and r is not None]
+    if det is not None and fps.get("detector") == 0 and all(det >= r for r in others):
+        verdict = "reproduced"
+    elif det is not None and fps.get("detector") == 0:
+        verdict = "partly"
+    else:
+        verdict = "contradicted"
+    rows.append(stage.add_finding(
+        "detect.method-comparison",
+        claim="On junk-injected canonical solutions our detector flags at least as much junk as "
+              "the card's AST check, a non-ASCII scan or execution alone, with no false positive "
+              "on the clean programs.",
+        measured={"recall_all": comp, "false_positives_clean": fps, "isolation": result.isolation},
+        verdict=verdict,
+        evidence=evidence,
+        note="recall pooled over all junk kinds (per kind in the summary file); 'partly': no false "
+             "positive but another method flags more; execution is left out when not run.",
+    ))
+    return pd.DataFrame(rows)[["id", "verdict", "measured", "note"]]
+
+
+# === part 2: the served study ===================================================================
+def _count(summary: pd.DataFrame, mode: str, sampling: str) -> dict[str, Any] | None:
+    r = summary[(summary.clamp == mode) & (summary.sampling == sampling) & (summary.task_set == "claim")]
+    if r.empty:
+        return None
+    r = r.iloc[0]
+    ci = [round(float(r.ci_low), 4), round(float(r.ci_high), 4)] if r.n else None
+    frac = round(float(r.clean_frac), 4) if r.n else None
+    return {"clean": int(r.clean), "n": int(r.n), "clean_frac": frac, "no_code": int(r.no_code),
+            "failed": int(r.failed), "ci95": ci}
+
+
+def record_served_claims(stage: Stage, params: Params, df: pd.DataFrame, summary: pd.DataFrame,
+                  probe: pd.DataFrame | None, evidence: list[Path], probe_file: Path | None,
+                  checked_on: str | None = None) -> list[dict[str, Any]]:
+    """Write the six served-study ledger rows (rules in the module docstring). Returns them."""
+    c = params.corruption
+    rows = []
+    ids = set(stage.claims()) if hasattr(stage, "claims") else set(SERVED_CLAIMS)
+    for claim in sampling_claims():
+        cid, sampling = claim["id"], claim["sampling"]
+        if cid not in ids:
+            continue
+        before, after = _count(summary, c.before_mode, sampling), _count(summary, c.after_mode, sampling)
+        if after is None or not after["n"]:
+            stage.not_run(f"sampling config {sampling!r} with clamp mode {c.after_mode!r} was not "
+                          "served in this run", [cid])
+            continue
+        measured = {"sampling": sampling, "n": after["n"], "before_mode": c.before_mode,
+                    "after_mode": c.after_mode,
+                    "clean_before": None if before is None else before["clean"],
+                    "clean_after": after["clean"], "before": before, "after": after}
+        all_clean = after["clean"] == after["n"]
+        separated = before is not None and before["n"] > 0 and before["ci95"][1] < after["ci95"][0]
+        verdict = (Verdict.REPRODUCED if all_clean and separated else
+                   Verdict.CONTRADICTED if not all_clean and not separated else Verdict.PARTLY)
+        b = "not served" if before is None else f"{before['clean']}/{before['n']} clean"
+        note = (f"clean completions on the card's {claim['n']}-task set: {c.before_mode} {b}, "
+                f"{c.after_mode} {after['clean']}/{after['n']} clean; "
+                f"after all clean: {all_clean}; 95 % Wilson intervals separated: {separated}.")
+        rows.append(stage.record(cid, measured=measured, verdict=verdict, evidence=evidence,
+                                 note=note, checked_on=checked_on))
+    if "corruption.executed" in ids:
+        rows.append(_record_executed(stage, params, df, evidence, checked_on))
+    if "serve.reasoning-parser" in ids:
+        rows.append(_record_probe(stage, params, probe, probe_file, checked_on))
+    return [r for r in rows if r is not None]
+
+
+def _record_executed(stage: Stage, params, df, evidence, checked_on):
+    c = params.corruption
+    first = c.sampling[0].name if c.sampling else None
+    ids = claim_task_ids(params, c.executed_n)
+    part = df[(df.clamp == c.after_mode) & (df.sampling == first) & df.task_id.isin(ids)
+              & (df.detector != "request_failed")]
+    if part.empty:
+        stage.not_run(f"no answered requests for clamp {c.after_mode!r}, sampling {first!r}",
+                      ["corruption.executed"])
+        return None
+    passed = int(part.passed.sum())
+    outcomes = {k: int(v) for k, v in Counter(part.exec_outcome.fillna("no_code")).items()}
+    failures = [f"{r.task_id}: {'no code' if pd.isna(r.exec_outcome) else r.exec_outcome}"
+                + ("" if pd.isna(r.exec_exception) else f" ({r.exec_exception})")
+                for r in part.itertuples() if not r.passed]
+    verdict = Verdict.REPRODUCED if passed == len(part) else Verdict.CONTRADICTED
+    isolation = ", ".join(sorted(set(part.isolation.dropna()))) or "nothing executed"
+    note = (f"first {c.executed_n} claim tasks, sampling {first}, clamp {c.after_mode}, executed "
+            f"against their assertions in the sandbox ({isolation})"
+            + (f"; failed: {'; '.join(failures)}" if failures else "") + ".")
+    return stage.record("corruption.executed", measured={"passed": passed, "n": len(part),
+                        "outcomes": outcomes, "sampling": first, "clamp": c.after_mode},
+                        verdict=verdict, evidence=evidence, note=note, checked_on=checked_on)
+
+
+def _record_probe(stage: Stage, params, probe, probe_file, checked_on):
+    c = params.corruption
+    if probe is None or probe.empty or not int(probe.n.sum()):
+        why = ("the probe is switched off (corruption.reasoning_probe_parser is null)"
+               if not c.reasoning_probe_parser else "no answered probe request")
+        stage.not_run(why, ["serve.reasoning-parser"])
+        return None
+    per = {("stream" if r.stream else "non_stream"): {
+        "n": int(r.n), "content_empty": int(r.content_empty),
+        "answer_in_reasoning_content": int(r.answer_in_reasoning)} for r in probe.itertuples()}
+    hits = [(int(r.content_empty), int(r.answer_in_reasoning), int(r.n)) for r in probe.itertuples() if r.n]
+    every = all(e == n and a == n for e, a, n in hits)
+    some = any(min(e, a) > 0 for e, a, n in hits)
+    verdict = Verdict.REPRODUCED if every else Verdict.PARTLY if some else Verdict.CONTRADICTED
+    note = (f"reasoning parser {c.reasoning_probe_parser!r} on, thinking off, clamp "
+            f"{c.after_mode}: " + "; ".join(
+                f"{k}: content empty {v['content_empty']}/{v['n']}, answer in reasoning_content "
+                f"{v['answer_in_reasoning_content']}/{v['n']}" for k, v in per.items()) + ".")
+    return stage.record("serve.reasoning-parser",
+                        measured={"parser": c.reasoning_probe_parser, **per}, verdict=verdict,
+                        evidence=[probe_file] if probe_file else [], note=note,
+                        checked_on=checked_on)
+
+
+def analyse_served(stage: Stage, params: Params, mode: str) -> dict[str, Any]:
+    """Classify the raw files in this run's ``data/``, write the tables and the figure, record
+    the ledger rows. Reads nothing but those files (and the task data)."""
+    c = params.corruption
+    tasks = {t.task_id: t for t in load_tasks(c.humaneval_count, c.card_tasks)}
+    raws, probe_file = expected_files(stage.paths, params)
+    missing = [str(p) for p in raws if not p.is_file()]
+    if missing:
+        raise ReplayDataMissing("corruption raw files missing: " + ", ".join(missing))
+    rows = []
+    for p in raws:
+        rows += list(latest(read_rows(p)).values())
+    df = classify_rows(rows, tasks, c.sandbox, workers=c.max_workers)
+    sets = claim_sets(params)
+    summary = summarize(df, sets)
+    junk = junk_fragments(df)
+    probe_rows = read_rows(probe_file) if probe_file is not None and probe_file.is_file() else []
+    probe = probe_summary(list(latest(probe_rows, key=probe_key).values()), tasks) if probe_rows else None
+    out = {
+        "classified": stage.paths.data("corruption-classified", "parquet"),
+        "summary": stage.paths.data("corruption-summary", "parquet"),
+        "junk": stage.paths.data("corruption-junk", "parquet"),
+        "figure": stage.paths.figure("corruption-clean"),
+        "provenance": stage.paths.data("corruption-provenance", "json"),
+    }
+    write_parquet(df, out["classified"])
+    write_parquet(summary, out["summary"])
+    write_parquet(junk, out["junk"])
+    if probe is not None:
+        out["probe"] = stage.paths.data("corruption-probe-summary", "parquet")
+        write_parquet(probe, out["probe"])
+    served.plot(summary, params, out["figure"])
+    status = sandbox_status(c.sandbox)
+    write_json(out["provenance"], {
+        "mode": mode, "params_digest": params.digest(), "replay_from": params.replay_from,
+        "raw_files": [p.name for p in raws], "probe_file": probe_file.name if probe_file else None,
+        "claim_sets": sets, "sandbox": status, "rows": len(df),
+    })
+    evidence = [out["summary"], out["classified"], out["figure"], *raws]
+    ledger = record_served_claims(stage, params, df, summary, probe, evidence, probe_file,
+                                  checked_on=f"sglang {params.sglang.version}")
+    return {"status": mode, "reason": "", "params": params, "classified": df, "summary": summary,
+            "junk": junk, "probe": probe, "files": out, "ledger": ledger, "sets": sets}
+
+
+def run_served_study(stage: Stage) -> dict[str, Any]:
+    """The served study, end to end: replay, live, or "not run".
+
+    * ``replay_from`` set: the recorded run's raw files (and its params) are analysed.
+    * ``server.enabled`` false: the six claims are recorded ``not run: needs an NVFP4-capable
+      GPU (server.enabled is false)`` and nothing else happens.
+    * a GPU refusal (:func:`nvfp4study.serving.server.gpu_refusal`): recorded as not run, with it.
+    * else live: :func:`collect` and :func:`collect_probe`, then :func:`analyse_served`.
+
+    Returns:
+        ``{"status": "not run"|"live"|"replay", "reason": str, ...}``; when analysed also
+        ``classified``, ``summary``, ``junk``, ``probe`` (DataFrames), ``files``, ``ledger``.
+    """
+    ids = [i for i in stage.claims() if i in SERVED_CLAIMS]
+    params: Params = stage.params
+    if params.replay_from:
+        recorded = recorded_params(stage)
+        import_recorded(stage, recorded)
+        return analyse_served(stage, recorded, "replay")
+    if not params.server.enabled:
+        stage.not_run(NOT_RUN_REASON, ids)
+        return {"status": "not run", "reason": NOT_RUN_REASON, "claims": ids}
+    from ..serving.server import gpu_refusal
+
+    refusal = gpu_refusal(params)
+    if refusal:
+        stage.not_run(refusal, ids)
+        return {"status": "not run", "reason": refusal, "claims": ids}
+    tasks = load_tasks(params.corruption.humaneval_count, params.corruption.card_tasks)
+    collect(stage, tasks)
+    collect_probe(stage, tasks)
+    return analyse_served(stage, params, "live")
+
+
+def served_ledger_rows(stage: Stage) -> pd.DataFrame:
+    """This stage's served-study ledger rows as a DataFrame (card value beside ours)."""
+    from ..core.ledger import read_ledger
+
+    rows = [r for r in read_ledger(stage.run_dir) if r["id"] in SERVED_CLAIMS]
+    return pd.DataFrame([{"claim": r["id"], "card": json.dumps(r["card"]),
+                          "measured": json.dumps(r["measured"]), "verdict": r["verdict"],
+                          "note": r["note"]} for r in rows])

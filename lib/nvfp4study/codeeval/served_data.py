@@ -1,0 +1,220 @@
+"""The served corruption study's raw data: where it lives, its row schema, which tasks each claim uses.
+
+**Files.** Every request of the served study (:mod:`nvfp4study.codeeval.served_collect`) is one
+JSON line in ``data/corruption-raw-clamp=<mode>-sampling=<name>.jsonl``, appended and fsynced
+as it arrives; the reasoning-parser probe writes
+``data/corruption-probe-clamp=<mode>-parser=<parser>.jsonl``. The analysis reads only these
+files, so ``-p replay_from=<run dir>`` (:func:`import_recorded`, :func:`recorded_params`)
+re-analyses a recorded run with that run's own params and gives identical tables.
+
+**Raw row schema** (``nvfp4study.codeeval.corruption-raw/1``, one JSON object per request): ``clamp``,
+``sampling``, ``task_id``, ``source``, ``thinking``, ``temperature``, ``top_p``, ``top_k``,
+``max_tokens``, ``stream``, ``reasoning_parser``, ``server`` (config key), ``status`` ("ok" or the
+client's failure status), ``error``, ``content``, ``reasoning_content``, ``finish_reason``,
+``completion_tokens``, ``end_s``, ``ttft_s``, ``t_wall``, ``request`` (the body sent),
+``params_digest``.
+
+**Claim sets.** A card claim with n tasks (``card.n`` in ``claims.yaml``: 15 for
+``corruption.t0-off-15``, 10 for the others) uses the first n ids of
+``corruption.claim_tasks``, by default the study's card-style tasks in order
+(:data:`nvfp4study.codeeval.tasks.CARD_TASK_IDS`: binary_search, is_balanced, dedupe, merge_sorted,
+two_sum, run_length_encode, evaluate_rpn, max_subarray_sum, flatten, word_frequencies,
+first_unique_char, rotate_left, longest_common_prefix, remove_adjacent_duplicates,
+fibonacci); with ``card_tasks: false`` the first n loaded tasks. The reasoning-parser probe
+(:func:`probe_plan`) asks the first ``reasoning_probe_tasks`` of them with the first thinking-off
+sampling configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import RawDataError, ReplayDataMissing, TaskSelectionError
+from ..core.files import atomic_write
+from ..core.ledger import card_claims
+from ..core.params import Params, SamplingConfig
+from ..core.paths import RunPaths
+from ..core.stage import Stage
+from .tasks import CARD_TASK_IDS, load_tasks
+
+RAW_STEM, PROBE_STEM = "corruption-raw", "corruption-probe"
+ROW_SCHEMA = "nvfp4study.codeeval.corruption-raw/1"
+SAMPLING_CLAIMS = ("corruption.t0-off-15", "corruption.t0-off-10", "corruption.t06-on",
+                   "corruption.t06-off")
+SERVED_CLAIMS = (*SAMPLING_CLAIMS, "corruption.executed", "serve.reasoning-parser")
+
+
+# --- claim sets --------------------------------------------------------------------------------
+def sampling_claims() -> list[dict[str, Any]]:
+    """The card's four sampling claims from ``claims.yaml``: ``{id, sampling, n, card}``."""
+    rows = {c["id"]: c for c in card_claims()}
+    return [{"id": cid, "sampling": rows[cid]["card"]["sampling"], "n": int(rows[cid]["card"]["n"]),
+             "card": rows[cid]["card"]} for cid in SAMPLING_CLAIMS if cid in rows]
+
+
+def claim_task_ids(params: Params, n: int) -> list[str]:
+    """The first ``n`` ids of the claim order (module docstring, "Claim sets").
+
+    Raises:
+        TaskSelectionError: ``corruption.claim_tasks`` names a task that is not loaded.
+    """
+    c = params.corruption
+    loaded = [t.task_id for t in load_tasks(c.humaneval_count, c.card_tasks)]
+    if c.claim_tasks:
+        unknown = [t for t in c.claim_tasks if t not in set(loaded)]
+        if unknown:
+            raise TaskSelectionError(f"corruption.claim_tasks names tasks that are not loaded: {unknown}")
+        order = list(c.claim_tasks)
+    elif c.card_tasks:
+        order = list(CARD_TASK_IDS)
+    else:
+        order = loaded
+    return order[:n]
+
+
+def claim_sets(params: Params) -> dict[str, list[str]]:
+    """``{sampling name: task ids}`` of each card claim whose sampling config is in params."""
+    names = {s.name for s in params.corruption.sampling}
+    return {c["sampling"]: claim_task_ids(params, c["n"]) for c in sampling_claims()
+            if c["sampling"] in names}
+
+
+# --- files -------------------------------------------------------------------------------------
+def raw_path(paths: RunPaths, clamp: str, sampling: str) -> Path:
+    """``data/corruption-raw-clamp=<clamp>-sampling=<sampling>.jsonl``."""
+    return paths.data(RAW_STEM, "jsonl", clamp=clamp, sampling=sampling)
+
+
+def probe_path(paths: RunPaths, clamp: str, parser: str) -> Path:
+    """``data/corruption-probe-clamp=<clamp>-parser=<parser>.jsonl``."""
+    return paths.data(PROBE_STEM, "jsonl", clamp=clamp, parser=parser)
+
+
+def append_row(path: Path, row: dict[str, Any]) -> None:
+    """Append one JSON line and fsync it. A last line cut by a crash is first terminated, so
+    the new row starts on its own line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as fh:
+        if fh.tell() > 0:
+            with open(path, "rb") as rd:
+                rd.seek(-1, os.SEEK_END)
+                if rd.read(1) != b"\n":
+                    fh.write(b"\n")
+        fh.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+REQUIRED = ("clamp", "sampling", "task_id", "status")
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a raw JSONL file.
+
+    A line that starts like a JSON object but does not parse is a write cut by a crash (the
+    next :func:`append_row` terminated it) and is skipped.
+
+    Raises:
+        RawDataError: a line that is not JSON at all, or a row without ``clamp``,
+            ``sampling``, ``task_id`` and ``status``.
+    """
+    rows = []
+    for i, line in enumerate(Path(path).read_text(encoding="utf-8", errors="replace").splitlines()):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if line.lstrip().startswith("{"):
+                continue  # a record cut mid-write
+            raise RawDataError(f"{path}: line {i + 1} is not JSON ({exc.msg})") from None
+        if not isinstance(row, dict) or any(k not in row for k in REQUIRED):
+            raise RawDataError(f"{path}: line {i + 1} is not a request row (needs {', '.join(REQUIRED)})")
+        rows.append(row)
+    return rows
+
+
+def latest(rows: list[dict[str, Any]], key=lambda r: r["task_id"]) -> dict[Any, dict[str, Any]]:
+    """``{key: row}``: the last "ok" row of each key, or the last row when none is ok."""
+    out: dict[Any, dict[str, Any]] = {}
+    for row in rows:
+        k = key(row)
+        if k not in out or row.get("status") == "ok" or out[k].get("status") != "ok":
+            out[k] = row
+    return out
+
+
+def probe_key(row: dict[str, Any]) -> tuple[str, bool]:
+    """The key of a probe row for :func:`latest`: ``(task_id, stream)``."""
+    return (row["task_id"], bool(row.get("stream")))
+
+
+def probe_plan(params: Params) -> tuple[SamplingConfig, list[str]] | None:
+    """(the thinking-off sampling config, task ids) of the reasoning-parser probe, or None when
+    the probe is switched off or no sampling config has thinking off."""
+    c = params.corruption
+    if not c.reasoning_probe_parser or c.reasoning_probe_tasks <= 0:
+        return None
+    off = next((s for s in c.sampling if not s.thinking), None)
+    if off is None:
+        return None
+    return off, claim_task_ids(params, c.reasoning_probe_tasks)
+
+
+def expected_files(paths: RunPaths, params: Params) -> tuple[list[Path], Path | None]:
+    """The raw files a complete study with ``params`` has, and its probe file (or None)."""
+    c = params.corruption
+    raws = [raw_path(paths, m, s.name) for m in c.clamp_modes for s in c.sampling]
+    probe = probe_path(paths, c.after_mode, c.reasoning_probe_parser) if probe_plan(params) else None
+    return raws, probe
+
+
+# --- replay ------------------------------------------------------------------------------------
+def replay_source(stage: Stage) -> Path:
+    """The absolute recorded run folder named by ``replay_from`` (relative to the working dir)."""
+    src = Path(stage.params.replay_from).expanduser()
+    return (src if src.is_absolute() else Path.cwd() / src).resolve()
+
+
+def recorded_params(stage: Stage) -> Params:
+    """The params a replayed run recorded (its ``params.yaml``), else this stage's.
+
+    Raises:
+        ReplayDataMissing: ``replay_from`` is set but the folder has no ``params.yaml``.
+    """
+    from ..core.params import load_params
+
+    if not stage.params.replay_from:
+        return stage.params
+    src = replay_source(stage)
+    f = src / "params.yaml"
+    if not f.is_file():
+        raise ReplayDataMissing(f"replay_from {src}: no params.yaml (not a recorded run folder)")
+    return load_params(f).model_copy(update={"replay_from": stage.params.replay_from})
+
+
+def import_recorded(stage: Stage, params: Params) -> list[Path]:
+    """Copy a recorded run's raw files into this run (nothing is sent to any server).
+
+    Raises:
+        ReplayDataMissing: the folder or any expected raw file is missing.
+    """
+    src = replay_source(stage)
+    if not src.is_dir():
+        raise ReplayDataMissing(f"replay_from {src} is not a folder")
+    raws, probe = expected_files(RunPaths(src), params)
+    missing = [str(p) for p in raws if not p.is_file()]
+    if missing:
+        raise ReplayDataMissing("recorded corruption data missing (no live run is started in "
+                                "replay mode): " + ", ".join(missing))
+    copied = []
+    for p in [*raws, *([probe] if probe is not None and probe.is_file() else [])]:
+        dst = stage.paths.data_dir / p.name
+        if p.resolve() != dst.resolve():
+            atomic_write(dst, lambda tmp, src=p: shutil.copyfile(src, tmp))
+        copied.append(dst)
+    return copied
