@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from nvfp4study.codeeval import detector_samples, detector_scores, detector_validation
+from nvfp4study.codeeval.served_analysis import wilson_interval
 from nvfp4study.codeeval.tasks import load_tasks
 from nvfp4study.core.errors import DetectorValidationError
 from nvfp4study.core.ledger import read_ledger
@@ -16,11 +17,11 @@ from nvfp4study.stages import s05_corruption as s5
 
 def test_wilson_published_values():
     # 95 % Wilson score intervals (e.g. Newcombe 1998, Stat Med 17:857, table I)
-    lo, hi = detector_scores.wilson(5, 10)
+    lo, hi = wilson_interval(5, 10)
     assert (round(lo, 4), round(hi, 4)) == (0.2366, 0.7634)
-    lo, hi = detector_scores.wilson(0, 10)
+    lo, hi = wilson_interval(0, 10)
     assert lo == 0 and math.isclose(hi, 3.8415 / 13.8415, rel_tol=1e-4)
-    assert all(math.isnan(x) for x in detector_scores.wilson(0, 0))
+    assert all(math.isnan(x) for x in wilson_interval(0, 0))
 
 
 def test_summarize_by_hand():

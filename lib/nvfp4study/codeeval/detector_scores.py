@@ -18,22 +18,10 @@ import pandas as pd
 from ..core.files import atomic_write
 from .detector_samples import CLEAN, METHOD_LABELS, METHODS
 from .junk import JunkKind
-
-Z95 = 1.959963984540054  # two-sided 95 % normal quantile
+from .served_analysis import wilson_interval
 
 
 # --- statistics ------------------------------------------------------------------------------
-def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval for k successes in n trials; (nan, nan) when n == 0."""
-    if n == 0:
-        return float("nan"), float("nan")
-    p = k / n
-    den = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def summarize(frame: pd.DataFrame) -> pd.DataFrame:
     """Precision and recall per method and junk kind.
 
@@ -56,8 +44,8 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
             part = junk_rows if kind == "all" else junk_rows[junk_rows["kind"] == kind]
             n = len(part)
             tp = int(part[m].fillna(False).astype(bool).sum())
-            rlo, rhi = wilson(tp, n)
-            plo, phi = wilson(tp, tp + fp)
+            rlo, rhi = wilson_interval(tp, n)
+            plo, phi = wilson_interval(tp, tp + fp)
             out.append({"method": m, "kind": kind, "n_junk": n, "tp": tp, "fn": n - tp,
                         "n_clean": nc, "fp": fp, "recall": tp / n if n else float("nan"),
                         "recall_lo": rlo, "recall_hi": rhi,
