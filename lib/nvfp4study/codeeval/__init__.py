@@ -5,11 +5,19 @@ sandbox, the detector's recall on injected junk, and the served corruption study
 """
 
 __all__ = [
+    "card_problems",
     "corruption",
     "detect",
     "extract",
+    "findings",
+    "isolation",
     "junk",
+    "program",
+    "recovery",
     "sandbox",
     "tasks",
+    "token_scan",
+    "undefined",
     "validation",
+    "watchdog",
 ]

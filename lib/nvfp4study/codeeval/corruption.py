@@ -71,7 +71,8 @@ from ..core.errors import RawDataError, ReplayDataMissing, TaskSelectionError
 from ..core.files import atomic_write, write_json
 from ..core.ledger import Verdict, card_claims
 from ..core.params import Params, SamplingConfig
-from .sandbox import check_many, sandbox_status
+from .isolation import sandbox_status
+from .sandbox import check_many
 from .tasks import CARD_TASK_IDS, Task, chat_messages, chat_template_kwargs, load_tasks
 
 RAW_STEM, PROBE_STEM = "corruption-raw", "corruption-probe"
