@@ -14,7 +14,8 @@ import argparse
 import statistics
 import time
 
-from nvfp4study.codeeval.sandbox import check_many, sandbox_status
+from nvfp4study.codeeval.isolation import sandbox_status
+from nvfp4study.codeeval.sandbox import check_many
 from nvfp4study.codeeval.tasks import humaneval_tasks
 from nvfp4study.core.params import SandboxParams
 

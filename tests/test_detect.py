@@ -6,17 +6,10 @@ import json
 import pytest
 
 from nvfp4study import cli
-from nvfp4study.codeeval.detect import (
-    CORRUPTING,
-    FindingKind,
-    Status,
-    detect_bytes,
-    detect_code,
-    detect_completion,
-    main,
-    missing_import_for,
-    recover,
-)
+from nvfp4study.codeeval.detect import detect_bytes, detect_code, detect_completion, main
+from nvfp4study.codeeval.findings import CORRUPTING, FindingKind, Status
+from nvfp4study.codeeval.recovery import recover
+from nvfp4study.codeeval.undefined import missing_import_for
 from nvfp4study.core.errors import DetectInputError
 
 # F-06: four spliced-junk programs, each with its clean twin, the class that must flag it and

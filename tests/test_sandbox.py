@@ -18,16 +18,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from nvfp4study.codeeval import sandbox
-from nvfp4study.codeeval.sandbox import (
-    Isolation,
-    Outcome,
-    build_program,
-    check_many,
-    check_program,
-    prompt_preamble,
-    sandbox_status,
-)
+from nvfp4study.codeeval import isolation
+from nvfp4study.codeeval.isolation import Isolation, sandbox_status
+from nvfp4study.codeeval.program import build_program, prompt_preamble
+from nvfp4study.codeeval.sandbox import Outcome, check_many, check_program
 from nvfp4study.codeeval.tasks import card_tasks, humaneval_tasks, task_index
 from nvfp4study.core.errors import SandboxUnavailable
 from nvfp4study.core.params import SandboxParams
@@ -212,11 +206,11 @@ def test_hostile_details(host):
     uid, ppid, root, work = eval(seen.message)  # noqa: S307 (our own repr of plain values)
     assert uid == 65534 and ppid == 1 and work is False
     assert set(root) <= {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "proc",
-                         "dev", "tmp", "root", "opt", "home", "run"} | {Path(sandbox.sandbox_python(p)).parts[1]}
+                         "dev", "tmp", "root", "opt", "home", "run"} | {Path(isolation.sandbox_python(p)).parts[1]}
     listing = check_program(TASK, "import os\nraise RuntimeError(repr(sorted(os.listdir('/root'))"
                             " if os.path.isdir('/root') else []))\n", p)
-    visible = {Path(r).relative_to("/root").parts[0] for r in sandbox.python_roots(
-        sandbox.sandbox_python(p)) if r.startswith("/root/")}
+    visible = {Path(r).relative_to("/root").parts[0] for r in isolation.python_roots(
+        isolation.sandbox_python(p)) if r.startswith("/root/")}
     assert set(eval(listing.message)) <= visible  # noqa: S307 (our own repr)
     host_only = set(os.listdir("/root")) - visible if os.access("/root", os.R_OK) else set()
     assert not host_only & set(eval(listing.message))  # noqa: S307
@@ -310,8 +304,8 @@ def test_subprocess_fallback(name, template, outcome, tmp_path):
 
 
 def test_bwrap_required_but_missing(monkeypatch):
-    monkeypatch.setattr(sandbox, "_bwrap_path", lambda: None)
-    sandbox._bwrap_probe.cache_clear()
+    monkeypatch.setattr(isolation, "_bwrap_path", lambda: None)
+    isolation._bwrap_probe.cache_clear()
     try:
         with pytest.raises(SandboxUnavailable, match="bwrap not found"):
             check_program(TASK, GOOD, SandboxParams(isolation="bwrap"))
@@ -319,10 +313,10 @@ def test_bwrap_required_but_missing(monkeypatch):
         assert r.isolation == Isolation.SUBPROCESS and "bwrap not found" in r.isolation_note
         assert r.outcome == Outcome.PASS
     finally:
-        sandbox._bwrap_probe.cache_clear()
+        isolation._bwrap_probe.cache_clear()
 
 
 def test_sandbox_python_is_base_interpreter():
-    py = sandbox.sandbox_python(SandboxParams())
+    py = isolation.sandbox_python(SandboxParams())
     assert py == os.path.realpath(sys.executable)
     assert Path(py).is_file()

@@ -38,7 +38,7 @@ def test_humaneval_loads_offline(monkeypatch):
 
 
 def test_humaneval_prompts_with_imports():
-    # evaluation.md: "23 of the 164 prompts contain import lines": 22 at top level plus
+    # 23 of the 164 prompts contain import lines: 22 at top level plus
     # HumanEval/115, whose `import math` sits inside the function before its docstring.
     tasks = humaneval_tasks()
 

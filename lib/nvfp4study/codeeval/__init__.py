@@ -6,16 +6,24 @@ raw data, live collection, analysis and display (``served_*``).
 """
 
 __all__ = [
+    "card_problems",
     "detect",
     "detector_samples",
     "detector_scores",
     "detector_validation",
     "extract",
+    "findings",
+    "isolation",
     "junk",
+    "program",
+    "recovery",
     "sandbox",
     "served_analysis",
     "served_collect",
     "served_data",
     "served_display",
     "tasks",
+    "token_scan",
+    "undefined",
+    "watchdog",
 ]

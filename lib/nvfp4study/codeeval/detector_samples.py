@@ -33,9 +33,11 @@ import pandas as pd
 
 from ..core.errors import DetectorValidationError
 from . import junk
-from .detect import FindingKind, detect_completion, prompt_bindings, undefined_names
+from .detect import detect_completion
 from .extract import extract_code
+from .findings import FindingKind
 from .junk import JunkKind
+from .undefined import prompt_bindings, undefined_names
 
 METHODS: tuple[str, ...] = ("detector", "ast_undefined", "ast_or_syntax", "non_ascii", "execution")
 METHOD_LABELS = {

@@ -3,17 +3,18 @@
 A served model's answer is Markdown: prose plus one or more fenced blocks, sometimes wrapped in
 ``<think>...</think>``. This module parses it with markdown-it-py's CommonMark parser (``fence``
 and ``code_block`` tokens) after removing reasoning, because regexes fail on unclosed fences,
-``~~~`` fences, longer (4-backtick) fences and fences inside list items
-(``shared/reference/evaluation.md``, "Extracting code").
+``~~~`` fences, longer (4-backtick) fences and fences inside list items (all four are cases
+in ``tests/test_extract.py``).
 
 Cases handled, each recorded rather than silently repaired:
 
 * ``<think>...</think>`` sections are removed. A stray ``</think>`` with no opening tag (the
-  chain of thought leaked into ``content`` with thinking off, bug report F-07 i) drops
+  chain of thought leaked into ``content`` with thinking off, fault F-07 i) drops
   everything before it; the answer after it is used (origin ``after_stray_think``). An unclosed
   ``<think>`` drops everything after it (the answer never came).
 * ``content`` empty (or without code) while ``reasoning_content`` holds the answer: a reasoning
-  parser filed the whole reply as reasoning (F-07 ii; the card's ``--reasoning-parser``
+  parser filed the whole reply as reasoning (fault F-07 ii: with thinking off, ``content`` is
+  ``""`` and the answer sits in ``reasoning_content``; the card's ``--reasoning-parser``
   warning). The code is taken from ``reasoning_content`` (origin ``reasoning_content``).
 * A junk token on the closing fence (a line like three backticks followed by ``culp``) is
   not a closing fence in CommonMark, so the block swallows the text after it. It is found from

@@ -8,7 +8,8 @@ wins one decoding step and the text carries on::
     elif arr[mid] < x Advisory:     # a fragment inserted as a separate word
     seen.add(culp)                  # a fragment replacing an identifier
 
-and bug report F-06 adds ``count += 1eville`` (glued after a number). The fragments are
+and fault F-06 (junk spliced into generated code, which the detector must flag while passing
+each line's clean twin) adds ``count += 1eville`` (glued after a number). The fragments are
 :data:`FRAGMENTS` (the card's ulp, oly, culp, Advisory; F-06's eville). Each
 :class:`JunkKind` is one of these shapes, applied at one token of the *solution* part of a
 program (never the prompt), chosen with ``random.Random(f"{seed}|{task_id}|{kind}")`` so a seed

@@ -39,7 +39,7 @@ from ..codeeval import detector_validation as validation
 from ..codeeval import served_display as served
 from ..codeeval.detector_samples import CLEAN, METHODS
 from ..codeeval.detector_validation import ValidationResult
-from ..codeeval.sandbox import sandbox_status
+from ..codeeval.isolation import sandbox_status
 from ..codeeval.served_analysis import (
     classify_rows,
     junk_fragments,
