@@ -3,7 +3,7 @@
 Fixtures are tiny quantized-layout checkpoints written by hand with safetensors + torch in the
 Ling tensor naming: NVFP4 experts (``weight_packed`` U8 [out, in/2], ``weight_scale``
 F8_E4M3 [out, in/16], ``weight_global_scale`` F32 [1], ``input_global_scale`` F32 [1]), BF16
-everything else, a compressed-tensors ``quantization_config``. Each fault of bug-reports.md
+everything else, a compressed-tensors ``quantization_config``. Each reported fault (docs/faults.md)
 F-01..F-05 is one variant of the clean fixture; the builder counts what it writes, so counts are
 checked against that count, not against the audit's own formula.
 """

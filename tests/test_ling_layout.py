@@ -78,7 +78,7 @@ def test_real_shapes_from_reference():
     assert s["model.layers.0.mlp.gate_proj.weight"][0] == (6144, 2560)
     assert s["model.word_embeddings.weight"][0] == (157184, 2560)
     assert s["lm_head.weight"][0] == (157184, 2560)
-    # the BF16 source is about 250 GB (llmcompressor.md)
+    # the BF16 source is about 250 GB: ~125 G parameters x 2 bytes
     total = sum(L.spec_nbytes(x) for x in L.tensor_specs(REAL))
     assert 240e9 < total < 260e9
 
