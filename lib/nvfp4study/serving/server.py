@@ -72,6 +72,8 @@ class ServerConfig:
         model_path: served checkpoint; ``None`` = ``server.model_path`` or the run's quantized one.
         model_label: a short name for the checkpoint in file names ("study", "broken-draft").
         tp_size, ep_size: overrides of ``server.tp_size``/``ep_size`` (the upstream 4-GPU reference).
+        max_running_requests: override of ``server.max_running_requests`` (05's batched sweep,
+            ``corruption.concurrency`` > 1); ``None`` = the card's value from params.
     """
 
     clamp: str = "exact"
@@ -81,6 +83,7 @@ class ServerConfig:
     model_label: str = "study"
     tp_size: int | None = None
     ep_size: int | None = None
+    max_running_requests: int | None = None
 
     @property
     def tags(self) -> dict[str, str]:
@@ -93,6 +96,8 @@ class ServerConfig:
             t["tp"] = str(self.tp_size)
         if self.ep_size not in (None, 1):
             t["ep"] = str(self.ep_size)
+        if self.max_running_requests is not None:
+            t["mrr"] = str(self.max_running_requests)
         return t
 
     @property
@@ -120,7 +125,8 @@ def card_config(params: Params, **overrides: Any) -> ServerConfig:
 def stage_configs(params: Params) -> dict[str, list[ServerConfig]]:
     """The server configurations each serving stage needs, in launch order.
 
-    04: the card's configuration. 05: the card's configuration per ``corruption.clamp_modes``.
+    04: the card's configuration. 05: the card's configuration per ``corruption.clamp_modes``
+    (with ``--max-running-requests corruption.concurrency`` when that is above 1: its own launch).
     06: one per ``mtp.depths`` (0 = off), again on ``mtp.broken_model_path`` when set.
     07: speculation off and at ``determinism.spec_depth``, then both with deterministic mode.
     """
@@ -132,12 +138,13 @@ def stage_configs(params: Params) -> dict[str, list[ServerConfig]]:
         mtp += [ServerConfig(clamp=clamp, spec_depth=depth(d), model_path=params.mtp.broken_model_path,
                              model_label="broken-draft") for d in params.mtp.depths]
     det_depth = params.determinism.spec_depth
+    conc = params.corruption.concurrency if params.corruption.concurrency > 1 else None
     det = [ServerConfig(clamp=clamp, spec_depth=None), ServerConfig(clamp=clamp, spec_depth=det_depth)]
     if params.determinism.deterministic_mode:
         det += [replace(c, deterministic=True) for c in det]
     return {
         "04_launch_server": [card],
-        "05_corruption": [replace(card, clamp=m) for m in params.corruption.clamp_modes],
+        "05_corruption": [replace(card, clamp=m, max_running_requests=conc) for m in params.corruption.clamp_modes],
         "06_mtp_sweep": mtp,
         "07_determinism": det,
     }
@@ -225,7 +232,7 @@ def build_command(params: Params, config: ServerConfig, model_path: str | None =
             "--tp-size", str(config.tp_size or s.tp_size), "--ep-size", str(config.ep_size or s.ep_size),
             "--mem-fraction-static", str(s.mem_fraction_static),
             "--context-length", str(s.context_length),
-            "--max-running-requests", str(s.max_running_requests),
+            "--max-running-requests", str(config.max_running_requests or s.max_running_requests),
             "--chunked-prefill-size", str(s.chunked_prefill_size)]
     if s.disable_shared_experts_fusion:
         cmd.append("--disable-shared-experts-fusion")
