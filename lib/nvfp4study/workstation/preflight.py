@@ -269,7 +269,9 @@ def patch_check(p: Params, probe: dict | None) -> Check:
         return Check(name, BLOCKER, f"{type(exc).__name__}: {exc}", "an SGLang version the patcher knows "
                      f"({', '.join(sglang_patch.patch_versions())})")
     files = [tree.file(f) for f in st["files"]]
-    ro = [str(f) for f in files if f.exists() and not (os.access(f, os.W_OK) and os.access(f.parent, os.W_OK))]
+    # as the patcher judges it: no write bit = read-only, even for root (sglang/patch.py _writable)
+    ro = [str(f) for f in files if f.exists() and not all(
+        os.access(x, os.W_OK) and x.stat().st_mode & 0o222 for x in (f, f.parent))]
     if ro:
         return Check(name, BLOCKER, f"read-only: {', '.join(ro[:3])}",
                      "make the install writable, or copy it and use sglang.source: path")
