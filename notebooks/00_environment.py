@@ -15,6 +15,10 @@
 # compute capability when torch sees CUDA) and free disk at the checkpoint paths. The model card's
 # NVFP4 W4A4 MoE path in SGLang needs compute capability 10.0+ (Blackwell); without such a GPU the
 # serving stages record "not run".
+#
+# Then the preflight table (every check a long run depends on, with its verdict and fix; the
+# same rows `nvfp4study preflight` prints) and the plan: every server launch, its requests, and
+# an estimated time from the card's load time and tok/s (labelled as the card's, not measured).
 
 # %% tags=["parameters"]
 params_file: str = "../params/default.yaml"  # study params; the runner passes the run's resolved copy
@@ -48,3 +52,18 @@ s0.package_table(info)
 
 # %%
 s0.machine_table(info)
+
+# %% [markdown]
+# ## Preflight
+
+# %%
+s0.preflight_table(stage)
+
+# %% [markdown]
+# ## Plan of the serving stages
+#
+# Estimated from the card's ~300 s load and its single-request tok/s per NEXTN depth, with every
+# request generating its full `max_tokens` (an upper bound); not a measurement.
+
+# %%
+s0.plan_table(stage)

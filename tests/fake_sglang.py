@@ -273,6 +273,16 @@ def handler_for(fake: Fake):
                     fake.counters["sglang:spec_verify_calls_total"] += verify_ct
                     fake.counters["sglang:prompt_tokens_total"] += prompt_tokens
                     fake.counters["sglang:num_requests_total"] += 1
+                # SGLang's decode log line (metrics_reporter.py 963-1043 of 0.5.23), one per request
+                # here (the real server: one per --decode-log-interval steps)
+                acc = ""
+                if fake.depth and verify_ct:
+                    acc = (f"accept len: {len(ids) / verify_ct:.2f}, "
+                           f"accept rate: {correct / (verify_ct * (fake.draft - 1)):.2f}, ")
+                tps = len(ids) / max(fake.cfg["step_s"] * len(steps), 1e-6)
+                log(f"Decode batch, #running-req: 1, #full token: {len(ids)}, full token usage: 0.01, "
+                    f"mamba num: 2, mamba usage: 0.01, {acc}cuda graph: True, "
+                    f"gen throughput (token/s): {tps:.2f}, #queue-req: 0")
 
             usage_final = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + len(ids),
                            "completion_tokens": len(ids), "prompt_tokens_details": None,

@@ -14,7 +14,10 @@ from .core.errors import StudyError
 
 # command -> (module, one-line help with an example)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("nvfp4study.core.runner", "run the study's notebooks: nvfp4study run --params params/default.yaml"),
+    "run": ("nvfp4study.workstation.run", "preflight, then the study's notebooks: nvfp4study run --params params/default.yaml"),
+    "preflight": ("nvfp4study.workstation.preflight", "check GPU, disk, interpreters, port before a run: nvfp4study preflight --params params/ling3-flash.yaml"),
+    "plan": ("nvfp4study.workstation.plan", "server launches, requests and estimated time: nvfp4study plan --params params/ling3-flash.yaml"),
+    "decode-log": ("nvfp4study.serving.decode_log", "parse SGLang's Decode batch log lines: nvfp4study decode-log LOG --json"),
     "make-checkpoint": ("nvfp4study.checkpoint.generate", "write a Ling-layout BF16 checkpoint: nvfp4study make-checkpoint OUT"),
     "quantize": ("nvfp4study.checkpoint.quantize", "NVFP4-quantize a checkpoint: nvfp4study quantize SRC DST"),
     "audit-checkpoint": ("nvfp4study.checkpoint.audit", "audit a checkpoint from its headers: nvfp4study audit-checkpoint PATH --json"),

@@ -111,6 +111,14 @@ def nvfp4_layout(shape: LingShape, specs: list[Spec], config: dict[str, Any]) ->
     compressed-tensors ``nvfp4-pack-quantized``, ``compressors/nvfp4``).
     """
     ignore = card_ignore(shape.num_hidden_layers)
+    config = dict(config, quantization_config=nvfp4a16_quantization_config(ignore))
+    return nvfp4_specs(shape, specs), config
+
+
+def nvfp4_specs(shape: LingShape, specs: list[Spec]) -> list[Spec]:
+    """The tensor specs of the quantized + serving layout (no config; imports no
+    compressed-tensors, so it is cheap enough for size predictions): see :func:`nvfp4_layout`."""
+    ignore = card_ignore(shape.num_hidden_layers)
     out: list[Spec] = []
     for name, shp, dtype in specs:
         if not is_quantized(name, shp, ignore):
@@ -122,7 +130,6 @@ def nvfp4_layout(shape: LingShape, specs: list[Spec], config: dict[str, Any]) ->
                 (mod + ".weight_scale", (o, i // 16), "F8_E4M3")]
         if EXPERT_RE.match(name):
             out.append((mod + ".input_global_scale", (1,), "F32"))
-    config = dict(config, quantization_config=nvfp4a16_quantization_config(ignore))
-    return out, config
+    return out
 
 

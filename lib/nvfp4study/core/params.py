@@ -193,6 +193,10 @@ class CorruptionParams(_Strict):
     reasoning_probe_parser: str | None = "ling3"  # serve.reasoning-parser probe; None = skip
     reasoning_probe_tasks: int = 5  # thinking-off requests per stream mode in the probe
     max_workers: int = 2  # parallel sandboxed executions when classifying
+    # requests in flight on the corruption sweep's servers (--max-running-requests of those
+    # launches); 1 = the card's --max-running-requests 1. >1 runs the sweep batched as its own
+    # server configuration (``nvfp4study plan`` shows the saving).
+    concurrency: int = Field(default=1, ge=1)
 
 
 # --- MTP and determinism -----------------------------------------------------------

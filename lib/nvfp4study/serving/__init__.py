@@ -6,6 +6,7 @@ HTTP client that keeps raw records, and request sessions with per-request metric
 
 __all__ = [
     "client",
+    "decode_log",
     "measure",
     "process",
     "server",

@@ -20,6 +20,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,7 +31,13 @@ from pathlib import Path
 
 import psutil
 
-from ..core.errors import HealthTimeout, PortInUse, ServerDied, ServerExitedDuringLoad
+from ..core.errors import (
+    HealthTimeout,
+    PortInUse,
+    ServerDied,
+    ServerExitedDuringLoad,
+    WrongInterpreter,
+)
 
 ERROR_LINE = re.compile(r"Traceback|Error|Exception|error:|FAILED|out of memory|Killed", re.I)
 
@@ -222,3 +229,31 @@ def _stop_all() -> None:  # last resort: never leave a server behind this interp
 def process_for(base_url: str) -> ServerProcess | None:
     """The live :class:`ServerProcess` serving ``base_url`` (to attach its log tail to errors)."""
     return _BY_URL.get(base_url.rstrip("/"))
+
+
+# ``server.python`` reports its sglang version from package metadata (no import of sglang).
+VERSION_PROBE = "import importlib.metadata as m; print(m.version('sglang'))"
+
+
+def check_interpreter(python: str, expect_version: str | None = None) -> str:
+    """Check the SGLang interpreter and return its ``sglang`` version.
+
+    Raises:
+        WrongInterpreter: missing, not executable, no ``sglang`` importable, or the version differs.
+    """
+    exe = shutil.which(python) if not os.path.isabs(python) else python
+    if not exe or not Path(exe).is_file():
+        raise WrongInterpreter(f"server.python {python!r} does not exist")
+    if not os.access(exe, os.X_OK):
+        raise WrongInterpreter(f"server.python {exe!r} is not executable")
+    try:
+        out = subprocess.run([exe, "-c", VERSION_PROBE], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise WrongInterpreter(f"server.python {exe!r} cannot run: {exc}") from None
+    if out.returncode != 0:
+        raise WrongInterpreter(f"server.python {exe!r} has no sglang: {out.stderr.strip()[-400:]}")
+    version = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+    if expect_version and version != expect_version:
+        raise WrongInterpreter(f"server.python {exe!r} has sglang {version}, the params want "
+                               f"{expect_version} (set sglang.version or server.check_version=false)")
+    return version

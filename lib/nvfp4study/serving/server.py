@@ -29,7 +29,6 @@ import ast
 import contextlib
 import functools
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -42,11 +41,17 @@ from ..core.errors import NoCapableGPU, StageInputMissing, WrongInterpreter
 from ..core.params import Params
 from ..core.stage import Stage
 from ..sglang.flags import FLAG_SOURCES, cached_wheel, sglang_cli_flags  # noqa: F401
-from .process import ServerProcess, check_port_free, log_tail, process_for  # noqa: F401
+from .process import (  # noqa: F401
+    VERSION_PROBE,
+    ServerProcess,
+    check_interpreter,
+    check_port_free,
+    log_tail,
+    process_for,
+)
 
 # ``sglang serve`` == console script ``sglang = sglang.cli.main:main`` (entry_points.txt).
 SERVE_CODE = "import sys; from sglang.cli.main import main; sys.argv[0] = 'sglang'; sys.exit(main())"
-VERSION_PROBE = "import importlib.metadata as m; print(m.version('sglang'))"
 GPU_PROBE = (
     "import torch; c = torch.cuda.get_device_capability(0) if torch.cuda.is_available() else None; "
     "p = torch.cuda.get_device_properties(0) if c else None; "
@@ -57,7 +62,6 @@ GPU_PROBE = (
 # and CUDA >= 12.8 (sglang/srt/utils/common.py 297-303), checked by
 # ``CompressedTensorsW4A4Nvfp4MoE.__init__`` (compressed_tensors_w4a4_nvfp4_moe.py 38-43).
 NVFP4_CAPABILITY_MAJORS = (10, 11, 12)
-
 
 
 # --- configurations --------------------------------------------------------------------------
@@ -72,6 +76,7 @@ class ServerConfig:
         model_path: served checkpoint; ``None`` = ``server.model_path`` or the run's quantized one.
         model_label: a short name for the checkpoint in file names ("study", "broken-draft").
         tp_size, ep_size: overrides of ``server.tp_size``/``ep_size`` (the upstream 4-GPU reference).
+        max_running_requests: ``server.max_running_requests`` override (``corruption.concurrency``).
     """
 
     clamp: str = "exact"
@@ -81,6 +86,7 @@ class ServerConfig:
     model_label: str = "study"
     tp_size: int | None = None
     ep_size: int | None = None
+    max_running_requests: int | None = None
 
     @property
     def tags(self) -> dict[str, str]:
@@ -93,6 +99,8 @@ class ServerConfig:
             t["tp"] = str(self.tp_size)
         if self.ep_size not in (None, 1):
             t["ep"] = str(self.ep_size)
+        if self.max_running_requests is not None:
+            t["mrr"] = str(self.max_running_requests)
         return t
 
     @property
@@ -100,7 +108,7 @@ class ServerConfig:
         """``clamp=exact-spec=2-det=off``: the configuration's name in tables and files."""
         return "-".join(f"{k}={v}" for k, v in self.tags.items())
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # noqa: D102
         return asdict(self)
 
     @classmethod
@@ -120,7 +128,8 @@ def card_config(params: Params, **overrides: Any) -> ServerConfig:
 def stage_configs(params: Params) -> dict[str, list[ServerConfig]]:
     """The server configurations each serving stage needs, in launch order.
 
-    04: the card's configuration. 05: the card's configuration per ``corruption.clamp_modes``.
+    04: the card's configuration. 05: the card's per ``corruption.clamp_modes`` (its own launch
+    with ``--max-running-requests corruption.concurrency`` when that is above 1).
     06: one per ``mtp.depths`` (0 = off), again on ``mtp.broken_model_path`` when set.
     07: speculation off and at ``determinism.spec_depth``, then both with deterministic mode.
     """
@@ -132,12 +141,13 @@ def stage_configs(params: Params) -> dict[str, list[ServerConfig]]:
         mtp += [ServerConfig(clamp=clamp, spec_depth=depth(d), model_path=params.mtp.broken_model_path,
                              model_label="broken-draft") for d in params.mtp.depths]
     det_depth = params.determinism.spec_depth
+    conc = params.corruption.concurrency if params.corruption.concurrency > 1 else None
     det = [ServerConfig(clamp=clamp, spec_depth=None), ServerConfig(clamp=clamp, spec_depth=det_depth)]
     if params.determinism.deterministic_mode:
         det += [replace(c, deterministic=True) for c in det]
     return {
         "04_launch_server": [card],
-        "05_corruption": [replace(card, clamp=m) for m in params.corruption.clamp_modes],
+        "05_corruption": [replace(card, clamp=m, max_running_requests=conc) for m in params.corruption.clamp_modes],
         "06_mtp_sweep": mtp,
         "07_determinism": det,
     }
@@ -225,7 +235,7 @@ def build_command(params: Params, config: ServerConfig, model_path: str | None =
             "--tp-size", str(config.tp_size or s.tp_size), "--ep-size", str(config.ep_size or s.ep_size),
             "--mem-fraction-static", str(s.mem_fraction_static),
             "--context-length", str(s.context_length),
-            "--max-running-requests", str(s.max_running_requests),
+            "--max-running-requests", str(config.max_running_requests or s.max_running_requests),
             "--chunked-prefill-size", str(s.chunked_prefill_size)]
     if s.disable_shared_experts_fusion:
         cmd.append("--disable-shared-experts-fusion")
@@ -326,30 +336,6 @@ def gpu_refusal(params: Params) -> str | None:
 
 
 # --- the process -----------------------------------------------------------------------------
-def check_interpreter(python: str, expect_version: str | None = None) -> str:
-    """Check the SGLang interpreter and return its ``sglang`` version.
-
-    Raises:
-        WrongInterpreter: missing, not executable, no ``sglang`` importable, or the version differs.
-    """
-    exe = shutil.which(python) if not os.path.isabs(python) else python
-    if not exe or not Path(exe).is_file():
-        raise WrongInterpreter(f"server.python {python!r} does not exist")
-    if not os.access(exe, os.X_OK):
-        raise WrongInterpreter(f"server.python {exe!r} is not executable")
-    try:
-        out = subprocess.run([exe, "-c", VERSION_PROBE], capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise WrongInterpreter(f"server.python {exe!r} cannot run: {exc}") from None
-    if out.returncode != 0:
-        raise WrongInterpreter(f"server.python {exe!r} has no sglang: {out.stderr.strip()[-400:]}")
-    version = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
-    if expect_version and version != expect_version:
-        raise WrongInterpreter(f"server.python {exe!r} has sglang {version}, the params want "
-                               f"{expect_version} (set sglang.version or server.check_version=false)")
-    return version
-
-
 def _next_log(paths, config: ServerConfig) -> Path:
     path = paths.log(f"sglang-{config.key}.log")
     n = 1

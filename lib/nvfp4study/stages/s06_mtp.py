@@ -12,6 +12,7 @@ acceptance figures per estimator (fault F-10 in ``docs/faults.md``):
   sum of proposed drafts (long answers weigh more).
 - **counter-delta, scoped**: Prometheus ``sglang:generation_tokens_total`` /
   ``sglang:spec_verify_calls_total`` deltas read just before and after each of our requests.
+- **SGLang decode log** (the card's): median of ``Decode batch`` lines in our request windows.
 - **counter-delta, whole session**: the same counters from the server's start of measurement to
   its end: includes the warm-up, the other stages' requests and any other client.
 
@@ -35,7 +36,7 @@ from ..core.errors import StageInputMissing
 from ..core.files import atomic_write
 from ..core.ledger import Verdict
 from ..core.stage import Stage, open_stage_named
-from ..serving import measure
+from ..serving import decode_log, measure
 from ..serving.measure import collect, resolve_mode  # noqa: F401  (notebook 06)
 from ..serving.server import ServerConfig, num_draft_tokens, stage_configs
 
@@ -250,7 +251,7 @@ def estimator_table(stage: Stage):
 
     if (nr := _nr(stage)) is not None:
         return nr
-    df, _ = _requests(stage)
+    df, raw = _requests(stage)
     params = measure.params_of(stage)
     rows = []
     for model, depth, c in sweep_configs(params):
@@ -261,6 +262,7 @@ def estimator_table(stage: Stage):
         for e in estimators(g, num_draft_tokens(params, c),
                             _session_delta(stage, c, launches_used)):
             rows.append({"model": model, "depth": depth, **e})
+        rows.append({"model": model, "depth": depth, **decode_log.estimator_row(decode_log.study_lines(stage.run_dir, measure.launches(stage.paths, c), raw[(model, depth)]))})
     out = pd.DataFrame(rows)
     _dump(stage, "mtp-estimators", out)
     return out

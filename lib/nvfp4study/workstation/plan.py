@@ -1,0 +1,197 @@
+"""The plan of a run: every distinct server launch with its reason, its requests and generated
+tokens, the disk the run writes, and an estimated wall time from stated assumptions.
+
+``nvfp4study plan [--params FILE] [-p k=v] [--load-s S] [--tok-s DEPTH=TOKS ...] [--json]``.
+
+Launches follow the code that makes them: 04/06/07 share one launch per distinct configuration
+(:func:`nvfp4study.serving.measure.collect` groups them; :func:`~nvfp4study.serving.server.plan_servers`
+orders them), 05 launches one server per ``corruption.clamp_modes`` entry
+(:func:`nvfp4study.codeeval.corruption.collect`) and one more for the reasoning-parser probe.
+
+Assumptions of the time estimate (each printed with the plan):
+
+- every launch takes ``load_s`` seconds to become healthy; default the card's ~300 s
+  (claims.yaml ``load.time``), labelled "card's";
+- every request generates its full ``max_tokens`` (an upper bound: greedy answers may stop
+  early), at the single-request decode rate of its depth; default the card's tok/s per NEXTN
+  depth (claims.yaml ``mtp.off``, ``mtp.k1``-``k3``; deterministic mode at k=2: ``det.deterministic-mode``),
+  labelled "card's"; prefill time is not counted;
+- with ``corruption.concurrency`` = c > 1 the corruption sweep's aggregate rate is c x the
+  single-request rate (decode reads the weights once per step for the whole batch), so its
+  saving is an upper bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..core.params import Params, load_params
+
+GB = 1e9
+WARMUP_TOKENS = 64  # measure._session's warm-up request: RequestSpec("warmup-i", 0, 64)
+
+
+@dataclass
+class Launch:
+    """One server launch: configuration key, why (the stages that need it), requests, tokens."""
+
+    config: str
+    reason: str
+    depth: int | None
+    deterministic: bool
+    requests: int
+    tokens: int
+    concurrency: int = 1
+    seconds: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def card_assumptions() -> dict[str, Any]:
+    """The card's load time and tok/s per depth, from claims.yaml (labelled "card's")."""
+    from ..core.ledger import card_claims
+
+    c = {r["id"]: r["card"] for r in card_claims()}
+    tok = {0: c["mtp.off"]["tok_s"], 1: c["mtp.k1"]["tok_s"], 2: c["mtp.k2"]["tok_s"], 3: c["mtp.k3"]["tok_s"]}
+    return {"load_s": float(c["load.time"]["load_s"]), "tok_s": tok,
+            "tok_s_deterministic": {2: c["det.deterministic-mode"]["tok_s"]}, "source": "card's"}
+
+
+def launches(params: Params) -> list[Launch]:
+    """Every launch the serving stages make for ``params``, in launch order (no time yet)."""
+    from ..codeeval import corruption, tasks
+    from ..serving import measure, server
+
+    p = params
+    users = server.stage_configs(p)
+    shared = [s for s in measure.SERVING_STAGES]
+    out = []
+    for c in server.plan_servers(p):
+        why = [s for s in shared if c in users[s]]
+        if not why:
+            continue  # a 05-only configuration: launched by 05 below
+        reqs = measure.needs(p, c)
+        warm = p.mtp.warmup_requests if reqs else 0
+        out.append(Launch(c.key, "needed by " + ", ".join(why), c.spec_depth, c.deterministic,
+                          len(reqs) + warm, sum(r.max_tokens for r in reqs) + warm * WARMUP_TOKENS))
+    cp = p.corruption
+    n_tasks = (len(tasks.card_tasks()) if cp.card_tasks else 0) + cp.humaneval_count
+    for c in users["05_corruption"]:
+        out.append(Launch(c.key, f"05 corruption sweep, clamp {c.clamp}: {n_tasks} tasks x "
+                          f"{len(cp.sampling)} sampling configs", c.spec_depth, c.deterministic,
+                          n_tasks * len(cp.sampling), n_tasks * sum(s.max_tokens for s in cp.sampling),
+                          concurrency=cp.concurrency))
+    probe = corruption.probe_plan(p)
+    if probe:
+        s, ids = probe
+        c = server.card_config(p, clamp=cp.after_mode)
+        out.append(Launch(c.key + f"-parser={cp.reasoning_probe_parser}",
+                          f"05 reasoning-parser probe (--reasoning-parser {cp.reasoning_probe_parser})",
+                          c.spec_depth, False, 2 * len(ids), 2 * len(ids) * s.max_tokens))
+    return out
+
+
+def estimate(plan: list[Launch], assumptions: dict[str, Any]) -> list[Launch]:
+    """Fill ``seconds`` of each launch: ``load_s + tokens / (tok_s(depth) x concurrency)``.
+
+    A depth without a rate leaves ``seconds`` None with a note (no number is invented)."""
+    for launch in plan:
+        d = launch.depth or 0
+        rate = (assumptions.get("tok_s_deterministic", {}).get(d) if launch.deterministic else None) \
+            or assumptions["tok_s"].get(d)
+        if launch.deterministic and d not in assumptions.get("tok_s_deterministic", {}):
+            launch.notes.append("deterministic mode: assumed at the non-deterministic rate")
+        if rate is None:
+            launch.notes.append(f"no tok/s assumption for depth {d}: pass --tok-s {d}=RATE")
+            continue
+        launch.seconds = assumptions["load_s"] + launch.tokens / (rate * launch.concurrency)
+    return plan
+
+
+def summary(params: Params, assumptions: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The whole plan: launches with times, totals, disk, and the batched-sweep saving.
+
+    Returns ``{"launches": [...], "total_s", "serving": bool, "assumptions", "disk": [...],
+    "concurrency_saving_s"}``; ``concurrency_saving_s`` compares ``corruption.concurrency`` with 1
+    (None when it is 1)."""
+    from ..core.paths import OUTPUTS
+    from .preflight import disk_needs
+
+    a = assumptions or card_assumptions()
+    plan = estimate(launches(params), a)
+    total = sum(x.seconds for x in plan if x.seconds is not None)
+    saving = None
+    if params.corruption.concurrency > 1:
+        serial = params.model_copy(deep=True)
+        serial.corruption.concurrency = 1
+        saving = sum(x.seconds or 0 for x in estimate(launches(serial), a)) - total
+    disk = [{"what": w, "folder": str(f), "gb": round(n / GB, 2)} for w, f, n in disk_needs(params, OUTPUTS)]
+    return {"launches": [asdict(x) for x in plan], "total_s": total, "serving": params.server.enabled,
+            "assumptions": {**a, "tok_s": {str(k): v for k, v in a["tok_s"].items()},
+                            "tok_s_deterministic": {str(k): v for k, v in a.get("tok_s_deterministic", {}).items()}},
+            "disk": disk, "concurrency_saving_s": saving}
+
+
+def table(params: Params, assumptions: dict[str, Any] | None = None):
+    """The launches as a DataFrame (notebook 00): config, reason, requests, tokens, est. minutes."""
+    import pandas as pd
+
+    s = summary(params, assumptions)
+    label = s["assumptions"].get("source", "given")
+    return pd.DataFrame([{"launch": i + 1, "config": x["config"], "reason": x["reason"], "requests": x["requests"],
+                          "generated tokens (at most)": x["tokens"], "concurrency": x["concurrency"],
+                          f"est. minutes ({label} load and tok/s)": None if x["seconds"] is None else round(x["seconds"] / 60, 1),
+                          "note": "; ".join(x["notes"])} for i, x in enumerate(s["launches"])])
+
+
+def format_plan(params: Params, s: dict[str, Any]) -> str:
+    """Plain text of :func:`summary`: launches, totals, disk, assumptions."""
+    a = s["assumptions"]
+    label = a.get("source", "given")
+    lines = [f"profile {params.profile!r}: {len(s['launches'])} server launch(es)"
+             + ("" if s["serving"] else " (not made: server.enabled is false; shown for a GPU run)")]
+    for i, x in enumerate(s["launches"], 1):
+        t = "?" if x["seconds"] is None else f"{x['seconds'] / 60:.1f} min"
+        conc = f", concurrency {x['concurrency']}" if x["concurrency"] > 1 else ""
+        lines.append(f"  {i:>2}. {x['config']:<34} {x['requests']:>5} requests {x['tokens']:>9} tokens{conc}  ~{t}")
+        lines.append(f"      {x['reason']}" + (f" [{'; '.join(x['notes'])}]" if x["notes"] else ""))
+    lines.append(f"estimated serving time: {s['total_s'] / 3600:.2f} h ({label} assumptions: load "
+                 f"{a['load_s']:g} s per launch, tok/s per depth {a['tok_s']}, deterministic {a.get('tok_s_deterministic')}; "
+                 "every request generates max_tokens; prefill not counted)")
+    if s["concurrency_saving_s"] is not None:
+        lines.append(f"corruption.concurrency {params.corruption.concurrency}: saves ~{s['concurrency_saving_s'] / 3600:.2f} h "
+                     "against 1 (ideal batch scaling: an upper bound)")
+    else:
+        lines.append("corruption.concurrency 1 (the card's --max-running-requests 1); -p corruption.concurrency=8 "
+                     "shows the saving of a batched sweep")
+    for d in s["disk"]:
+        lines.append(f"disk: {d['what']} {d['gb']} GB at {d['folder']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """``nvfp4study plan``: print the plan (or JSON). Exit 0."""
+    ap = argparse.ArgumentParser(prog="nvfp4study plan", description="Every server launch with its reason, "
+                                 "requests, generated tokens, disk, and an estimated time.",
+                                 epilog="example: nvfp4study plan --params params/ling3-flash.yaml -p corruption.concurrency=8")
+    ap.add_argument("--params", default=None)
+    ap.add_argument("-p", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--load-s", type=float, default=None, help="seconds per server load (default: card's 300)")
+    ap.add_argument("--tok-s", action="append", default=[], metavar="DEPTH=TOKS",
+                    help="single-request decode tok/s at a NEXTN depth (default: card's per depth)")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    params = load_params(a.params, a.overrides)
+    assumptions = card_assumptions()
+    if a.load_s is not None or a.tok_s:
+        assumptions["source"] = "given"
+    if a.load_s is not None:
+        assumptions["load_s"] = a.load_s
+    for kv in a.tok_s:
+        d, _, v = kv.partition("=")
+        assumptions["tok_s"][int(d)] = float(v)
+    s = summary(params, assumptions)
+    print(json.dumps(s, indent=1) if a.json else format_plan(params, s))
+    return 0

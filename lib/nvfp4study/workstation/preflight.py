@@ -1,0 +1,412 @@
+"""Preflight: every check that can fail a long run, all at once, before any stage starts.
+
+``nvfp4study preflight [--params FILE] [-p k=v] [--json]`` prints one table (check, verdict,
+detail, fix) and exits 1 when any row is a blocker, 0 otherwise. Verdicts: ``ok``, ``blocker``
+(the run would fail), ``warning`` (it would run, weaker or slower), ``not applicable`` (these
+params do not need it). ``nvfp4study run`` calls :func:`preflight` first
+(:mod:`nvfp4study.workstation.run`); notebook 00 shows the table.
+
+Thresholds and their sources:
+
+- NVFP4 W4A4 MoE in SGLang 0.5.23 needs compute capability major 10, 11 or 12 and CUDA >= 12.8
+  (``is_blackwell``, ``sglang/srt/utils/common.py`` 297-303, checked by
+  ``CompressedTensorsW4A4Nvfp4MoE.__init__``, ``compressed_tensors_w4a4_nvfp4_moe.py`` 38-43);
+  Hopper (9.x) is refused by name.
+- SGLang sizes its static pool as ``mem_fraction_static`` x total GPU memory
+  (``--mem-fraction-static``): the weights (the predicted NVFP4 size) must fit in it, and the
+  GPU must have that much free (memory another process holds makes the launch fail).
+- Disk: the predicted BF16 and NVFP4 sizes (:func:`.probes.checkpoint_bytes`) of what the run
+  writes, summed per filesystem.
+- Quantizer: llmcompressor / compressed-tensors as the study's pair (0.13.0 / 0.18.0) or the
+  card's (0.12.0.1 / 0.17.1), torch inside llmcompressor's own ``Requires-Dist`` range.
+- SGLang: ``sglang == sglang.version`` and its own pins of flashinfer-python, sglang-kernel
+  and torch (:func:`.probes.sglang_pins`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import PortInUse, StudyError
+from ..core.params import Params, load_params
+from ..core.paths import OUTPUTS
+from . import probes
+
+OK, BLOCKER, WARNING, NA = "ok", "blocker", "warning", "not applicable"
+QUANTIZER_PAIRS = {("0.13.0", "0.18.0"): "the study's", ("0.12.0.1", "0.17.1"): "the card's"}
+MIN_SERVE_CUDA = (12, 8)
+GB = 1e9
+ARCH = {7: "Volta/Turing", 8: "Ampere/Ada", 9: "Hopper", 10: "Blackwell", 11: "Blackwell", 12: "Blackwell"}
+
+
+@dataclass
+class Check:
+    """One preflight row: ``name``, ``verdict`` (ok / blocker / warning / not applicable),
+    ``detail`` (what was found) and ``fix`` (what to do; empty when nothing is needed)."""
+
+    name: str
+    verdict: str
+    detail: str
+    fix: str = ""
+
+
+def _size(n: float) -> str:
+    return f"{n / GB:.1f} GB" if n >= GB else f"{n / 1e6:.1f} MB"
+
+
+def _cuda(v: str | None) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(x) for x in str(v).split(".")[:2]) if v else None
+    except ValueError:
+        return None
+
+
+def _serving(p: Params) -> bool:
+    return p.server.enabled and not p.replay_from
+
+
+def _quantizing(p: Params) -> bool:
+    return p.quantize.enabled and not p.checkpoint.quantized_path
+
+
+# --- GPU ---------------------------------------------------------------------------------------
+def gpu_checks(p: Params, smi: dict | None, probe: dict | None, resident: int) -> list[Check]:
+    """GPU present, compute capability, free memory vs ``resident`` bytes, driver / CUDA.
+
+    ``smi`` is :func:`.probes.nvidia_smi`; ``probe`` the SGLang (or quantizer) interpreter's
+    :func:`.probes.probe_interpreter` answer (its torch sees the GPUs too)."""
+    need_serve, need_cuda = _serving(p), _quantizing(p) and p.quantize.device.startswith("cuda")
+    names = ["GPU present", "GPU compute capability", "GPU free memory", "driver / CUDA"]
+    if not (need_serve or need_cuda):
+        why = "server.enabled is false and quantize.device is not cuda"
+        return [Check(n, NA, why) for n in names]
+    gpus = (smi or {}).get("gpus") or [
+        {"name": g["name"], "capability": tuple(g["capability"]), "total_mib": g["total_bytes"] / 2**20,
+         "free_mib": g["free_bytes"] / 2**20} for g in (probe or {}).get("gpus") or []]
+    if not gpus:
+        why = ("nvidia-smi not found on PATH" if smi is None else "nvidia-smi lists no GPU")
+        why += " and no torch that was probed sees a CUDA device"
+        fix = ("run on the GPU workstation (NVIDIA driver installed), or set server.enabled: false "
+               "and quantize.device: cpu")
+        return [Check("GPU present", BLOCKER, why, fix)] + [
+            Check(n, BLOCKER, "no GPU to check", "see 'GPU present'") for n in names[1:]]
+    g = gpus[0]
+    out = [Check("GPU present", OK, f"{len(gpus)} GPU(s); GPU 0: {g['name']}")]
+    cap = g.get("capability")
+    if not need_serve or not p.server.require_gpu:
+        out.append(Check(names[1], NA if not need_serve else OK,
+                         f"{cap}: quantization runs on any CUDA GPU" if not need_serve
+                         else f"{cap}: server.require_gpu is false"))
+    elif cap is None:
+        out.append(Check(names[1], BLOCKER, f"{g['name']}: capability unknown (driver too old for compute_cap)",
+                         "update the NVIDIA driver"))
+    elif cap[0] in (10, 11, 12):
+        out.append(Check(names[1], OK, f"{g['name']}: {cap[0]}.{cap[1]} (Blackwell): NVFP4 W4A4 MoE can run"))
+    else:
+        out.append(Check(names[1], BLOCKER,
+                         f"{g['name']} is {ARCH.get(cap[0], 'pre-Blackwell')} ({cap[0]}.{cap[1]}): SGLang's NVFP4 "
+                         "W4A4 MoE scheme needs compute capability 10.x-12.x (Blackwell) and refuses it",
+                         "serve on a Blackwell GPU; on this GPU only quantization (quantize.device: cuda) "
+                         "can run: set server.enabled: false"))
+    total, free = g["total_mib"] * 2**20, g["free_mib"] * 2**20
+    if need_serve:
+        pool = p.server.mem_fraction_static * total
+        holders = ", ".join(f"pid {x['pid']} {x['name']} {x['used_mib']:.0f} MiB"
+                            for x in (smi or {}).get("processes", []))
+        if resident > pool:
+            out.append(Check(names[2], BLOCKER, f"weights {resident / GB:.1f} GB > mem_fraction_static "
+                             f"{p.server.mem_fraction_static} x {total / GB:.1f} GB = {pool / GB:.1f} GB",
+                             "a GPU with more memory, or raise server.mem_fraction_static"))
+        elif free < pool:
+            out.append(Check(names[2], BLOCKER, f"{free / GB:.1f} GB free of {total / GB:.1f} GB, SGLang's "
+                             f"pool needs {pool / GB:.1f} GB; held by: {holders or 'unknown processes'}",
+                             "stop the processes holding GPU memory (nvidia-smi lists them)"))
+        else:
+            out.append(Check(names[2], OK, f"{free / GB:.1f} GB free of {total / GB:.1f} GB; pool "
+                             f"{pool / GB:.1f} GB holds the weights ({resident / GB:.1f} GB)"))
+    else:
+        out.append(Check(names[2], NA, f"{free / GB:.1f} GB free: quantization holds one tensor at a time"))
+    drv, torch_cuda = (smi or {}).get("cuda"), (probe or {}).get("torch_cuda")
+    detail = f"driver {(smi or {}).get('driver') or '?'} (CUDA {drv or '?'}), torch CUDA {torch_cuda or '?'}"
+    if torch_cuda is None:
+        out.append(Check(names[3], BLOCKER, detail + ": the probed torch is not a CUDA build",
+                         "install a CUDA build of torch in the environment (make workstation-envs)"))
+    elif _cuda(drv) and _cuda(drv) < _cuda(torch_cuda):
+        out.append(Check(names[3], BLOCKER, detail + ": the driver is older than torch's CUDA",
+                         "update the NVIDIA driver, or a torch built for the driver's CUDA"))
+    elif need_serve and _cuda(torch_cuda) < MIN_SERVE_CUDA:
+        out.append(Check(names[3], BLOCKER, detail + ": SGLang's NVFP4 MoE needs CUDA >= 12.8",
+                         "a torch / SGLang build for CUDA 12.8+"))
+    else:
+        out.append(Check(names[3], OK, detail))
+    return out
+
+
+# --- disk --------------------------------------------------------------------------------------
+def disk_needs(p: Params, outputs: Path) -> list[tuple[str, Path, int]]:
+    """``(what, folder, bytes)`` the run will write: generated BF16 source, NVFP4 output (twice
+    with ``quantize.compare_unshared``), a BF16 source to download into ``source_path``."""
+    sizes = probes.checkpoint_bytes(p.checkpoint.shape)
+    needs: list[tuple[str, Path, int]] = []
+    if p.checkpoint.source == "generate":
+        needs.append(("generated BF16 source", outputs, sizes["bf16"]))
+    elif p.checkpoint.source_path and not Path(p.checkpoint.source_path).is_dir():
+        needs.append(("BF16 source to download", Path(p.checkpoint.source_path), sizes["bf16"]))
+    if _quantizing(p):
+        n = 2 if p.quantize.compare_unshared else 1
+        needs.append((f"NVFP4 output{' x2 (compare_unshared)' if n == 2 else ''}", outputs, n * sizes["nvfp4"]))
+    return needs
+
+
+def disk_checks(p: Params, outputs: Path, free=probes.free_bytes) -> list[Check]:
+    """One row per filesystem: free bytes against the sum of :func:`disk_needs` on it."""
+    groups: dict[int, list] = {}
+    for what, folder, n in disk_needs(p, outputs):
+        avail, at = free(folder)
+        key = os.stat(at).st_dev
+        groups.setdefault(key, []).append((what, folder, n, avail, at))
+    if not groups:
+        return [Check("disk", NA, "nothing large is written (quantize disabled, no generated source)")]
+    out = []
+    for items in groups.values():
+        need, avail = sum(i[2] for i in items), items[0][3]
+        what = " + ".join(f"{i[0]} {_size(i[2])} at {i[1]}" for i in items)
+        detail = f"{avail / GB:.1f} GB free at {items[0][4]}; needs {what}"
+        if avail < need:
+            out.append(Check(f"disk at {items[0][4]}", BLOCKER, detail,
+                             f"free {(need - avail) / GB:.1f} GB there, or point the run elsewhere (--run-dir)"))
+        elif avail < 1.1 * need:
+            out.append(Check(f"disk at {items[0][4]}", WARNING, detail + " (less than 10 % to spare)"))
+        else:
+            out.append(Check(f"disk at {items[0][4]}", OK, detail))
+    return out
+
+
+# --- interpreters ------------------------------------------------------------------------------
+def quantizer_checks(p: Params, probe: dict | None) -> list[Check]:
+    """The quantizer interpreter: runs; llmcompressor + compressed-tensors a known pair; torch in
+    llmcompressor's range; a CUDA torch when ``quantize.device`` is cuda."""
+    names = ["quantizer interpreter", "quantizer packages"]
+    if not _quantizing(p):
+        return [Check(n, NA, "quantize.enabled is false or checkpoint.quantized_path is set") for n in names]
+    exe = p.quantize.python or sys.executable
+    if probe is None or "error" in probe:
+        return [Check(names[0], BLOCKER, (probe or {}).get("error", f"{exe} not probed"),
+                      "set quantize.python to the quantizer environment's interpreter (make workstation-envs)"),
+                Check(names[1], BLOCKER, "interpreter not usable", "see 'quantizer interpreter'")]
+    pk = probe["packages"]
+    out = [Check(names[0], OK, f"{probe['executable']} (Python {probe['python']})")]
+    pair = (pk.get("llmcompressor"), pk.get("compressed-tensors"))
+    torch_spec = next((r[len("torch"):].strip() for r in probe.get("requires", {}).get("llmcompressor", [])
+                       if r.startswith("torch") and not r.startswith("torchvision")), "")
+    found = f"llmcompressor {pair[0]}, compressed-tensors {pair[1]}, torch {pk.get('torch')}"
+    fix = ("install the study's pair (llmcompressor==0.13.0 compressed-tensors==0.18.0) or the card's "
+           "(0.12.0.1 / 0.17.1): make workstation-envs")
+    if pair not in QUANTIZER_PAIRS:
+        out.append(Check(names[1], BLOCKER, found + ": not a known pair", fix))
+    elif pk.get("torch") is None or (torch_spec and not probes.version_ok(pk["torch"], torch_spec)):
+        out.append(Check(names[1], BLOCKER, f"{found}: llmcompressor wants torch{torch_spec}", fix))
+    elif p.quantize.device.startswith("cuda") and not probe.get("torch_cuda"):
+        out.append(Check(names[1], BLOCKER, f"{found}: torch is a CPU build, quantize.device is "
+                         f"{p.quantize.device}", "install a CUDA build of torch there, or quantize.device: cpu"))
+    else:
+        out.append(Check(names[1], OK, f"{found} ({QUANTIZER_PAIRS[pair]} pair)"))
+    return out
+
+
+def sglang_checks(p: Params, probe: dict | None) -> list[Check]:
+    """The SGLang interpreter: runs; ``sglang == sglang.version``; SGLang's own pins."""
+    names = ["SGLang interpreter", "SGLang packages"]
+    if not (_serving(p) or p.sglang.source == "installed"):
+        return [Check(n, NA, "server.enabled is false and sglang.source is not 'installed'") for n in names]
+    if not p.server.python:
+        return [Check(names[0], BLOCKER, "server.python is not set",
+                      "set server.python to the SGLang environment's interpreter (make workstation-envs)"),
+                Check(names[1], BLOCKER, "no interpreter", "see 'SGLang interpreter'")]
+    if probe is None or "error" in probe:
+        return [Check(names[0], BLOCKER, (probe or {}).get("error", "not probed"),
+                      "set server.python to the SGLang environment's interpreter (make workstation-envs)"),
+                Check(names[1], BLOCKER, "interpreter not usable", "see 'SGLang interpreter'")]
+    pk = probe["packages"]
+    out = [Check(names[0], OK, f"{probe['executable']} (Python {probe['python']})")]
+    pins, where = probes.sglang_pins(p.sglang.version)
+    want = {"sglang": f"=={p.sglang.version}"} if p.server.check_version else {}
+    want.update(pins)
+    bad = [f"{n} {pk.get(n) or 'missing'} (wants {s})" for n, s in want.items() if not probes.version_ok(pk.get(n), s)]
+    shown = ", ".join(f"{n} {pk.get(n)}" for n in want)
+    if bad:
+        out.append(Check(names[1], BLOCKER, "; ".join(bad) + f" (pins from {where})",
+                         f"pip install {' '.join(n + s for n, s in want.items())} in that environment "
+                         "(make workstation-envs)"))
+    else:
+        out.append(Check(names[1], OK, f"{shown} (pins from {where})"))
+    return out
+
+
+def patch_check(p: Params, probe: dict | None) -> Check:
+    """Whether the serving install can be patched: known version, writable, stock or a study mode."""
+    from ..sglang import patch as sglang_patch
+    from ..sglang import source as sglang_source
+
+    name = "SGLang install patchable"
+    if not (_serving(p) and p.sglang.apply_to_install):
+        return Check(name, NA, "sglang.apply_to_install is false (or no server)")
+    try:
+        if p.sglang.source == "path" and p.sglang.path:
+            tree = sglang_source.open_tree(p.sglang.path)
+        elif probe and probe.get("sglang_origin"):
+            tree = sglang_source.open_tree(Path(probe["sglang_origin"]).parent.parent, origin="installed")
+        else:
+            return Check(name, BLOCKER, "no SGLang install found for server.python", "see 'SGLang interpreter'")
+        st = sglang_patch.status(tree)
+    except StudyError as exc:
+        return Check(name, BLOCKER, f"{type(exc).__name__}: {exc}", "an SGLang version the patcher knows "
+                     f"({', '.join(sglang_patch.patch_versions())})")
+    files = [tree.file(f) for f in st["files"]]
+    # as the patcher judges it: no write bit = read-only, even for root (sglang/patch.py _writable)
+    ro = [str(f) for f in files if f.exists() and not all(
+        os.access(x, os.W_OK) and x.stat().st_mode & 0o222 for x in (f, f.parent))]
+    if ro:
+        return Check(name, BLOCKER, f"read-only: {', '.join(ro[:3])}",
+                     "make the install writable, or copy it and use sglang.source: path")
+    mode = st["clamp_mode"]
+    if mode == "modified":
+        return Check(name, BLOCKER, f"{tree.root}: clamp files edited by something else ({st['files']})",
+                     f"reinstall sglang=={tree.version} (pip install --force-reinstall --no-deps)")
+    if mode != "stock":
+        return Check(name, WARNING, f"{tree.root} is in clamp mode {mode!r} (an earlier run?); 03 switches it",
+                     f"nvfp4study patch revert --sglang {tree.root}")
+    return Check(name, OK, f"{tree.root} (SGLang {tree.version}) stock and writable")
+
+
+# --- the rest ----------------------------------------------------------------------------------
+def port_check(p: Params) -> Check:
+    from ..serving.process import check_port_free
+
+    if not _serving(p):
+        return Check("server port", NA, "no server is launched")
+    try:
+        check_port_free(p.server.host, p.server.port)
+    except PortInUse as exc:
+        return Check("server port", BLOCKER, str(exc), f"stop what listens on {p.server.port} or set server.port")
+    except OSError as exc:
+        return Check("server port", BLOCKER, f"{p.server.host}:{p.server.port}: {exc}", "set server.host / server.port")
+    return Check("server port", OK, f"{p.server.host}:{p.server.port} free")
+
+
+def checkpoint_checks(p: Params, hub=probes.hub_reachable) -> list[Check]:
+    """Every checkpoint path the params name exists; a missing BF16 source needs the Hub."""
+    out = []
+    cp = p.checkpoint
+    if cp.source == "path" and not cp.quantized_path:
+        src = Path(cp.source_path or "")
+        if cp.source_path and src.is_dir() and probes.folder_bytes(src):
+            out.append(Check("BF16 source", OK, f"local files: {probes.folder_bytes(src) / GB:.1f} GB at {src}"))
+        else:
+            ok, why = hub()
+            out.append(Check("BF16 source", BLOCKER, f"{cp.source_path} has no safetensors; Hub: {why}",
+                             (f"hf download inclusionAI/Ling-3.0-flash --local-dir {cp.source_path}" if ok else
+                              "copy the BF16 release there (the Hub is not reachable from here)")))
+    else:
+        out.append(Check("BF16 source", NA if cp.quantized_path else OK,
+                         "checkpoint.quantized_path is served" if cp.quantized_path else "generated by 01"))
+    for key, val in (("checkpoint.quantized_path", cp.quantized_path), ("server.model_path", p.server.model_path),
+                     ("mtp.broken_model_path", p.mtp.broken_model_path if _serving(p) else None)):
+        if val and not Path(val).is_dir():
+            out.append(Check(key, BLOCKER, f"{val} does not exist", f"fix {key} or set it to null"))
+    return out
+
+
+def sandbox_check(p: Params) -> Check:
+    from ..codeeval.sandbox import sandbox_status
+
+    try:
+        st = sandbox_status(p.corruption.sandbox)
+    except StudyError as exc:
+        return Check("bubblewrap sandbox", BLOCKER, str(exc), "apt-get install bubblewrap, or sandbox.isolation: auto")
+    if st["isolation"] == "bwrap":
+        return Check("bubblewrap sandbox", OK, f"bwrap {st['bwrap_version'] or ''} runs generated code")
+    return Check("bubblewrap sandbox", WARNING, st["note"], "apt-get install bubblewrap (see make setup)")
+
+
+def preflight(params: Params, *, outputs: Path | None = None, timeout_s: float = 60.0) -> list[Check]:
+    """Run every check for ``params`` and return the rows (never raises for a machine problem).
+
+    Interpreters are probed in subprocesses (each at most ``timeout_s`` seconds); ``outputs`` is
+    where run folders go (default ``outputs/``)."""
+    p = params
+    outputs = Path(outputs) if outputs else OUTPUTS
+    q_probe = (probes.probe_interpreter(p.quantize.python or sys.executable,
+                                        ["llmcompressor", "compressed-tensors", "torch"],
+                                        torch=p.quantize.device.startswith("cuda"), timeout_s=timeout_s)
+               if _quantizing(p) else None)
+    s_probe = (probes.probe_interpreter(p.server.python, ["sglang", *probes.PINNED], torch=_serving(p),
+                                        timeout_s=timeout_s)
+               if p.server.python and (_serving(p) or p.sglang.source == "installed") else None)
+    smi = probes.nvidia_smi() if (_serving(p) or p.quantize.device.startswith("cuda")) else None
+    if p.checkpoint.quantized_path and Path(p.checkpoint.quantized_path).is_dir():
+        resident = probes.folder_bytes(p.checkpoint.quantized_path)
+    else:
+        resident = probes.checkpoint_bytes(p.checkpoint.shape)["nvfp4"]
+    gpu_probe = s_probe if s_probe and "error" not in s_probe else q_probe
+    rows = [Check("params", OK, f"profile {p.profile!r}")]
+    rows += gpu_checks(p, smi, gpu_probe if gpu_probe and "error" not in gpu_probe else None, resident)
+    rows += disk_checks(p, outputs)
+    rows += quantizer_checks(p, q_probe)
+    rows += sglang_checks(p, s_probe)
+    rows += [patch_check(p, s_probe), port_check(p)]
+    rows += checkpoint_checks(p)
+    rows.append(sandbox_check(p))
+    return rows
+
+
+def blockers(rows: list[Check]) -> list[Check]:
+    return [r for r in rows if r.verdict == BLOCKER]
+
+
+def table(rows: list[Check]):
+    """The rows as a DataFrame (columns check, verdict, detail, fix) for notebook 00."""
+    import pandas as pd
+
+    return pd.DataFrame([{"check": r.name, "verdict": r.verdict, "detail": r.detail, "fix": r.fix} for r in rows])
+
+
+def format_rows(rows: list[Check]) -> str:
+    """A plain-text table: one line per check, the fix indented below it."""
+    w = max(len(r.name) for r in rows)
+    lines = []
+    for r in rows:
+        lines.append(f"{r.name:<{w}}  {r.verdict:<14}  {r.detail}")
+        if r.fix:
+            lines.append(f"{'':<{w}}  {'':<14}  fix: {r.fix}")
+    n = len(blockers(rows))
+    lines.append(f"\n{n} blocker(s)" + (": the run would fail; nothing was started" if n else ": ready to run"))
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """``nvfp4study preflight``: print the table (or JSON); exit 1 on any blocker, else 0."""
+    ap = argparse.ArgumentParser(prog="nvfp4study preflight", description="Check the machine against the params "
+                                 "before a run: GPU, disk, interpreters, packages, SGLang install, port, Hub, sandbox.",
+                                 epilog="example: nvfp4study preflight --params params/ling3-flash.yaml")
+    ap.add_argument("--params", default=None, help="params YAML (default params/default.yaml)")
+    ap.add_argument("-p", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per interpreter probe")
+    a = ap.parse_args(argv)
+    rows = preflight(load_params(a.params, a.overrides), timeout_s=a.timeout)
+    if a.json:
+        print(json.dumps({"rows": [asdict(r) for r in rows], "blockers": len(blockers(rows))}, indent=1))
+    else:
+        print(format_rows(rows))
+    return 1 if blockers(rows) else 0
+
+
+def rows_as_dicts(rows: list[Check]) -> list[dict[str, Any]]:
+    return [asdict(r) for r in rows]
