@@ -6,7 +6,7 @@ tokens, the disk the run writes, and an estimated wall time from stated assumpti
 Launches follow the code that makes them: 04/06/07 share one launch per distinct configuration
 (:func:`nvfp4study.serving.measure.collect` groups them; :func:`~nvfp4study.serving.server.plan_servers`
 orders them), 05 launches one server per ``corruption.clamp_modes`` entry
-(:func:`nvfp4study.codeeval.corruption.collect`) and one more for the reasoning-parser probe.
+(:func:`nvfp4study.codeeval.served_collect.collect`) and one more for the reasoning-parser probe.
 
 Assumptions of the time estimate (each printed with the plan):
 
@@ -61,7 +61,7 @@ def card_assumptions() -> dict[str, Any]:
 
 def launches(params: Params) -> list[Launch]:
     """Every launch the serving stages make for ``params``, in launch order (no time yet)."""
-    from ..codeeval import corruption, tasks
+    from ..codeeval import served_data, tasks
     from ..serving import measure, server
 
     p = params
@@ -83,7 +83,7 @@ def launches(params: Params) -> list[Launch]:
                           f"{len(cp.sampling)} sampling configs", c.spec_depth, c.deterministic,
                           n_tasks * len(cp.sampling), n_tasks * sum(s.max_tokens for s in cp.sampling),
                           concurrency=cp.concurrency))
-    probe = corruption.probe_plan(p)
+    probe = served_data.probe_plan(p)
     if probe:
         s, ids = probe
         c = server.card_config(p, clamp=cp.after_mode)

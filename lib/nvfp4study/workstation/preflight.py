@@ -324,7 +324,7 @@ def checkpoint_checks(p: Params, hub=probes.hub_reachable) -> list[Check]:
 
 
 def sandbox_check(p: Params) -> Check:
-    from ..codeeval.sandbox import sandbox_status
+    from ..codeeval.isolation import sandbox_status
 
     try:
         st = sandbox_status(p.corruption.sandbox)
