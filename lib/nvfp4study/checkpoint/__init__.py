@@ -9,10 +9,13 @@ __all__ = [
     "checks",
     "generate",
     "header",
+    "hub_audit",
     "layout",
     "modules",
     "quant_rules",
     "quantize",
+    "reader",
     "recipe",
+    "remote",
     "roundtrip",
 ]
