@@ -16,6 +16,7 @@ short read (the header reader then raises ShardTruncated), a wrong status a HubR
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,6 +27,8 @@ from .reader import ReadStats, coalesce, cpu_threads, decode_scalar
 #: ranges closer than this many bytes are read as one request (64 KiB: ~5 ms at 100 Mbit/s, less
 #: than a 50 ms round trip even shared by many parallel requests).
 MAX_GAP = 64 * 1024
+#: retries of a request whose connection failed before any byte came back (0.2, 0.4, 0.8 s apart).
+RETRIES = 3
 
 
 class HubReader:
@@ -116,24 +119,33 @@ class HubReader:
             if span[1] <= span[0]:
                 return b""
             headers["Range"] = f"bytes={span[0]}-{span[1] - 1}"
-        chunks: list[bytes] = []
-        try:
-            with get_session().stream("GET", url, headers=headers, follow_redirects=True, timeout=60) as r:
-                if r.status_code >= 400:
-                    r.read()
-                    hf_raise_for_status(r)
-                if span is not None and r.status_code != 206:
-                    raise HubRangeError(f"{self.where(name)}: asked for bytes {span[0]}-{span[1] - 1}, the server "
-                                        f"answered HTTP {r.status_code} (it must support Range requests: 206)")
-                try:
-                    for c in r.iter_bytes():
-                        chunks.append(c)
-                except (httpx.RemoteProtocolError, httpx.ReadError):
-                    pass  # the body ended early: a short read, checked by the caller
-        except HubError:
-            raise
-        except Exception as exc:  # httpx / huggingface_hub errors become named ones
-            raise hub.translate(exc, self.pinned, name) from None
+        for attempt in range(RETRIES + 1):
+            chunks: list[bytes] = []
+            try:
+                with get_session().stream("GET", url, headers=headers, follow_redirects=True, timeout=60) as r:
+                    if r.status_code >= 400:
+                        r.read()
+                        hf_raise_for_status(r)
+                    if span is not None and r.status_code != 206:
+                        raise HubRangeError(f"{self.where(name)}: asked for bytes {span[0]}-{span[1] - 1}, the "
+                                            f"server answered HTTP {r.status_code} (it must support Range requests: 206)")
+                    try:
+                        for c in r.iter_bytes():
+                            chunks.append(c)
+                    except (httpx.RemoteProtocolError, httpx.ReadError):
+                        if not chunks and attempt < RETRIES:
+                            raise
+                        # the body ended early: a short read, checked by the caller
+                break
+            except HubError:
+                raise
+            except httpx.TransportError as exc:  # reset / refused connection: retry, then give up named
+                self.stats.add(1, 0)
+                if attempt == RETRIES:
+                    raise hub.translate(exc, self.pinned, name) from None
+                time.sleep(0.2 * 2 ** attempt)
+            except Exception as exc:  # huggingface_hub HTTP errors become named ones
+                raise hub.translate(exc, self.pinned, name) from None
         data = b"".join(chunks)
         self.stats.add(1, len(data))
         return data
