@@ -88,7 +88,11 @@ class HubServer:
             def do_HEAD(self):
                 server._handle(self, head=True)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request, client_address):  # a client hanging up is not news
+                pass
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.httpd.request_queue_size = 256
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
