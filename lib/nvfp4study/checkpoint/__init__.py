@@ -12,10 +12,13 @@ __all__ = [
     "findings",
     "generate",
     "header",
+    "hub_audit",
     "layout",
     "modules",
     "quant_rules",
     "quantize",
+    "reader",
     "recipe",
+    "remote",
     "roundtrip",
 ]

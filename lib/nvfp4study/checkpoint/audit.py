@@ -39,23 +39,25 @@ from .check_scales import check_scales
 from .findings import FAULT_CODES, Code, Finding, Severity
 from .header import CheckpointHeaders, read_checkpoint_headers
 from .modules import CARD_ROWS, PACKED_FORMATS, Module, build_modules, build_tables
+from .reader import Reader
 
 __all__ = ["CARD_ROWS", "FAULT_CODES", "AuditReport", "Code", "Finding", "Severity", "audit_checkpoint",
            "count_formulas", "format_findings", "load_config", "main", "plot_layer_heatmap", "plot_up_scale_error"]
 
 
 # --- the audit -----------------------------------------------------------------------------------
-def load_config(root: str | Path) -> dict[str, Any]:
-    """``config.json`` of a checkpoint folder, which must carry ``quantization_config``.
+def load_config(root: str | Path, reader: Reader | None = None) -> dict[str, Any]:
+    """``config.json`` of a checkpoint folder (or read through ``reader``), which must carry
+    ``quantization_config``.
 
     Raises:
         CheckpointConfigError: missing, unreadable, not a JSON object, or without integer
             ``num_hidden_layers`` / ``num_experts`` (the audit needs the layer and expert counts).
         QuantizationConfigMissing: no (or an empty) ``quantization_config``.
     """
-    path = Path(root) / "config.json"
+    path = Path(reader.where("config.json")) if reader is not None else Path(root) / "config.json"
     try:
-        cfg = json.loads(path.read_text())
+        cfg = json.loads(reader.read_small("config.json") if reader is not None else path.read_text())
     except FileNotFoundError:
         raise CheckpointConfigError(path, "config.json not found") from None
     except (OSError, ValueError) as exc:
@@ -129,7 +131,8 @@ class AuditReport:
         return rows
 
 
-def audit_checkpoint(path: str | Path, *, read_values: bool = True, allow_missing_data: bool = False) -> AuditReport:
+def audit_checkpoint(path: str | Path, *, read_values: bool = True, allow_missing_data: bool = False,
+                     reader: Reader | None = None) -> AuditReport:
     """Audit a quantized checkpoint folder from its headers, index and config.
 
     Args:
@@ -138,6 +141,8 @@ def audit_checkpoint(path: str | Path, *, read_values: bool = True, allow_missin
             copied-scale checks); False skips them.
         allow_missing_data: accept shards whose data section is absent (header-only layouts);
             implies ``read_values=False`` when a shard has no data.
+        reader: where the bytes come from (default: the folder ``path``); a
+            :class:`~.remote.HubReader` audits a Hub revision by range requests, same checks.
 
     Returns:
         The :class:`AuditReport`.
@@ -150,16 +155,16 @@ def audit_checkpoint(path: str | Path, *, read_values: bool = True, allow_missin
     was_enabled = gc.isenabled()
     gc.disable()  # ~250k small objects: the cyclic collector would rescan them over and over
     try:
-        return _audit(Path(path), read_values, allow_missing_data)
+        return _audit(Path(path), read_values, allow_missing_data, reader)
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _audit(root: Path, read_values: bool, allow_missing_data: bool) -> AuditReport:
+def _audit(root: Path, read_values: bool, allow_missing_data: bool, reader: Reader | None) -> AuditReport:
     t0 = time.perf_counter()
-    headers = read_checkpoint_headers(root, allow_missing_data=allow_missing_data)
-    config = load_config(root)
+    headers = read_checkpoint_headers(root, allow_missing_data=allow_missing_data, reader=reader)
+    config = load_config(root, reader)
     t1 = time.perf_counter()
     qc = config["quantization_config"]
     groups = qr.parse_groups(qc)
@@ -202,7 +207,7 @@ def _audit(root: Path, read_values: bool, allow_missing_data: bool) -> AuditRepo
     sev_rank = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
     findings.sort(key=lambda f: (sev_rank[f.severity], f.code.value))
     t4 = time.perf_counter()
-    return AuditReport(str(root), config_summary, findings, modules, headers, precision_table, layer_counts, counts,
+    return AuditReport(reader.label if reader is not None else str(root), config_summary, findings, modules, headers, precision_table, layer_counts, counts,
                        mtp, input_scales, gate_up, gsum, routing, qr.serving_matrix(scheme, shared, config.get("hidden_size"), config.get("moe_intermediate_size")), size,
                        {"headers": t1 - t0, "schemes": t2 - t1, "values": t3 - t2, "tables": t4 - t3, "total": t4 - t0})
 
@@ -281,12 +286,18 @@ def main(argv: list[str]) -> int:
                     "headers, index and config.json. Exit status 1 when a finding has severity error.",
         epilog="example: nvfp4study audit-checkpoint outputs/latest/work/quantized-nvfp4 --json",
     )
-    ap.add_argument("path", help="checkpoint folder (config.json, *.safetensors, index)")
+    ap.add_argument("path", help="checkpoint folder (config.json, *.safetensors, index), or hf:OWNER/NAME[@REV] "
+                    "for a Hub revision read by range requests (HF_ENDPOINT, HF_TOKEN; HF_HUB_OFFLINE=1: the cache)")
     ap.add_argument("--json", action="store_true", help="print the findings as a JSON list")
     ap.add_argument("--headers-only", action="store_true",
                     help="do not read scale values; accept shards without a data section")
     args = ap.parse_args(argv)
-    rep = audit_checkpoint(args.path, read_values=not args.headers_only, allow_missing_data=args.headers_only)
+    from .hub_audit import open_target, traffic_line
+
+    path, reader, _source = open_target(args.path)
+    rep = audit_checkpoint(path, read_values=not args.headers_only, allow_missing_data=args.headers_only, reader=reader)
+    if reader is not None:
+        print(traffic_line(reader, rep.size["file_bytes"]), file=sys.stderr)
     if args.json:
         print(json.dumps([f.to_dict() for f in rep.findings], indent=1))
     else:

@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from math import prod
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..core.errors import (
     CheckpointFileError,
@@ -30,6 +30,9 @@ from ..core.errors import (
     ShardTruncated,
     UnknownDtype,
 )
+
+if TYPE_CHECKING:
+    from .reader import Reader
 
 INDEX_FILE = "model.safetensors.index.json"
 
@@ -99,21 +102,30 @@ def read_shard_header(path: str | Path, *, allow_missing_data: bool = False) -> 
             match dtype x shape, or overlapping tensors.
         UnknownDtype: a dtype not in :data:`DTYPE_BITS`.
     """
+    from .reader import LocalReader
+
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh:
-            head = fh.read(8)
-            if len(head) < 8:
-                raise ShardTruncated(path, f"file is {size} bytes, shorter than the 8-byte header length")
-            (n,) = struct.unpack("<Q", head)
-            if n > size - 8:
-                raise HeaderLengthBeyondFile(
-                    path, f"header length {n} bytes but only {size - 8} bytes follow the length field"
-                )
-            raw = fh.read(n)
-    except OSError as exc:
-        raise CheckpointFileError(path, f"cannot read: {exc.strerror or exc}") from exc
+    return read_shard_header_from(LocalReader(path.parent), path.name, allow_missing_data=allow_missing_data)
+
+
+def read_shard_header_from(reader: Reader, name: str, *, allow_missing_data: bool = False) -> ShardHeader:
+    """:func:`read_shard_header` of file ``name`` through a :class:`~.reader.Reader` (local or
+    remote): two reads, the 8-byte length then the JSON header. Same errors; a read that returns
+    fewer bytes than the file size promises (a server cutting the header) is ShardTruncated."""
+    path = Path(reader.where(name))
+    size = reader.size(name)
+    head = reader.read_ranges({name: [(0, 8)]})[name][0]
+    if len(head) < 8:
+        raise ShardTruncated(path, f"file is {size} bytes, shorter than the 8-byte header length"
+                             if size < 8 else f"only {len(head)} of the 8 header-length bytes could be read")
+    (n,) = struct.unpack("<Q", head)
+    if n > size - 8:
+        raise HeaderLengthBeyondFile(
+            path, f"header length {n} bytes but only {size - 8} bytes follow the length field"
+        )
+    raw = reader.read_ranges({name: [(8, 8 + n)]})[name][0]
+    if len(raw) < n:
+        raise ShardTruncated(path, f"header is {n} bytes but only {len(raw)} could be read (cut short)")
     try:
         header = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
@@ -123,7 +135,7 @@ def read_shard_header(path: str | Path, *, allow_missing_data: bool = False) -> 
     metadata = header.pop("__metadata__", None) or {}
     if not isinstance(metadata, dict):
         raise HeaderJSONInvalid(path, "__metadata__ is not an object")
-    shard = path.name
+    shard = name
     tensors: dict[str, TensorHeader] = {}
     bits_of = DTYPE_BITS.get
     for name, entry in header.items():
@@ -188,6 +200,7 @@ class CheckpointHeaders:
     index: dict | None = None
     duplicates: dict[str, list[str]] = field(default_factory=dict)
     unlisted: list[str] = field(default_factory=list)
+    reader: Any = None  # the Reader the headers came through (None: read from ``root``)
 
     @property
     def file_bytes(self) -> int:
@@ -204,11 +217,14 @@ class CheckpointHeaders:
         return all(s.data_complete for s in self.shards.values())
 
 
-def read_checkpoint_headers(root: str | Path, *, allow_missing_data: bool = False) -> CheckpointHeaders:
+def read_checkpoint_headers(root: str | Path, *, allow_missing_data: bool = False,
+                            reader: Reader | None = None) -> CheckpointHeaders:
     """Read the index (when present) and every shard header of a checkpoint folder.
 
     With ``model.safetensors.index.json`` the shards are the files its ``weight_map`` names;
-    without it, every ``*.safetensors`` file in the folder.
+    without it, every ``*.safetensors`` file in the folder. ``reader`` (default: a
+    :class:`~.reader.LocalReader` of ``root``) says where the bytes come from; a remote reader's
+    shard headers are read in parallel.
 
     Raises:
         CheckpointFileError: not a folder, no shard at all, or an index that is not JSON.
@@ -216,14 +232,18 @@ def read_checkpoint_headers(root: str | Path, *, allow_missing_data: bool = Fals
         IndexTensorMissing: the index maps a tensor to a shard whose header lacks it.
         and every error of :func:`read_shard_header`.
     """
+    from .reader import LocalReader, cpu_threads, is_local
+
     root = Path(root)
-    if not root.is_dir():
-        raise CheckpointFileError(root, "not a checkpoint folder")
-    index_path = root / INDEX_FILE
+    if reader is None:
+        if not root.is_dir():
+            raise CheckpointFileError(root, "not a checkpoint folder")
+        reader = LocalReader(root)
+    index_path = Path(reader.where(INDEX_FILE))
     index = None
-    if index_path.is_file():
+    if reader.exists(INDEX_FILE):
         try:
-            index = json.loads(index_path.read_text())
+            index = json.loads(reader.read_small(INDEX_FILE))
             weight_map = index["weight_map"]
             if not isinstance(weight_map, dict):
                 raise TypeError
@@ -231,15 +251,22 @@ def read_checkpoint_headers(root: str | Path, *, allow_missing_data: bool = Fals
             raise CheckpointFileError(index_path, "index is not JSON with a weight_map object") from None
         names = sorted(set(weight_map.values()))
         for shard in names:
-            if not (root / shard).is_file():
+            if not reader.exists(shard):
                 users = sum(1 for v in weight_map.values() if v == shard)
-                raise IndexShardMissing(index_path, f"names shard {shard!r} ({users} tensors), which is not in {root}")
+                raise IndexShardMissing(index_path, f"names shard {shard!r} ({users} tensors), which is not in {reader.label}")
     else:
         weight_map = None
-        names = sorted(p.name for p in root.glob("*.safetensors"))
+        names = reader.list_shards()
     if not names:
         raise CheckpointFileError(root, "no .safetensors files and no index")
-    shards = {n: read_shard_header(root / n, allow_missing_data=allow_missing_data) for n in names}
+    if is_local(reader) or len(names) == 1:
+        shards = {n: read_shard_header_from(reader, n, allow_missing_data=allow_missing_data) for n in names}
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(len(names), cpu_threads())) as pool:
+            got = list(pool.map(lambda n: read_shard_header_from(reader, n, allow_missing_data=allow_missing_data), names))
+        shards = dict(zip(names, got, strict=True))
     tensors: dict[str, TensorHeader] = {}
     duplicates: dict[str, list[str]] = {}
     for n in names:
@@ -254,7 +281,7 @@ def read_checkpoint_headers(root: str | Path, *, allow_missing_data: bool = Fals
             if name not in shards[shard].tensors:
                 raise IndexTensorMissing(index_path, f"maps tensor {name!r} to {shard!r}, whose header does not contain it")
         unlisted = sorted(set(tensors) - set(weight_map))
-    return CheckpointHeaders(root, shards, tensors, index, duplicates, unlisted)
+    return CheckpointHeaders(root, shards, tensors, index, duplicates, unlisted, reader)
 
 
 def shard_data_offset(shards: dict[str, ShardHeader], t: TensorHeader) -> int:
@@ -278,6 +305,10 @@ def read_scalars(headers: CheckpointHeaders, names: list[str]) -> dict[str, floa
 
     from safetensors import safe_open
 
+    from .reader import is_local
+
+    if headers.reader is not None and not is_local(headers.reader):
+        return headers.reader.read_scalars(headers, names)  # e.g. remote.HubReader: coalesced ranges
     by_shard: dict[str, list[str]] = defaultdict(list)
     for n in names:
         by_shard[headers.tensors[n].shard].append(n)

@@ -9,6 +9,7 @@ __all__ = [
     "environment",
     "errors",
     "files",
+    "hub",
     "ledger",
     "params",
     "paths",

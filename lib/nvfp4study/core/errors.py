@@ -96,6 +96,39 @@ class QuantizationConfigMissing(CheckpointFileError):
 
 
 
+# --- the Hugging Face Hub: sources, remote audit, the card's files (core/hub.py) ------------
+class HubError(StudyError):
+    """A Hub repository or file could not be reached, resolved or read; names the repo and what to do."""
+
+
+class HubRepoNotFound(HubError):
+    """The Hub answered 404 for the repository (wrong name, or private and no token sent)."""
+
+
+class HubRevisionNotFound(HubError):
+    """The repository exists but the branch, tag or commit does not."""
+
+
+class HubFileNotFound(HubError):
+    """The repository and revision exist but a file the study needs is not in it."""
+
+
+class HubAccessDenied(HubError):
+    """401/403: a gated or private repository; the message says how to log in."""
+
+
+class HubUnreachable(HubError):
+    """No connection to ``HF_ENDPOINT`` (network down, wrong endpoint); suggests HF_HUB_OFFLINE=1."""
+
+
+class HubNotCached(HubError):
+    """Offline (``HF_HUB_OFFLINE=1``) and the revision or a file is not in the local cache."""
+
+
+class HubRangeError(HubError):
+    """The server answered a byte-range request with the wrong status or too few bytes."""
+
+
 # --- sglang: source trees, audit, patches -------------------------------------------
 class SGLangSourceError(StudyError):
     """An SGLang source tree cannot be obtained (download, unpack or lookup failed)."""

@@ -66,9 +66,21 @@ class LingShape(_Strict):
     )
 
 
+class HubSource(_Strict):
+    """A Hub repository at a revision (branch, tag or commit; a branch is resolved to its commit,
+    which is what the run records and a re-run reuses). Read through huggingface_hub, honouring
+    HF_ENDPOINT, HF_HUB_CACHE, HF_HUB_OFFLINE and HF_TOKEN (:mod:`nvfp4study.core.hub`)."""
+
+    repo_id: str
+    revision: str = "main"
+
+
 class CheckpointParams(_Strict):
-    source: Literal["generate", "path"] = "generate"
+    source: Literal["generate", "path", "hub"] = "generate"
     source_path: str | None = None  # BF16 source checkpoint when source == "path"
+    source_hub: HubSource | None = None  # BF16 source on the Hub when source == "hub" (downloaded)
+    # the card's NVFP4 checkpoint on the Hub: 02 audits it by range requests beside ours (None: not run)
+    card_checkpoint: HubSource | None = None
     shape: LingShape = Field(default_factory=LingShape)
     shards: int = 4
     seed: int = 0

@@ -59,6 +59,10 @@ def plan(params: Params, paths: RunPaths) -> dict[str, Any]:
                 "reason": "quantize.enabled is false"}
     if src_kind == "path" and not cp.source_path:
         raise SourceCheckpointMissing("checkpoint.source is 'path' but checkpoint.source_path is not set")
+    if src_kind == "hub":
+        if cp.source_hub is None:
+            raise SourceCheckpointMissing("checkpoint.source is 'hub' but checkpoint.source_hub is not set")
+        src = f"hf:{cp.source_hub.repo_id}@{cp.source_hub.revision}"
     return {"action": "quantize", "source_kind": src_kind, "source": src,
             "quantized": str(paths.work(QUANTIZED_DIR)), "reason": ""}
 
@@ -96,7 +100,12 @@ def build_source(params: Params, paths: RunPaths, p: dict[str, Any]) -> dict[str
     src = Path(p["source"])
     t0 = time.monotonic()
     reused = False
-    if p["source_kind"] == "generate":
+    hub_record = None
+    if p["source_kind"] == "hub":
+        hub_record = fetch_hub_source(params, paths)
+        src = Path(hub_record["path"])
+        p["source"] = str(src)  # later steps (quantize, round trip) read the downloaded snapshot
+    elif p["source_kind"] == "generate":
         if src.exists():
             if not _matches(src, params):
                 raise OutputExists(f"{src} exists but was generated with other params; use a new run folder")
@@ -107,9 +116,38 @@ def build_source(params: Params, paths: RunPaths, p: dict[str, Any]) -> dict[str
     info = quantize.check_source(src) if p["action"] == "quantize" else None
     specs = list(ling_layout.iter_header_specs(src))
     return {"path": str(src), "kind": p["source_kind"], "generated": p["source_kind"] == "generate",
-            "reused": reused, "random_weights": p["source_kind"] == "generate",
+            "reused": reused, "random_weights": p["source_kind"] == "generate", "hub": hub_record,
             "tensors": len(specs), "shards": len({s[0] for s in specs}),
             "bytes": info["safetensors_bytes"] if info else None, "seconds": time.monotonic() - t0}
+
+
+#: what the quantizer needs of a BF16 Hub source (weights, config, tokenizer, custom modelling code)
+SOURCE_PATTERNS = ["*.json", "*.safetensors", "*.py", "*.txt", "*.model", "*.tiktoken"]
+
+
+def fetch_hub_source(params: Params, paths: RunPaths) -> dict[str, Any]:
+    """Download ``checkpoint.source_hub`` with snapshot_download into the Hub cache (resumable;
+    offline from the cache with HF_HUB_OFFLINE=1) and record ``data/source_hub.json``
+    (repo_id, revision asked, commit, path). A re-run in the same run folder reuses the recorded
+    commit, so a branch that moved does not change the run's source.
+
+    Raises:
+        HubError subclasses (unknown repo/revision, 401/403, no network, not cached offline).
+    """
+    from ..core import hub
+
+    hs = params.checkpoint.source_hub
+    rec_file = paths.data("source_hub", "json")
+    revision = hs.revision
+    if rec_file.is_file():
+        old = json.loads(rec_file.read_text())
+        if old.get("repo_id") == hs.repo_id and old.get("revision") == hs.revision and old.get("commit"):
+            revision = old["commit"]
+    folder, commit = hub.download(hub.HubRef(hs.repo_id, revision), SOURCE_PATTERNS)
+    rec = {"repo_id": hs.repo_id, "revision": hs.revision, "commit": commit, "path": str(folder),
+           "endpoint": hub.endpoint(), "reused_commit": revision != hs.revision}
+    write_json(rec_file, rec)
+    return rec
 
 
 def layout_table(params: Params) -> Any:
