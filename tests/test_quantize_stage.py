@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -64,6 +65,37 @@ def test_default_flow_records_claims(run_dir):
     other = _stage(run_dir, checkpoint={"seed": 9})
     with pytest.raises(OutputExists):
         qs.build_source(other.params, other.paths, qs.plan(other.params, other.paths))
+
+
+def test_a_complete_identical_output_is_reused_unless_redo(run_dir, monkeypatch):
+    st = _stage(run_dir, quantize={"compare_unshared": False})
+    plan = qs.plan(st.params, st.paths)
+    assert plan["action"] == "quantize" and plan["estimate_s"] > 0
+    # the estimate is the layout's BF16 bytes over the assumed rate, as printed
+    expect = sum(L.spec_nbytes(x) for x in L.tensor_specs(TINY)) / (st.params.quantize.assumed_mb_per_s * 1e6)
+    assert plan["estimate_s"] == pytest.approx(expect)
+    assert "assumed" in qs.plan_markdown(plan)
+    first = qs.run_quantize(st.params, st.paths, plan, qs.build_source(st.params, st.paths, plan))
+    qs.probes(st.params, st.paths, plan)
+
+    def boom(*a, **k):
+        raise AssertionError("quantized again")
+
+    monkeypatch.setattr(qs.quantize, "quantize_checkpoint", boom)
+    monkeypatch.setattr(qs.quantize, "run_ptq", boom)
+    again = qs.plan(st.params, st.paths)
+    assert again["action"] == "reuse" and "quantize.redo=true" in again["reason"]
+    assert "Reusing" in qs.plan_markdown(again)
+    rep = qs.run_quantize(st.params, st.paths, again, qs.build_source(st.params, st.paths, again))
+    assert rep["counts"] == first["counts"] and rep["action"] == "quantize"
+    assert qs.probes(st.params, st.paths, again)["run"]
+    # asked to redo, or other quantize params, or a shard gone: quantize again
+    redo = _stage(run_dir, quantize={"compare_unshared": False, "redo": True})
+    assert qs.plan(redo.params, redo.paths)["action"] == "quantize"
+    other = _stage(run_dir, quantize={"compare_unshared": False, "max_workers": 2})
+    assert qs.plan(other.params, other.paths)["action"] == "quantize"
+    next(Path(first["quantized"]).glob("*.safetensors")).unlink()
+    assert qs.plan(st.params, st.paths)["action"] == "quantize"
 
 
 def test_skip_when_quantized_path_given(run_dir):

@@ -98,6 +98,8 @@ class QuantizeParams(_Strict):
     python: str | None = None  # interpreter of a separate quantizer environment
     roundtrip_experts: int = 8  # experts dequantized for the round-trip check
     compare_unshared: bool = True  # also quantize without the gate/up rule to measure the scale mismatch (2x time)
+    redo: bool = False  # quantize again even when this run folder holds an identical earlier output
+    assumed_mb_per_s: float = 150.0  # for the time printed before quantizing (bench_quantize, 2 CPU cores)
 
 
 # --- sglang ------------------------------------------------------------------------

@@ -9,6 +9,7 @@ findings. Every number shown comes from files this stage wrote in the run folder
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import tempfile
@@ -40,7 +41,7 @@ UNSHARED_DIR = "quantized-nvfp4-unshared"
 def plan(params: Params, paths: RunPaths) -> dict[str, Any]:
     """Decide what the stage does.
 
-    Returns ``{"action": "quantize"|"skip", "source_kind": "generate"|"path"|None, "source",
+    Returns ``{"action": "quantize"|"reuse"|"skip", "source_kind": "generate"|"path"|None, "source",
     "quantized", "reason"}``; skipping when ``checkpoint.quantized_path`` is set (that checkpoint
     is audited as given) or ``quantize.enabled`` is false.
 
@@ -63,18 +64,75 @@ def plan(params: Params, paths: RunPaths) -> dict[str, Any]:
         if cp.source_hub is None:
             raise SourceCheckpointMissing("checkpoint.source is 'hub' but checkpoint.source_hub is not set")
         src = f"hf:{cp.source_hub.repo_id}@{cp.source_hub.revision}"
-    return {"action": "quantize", "source_kind": src_kind, "source": src,
-            "quantized": str(paths.work(QUANTIZED_DIR)), "reason": ""}
+    plan = {"action": "quantize", "source_kind": src_kind, "source": src,
+            "quantized": str(paths.work(QUANTIZED_DIR)), "reason": "",
+            "source_bytes": _source_bytes(params, src_kind, src)}
+    plan["estimate_s"] = plan["source_bytes"] / (qp.assumed_mb_per_s * 1e6)
+    earlier = _earlier_output(params, paths)
+    if earlier and not qp.redo:
+        plan.update(action="reuse", quantized=earlier["quantized"],
+                    reason=f"this run folder already holds the output of an identical quantization "
+                           f"(data/quantize.json, {earlier.get('seconds', 0):.0f} s then); "
+                           "set quantize.redo=true to quantize again")
+    return plan
+
+
+def quantize_digest(params: Params) -> str:
+    """sha256 of the params that decide the quantized bytes (the checkpoint and quantize
+    sections, less the knobs that only change what is printed or re-done)."""
+    data = {"checkpoint": params.checkpoint.model_dump(mode="json"),
+            "quantize": params.quantize.model_dump(mode="json", exclude={"redo", "assumed_mb_per_s"})}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def _earlier_output(params: Params, paths: RunPaths) -> dict[str, Any] | None:
+    """This run's recorded quantization when it is complete and was made with the same params:
+    ``data/quantize.json`` with the same :func:`quantize_digest`, its output folder holding
+    ``config.json`` and every shard its index names. None otherwise."""
+    f = paths.data("quantize", "json")
+    try:
+        rec = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+    if rec.get("action") not in ("quantize", "reuse") or rec.get("params_digest") != quantize_digest(params):
+        return None
+    out = Path(rec.get("quantized") or "")
+    try:
+        shards = set(json.loads((out / "model.safetensors.index.json").read_text())["weight_map"].values())
+    except (OSError, ValueError, KeyError, TypeError):
+        shards = {q.name for q in out.glob("*.safetensors")}
+    if not (out / "config.json").is_file() or not shards or not all((out / s).is_file() for s in shards):
+        return None
+    return rec
+
+
+def _source_bytes(params: Params, kind: str, src: str) -> int:
+    """Bytes of the BF16 source: on disk when it is there, else the layout's prediction."""
+    if kind == "path" and Path(src).is_dir():
+        return sum(q.stat().st_size for q in Path(src).glob("*.safetensors"))
+    return sum(ling_layout.spec_nbytes(x) for x in ling_layout.tensor_specs(params.checkpoint.shape))
 
 
 def plan_markdown(p: dict[str, Any]) -> str:
-    """One paragraph saying what this stage will do."""
+    """One paragraph saying what this stage will do and, before a quantization, how long it
+    should take (source bytes / ``quantize.assumed_mb_per_s``, an assumption, said so)."""
     if p["action"] == "skip":
         return f"**Quantization skipped**: {p['reason']}."
+    if p["action"] == "reuse":
+        return f"**Reusing** `{p['quantized']}`: {p['reason']}."
     what = ("a small BF16 checkpoint in the Ling-3.0-flash layout with **random weights** is generated"
             if p["source_kind"] == "generate" else f"the BF16 source `{p['source']}` is read (never written)")
+    est = p.get("estimate_s")
+    when = (f" About {p['source_bytes'] / 1e9:.2f} GB to read: about {_duration(est)} at the assumed "
+            "`quantize.assumed_mb_per_s`." if est is not None else "")
     return (f"**Plan**: {what}, then quantized with llmcompressor's `model_free_ptq` (NVFP4A16) into "
-            f"`{p['quantized']}`, and the serving rewrite is applied.")
+            f"`{p['quantized']}`, and the serving rewrite is applied.{when}")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def _matches(ckpt: Path, params: Params) -> bool:
@@ -170,6 +228,9 @@ def run_quantize(params: Params, paths: RunPaths, p: dict[str, Any], source: dic
     if p["action"] == "quantize":
         rep = quantize.quantize_checkpoint(p["source"], p["quantized"], params.quantize, overwrite=True)
         rep["random_weights"] = bool(source.get("random_weights"))
+        rep["params_digest"] = quantize_digest(params)
+    elif p["action"] == "reuse":
+        return json.loads(out.read_text())  # recorded by the identical quantization (see plan)
     else:
         rep = {"source": p["source"], "quantized": p["quantized"]}
     rep.update(action=p["action"], reason=p["reason"])
@@ -203,7 +264,9 @@ def probes(params: Params, paths: RunPaths, p: dict[str, Any]) -> dict[str, Any]
     with ``quantize.compare_unshared``, quantize once more with both tables emptied and no
     gate/up rule. Writes ``data/quantize-probes.json`` and the gate/up tables (parquet)."""
     out = paths.data("quantize-probes", "json")
-    if p["action"] != "quantize":
+    if p["action"] == "reuse" and out.is_file():
+        return json.loads(out.read_text())
+    if p["action"] not in ("quantize", "reuse"):
         res = {"run": False, "reason": p["reason"]}
         write_json(out, res)
         return res
