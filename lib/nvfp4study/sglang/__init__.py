@@ -12,6 +12,7 @@ __all__ = [
     "clamp_numerics",
     "clamp_values",
     "flags",
+    "model_side",
     "patch",
     "source",
 ]

@@ -32,9 +32,10 @@ from typing import Any
 
 import yaml
 
-from ..core.errors import AuditError
+from ..core.errors import AuditError, NoBailingMoeV3
 from . import clamp_values as cv
 from .clamp_flow import Interp
+from .model_side import MODEL_FILE, ModelSide, model_side, no_model_line
 from .source import SGLangTree, installed_tree, open_tree, unpack_wheel
 
 
@@ -231,17 +232,54 @@ def _judge(hit, sink, tree, origin):
     return ClampVerdict.UNDECIDED, f"{hit.callee}(): clamp argument undecided ({value!r})", None
 
 
+def registered_fused_funcs(mod: ast.Module) -> dict[tuple[str, ...], str]:
+    """``{(a2a backend, runner backend): function name}`` for the ``@register_fused_func(...)``
+    decorators of one module (SGLang's runner registry, ``layers/moe/moe_runner/base.py``)."""
+    out = {}
+    for n in mod.body:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for d in n.decorator_list:
+                if isinstance(d, ast.Call) and ast.unparse(d.func).endswith("register_fused_func") \
+                        and all(isinstance(a, ast.Constant) for a in d.args):
+                    out[tuple(a.value for a in d.args)] = n.name
+    return out
+
+
+def resolve_step(interp: Interp, rel: str, qual: str) -> str:
+    """The function a step names: a qualname, or ``@fused_func(a2a,runner)``, the function the
+    runner registry dispatches to for that backend pair (found by its decorator, whatever its
+    name). An unresolvable registration is returned as written (then reported missing)."""
+    if not qual.startswith("@fused_func("):
+        return qual
+    key = tuple(x.strip() for x in qual[len("@fused_func("):-1].split(","))
+    mod = interp.module(rel)
+    if mod is None:
+        return qual
+    return registered_fused_funcs(mod.tree).get(key, qual)
+
+
 def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
     """Audit one catalogued path in ``tree`` (see the module docstring for the verdicts)."""
     sinks = catalog()["sinks"]
     steps = [_split(s) for s in spec["steps"]]
     base = {"path": spec["id"], "label": spec["label"], "sglang_version": tree.version}
     interp = Interp(tree.root, set(sinks), spec.get("assume"))
+    steps = [(r, resolve_step(interp, r, q)) for r, q in steps]
     interp.entry_names = {q.split(".")[-1] for _, q in steps}
-    missing = [f"{r}::{q}" for r, q in steps if interp.find(r, q) is None]
+    missing = [(r, q) for r, q in steps if interp.find(r, q) is None]
     if missing:
-        return PathResult(**base, verdict=ClampVerdict.ABSENT, rule=f"not in this version: {missing[0]}",
-                          file=None, function=None, line=None)
+        r0, q0 = steps[0]
+        mod = interp.module(r0)
+        entry_exists = mod is not None and ("." not in q0 or q0.split(".")[0] in mod.classes)
+        r, q = missing[0]
+        if not entry_exists:
+            return PathResult(**base, verdict=ClampVerdict.ABSENT, rule=f"not in this version: {r}::{q}",
+                              file=None, function=None, line=None)
+        # The entry code exists: the trail is lost, not the path (a function renamed or inlined).
+        have = "the file exists" if interp.module(r) is not None else "the file is missing"
+        return PathResult(**base, verdict=ClampVerdict.UNDECIDED,
+                          rule=f"trail lost at {r[11:]}::{q} ({have}; the path's entry {r0[11:]}::{q0} exists)",
+                          file=r[11:] if interp.module(r) is not None else r0[11:], function=q, line=None)
     for r, q in steps:
         interp.run_step(r, q)
     mentions = []
@@ -319,11 +357,22 @@ def _function_at(tree: SGLangTree, rel: str, line: int) -> str | None:
 
 
 def audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[PathResult]:
-    """Audit every catalogued path (or ``path_ids``) of one tree.
+    """Audit every catalogued path (or ``path_ids``) of one tree, the model side first.
+
+    When BailingMoeV3 does not hand the routed-expert limit to its MoE layer
+    (:func:`nvfp4study.sglang.model_side.model_side`), every path is DROPPED with that reason
+    and the model file's line, whatever the path alone would give (kept in the rule).
 
     Raises:
+        NoBailingMoeV3: the tree has no ``models/bailing_moe_v3.py``.
         AuditError: a file the catalogue names does not parse.
     """
+    try:
+        side = model_side(tree)
+    except SyntaxError as exc:
+        raise AuditError(f"{tree.root}: cannot parse {exc.filename}: {exc.msg}") from exc
+    if not side.present:
+        raise NoBailingMoeV3(no_model_line(tree.version))
     out = []
     for spec in catalog()["paths"]:
         if path_ids and spec["id"] not in path_ids:
@@ -332,7 +381,18 @@ def audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[Path
             out.append(audit_path(tree, spec))
         except SyntaxError as exc:
             raise AuditError(f"{tree.root}: cannot parse {exc.filename}: {exc.msg}") from exc
+    if not side.ok:
+        out = [_model_dropped(r, side) for r in out]
     return out
+
+
+def _model_dropped(r: PathResult, side: ModelSide) -> PathResult:
+    h = side.routed
+    return PathResult(path=r.path, label=r.label, verdict=ClampVerdict.DROPPED,
+                      rule=(f"BailingMoeV3 does not hand the limit to the MoE layer: {h.reason} "
+                            f"(the path alone: {r.verdict.value})"),
+                      file=MODEL_FILE, function=h.function, line=h.line, sglang_version=r.sglang_version,
+                      sink=r.sink)
 
 
 def results_frame(results: list[PathResult]):
@@ -400,7 +460,11 @@ def main(argv: list[str] | None = None) -> int:
         tree = unpack_wheel(a.version)
     else:
         tree = open_tree(a.path)
-    results = audit_tree(tree)
+    try:
+        results = audit_tree(tree)
+    except NoBailingMoeV3 as exc:
+        print(exc)
+        return 0
     if a.json:
         for r in results:
             d = r.as_json()
@@ -413,7 +477,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.checks:
         from .checks import extra_checks
 
-        print(json.dumps(extra_checks(tree), indent=1, default=str))
+        print(json.dumps({**extra_checks(tree), "model_side": model_side(tree).as_json()},
+                         indent=1, default=str))
     return 0
 
 
