@@ -14,5 +14,6 @@ __all__ = [
     "flags",
     "model_side",
     "patch",
+    "releases",
     "source",
 ]

@@ -160,6 +160,8 @@ def _form_verdict(form: str, hit: cv.SinkHit, sink: dict, tree: SGLangTree) -> t
             f, where = sink_form_in_code(tree, sink["verify"]) if "verify" in sink else ("post", "")
             if f == "post":
                 return ClampVerdict.EXACT, f"triton: alpha None -> post-SiLU clamp ({where})"
+            if f == "pre":
+                return ClampVerdict.APPROX, f"triton: alpha None, but the code clamps the gate before SiLU ({where})"
             return ClampVerdict.UNDECIDED, f"triton: form not confirmed in code ({where})"
         return ClampVerdict.APPROX, "alpha set -> GPT-OSS form (pre-SiLU)"
     if form == "alpha-only":
@@ -169,6 +171,8 @@ def _form_verdict(form: str, hit: cv.SinkHit, sink: dict, tree: SGLangTree) -> t
     if form == "post":
         if "verify" in sink:
             f, where = sink_form_in_code(tree, sink["verify"])
+            if f == "pre":
+                return ClampVerdict.APPROX, f"the code clamps the gate before SiLU ({where})"
             if f != "post":
                 return ClampVerdict.UNDECIDED, f"sink form not confirmed in code ({where})"
             return ClampVerdict.EXACT, f"post-SiLU clamp ({where})"
