@@ -146,3 +146,17 @@ def test_expand_versions():
     got = expand_versions(["0.5.18", ALL_BAILING, "0.5.23"])
     assert got[0] == "0.5.18" and got[1:] == sorted(set(got[1:]), key=got[1:].index)
     assert set(VERSIONS) <= set(got)
+
+
+# --- kernel facts vs the FlashInfer release each SGLang release pins -------------------------------
+def test_flashinfer_pin_and_mismatch_flag():
+    # METADATA Requires-Dist: flashinfer_python[cu13]==0.6.18 (0.5.19-0.5.21), 0.7.1 (0.5.22), 0.7.2 (0.5.23)
+    pins = {v: sa.flashinfer_pin(released(v)) for v in VERSIONS}
+    assert pins == {"0.5.19": "0.6.18", "0.5.20": "0.6.18", "0.5.21": "0.6.18", "0.5.22": "0.7.1",
+                    "0.5.23": "0.7.2"}
+    flagged = {v: {r.path for r in sa.audit_tree(released(v)) if r.flashinfer_check} for v in ("0.5.21", "0.5.22", "0.5.23")}
+    assert flagged["0.5.23"] == set()
+    # cutlass facts were read from 0.6.18 too; the trtllm-gen form only from 0.7.2
+    assert flagged["0.5.21"] == {"modelopt-nvfp4-trtllm", "mxint4-trtllm"}
+    assert {"nvfp4-w4a4-cutlass", "mxfp4-cutlass", "modelopt-nvfp4-trtllm"} <= flagged["0.5.22"]
+    assert "nvfp4-w4a4-trtllm" not in flagged["0.5.22"]  # DROPPED by a literal None, whatever the kernel

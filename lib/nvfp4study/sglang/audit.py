@@ -68,6 +68,7 @@ class PathResult:
     sink: str | None = None
     live_mentions: list[str] = field(default_factory=list)
     dead_mentions: list[str] = field(default_factory=list)
+    flashinfer_check: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -80,6 +81,30 @@ def catalog() -> dict[str, Any]:
     """The sink table and path catalog (``data/sglang_clamp_paths.yaml``)."""
     text = resources.files(__package__).joinpath("data/sglang_clamp_paths.yaml").read_text()
     return yaml.safe_load(text)
+
+
+def flashinfer_pin(tree: SGLangTree) -> str | None:
+    """The flashinfer-python version the release pins (``Requires-Dist: flashinfer_python...==X``
+    in its dist-info ``METADATA``, e.g. ``0.7.2`` for SGLang 0.5.23); None when not recorded."""
+    import re
+
+    for meta in sorted(tree.root.glob("sglang-*.dist-info/METADATA")):
+        for line in meta.read_text(encoding="utf-8", errors="replace").splitlines():
+            m = re.match(r"Requires-Dist:\s*flashinfer[-_]python(\[[^\]]*\])?\s*==\s*([\w.]+)\s*$", line)
+            if m:
+                return m.group(2)
+    return None
+
+
+def _flashinfer_check(tree: SGLangTree, sink_name: str, sink: dict) -> str | None:
+    """A note when the sink's facts were read from other FlashInfer releases than the pinned one."""
+    if "flashinfer" not in sink:
+        return None
+    pin = flashinfer_pin(tree)
+    if pin in sink["flashinfer"]:
+        return None
+    return (f"{sink_name}() facts read from flashinfer-python {', '.join(sink['flashinfer'])}; SGLang "
+            f"{tree.version} pins {pin or 'no recorded version'} (not re-read)")
 
 
 def _split(step: str) -> tuple[str, str]:
@@ -330,8 +355,13 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
         file, line, func = hit.file[11:], hit.line, hit.function
         if where is not None:
             file, line, func = where[0][11:], where[1], _function_at(tree, where[0], where[1])
+        # only a verdict that rests on the kernel's form depends on the FlashInfer release
+        fcheck = _flashinfer_check(tree, hit.callee, sinks[hit.callee]) if verdict in (
+            ClampVerdict.EXACT, ClampVerdict.APPROX, ClampVerdict.UNDECIDED) else None
+        if fcheck:
+            rule += f" | check: {fcheck}"
         return PathResult(**base, verdict=verdict, rule=rule, file=file, function=func,
-                          line=line, sink=hit.callee, **extra)
+                          line=line, sink=hit.callee, flashinfer_check=fcheck, **extra)
     r, q = steps[-1]
     fn = interp.find(r, q)
     if not live:
