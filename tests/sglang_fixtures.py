@@ -10,7 +10,7 @@ from pathlib import Path
 
 from nvfp4study.sglang.source import SGLangTree, open_tree, unpack_wheel
 
-VERSIONS = ("0.5.20", "0.5.21", "0.5.22", "0.5.23")
+VERSIONS = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
 
 
 @cache

@@ -18,48 +18,54 @@ from sglang_fixtures import VERSIONS, mini_tree, released
 
 E, A, D, R, X = "EXACT", "APPROX", "DROPPED", "REFUSED", "ABSENT"
 
-# path -> verdicts on 0.5.20, 0.5.21, 0.5.22, 0.5.23
+# path -> verdicts on 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23. The 0.5.19 column was read by hand
+# for nvfp4-w4a4-cutlass (flashinfer_cutlass.py 234: no swiglu_limit), nvfp4-w4a4-trtllm
+# (compressed_tensors_w4a4_nvfp4_moe.py 332: literal None), mxfp4-cutlass and flashinfer-megamoe
+# (noted below); its other entries are the audit's reading, equal to 0.5.20's, not re-read by hand.
 EXPECTED = {
     # 0.5.20: FlashInferCutlassMoeQuantInfo has no clamp field, _run_flashinfer_cutlass passes no
     # swiglu_limit. 0.5.21+: materialize_swiglu_params_for_cutlass -> swiglu_limit with
     # activation Swiglu, which FlashInfer promotes to SwigluBias (clamp before SiLU).
-    "nvfp4-w4a4-cutlass": (D, A, A, A),
+    "nvfp4-w4a4-cutlass": (D, D, A, A, A),
     # literal gemm1_clamp_limit=None in apply_weights (331 / 342 / 342 / 346).
-    "nvfp4-w4a4-trtllm": (D, D, D, D),
+    "nvfp4-w4a4-trtllm": (D, D, D, D, D),
     # the W4A16 scheme exists from 0.5.22; Marlin passes swiglu_limit unless alpha is set.
-    "nvfp4-w4a16-marlin": (X, X, D, D),
-    # _use_swiglu_step = limit set and alpha None -> ActivationType.SwigluStep.
-    "mxfp4-cutlass": (E, E, E, E),
+    "nvfp4-w4a16-marlin": (X, X, X, D, D),
+    # _use_swiglu_step = limit set and alpha None -> ActivationType.SwigluStep. 0.5.19 makes the
+    # cutlass_fused_moe call inline in the registry entry fused_experts_none_to_flashinfer_mxfp4
+    # (flashinfer_cutlass.py 412-436; mxfp4_flashinfer_cutlass_moe.py 104-109); 0.5.20+ delegate it.
+    "mxfp4-cutlass": (E, E, E, E, E),
     # builds its limit tensor from swiglu_limit only.
-    "mxfp4-trtllm": (D, D, D, D),
+    "mxfp4-trtllm": (D, D, D, D, D),
     # alpha None + gemm1_limit -> _swiglu_silu_clamp_mul (silu, then clamp).
-    "triton": (E, E, E, E),
-    "bf16-flashinfer-cutlass": (D, A, A, A),
-    "modelopt-nvfp4-cutlass": (D, A, A, A),
+    "triton": (E, E, E, E, E),
+    "bf16-flashinfer-cutlass": (D, D, A, A, A),
+    "modelopt-nvfp4-cutlass": (D, D, A, A, A),
     # gemm1_clamp_limit / g1_alphas to trtllm-gen, whose Swiglu clamps before the sigmoid.
-    "modelopt-nvfp4-trtllm": (A, A, A, A),
+    "modelopt-nvfp4-trtllm": (A, A, A, A, A),
     # block-scale kernels get it (pre-SiLU); the per-tensor FP8 kernel takes no clamp.
-    "fp8-trtllm": (D, D, D, D),
-    "trtllm-bf16": (D, D, D, D),
-    "flashinfer-cutedsl": (D, D, D, D),
-    # reads swiglu_limit (gate_up_clamp); new in 0.5.23.
-    "flashinfer-megamoe": (X, X, X, D),
+    "fp8-trtllm": (D, D, D, D, D),
+    "trtllm-bf16": (D, D, D, D, D),
+    "flashinfer-cutedsl": (D, D, D, D, D),
+    # gate_up_clamp = moe_runner_config.swiglu_limit (None for Ling): flashinfer_megamoe.py 358
+    # (0.5.20/0.5.21), 376 (0.5.22); 0.5.23 via _nvfp4_megamoe_activation_kwargs 350-352. No file in 0.5.19.
+    "flashinfer-megamoe": (X, D, D, D, D),
     # clamp_limit = gemm1_clamp_limit only if gemm1_alpha is set, else swiglu_limit.
-    "marlin": (D, D, D, D),
-    "wna16-marlin": (D, D, D, D),
+    "marlin": (D, D, D, D, D),
+    "wna16-marlin": (D, D, D, D, D),
     # passes gemm1_clamp_limit, but the kernel clamps only "if GEMM1_ALPHA > 0".
-    "deep-gemm": (D, D, D, D),
-    "deep-gemm-contiguous": (D, D, D, D),
-    "humming": (D, D, D, D),
-    "triton-kernels": (D, D, D, D),
+    "deep-gemm": (D, D, D, D, D),
+    "deep-gemm-contiguous": (D, D, D, D, D),
+    "humming": (D, D, D, D, D),
+    "triton-kernels": (D, D, D, D, D),
     # the clamp appears only in the alpha-set and SiTU branches.
-    "fused-moe-native": (D, D, D, D),
+    "fused-moe-native": (D, D, D, D, D),
     # NPUSwigluStepAndMul: silu(gate).clamp(max=L) * up.clamp(-L, L).
-    "ascend": (E, E, E, E),
+    "ascend": (E, E, E, E, E),
     # passes gemm1_clamp_limit to trtllm_mxint4_block_scale_moe (pre-SiLU trtllm-gen form).
-    "mxint4-trtllm": (A, A, A, A),
-    "hpc-ops": (R, R, R, R),
-    "lora-moe": (X, X, X, R),
+    "mxint4-trtllm": (A, A, A, A, A),
+    "hpc-ops": (R, R, R, R, R),
+    "lora-moe": (X, X, X, X, R),
 }
 
 
@@ -82,7 +88,7 @@ def test_versions_read_from_the_wheels():
     assert [released(v).version for v in VERSIONS] == list(VERSIONS)
 
 
-@pytest.mark.parametrize("version,line", [("0.5.20", 331), ("0.5.21", 342), ("0.5.22", 342), ("0.5.23", 346)])
+@pytest.mark.parametrize("version,line", [("0.5.19", 332), ("0.5.20", 331), ("0.5.21", 342), ("0.5.22", 342), ("0.5.23", 346)])
 def test_trtllm_literal_none_is_located(audits, version, line):
     r = audits[version]["nvfp4-w4a4-trtllm"]
     assert r.rule.startswith("literal gemm1_clamp_limit=None")
@@ -175,8 +181,10 @@ def test_min_deepgemm_dim_and_scales():
     for v in VERSIONS:
         c = extra_checks(released(v))
         md = c["min_deepgemm_dim"]
-        assert (md["value"], md["line"], md["guard"], md["n32_to_deepgemm"]) == (16, 298, "N >= MIN_DEEPGEMM_DIM", True)
-        assert md["reraise_line"] == 271
+        # batch_invariant_ops.py: MIN_DEEPGEMM_DIM = 16 at 281 (0.5.19) / 298; re-raise 261 / 271
+        line, reraise = (281, 261) if v == "0.5.19" else (298, 271)
+        assert (md["value"], md["line"], md["guard"], md["n32_to_deepgemm"]) == (16, line, "N >= MIN_DEEPGEMM_DIM", True)
+        assert md["reraise_line"] == reraise
         assert {k: x["alloc"] for k, x in c["input_global_scales"].items()} == {
             "w13_input_global_scale": "torch.empty", "w2_input_global_scale": "torch.empty"}
         assert c["gate_up_scale_policy"]["W4A4"]["action"] == "warn"

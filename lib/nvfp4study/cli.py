@@ -8,6 +8,7 @@ on stderr and exit status 2.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from .core.errors import StudyError
@@ -48,7 +49,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         module = importlib.import_module(COMMANDS[name][0])
-        return int(module.main(rest) or 0)
+        rc = int(module.main(rest) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at exit
+        return rc
+    except BrokenPipeError:
+        # The reader went away (``... | head -1``): stop quietly, as a SIGPIPE'd tool does.
+        # stdout is pointed at /dev/null so the interpreter's final flush cannot raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except StudyError as exc:
         print(f"nvfp4study {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

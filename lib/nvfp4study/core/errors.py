@@ -146,6 +146,11 @@ class AuditError(StudyError):
     """The clamp audit cannot parse a file it needs, or was given an unknown option."""
 
 
+class NoBailingMoeV3(AuditError):
+    """The SGLang release has no ``models/bailing_moe_v3.py``: Ling-3.0-flash does not load there,
+    so no clamp path can be judged."""
+
+
 class PatchError(StudyError):
     """Base of every refusal of ``nvfp4study patch``; when raised, no file was changed."""
 

@@ -107,7 +107,9 @@ class SGLangParams(_Strict):
     version: str = "0.5.23"
     source: Literal["wheel", "installed", "path"] = "wheel"
     path: str | None = None  # an SGLang tree (the folder holding sglang/srt) when source == path
-    audit_versions: list[str] = Field(default_factory=lambda: ["0.5.20", "0.5.21", "0.5.22", "0.5.23"])
+    # "bailing-releases": every release whose wheel carries models/bailing_moe_v3.py (found from the
+    # wheels by nvfp4study.sglang.releases; the shipped result is used without a network query)
+    audit_versions: list[str] = Field(default_factory=lambda: ["bailing-releases"])
     # "card" (the model card's own patch) exists for 0.5.20 only; modes a version lacks are skipped
     patch_modes: list[Literal["stock", "none", "exact", "card"]] = Field(
         default_factory=lambda: ["stock", "none", "exact"]

@@ -12,6 +12,8 @@ __all__ = [
     "clamp_numerics",
     "clamp_values",
     "flags",
+    "model_side",
     "patch",
+    "releases",
     "source",
 ]

@@ -32,9 +32,10 @@ from typing import Any
 
 import yaml
 
-from ..core.errors import AuditError
+from ..core.errors import AuditError, NoBailingMoeV3
 from . import clamp_values as cv
 from .clamp_flow import Interp
+from .model_side import MODEL_FILE, ModelSide, model_side, no_model_line
 from .source import SGLangTree, installed_tree, open_tree, unpack_wheel
 
 
@@ -67,6 +68,7 @@ class PathResult:
     sink: str | None = None
     live_mentions: list[str] = field(default_factory=list)
     dead_mentions: list[str] = field(default_factory=list)
+    flashinfer_check: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -79,6 +81,30 @@ def catalog() -> dict[str, Any]:
     """The sink table and path catalog (``data/sglang_clamp_paths.yaml``)."""
     text = resources.files(__package__).joinpath("data/sglang_clamp_paths.yaml").read_text()
     return yaml.safe_load(text)
+
+
+def flashinfer_pin(tree: SGLangTree) -> str | None:
+    """The flashinfer-python version the release pins (``Requires-Dist: flashinfer_python...==X``
+    in its dist-info ``METADATA``, e.g. ``0.7.2`` for SGLang 0.5.23); None when not recorded."""
+    import re
+
+    for meta in sorted(tree.root.glob("sglang-*.dist-info/METADATA")):
+        for line in meta.read_text(encoding="utf-8", errors="replace").splitlines():
+            m = re.match(r"Requires-Dist:\s*flashinfer[-_]python(\[[^\]]*\])?\s*==\s*([\w.]+)\s*$", line)
+            if m:
+                return m.group(2)
+    return None
+
+
+def _flashinfer_check(tree: SGLangTree, sink_name: str, sink: dict) -> str | None:
+    """A note when the sink's facts were read from other FlashInfer releases than the pinned one."""
+    if "flashinfer" not in sink:
+        return None
+    pin = flashinfer_pin(tree)
+    if pin in sink["flashinfer"]:
+        return None
+    return (f"{sink_name}() facts read from flashinfer-python {', '.join(sink['flashinfer'])}; SGLang "
+            f"{tree.version} pins {pin or 'no recorded version'} (not re-read)")
 
 
 def _split(step: str) -> tuple[str, str]:
@@ -159,6 +185,8 @@ def _form_verdict(form: str, hit: cv.SinkHit, sink: dict, tree: SGLangTree) -> t
             f, where = sink_form_in_code(tree, sink["verify"]) if "verify" in sink else ("post", "")
             if f == "post":
                 return ClampVerdict.EXACT, f"triton: alpha None -> post-SiLU clamp ({where})"
+            if f == "pre":
+                return ClampVerdict.APPROX, f"triton: alpha None, but the code clamps the gate before SiLU ({where})"
             return ClampVerdict.UNDECIDED, f"triton: form not confirmed in code ({where})"
         return ClampVerdict.APPROX, "alpha set -> GPT-OSS form (pre-SiLU)"
     if form == "alpha-only":
@@ -168,6 +196,8 @@ def _form_verdict(form: str, hit: cv.SinkHit, sink: dict, tree: SGLangTree) -> t
     if form == "post":
         if "verify" in sink:
             f, where = sink_form_in_code(tree, sink["verify"])
+            if f == "pre":
+                return ClampVerdict.APPROX, f"the code clamps the gate before SiLU ({where})"
             if f != "post":
                 return ClampVerdict.UNDECIDED, f"sink form not confirmed in code ({where})"
             return ClampVerdict.EXACT, f"post-SiLU clamp ({where})"
@@ -231,17 +261,54 @@ def _judge(hit, sink, tree, origin):
     return ClampVerdict.UNDECIDED, f"{hit.callee}(): clamp argument undecided ({value!r})", None
 
 
+def registered_fused_funcs(mod: ast.Module) -> dict[tuple[str, ...], str]:
+    """``{(a2a backend, runner backend): function name}`` for the ``@register_fused_func(...)``
+    decorators of one module (SGLang's runner registry, ``layers/moe/moe_runner/base.py``)."""
+    out = {}
+    for n in mod.body:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for d in n.decorator_list:
+                if isinstance(d, ast.Call) and ast.unparse(d.func).endswith("register_fused_func") \
+                        and all(isinstance(a, ast.Constant) for a in d.args):
+                    out[tuple(a.value for a in d.args)] = n.name
+    return out
+
+
+def resolve_step(interp: Interp, rel: str, qual: str) -> str:
+    """The function a step names: a qualname, or ``@fused_func(a2a,runner)``, the function the
+    runner registry dispatches to for that backend pair (found by its decorator, whatever its
+    name). An unresolvable registration is returned as written (then reported missing)."""
+    if not qual.startswith("@fused_func("):
+        return qual
+    key = tuple(x.strip() for x in qual[len("@fused_func("):-1].split(","))
+    mod = interp.module(rel)
+    if mod is None:
+        return qual
+    return registered_fused_funcs(mod.tree).get(key, qual)
+
+
 def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
     """Audit one catalogued path in ``tree`` (see the module docstring for the verdicts)."""
     sinks = catalog()["sinks"]
     steps = [_split(s) for s in spec["steps"]]
     base = {"path": spec["id"], "label": spec["label"], "sglang_version": tree.version}
     interp = Interp(tree.root, set(sinks), spec.get("assume"))
+    steps = [(r, resolve_step(interp, r, q)) for r, q in steps]
     interp.entry_names = {q.split(".")[-1] for _, q in steps}
-    missing = [f"{r}::{q}" for r, q in steps if interp.find(r, q) is None]
+    missing = [(r, q) for r, q in steps if interp.find(r, q) is None]
     if missing:
-        return PathResult(**base, verdict=ClampVerdict.ABSENT, rule=f"not in this version: {missing[0]}",
-                          file=None, function=None, line=None)
+        r0, q0 = steps[0]
+        mod = interp.module(r0)
+        entry_exists = mod is not None and ("." not in q0 or q0.split(".")[0] in mod.classes)
+        r, q = missing[0]
+        if not entry_exists:
+            return PathResult(**base, verdict=ClampVerdict.ABSENT, rule=f"not in this version: {r}::{q}",
+                              file=None, function=None, line=None)
+        # The entry code exists: the trail is lost, not the path (a function renamed or inlined).
+        have = "the file exists" if interp.module(r) is not None else "the file is missing"
+        return PathResult(**base, verdict=ClampVerdict.UNDECIDED,
+                          rule=f"trail lost at {r[11:]}::{q} ({have}; the path's entry {r0[11:]}::{q0} exists)",
+                          file=r[11:] if interp.module(r) is not None else r0[11:], function=q, line=None)
     for r, q in steps:
         interp.run_step(r, q)
     mentions = []
@@ -288,8 +355,13 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
         file, line, func = hit.file[11:], hit.line, hit.function
         if where is not None:
             file, line, func = where[0][11:], where[1], _function_at(tree, where[0], where[1])
+        # only a verdict that rests on the kernel's form depends on the FlashInfer release
+        fcheck = _flashinfer_check(tree, hit.callee, sinks[hit.callee]) if verdict in (
+            ClampVerdict.EXACT, ClampVerdict.APPROX, ClampVerdict.UNDECIDED) else None
+        if fcheck:
+            rule += f" | check: {fcheck}"
         return PathResult(**base, verdict=verdict, rule=rule, file=file, function=func,
-                          line=line, sink=hit.callee, **extra)
+                          line=line, sink=hit.callee, flashinfer_check=fcheck, **extra)
     r, q = steps[-1]
     fn = interp.find(r, q)
     if not live:
@@ -319,11 +391,22 @@ def _function_at(tree: SGLangTree, rel: str, line: int) -> str | None:
 
 
 def audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[PathResult]:
-    """Audit every catalogued path (or ``path_ids``) of one tree.
+    """Audit every catalogued path (or ``path_ids``) of one tree, the model side first.
+
+    When BailingMoeV3 does not hand the routed-expert limit to its MoE layer
+    (:func:`nvfp4study.sglang.model_side.model_side`), every path is DROPPED with that reason
+    and the model file's line, whatever the path alone would give (kept in the rule).
 
     Raises:
+        NoBailingMoeV3: the tree has no ``models/bailing_moe_v3.py``.
         AuditError: a file the catalogue names does not parse.
     """
+    try:
+        side = model_side(tree)
+    except SyntaxError as exc:
+        raise AuditError(f"{tree.root}: cannot parse {exc.filename}: {exc.msg}") from exc
+    if not side.present:
+        raise NoBailingMoeV3(no_model_line(tree.version))
     out = []
     for spec in catalog()["paths"]:
         if path_ids and spec["id"] not in path_ids:
@@ -332,7 +415,18 @@ def audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[Path
             out.append(audit_path(tree, spec))
         except SyntaxError as exc:
             raise AuditError(f"{tree.root}: cannot parse {exc.filename}: {exc.msg}") from exc
+    if not side.ok:
+        out = [_model_dropped(r, side) for r in out]
     return out
+
+
+def _model_dropped(r: PathResult, side: ModelSide) -> PathResult:
+    h = side.routed
+    return PathResult(path=r.path, label=r.label, verdict=ClampVerdict.DROPPED,
+                      rule=(f"BailingMoeV3 does not hand the limit to the MoE layer: {h.reason} "
+                            f"(the path alone: {r.verdict.value})"),
+                      file=MODEL_FILE, function=h.function, line=h.line, sglang_version=r.sglang_version,
+                      sink=r.sink)
 
 
 def results_frame(results: list[PathResult]):
@@ -400,7 +494,11 @@ def main(argv: list[str] | None = None) -> int:
         tree = unpack_wheel(a.version)
     else:
         tree = open_tree(a.path)
-    results = audit_tree(tree)
+    try:
+        results = audit_tree(tree)
+    except NoBailingMoeV3 as exc:
+        print(exc)
+        return 0
     if a.json:
         for r in results:
             d = r.as_json()
@@ -413,7 +511,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.checks:
         from .checks import extra_checks
 
-        print(json.dumps(extra_checks(tree), indent=1, default=str))
+        print(json.dumps({**extra_checks(tree), "model_side": model_side(tree).as_json()},
+                         indent=1, default=str))
     return 0
 
 

@@ -219,6 +219,14 @@ class ExprEval:
             self.hits.append(SinkHit(name, frame.module.rel, frame.qualname, node.lineno,
                                      kwargs, args, kw_nodes, origins))
             return UNK
+        if name == "isinstance" and len(args) == 2 and isinstance(node.args[1], ast.Name):
+            # a payload's class is known: decide the registry's isinstance dispatch
+            objs = args[0].options if isinstance(args[0], Multi) else (args[0],)
+            if objs and all(isinstance(o, Payload) for o in objs):
+                hits = {o.cls == node.args[1].id for o in objs}
+                if len(hits) == 1:
+                    return hits.pop()
+            return UNK
         if name == "getattr" and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
             attr = node.args[1].value
             if attr == "gemm1_clamp_limit":

@@ -119,6 +119,14 @@ class Interp(ExprEval):
                 dmap[a.arg] = d
         ann = {a.arg: ast.unparse(a.annotation) for a in fn.args.posonlyargs + fn.args.args
                + fn.args.kwonlyargs if a.annotation is not None}
+        # A parameter annotated with a base class (``quant_info: MoeQuantInfo``) takes the payload
+        # its body narrows it to with ``isinstance(quant_info, X)`` (a runner registry entry).
+        narrowed = {}
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "isinstance" \
+                    and len(n.args) == 2 and isinstance(n.args[0], ast.Name) and isinstance(n.args[1], ast.Name) \
+                    and f"<payload:{n.args[1].id}>" in self.attrs:
+                narrowed.setdefault(n.args[0].id, self.attrs[f"<payload:{n.args[1].id}>"])
         for i, p in enumerate(params):
             if i < len(args) and p not in [k.arg for k in fn.args.kwonlyargs]:
                 frame.locals[p] = args[i]
@@ -128,6 +136,8 @@ class Interp(ExprEval):
                 frame.locals[p] = CONFIG
             elif ann.get(p, "").strip("'\"") and f"<payload:{ann[p].strip(chr(39) + chr(34))}>" in self.attrs:
                 frame.locals[p] = self.attrs[f"<payload:{ann[p].strip(chr(39) + chr(34))}>"]
+            elif p in narrowed:
+                frame.locals[p] = narrowed[p]
             elif p in dmap and (args or kwargs) and isinstance(dmap[p], ast.Constant):
                 frame.locals[p] = dmap[p].value
             else:

@@ -1,0 +1,106 @@
+"""Which SGLang releases carry BailingMoeV3 (``sglang/srt/models/bailing_moe_v3.py``), found
+from the released wheels rather than typed in.
+
+:func:`discover` lists the releases on the package index (``pip index versions sglang``, pip's
+ordinary client), then walks them newest first, opening each wheel (downloaded once into the
+study cache by :func:`nvfp4study.sglang.source.wheel_path`) and looking for the model file; it
+stops at the first release below a carrying one that lacks it (the model was added once and
+kept). The result is cached in ``<cache>/bailing_releases.json``; the package ships the result
+of one such run (``data/bailing_releases.json``) so the default study needs no index query:
+:func:`bailing_releases` reads the cache when present, else the shipped copy.
+
+``audit_versions`` entries equal to :data:`ALL_BAILING` stand for every such release.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import zipfile
+from importlib import resources
+from typing import Any
+
+from ..core.errors import SGLangSourceError
+from ..core.files import write_json
+from .source import cache_dir, wheel_path
+
+MODEL_MEMBER = "sglang/srt/models/bailing_moe_v3.py"
+ALL_BAILING = "bailing-releases"
+
+
+def _key(v: str) -> tuple:
+    return tuple(int(x) if x.isdigit() else -1 for x in re.split(r"[.]|post", v) if x)
+
+
+def index_versions() -> list[str]:
+    """SGLang release numbers on the package index, newest first (``pip index versions``).
+
+    Raises:
+        SGLangSourceError: pip cannot reach the index or prints no version list.
+    """
+    cmd = [sys.executable, "-m", "pip", "index", "versions", "sglang"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    m = re.search(r"Available versions:\s*(.+)", proc.stdout)
+    if proc.returncode != 0 or not m:
+        raise SGLangSourceError(f"pip index versions sglang failed: {(proc.stderr or proc.stdout).strip()[-200:]}")
+    return sorted((v.strip() for v in m.group(1).split(",")), key=_key, reverse=True)
+
+
+def wheel_has_model(version: str) -> bool:
+    """Does the released wheel of ``version`` contain :data:`MODEL_MEMBER`? (downloads once)"""
+    with zipfile.ZipFile(wheel_path(version)) as zf:
+        return MODEL_MEMBER in zf.namelist()
+
+
+def discover(versions: list[str] | None = None) -> dict[str, Any]:
+    """Walk ``versions`` (default: :func:`index_versions`) newest first; write the cache.
+
+    Returns ``{"member", "checked": {version: bool}, "releases": [carrying versions, ascending]}``.
+    """
+    versions = sorted(versions or index_versions(), key=_key, reverse=True)
+    checked: dict[str, bool] = {}
+    for v in versions:
+        if not re.fullmatch(r"\d+(\.\d+)*(\.post\d+)?", v):
+            continue  # pre-releases are not audited
+        checked[v] = wheel_has_model(v)
+        if not checked[v] and any(checked.values()):
+            break
+    out = {"member": MODEL_MEMBER, "checked": checked,
+           "releases": sorted((v for v, ok in checked.items() if ok), key=_key)}
+    write_json(cache_dir() / "bailing_releases.json", out)
+    return out
+
+
+def shipped() -> dict[str, Any]:
+    """The discovery result shipped with the package (``data/bailing_releases.json``)."""
+    return json.loads(resources.files(__package__).joinpath("data/bailing_releases.json").read_text())
+
+
+def bailing_releases() -> list[str]:
+    """Releases with BailingMoeV3, ascending: the cached discovery, else the shipped one."""
+    f = cache_dir() / "bailing_releases.json"
+    data = json.loads(f.read_text()) if f.is_file() else shipped()
+    return list(data["releases"])
+
+
+def expand_versions(versions: list[str]) -> list[str]:
+    """``audit_versions`` with :data:`ALL_BAILING` replaced by :func:`bailing_releases` (order
+    kept, duplicates dropped)."""
+    out: list[str] = []
+    for v in versions:
+        for x in (bailing_releases() if v == ALL_BAILING else [v]):
+            if x not in out:
+                out.append(x)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:  # pragma: no cover - network
+    """``python -m nvfp4study.sglang.releases``: rerun the discovery and print it."""
+    print(json.dumps(discover(), indent=1))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
