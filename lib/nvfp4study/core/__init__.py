@@ -9,9 +9,12 @@ __all__ = [
     "environment",
     "errors",
     "files",
+    "findings",
     "ledger",
     "params",
     "paths",
+    "readable",
+    "report_layout",
     "runner",
     "stage",
 ]
