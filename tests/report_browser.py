@@ -27,7 +27,7 @@ return {
   text: document.body.innerText,
   summary_top: r ? r.top + window.scrollY : null,
   summary_text: summary ? summary.innerText : '',
-  fold_text: q('#summary dl, #summary p, #summary table.counts, #summary ul.headlines > li')
+  fold_text: q('#summary .facts, #summary p.counts, #summary ul.headlines > li')
       .filter(e => e.getBoundingClientRect().top + window.scrollY < window.innerHeight)
       .map(e => e.innerText).join('\\n'),
   value_cells: q('table.ledger > tbody > tr').map(tr => ({

@@ -79,9 +79,9 @@ def _versions(values: dict[str, Any], want) -> list[str]:
 
 def first_sentence(note: str) -> str:
     """The first sentence of a ledger note (the one-line reason)."""
-    note = (note or "").strip()
-    m = re.match(r"(.+?[.;:])(\s|$)", note)
-    return (m.group(1) if m else note).rstrip(";:") if note else ""
+    note = re.sub(r"^not run:?\s*", "", (note or "").strip())
+    m = re.match(r"(.+?[.;])(\s|$)", note)
+    return (m.group(1) if m else note).rstrip(";.") if note else ""
 
 
 # --- the headlines: each takes the rows by id and returns (sentence, verdict) -----------------

@@ -80,7 +80,8 @@ def scalar(value: Any, key: Any = "", clip: _Clip | None = None) -> str:
     if clip is not None and len(text) > MAX_TEXT:
         clip.clipped = True
         text = text[:MAX_TEXT].rstrip() + " …"
-    return html.escape(text) if text else "(empty)"
+    # paths break after their slashes rather than mid-name
+    return html.escape(text).replace("/", "/<wbr>") if text else "(empty)"
 
 
 def _is_scalar(v: Any) -> bool:
@@ -152,7 +153,8 @@ def value_html(value: Any, clip: _Clip | None = None, depth: int = 0) -> str:
     if len(nested) == len(keys) and len(keys) >= 2:
         inner = list(dict.fromkeys(k for v in nested for k in v))
         corner = "SGLang" if all(VERSION_RE.match(str(k)) for k in keys) else ""
-        if len(inner) <= MAX_COLS:
+        dense = all(2 * len(v) >= len(inner) for v in nested)  # a sparse matrix reads worse than rows
+        if len(inner) <= MAX_COLS and dense:
             rows = [[f"<b>{html.escape(str(k))}</b>"] + [_inline(value[k].get(i, "—"), i, clip, 2)
                                                        if i in value[k] else "—" for i in inner]
                     for k in keys]

@@ -160,15 +160,17 @@ CSS = """
 .nv table { border-collapse: collapse; }
 .nv table.ledger { table-layout: fixed; width: 100%; font-size: .86em; }
 .nv table.ledger > thead > tr > th { text-align: left; background: #eef1f4; padding: .3em .4em; }
-.nv table.ledger > tbody > tr > td { vertical-align: top; padding: .35em .4em;
+.nv table.ledger > tbody > tr > td { vertical-align: top; padding: .35em .4em; text-align: left;
   border-top: 1px solid #ddd; overflow-wrap: anywhere; white-space: normal; }
 .nv table.ledger col.c-claim { width: 24%; } .nv table.ledger col.c-card { width: 19%; }
 .nv table.ledger col.c-ours { width: 27%; } .nv table.ledger col.c-verdict { width: 8%; }
 .nv table.ledger col.c-why { width: 22%; }
 .nv table.kv { font-size: .95em; margin: 0; }
 .nv table.kv td, .nv table.kv th { border: 1px solid #e3e3e3; padding: .05em .3em; text-align: left;
-  vertical-align: top; font-variant-numeric: tabular-nums; }
-.nv table.plain td, .nv table.plain th { border: 1px solid #ddd; padding: .2em .5em; text-align: left;
+  vertical-align: top; font-variant-numeric: tabular-nums; overflow-wrap: anywhere; }
+.nv table.kv { width: 100%; }
+.nv table.kv th, .nv table.kv td > b { white-space: nowrap; }
+.nv table.plain td, .nv table.plain th, .nv table.counts td { border: 1px solid #ddd; padding: .2em .5em; text-align: left;
   vertical-align: top; overflow-wrap: anywhere; }
 .nv .muted, .nv .meta { color: #666; font-size: .85em; }
 .nv details.whole summary { color: #36c; cursor: pointer; font-size: .85em; }
