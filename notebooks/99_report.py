@@ -9,52 +9,38 @@
 # ---
 
 # %% [markdown]
-# # Report: Ling-3.0-flash NVFP4 model card, claim by claim
-#
-# Each row of the claims ledger is one claim of the model card
-# (`kingjones777/Ling-3.0-flash-NVFP4-SGLang-MTP`). **card says** is the card's value, quoted;
-# **we measured** is what this run found. Verdicts: *reproduced*, *partly*, *contradicted*,
-# *not run* (with the reason). Rows whose origin is *study* are findings the card does not state.
-# This page only reads files the stages wrote; it computes nothing new.
+# # Report: the Ling-3.0-flash NVFP4 model card, claim by claim
 
 # %% tags=["parameters"]
 params_file: str = "../params/default.yaml"  # study params; the runner passes the run's resolved copy
 run_dir: str = ""  # run folder; empty means outputs/latest, or a new folder when there is none
 
 # %%
-from IPython.display import HTML, Markdown, display
+from IPython.display import HTML
 
 from nvfp4study.stages import s99_report as report
 
 stage = report.open_stage(params_file, run_dir)
-display(Markdown(f"Profile **{stage.params.profile}**: {stage.params.description}"))
+HTML(report.summary_html(stage.run_dir, stage.params.model_dump(mode="json"), stage.params.description))
 
 # %% [markdown]
-# ## Verdicts at a glance
+# ## How to read the claims below
+#
+# Each section follows one part of the card (`kingjones777/Ling-3.0-flash-NVFP4-SGLang-MTP`). In
+# each table **card says** is the card's value, quoted; **we measured** is what this run found (a
+# long value is clipped; *whole value* opens it, and the evidence files hold it as JSON).
+# Verdicts: *reproduced*, *partly*, *contradicted*, *not run* (the reason is in the last column and
+# the summary above says how to run it). Rows marked *study finding* are findings the card does
+# not state. This page only reads the files the stages wrote; it computes nothing new.
 
 # %%
-report.verdict_counts(stage.run_dir)
+HTML(report.sections_html(stage.run_dir))
 
 # %% [markdown]
-# ## The claims ledger
-
-# %%
-report.styled_ledger(report.ledger_frame(stage.run_dir))
-
-# %% [markdown]
-# ## Executed notebooks
+# ## This run: notebooks and manifest
 
 # %%
 HTML(report.notebook_links(stage.run_dir))
 
-# %% [markdown]
-# ## Figures
-
 # %%
-HTML(report.figures_html(stage.run_dir))
-
-# %% [markdown]
-# ## Manifest
-
-# %%
-report.manifest_summary(stage.run_dir)
+HTML(report.manifest_html(stage.run_dir))

@@ -61,3 +61,49 @@ def test_run_folder_contents(study_run):
         assert (run / f"{stage}.ipynb").exists() and (run / "html" / f"{stage}.html").exists()
     assert list((run / "figures").glob("*.png")), "stages draw figures"
     assert list((run / "data").glob("*.json")), "stages write data files"
+
+
+def test_readme_findings_match_the_default_run(study_run):
+    """The README's findings section is what `nvfp4study findings` writes for the default run."""
+    from nvfp4study.core import findings
+
+    run, _ = study_run
+    generated = findings.markdown(json.loads((run / "ledger.json").read_text())["rows"])
+    readme = findings.current_section((REPO_ROOT / "README.md").read_text())
+    assert readme == generated, ("README findings are stale: run the default study, then "
+                                 "`nvfp4study findings outputs/latest --write`")
+    assert all(f.generated == "data" for f in findings.headlines(json.loads((run / "ledger.json").read_text())["rows"]))
+
+
+def test_report_in_a_browser(study_run):
+    """report.html in headless Chromium: summary above the fold, readable cells, images loaded
+    and captioned, no index columns; a screenshot stays in the run folder."""
+    import re
+
+    from report_browser import VIEWPORT, render
+
+    run, _ = study_run
+    shot = run / "report-screenshot.png"
+    seen = render(run / "report.html", shot)
+    assert shot.is_file() and shot.stat().st_size > 10_000
+    assert seen["viewport"] == list(VIEWPORT)
+    # above the fold: profile, verdict counts, at least two headline sentences
+    assert seen["summary_top"] is not None and seen["summary_top"] < VIEWPORT[1] / 3
+    fold = seen["fold_text"]
+    ledger = json.loads((run / "ledger.json").read_text())["rows"]
+    n_card = sum(r.get("origin", "card") == "card" for r in ledger)
+    assert "Profile" in fold and "default" in fold and f"{n_card} card claims" in fold
+    assert "The SwiGLU clamp" in fold and "Other MoE runners" in fold
+    # every ledger row is a table row; no cell shows a JSON object or list
+    assert sorted(c["id"] for c in seen["value_cells"]) == sorted(f"claim-{r['id']}" for r in ledger)
+    raw = re.compile(r"[{\[]\s*\"|\"\s*:\s*[{\[\"0-9]")
+    for row in seen["value_cells"]:
+        for cell in row["cells"]:
+            assert not raw.search(cell), (row["id"], cell[:200])
+    # every image loaded and captioned; one per figure file
+    imgs = seen["images"]
+    assert len(imgs) == len(list((run / "figures").glob("*.png"))) > 0
+    for im in imgs:
+        assert im["complete"] and im["width"] > 0 and im["alt"] and len(im["caption"]) > 40, im
+    assert seen["index_headers"] == 0  # no pandas index column anywhere
+    assert "Not run: needs an NVFP4-capable GPU" in seen["text"]

@@ -9,10 +9,13 @@ __all__ = [
     "environment",
     "errors",
     "files",
+    "findings",
     "hub",
     "ledger",
     "params",
     "paths",
+    "readable",
+    "report_layout",
     "runner",
     "stage",
 ]

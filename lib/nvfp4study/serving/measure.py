@@ -22,6 +22,7 @@ start here (the reason is recorded in the ledger); else "live".
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import shutil
@@ -165,19 +166,43 @@ class Mode:
     reason: str = ""
     source: Path | None = None
 
+    stage: str = ""
+
     def markdown(self):
-        from IPython.display import Markdown
+        """What the notebook shows once, under "How this stage runs here": for "not run" one box
+        with why, what the stage would measure, the command and the hardware (the stage's
+        other cells then show nothing, see :class:`Quiet`)."""
+        from IPython.display import HTML, Markdown
+
+        from ..core.findings import GPU_COMMAND, GPU_HARDWARE, REPLAY_COMMAND, STAGE_MEASURES
 
         if self.kind == "not run":
-            return Markdown(f"**not run: {self.reason}.** The stage's claims are recorded as not run; "
-                            "the tables below stay empty. Run it on a Blackwell GPU with "
-                            "`params/ling3-flash.yaml`, or re-analyse a recorded run with "
-                            "`-p replay_from=<run dir>`.")
+            what = STAGE_MEASURES.get(self.stage, "the stage's claims")
+            return HTML(
+                '<div class="notrun" style="border:2px solid #999;background:#f3f3f3;padding:.5em 1em;'
+                f'border-radius:6px"><b>Not run: {html.escape(self.reason)}.</b> This stage {html.escape(what)}; '
+                "its claims are recorded as not run and the sections below stay empty.<br>"
+                f"To run it: <code>{html.escape(GPU_COMMAND)}</code> on {html.escape(GPU_HARDWARE)}.<br>"
+                f"Without a GPU, re-analyse a recorded run: <code>{html.escape(REPLAY_COMMAND)}</code>.</div>")
         if self.kind == "replay":
             return Markdown(f"**Replay** of the recorded run `{self.source}`: its raw files are copied "
                             "into this run and analysed; no server is started.")
         return Markdown("**Live**: SGLang is launched for each configuration below; every answer is "
                         "appended to `data/serve-raw-*.jsonl` as it arrives.")
+
+
+class Quiet:
+    """What a table function of a stage that did not run returns: nothing is displayed (the
+    stage's one not-run box, :meth:`Mode.markdown`, says why), ``data`` keeps the sentence."""
+
+    def __init__(self, text: str) -> None:
+        self.data = text
+
+    def _ipython_display_(self) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return self.data
 
 
 def resolve_mode(stage: Stage) -> Mode:
@@ -187,9 +212,9 @@ def resolve_mode(stage: Stage) -> Mode:
         src = Path(p.replay_from).expanduser()
         if not src.is_absolute():
             src = (Path.cwd() / src)
-        return Mode("replay", source=src.resolve())
+        return Mode("replay", source=src.resolve(), stage=stage.name)
     reason = gpu_refusal(p)
-    return Mode("not run", reason=reason) if reason else Mode("live")
+    return Mode("not run", reason=reason, stage=stage.name) if reason else Mode("live", stage=stage.name)
 
 
 def params_of(stage: Stage):
@@ -298,12 +323,11 @@ def collect(stage: Stage):
     configuration: launched or skipped, requests sent, failures) or a Markdown sentence.
     """
     import pandas as pd
-    from IPython.display import Markdown
 
     mode = resolve_mode(stage)
     if mode.kind == "not run":
         stage.not_run(mode.reason)
-        return Markdown(f"not run: {mode.reason}")
+        return Quiet(f"not run: {mode.reason}")
     configs = stage_configs(params_of(stage))[stage.name]
     if mode.kind == "replay":
         files = import_recorded(stage, mode.source, configs, need_requests=stage.name != "04_launch_server")

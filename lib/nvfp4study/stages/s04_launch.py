@@ -165,10 +165,9 @@ def _launch(stage: Stage) -> tuple[dict[str, Any], str]:
 
 
 def _not_run(stage: Stage):
-    from IPython.display import Markdown
-
+    """Nothing shown when the stage did not run (its one box says why), else None."""
     mode = measure.resolve_mode(stage)
-    return Markdown(f"not run: {mode.reason}") if mode.kind == "not run" else None
+    return measure.Quiet(f"not run: {mode.reason}") if mode.kind == "not run" else None
 
 
 def launch_table(stage: Stage):

@@ -58,10 +58,9 @@ CARD_IDS = {0: "mtp.off", 1: "mtp.k1", 2: "mtp.k2", 3: "mtp.k3"}
 
 
 def _nr(stage: Stage):
-    from IPython.display import Markdown
-
+    """Nothing shown when the stage did not run (its one box says why), else None."""
     mode = measure.resolve_mode(stage)
-    return Markdown(f"not run: {mode.reason}") if mode.kind == "not run" else None
+    return measure.Quiet(f"not run: {mode.reason}") if mode.kind == "not run" else None
 
 
 def sweep_configs(params) -> list[tuple[str, int, ServerConfig]]:

@@ -44,10 +44,9 @@ TOKS_TOL = (0.15, 0.30)
 
 
 def _nr(stage: Stage):
-    from IPython.display import Markdown
-
+    """Nothing shown when the stage did not run (its one box says why), else None."""
     mode = measure.resolve_mode(stage)
-    return Markdown(f"not run: {mode.reason}") if mode.kind == "not run" else None
+    return measure.Quiet(f"not run: {mode.reason}") if mode.kind == "not run" else None
 
 
 def configs(params) -> dict[str, ServerConfig]:

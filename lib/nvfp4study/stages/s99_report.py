@@ -1,27 +1,38 @@
-"""Build the report's pieces from a run folder's files (``99_report`` computes nothing new).
+"""Build the report page from a run folder's files (``99_report`` computes nothing new).
 
-The ledger table puts the card's value and ours in separate, labelled columns; a card value is
-never shown in the "measured" column.
+The page, top to bottom: a summary (what was studied on what, the verdict counts, the headline
+findings as sentences from :mod:`nvfp4study.core.findings`, what is still open with its command
+and hardware), then one section per part of the card (:mod:`nvfp4study.core.report_layout`)
+with its ledger rows and its figures (caption, reading guide, alt text), then the run's
+notebooks and manifest. Values are rendered by :mod:`nvfp4study.core.readable` (no raw JSON);
+the card's value and ours sit in separate, labelled columns, and a card value is never shown as
+ours. Stages that did not run appear once, in the summary's open work, not under every row.
 """
 
 from __future__ import annotations
 
+import base64
 import html
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from ..core import ledger
+from ..core import findings, ledger
+from ..core import report_layout as layout
+from ..core.readable import cell_html, value_text
 from ..core.stage import Stage, open_stage_named
 
 NOTEBOOK = "99_report"
+CARD_URL = "https://huggingface.co/kingjones777/Ling-3.0-flash-NVFP4-SGLang-MTP"
 
 
 def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
     """:func:`nvfp4study.core.stage.open_stage_named` for notebook ``99_report``."""
     return open_stage_named(NOTEBOOK, params_file, run_dir)
+
 
 VERDICT_COLOURS = {
     "reproduced": "#c8e6c9",
@@ -31,80 +42,19 @@ VERDICT_COLOURS = {
 }
 
 
-MAX_CELL_CHARS = 400  # longer values are clipped in the table; ledger.json keeps them whole
+def _e(text: Any) -> str:
+    return html.escape(str(text))
 
 
-def _compact(value: Any, limit: int | None = None) -> str:
-    if value is None:
-        return ""
-    text = value if isinstance(value, str) else json.dumps(value, default=str, separators=(", ", ": "))
-    if limit and len(text) > limit:
-        text = text[:limit].rstrip() + " … (whole value in ledger.json)"
-    return text
+def md_inline(text: str) -> str:
+    """A sentence with Markdown backticks as HTML (escaped, ```x``` -> ``<code>x</code>``)."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", _e(text))
 
 
-def ledger_frame(run_dir: str | Path) -> pd.DataFrame:
-    """The run's ledger as a DataFrame: id, stage, origin, claim, card, measured, verdict, note, evidence.
-
-    ``card`` is the card's value (empty for the study's own findings); ``measured`` is ours.
-    """
-    rows = ledger.read_ledger(run_dir)
-    return pd.DataFrame(
-        [{
-            "id": r["id"],
-            "stage": r["stage"],
-            "origin": r.get("origin", "card"),
-            "claim": r["claim"],
-            "card says": _compact(r.get("card")),
-            "we measured": _compact(r.get("measured"), MAX_CELL_CHARS),
-            "verdict": r["verdict"],
-            "checked on": r.get("checked_on") or "",
-            "note": r.get("note", ""),
-            "evidence": ", ".join(r.get("evidence") or []),
-        } for r in rows]
-    )
-
-
-def verdict_counts(run_dir: str | Path) -> pd.DataFrame:
-    """Number of rows per verdict, split by origin (card claim / study finding)."""
-    df = ledger_frame(run_dir)
-    counts = df.groupby(["origin", "verdict"]).size().unstack(fill_value=0)
-    return counts.reindex(columns=[v for v in VERDICT_COLOURS if v in counts.columns])
-
-
-def styled_ledger(df: pd.DataFrame):
-    """A pandas Styler colouring each row by its verdict (for HTML display)."""
-    def _row(row: pd.Series) -> list[str]:
-        colour = VERDICT_COLOURS.get(row["verdict"], "white")
-        return [f"background-color: {colour}"] * len(row)
-
-    widths = {"id": "9%", "stage": "7%", "origin": "4%", "claim": "18%", "card says": "14%",
-              "we measured": "20%", "verdict": "6%", "checked on": "5%", "note": "12%",
-              "evidence": "5%"}
-    styles = [{"selector": "", "props": [("table-layout", "fixed"), ("width", "100%")]},
-              {"selector": "td, th", "props": [("overflow-wrap", "anywhere"), ("text-align", "left"),
-                                               ("vertical-align", "top"), ("font-size", "0.8em")]}]
-    styles += [{"selector": f"th.col{i}", "props": [("width", widths.get(c, "auto"))]}
-               for i, c in enumerate(df.columns)]
-    return df.style.apply(_row, axis=1).hide(axis="index").set_table_styles(styles)
-
-
-def notebook_links(run_dir: str | Path) -> str:
-    """HTML list linking each executed notebook's code-free HTML copy (relative links)."""
-    run_dir = Path(run_dir)
-    manifest = read_manifest(run_dir)
-    items = []
-    for nb in manifest.get("notebooks", []):
-        name = nb["notebook"]
-        status = nb.get("status", "?")
-        secs = nb.get("seconds")
-        link = f"html/{name}.html"
-        items.append(f'<li><a href="{html.escape(link)}">{html.escape(name)}</a> '
-                     f"({status}, {secs} s; executed notebook: "
-                     f'<a href="{html.escape(name)}.ipynb">{html.escape(name)}.ipynb</a>)</li>')
-    if not items:
-        return "<p>No notebook has run yet in this folder.</p>"
-    return "<ul>" + "".join(items) + "</ul>"
+def badge(text: str, verdict: str | None = None) -> str:
+    """A coloured label (class ``v-<verdict>``; ``verdict`` defaults to ``text``)."""
+    v = (verdict or text).replace(" ", "-")
+    return f'<span class="badge v-{_e(v)}">{_e(text)}</span>'
 
 
 def read_manifest(run_dir: str | Path) -> dict[str, Any]:
@@ -113,40 +63,219 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
     return json.loads(p.read_text()) if p.is_file() else {}
 
 
-def manifest_summary(run_dir: str | Path) -> pd.DataFrame:
-    """Key facts of the manifest as a two-column table."""
+def ledger_frame(run_dir: str | Path) -> pd.DataFrame:
+    """The run's ledger as a DataFrame of text: id, stage, origin, claim, card says, we measured,
+    verdict, checked on, note, evidence (values as one readable line each, never JSON)."""
+    rows = ledger.read_ledger(run_dir)
+    return pd.DataFrame([{
+        "id": r["id"], "stage": r["stage"], "origin": r.get("origin", "card"), "claim": r["claim"],
+        "card says": "" if r.get("card") is None else value_text(r["card"]),
+        "we measured": "" if r.get("measured") is None else value_text(r["measured"]),
+        "verdict": r["verdict"], "checked on": r.get("checked_on") or "", "note": r.get("note", ""),
+        "evidence": ", ".join(r.get("evidence") or []),
+    } for r in rows])
+
+
+def verdict_counts(run_dir: str | Path) -> pd.DataFrame:
+    """Number of rows per verdict (columns), card claims and study findings (rows)."""
+    c = findings.verdict_counts(ledger.read_ledger(run_dir))
+    return pd.DataFrame(c).T[list(VERDICT_COLOURS)]
+
+
+# --- summary ---------------------------------------------------------------------------------
+def _checkpoint_text(params: dict[str, Any]) -> str:
+    cp = params.get("checkpoint") or {}
+    shape = cp.get("shape") or {}
+    if cp.get("quantized_path"):
+        return f"the checkpoint at <code>{_e(cp['quantized_path'])}</code>"
+    if cp.get("source") == "generate":
+        return (f"a generated checkpoint in Ling-3.0-flash's layout with random weights, scaled down "
+                f"({shape.get('num_hidden_layers', '?')} layers, {shape.get('num_experts', '?')} experts, "
+                f"hidden size {shape.get('hidden_size', '?')}; seed {cp.get('seed', '?')}), quantized "
+                f"with the card's recipe")
+    return f"the BF16 checkpoint <code>{_e(cp.get('source_path'))}</code>, quantized with the card's recipe"
+
+
+def _facts(run_dir: Path, params: dict[str, Any], description: str) -> str:
     m = read_manifest(run_dir)
-    pk = m.get("packages", {})
+    pk = m.get("packages") or {}
+    sg = params.get("sglang") or {}
     gpus = m.get("gpus") or []
-    facts = {
-        "profile": m.get("profile"),
-        "params hash": m.get("params_hash"),
-        "overrides": ", ".join(m.get("overrides") or []) or "none",
-        "git commit": (m.get("git") or {}).get("commit"),
-        "uncommitted changes": (m.get("git") or {}).get("dirty"),
-        "started (UTC)": m.get("started"),
-        "python": m.get("python"),
-        "CPU": (m.get("cpu") or {}).get("model"),
-        "GPU": ", ".join(f"{g['name']} (cc {g['capability']})" for g in gpus) or "none",
-        "NVFP4 GPU check": m.get("nvfp4_gpu"),
-        **{f"{k}": v for k, v in pk.items() if v},
-    }
-    return pd.DataFrame({"item": list(facts), "value": [str(v) for v in facts.values()]})
+    gpu = ", ".join(f"{g['name']} (compute capability {g['capability']})" for g in gpus) or \
+        f"none. {m.get('nvfp4_gpu') or ''}"
+    versions = [f"SGLang source audited: {', '.join(sg.get('audit_versions') or [])}"
+                f" (installed: {pk.get('sglang') or 'none'})"]
+    versions += [f"{k} {pk[k]}" for k in ("llmcompressor", "compressed-tensors", "torch") if pk.get(k)]
+    facts = [
+        ("Studied", f'the model card <a href="{CARD_URL}">kingjones777/Ling-3.0-flash-NVFP4-SGLang-MTP</a>, '
+                    "claim by claim"),
+        ("Profile", f"<b>{_e(params.get('profile', m.get('profile', '?')))}</b>: {_e(description)}"),
+        ("Checkpoint", _checkpoint_text(params)),
+        ("Versions", _e("; ".join(versions))),
+        ("GPU", _e(gpu)),
+    ]
+    return '<div class="facts">' + "".join(f"<b>{k}</b><span>{v}</span>" for k, v in facts) + "</div>"
+
+
+def counts_html(rows: list[dict[str, Any]]) -> str:
+    """The verdict counts as one line of coloured labels per origin (card claims, study findings)."""
+    c = findings.verdict_counts(rows)
+    lines = []
+    for origin, what in (("card", "card claims"), ("study", "study findings")):
+        n = sum(c[origin].values())
+        if n:
+            lines.append(f"<b>{n} {what}:</b> " + " ".join(
+                badge(f"{c[origin][v]} {v}", v) for v in VERDICT_COLOURS if c[origin][v]))
+    return f'<p class="counts">{"&emsp;".join(lines)}</p>'
+
+
+def open_work_html(rows: list[dict[str, Any]]) -> str:
+    """One box per group of "not run" claims: why, what it would measure, command and hardware."""
+    items = findings.open_items(rows)
+    if not items:
+        return "<p>Nothing is left open: every claim was run.</p>"
+    out = []
+    for o in items:
+        ids = ", ".join(f'<a href="#claim-{_e(i)}">{_e(i)}</a>' for i in o.rows)
+        cmds = "".join(f"<li><code>{_e(c)}</code></li>" for c in o.commands)
+        out.append(f'<div class="notrun"><b>Not run: {_e(o.reason)}</b> ({len(o.rows)} claims of '
+                   f"{_e(o.stage)}).<br>What it would measure: {_e(o.measures or 'the claims below')}."
+                   f"<br>To run it: <ul>{cmds}</ul>"
+                   f"Hardware: {_e(o.hardware)}.<br><span class=\"meta\">Claims: {ids}</span></div>")
+    return "".join(out)
+
+
+def summary_html(run_dir: str | Path, params: dict[str, Any], description: str = "") -> str:
+    """The summary block at the top of the report (see the module docstring)."""
+    run_dir = Path(run_dir)
+    rows = ledger.read_ledger(run_dir)
+    items = []
+    for f in findings.headlines(rows):
+        links = [f'<a href="#claim-{_e(i)}">{_e(i)}</a>' for i in f.rows]
+        links += [f'<a href="#fig-{_e(s)}">figure {_e(s)}</a>' for s in f.figures]
+        items.append(f"<li><b>{_e(f.title)}</b> {badge(f.verdict) if f.verdict in VERDICT_COLOURS else _e(f.verdict)} "
+                     f"{md_inline(f.sentence)} <span class=\"meta\">Evidence: {', '.join(links)}</span></li>")
+    return (f'<div class="nv"><style>{layout.CSS}</style><section class="summary" id="summary">'
+            f"<h2>Summary</h2>{_facts(run_dir, params, description)}"
+            f"{counts_html(rows)}"
+            f"<h3>Headline findings</h3><ul class=\"headlines\">{''.join(items)}</ul>"
+            f"<h3>Still open</h3>{open_work_html(rows)}</section></div>")
+
+
+# --- sections --------------------------------------------------------------------------------
+def _evidence_html(row: dict[str, Any]) -> str:
+    links = []
+    for ev in row.get("evidence") or []:
+        href = f"#fig-{Path(ev).stem}" if ev.startswith("figures/") else ev
+        links.append(f'<a href="{_e(href)}">{_e(ev)}</a>')
+    return ", ".join(links)
+
+
+def row_html(row: dict[str, Any]) -> str:
+    """One ledger row as a table row: claim, card says, we measured, verdict, how/why."""
+    origin = "study finding" if row.get("origin") == "study" else "card claim"
+    why = _e(row.get("note") or "")
+    if row.get("checked_on"):
+        why += f'<div class="meta">checked on {_e(row["checked_on"])}</div>'
+    if row.get("evidence"):
+        why += f'<div class="meta">evidence: {_evidence_html(row)}</div>'
+    card = cell_html(row.get("card"), "— (not a card claim)" if row.get("origin") == "study" else "—")
+    ours = cell_html(row.get("measured"), "not measured")
+    return (f'<tr id="claim-{_e(row["id"])}" class="row-{row["verdict"].replace(" ", "-")}">'
+            f'<td>{_e(row["claim"])}<div class="meta">{_e(row["id"])} · {_e(row["stage"])} · {origin}</div></td>'
+            f"<td>{card}</td><td>{ours}</td><td>{badge(row['verdict'])}</td><td>{why}</td></tr>")
+
+
+def ledger_table_html(rows: list[dict[str, Any]]) -> str:
+    """A section's ledger rows as one fixed-layout table (no index column; wrapped cells)."""
+    cols = "".join(f'<col class="c-{c}">' for c in ("claim", "card", "ours", "verdict", "why"))
+    head = "".join(f"<th>{h}</th>" for h in ("claim", "card says", "we measured", "verdict", "how / why"))
+    return (f'<table class="ledger"><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(row_html(r) for r in rows)}</tbody></table>")
 
 
 def figures(run_dir: str | Path) -> list[Path]:
-    """Every PNG under ``figures/``, sorted by name (stage prefixes keep stage order)."""
+    """Every PNG under ``figures/``, sorted by name."""
     d = Path(run_dir) / "figures"
     return sorted(d.glob("*.png")) if d.is_dir() else []
 
 
-def figures_html(run_dir: str | Path) -> str:
-    """Every figure embedded as a base64 PNG (so report.html reads offline), with its file name."""
-    import base64
+def figure_html(path: Path, info: dict[str, Any]) -> str:
+    """One figure embedded as base64 PNG (report.html reads offline), with caption and alt text."""
+    data = base64.b64encode(path.read_bytes()).decode()
+    return (f'<figure id="fig-{_e(path.stem)}"><img src="data:image/png;base64,{data}" alt="{_e(info["alt"])}">'
+            f"<figcaption><b>{_e(info['caption'])}</b> How to read it: {_e(info['read'])} "
+            f'<span class="meta">(figures/{_e(path.name)})</span></figcaption></figure>')
 
-    parts = []
-    for fig in figures(run_dir):
-        data = base64.b64encode(fig.read_bytes()).decode()
-        parts.append(f'<figure><img src="data:image/png;base64,{data}" style="max-width:100%">'
-                     f"<figcaption>figures/{html.escape(fig.name)}</figcaption></figure>")
-    return "".join(parts) or "<p>No figures in this run.</p>"
+
+def sections_html(run_dir: str | Path) -> str:
+    """Every section of the card with its ledger rows and figures, in the card's order."""
+    run_dir = Path(run_dir)
+    rows = ledger.read_ledger(run_dir)
+    by_section: dict[str, list[dict]] = {}
+    for r in rows:
+        by_section.setdefault(layout.section_of(r["id"]), []).append(r)
+    evidence = {}
+    for r in rows:
+        for ev in r.get("evidence") or []:
+            if ev.startswith("figures/"):
+                evidence.setdefault(Path(ev).stem, layout.section_of(r["id"]))
+    figs: dict[str, list[str]] = {}
+    for p in figures(run_dir):
+        info = layout.figure_info(p.stem, evidence)
+        figs.setdefault(info["section"], []).append(figure_html(p, info))
+    parts = [f'<div class="nv"><style>{layout.CSS}</style>']
+    for key, title, intro in [*layout.SECTIONS, layout.OTHER]:
+        srows, sfigs = by_section.get(key, []), figs.get(key, [])
+        if not srows and not sfigs:
+            continue
+        counts = findings.verdict_counts(srows)
+        tally = ", ".join(f"{n} {v}" for v in VERDICT_COLOURS
+                          if (n := counts["card"][v] + counts["study"][v]))
+        parts.append(f'<section id="section-{key}"><h2>{_e(title)}</h2><p>{_e(intro)} '
+                     f'<span class="meta">{len(srows)} rows: {_e(tally)}.</span></p>')
+        if srows:
+            parts.append(ledger_table_html(srows))
+        parts.extend(sfigs)
+        parts.append("</section>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+# --- the run ---------------------------------------------------------------------------------
+def notebook_links(run_dir: str | Path) -> str:
+    """HTML list linking each executed notebook's code-free HTML copy (relative links)."""
+    items = []
+    for nb in read_manifest(run_dir).get("notebooks", []):
+        name = nb["notebook"]
+        items.append(f'<li><a href="html/{_e(name)}.html">{_e(name)}</a> ({_e(nb.get("status", "?"))}, '
+                     f'{_e(nb.get("seconds"))} s; executed notebook: <a href="{_e(name)}.ipynb">'
+                     f"{_e(name)}.ipynb</a>)</li>")
+    if not items:
+        return '<div class="nv"><p>No notebook has run yet in this folder.</p></div>'
+    return '<div class="nv"><ul>' + "".join(items) + "</ul></div>"
+
+
+def manifest_summary(run_dir: str | Path) -> pd.DataFrame:
+    """Key facts of the manifest as a two-column table (item, value)."""
+    m = read_manifest(run_dir)
+    gpus = m.get("gpus") or []
+    facts = {
+        "profile": m.get("profile"), "params hash": m.get("params_hash"),
+        "overrides": ", ".join(m.get("overrides") or []) or "none",
+        "git commit": (m.get("git") or {}).get("commit"),
+        "uncommitted changes": (m.get("git") or {}).get("dirty"),
+        "started (UTC)": m.get("started"), "python": m.get("python"),
+        "CPU": (m.get("cpu") or {}).get("model"),
+        "GPU": ", ".join(f"{g['name']} (cc {g['capability']})" for g in gpus) or "none",
+        "NVFP4 GPU check": m.get("nvfp4_gpu"),
+        **{k: v for k, v in (m.get("packages") or {}).items() if v},
+    }
+    return pd.DataFrame({"item": list(facts), "value": [str(v) for v in facts.values()]})
+
+
+def manifest_html(run_dir: str | Path) -> str:
+    """:func:`manifest_summary` as an HTML table without an index column."""
+    df = manifest_summary(run_dir)
+    body = "".join(f"<tr><th>{_e(i)}</th><td>{_e(v)}</td></tr>" for i, v in zip(df["item"], df["value"], strict=True))
+    return f'<div class="nv"><table class="plain manifest"><tbody>{body}</tbody></table></div>'

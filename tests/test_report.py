@@ -1,0 +1,92 @@
+"""The report's pieces: readable values, headline sentences, open work, the README section."""
+
+import re
+
+import pytest
+
+from nvfp4study.core import findings, readable
+from nvfp4study.core.errors import StudyError
+from nvfp4study.core.ledger import card_claims
+from nvfp4study.core.report_layout import FIGURES, SECTIONS, figure_info, section_of
+
+
+def _text(h: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", h)).strip()
+
+
+def test_versions_by_paths_is_a_table():
+    v = {"0.5.20": {"cutlass": "DROPPED", "trtllm": "DROPPED"}, "0.5.21": {"cutlass": "APPROX", "trtllm": "DROPPED"}}
+    h = readable.value_html(v)
+    assert h.count("<tr>") == 3 and "<th>SGLang</th>" in h and "<th>cutlass</th>" in h
+    assert _text(h) == "SGLang cutlass trtllm 0.5.20 DROPPED DROPPED 0.5.21 APPROX DROPPED"
+
+
+def test_count_formula_range_units_percent():
+    assert _text(readable.value_html({"count": 288, "formula": "3 x num_experts x (L - k) = 3 x 16 x (8 - 2)"})) \
+        == "288 = 3 x 16 x (8 - 2)"
+    assert _text(readable.value_html({"accept_len": [1.85, 1.95], "tok_s": 40.19, "load_s": 300})) \
+        == "accept len 1.85 – 1.95 tok/s 40.19 tok/s load s 300 s"
+    # fractions are percent when their key (or the parent's) says so; 0.3964 -> 39.6 %
+    assert "39.6 %" in readable.value_html({"recall_all": {"detector": 0.3964}})
+    assert readable.number(61440) == "61,440" and readable.number(0.5, "share_fraction") == "50 %"
+
+
+def test_no_json_and_long_values_clipped_with_the_whole_value():
+    long = {f"k{i}": "x" * 300 for i in range(12)}
+    cell = readable.cell_html(long)
+    compact, whole = cell.split("<details", 1)
+    assert "… 4 more rows" in compact and "x" * 300 not in compact
+    assert whole.count("x" * 300) == 12
+    for c in card_claims():
+        t = _text(readable.cell_html(c["card"]))
+        assert not re.search(r"[{\[]\s*[\"']|[\"']\s*:", t), (c["id"], t)
+    assert readable.cell_html(None, "not measured").endswith("not measured</span>")
+
+
+def _row(id_, measured, verdict="partly", **kw):
+    return {"id": id_, "stage": kw.get("stage", "03_patch_sglang"), "claim": kw.get("claim", f"claim {id_}."),
+            "card": kw.get("card"), "origin": kw.get("origin", "card"), "measured": measured,
+            "verdict": verdict, "evidence": kw.get("evidence", []), "note": kw.get("note", ""), "checked_on": None}
+
+
+def test_headline_from_data_and_fallback():
+    rows = [_row("sglang.w4a16-unservable", {"0.5.20": "AttributeError: x", "0.5.22": "SchemeB", "0.5.23": "SchemeB"},
+                 "contradicted"),
+            _row("det.min-deepgemm-dim", None, "not run", note="not run: needs an NVFP4-capable GPU (x). More.")]
+    by = {f.title: f for f in findings.headlines(rows)}
+    w = by["W4A16"]
+    assert w.generated == "data" and w.verdict == "contradicted"
+    assert "on 0.5.20, but 0.5.22 and 0.5.23 select `SchemeB`" in w.sentence
+    d = by["Deterministic mode"]
+    assert d.generated == "fallback" and d.verdict == "not run" and "needs an NVFP4-capable GPU (x)" in d.sentence
+    assert set(by) == {"W4A16", "Deterministic mode"}  # headlines whose rows are absent are left out
+
+
+def test_open_items_group_gpu_stages_once():
+    rows = [_row("a", None, "not run", stage="04_launch_server", note="not run: needs an NVFP4-capable GPU (no GPU)"),
+            _row("b", None, "not run", stage="06_mtp_sweep", note="not run: needs an NVFP4-capable GPU (no GPU)"),
+            _row("c", None, "not run", stage="02_inspect_checkpoint", note="not run (generated checkpoint: circular): x"),
+            _row("d", {"x": 1}, "partly")]
+    items = findings.open_items(rows)
+    assert [(o.stage, o.rows) for o in items] == [("04_launch_server, 06_mtp_sweep", ["a", "b"]),
+                                                  ("02_inspect_checkpoint", ["c"])]
+    assert items[0].commands[0] == findings.GPU_COMMAND and "128 GB" in items[0].hardware
+    assert items[1].reason == "generated checkpoint: circular" and "quantized_path" in items[1].commands[0]
+    assert findings.verdict_counts(rows)["card"] == {"reproduced": 0, "contradicted": 0, "partly": 1, "not run": 3}
+
+
+def test_readme_section_replacement():
+    text = f"intro\n{findings.START}\nold 1,234\n{findings.END}\nrest"
+    new = findings.replace_section(text, f"{findings.START}\nnew\n{findings.END}")
+    assert new == f"intro\n{findings.START}\nnew\n{findings.END}\nrest"
+    assert findings.current_section(new) == f"{findings.START}\nnew\n{findings.END}"
+    with pytest.raises(StudyError, match="markers"):
+        findings.replace_section("no markers", "x")
+
+
+def test_every_card_claim_has_a_section_and_figures_are_captioned():
+    keys = {k for k, _, _ in SECTIONS}
+    assert all(section_of(c["id"]) in keys for c in card_claims())
+    assert all(v["section"] in keys and v["caption"] and v["read"] and v["alt"] for v in FIGURES.values())
+    unknown = figure_info("new-figure", {"new-figure": "mtp"})
+    assert unknown["generic"] and unknown["section"] == "mtp" and unknown["caption"]
