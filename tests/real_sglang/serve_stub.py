@@ -209,7 +209,7 @@ class StubTokenizerManager:
     async def get_internal_state(self):
         return [{"avg_spec_accept_length": None, "last_gen_throughput": None}]
 
-    async def flush_cache(self):
+    async def flush_cache(self, timeout_s: float = 0.0):
         return SimpleNamespace(success=True, message="")
 
     async def generate_request(self, obj, request=None):
@@ -250,6 +250,12 @@ class StubTokenizerManager:
             if finish is not None:
                 meta["e2e_latency"] = time.time() - t0
                 self._finish(meta, obj, steps[:k + 1], done, len(prompt_ids), t0)
+            if finish is not None and finish["type"] == "abort" and not obj.stream:
+                # what TokenizerManager._handle_abort_finish_reason does (tokenizer_manager.py
+                # 1916-1921): a non-streamed abort with an error status is an HTTP error
+                import fastapi
+
+                raise fastapi.HTTPException(status_code=finish["status_code"], detail=finish["message"])
             if obj.stream or finish is not None:
                 yield {"text": text, "output_ids": list(ids), "meta_info": meta}
             if finish is not None:
