@@ -25,7 +25,6 @@ import asyncio
 import importlib.abc
 import importlib.machinery
 import json
-import os
 import sys
 import time
 import types
@@ -169,7 +168,6 @@ class StubTokenizerManager:
     def __init__(self, server_args, data: dict, step_s: float):
         from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
         from sglang.srt.managers.tokenizer_manager import ServerStatus, TokenizerManager
-
         from sglang.srt.runtime_context import get_context
 
         self._tm_cls, self._status = TokenizerManager, ServerStatus
