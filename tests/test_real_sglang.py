@@ -159,3 +159,40 @@ def test_counters_without_speculation(parser_url):
     d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in client.COUNTERS}
     assert d["sglang:generation_tokens_total"] == 10 and d["sglang:spec_verify_calls_total"] == 0
     assert d["sglang:num_requests_total"] == 1
+
+
+def test_stages_04_06_07_collect_and_analyse(tmp_path):
+    """The launch checks, the MTP sweep and the determinism collection, live: six launches of
+    SGLang's real layer (card k=2, off, k=1, k=3, deterministic off and k=2), every request
+    answered, then each stage's analysis. By hand for "answer" (passes [1, 3, 3, 2, 1], split
+    into passes of at most draft-tokens): k=1 (2 draft tokens) -> [1, 2, 1, 2, 1, 2, 1], accept
+    length 10/6, rate 3/6; k=2 -> 10/4, 5/8; k=3 (4 draft tokens) -> 10/4, 5/12."""
+    from nvfp4study.core.stage import open_stage
+    from nvfp4study.stages import s04_launch, s06_mtp, s07_determinism
+
+    small = ["mtp.prompts=2", "mtp.max_tokens=24", "determinism.prompts=2", "determinism.repeats=2",
+             "determinism.max_tokens=16"]
+    _, pf, run = real_params(tmp_path, *small)
+    for name in ("04_launch_server", "06_mtp_sweep", "07_determinism"):
+        measure.collect(open_stage(name, str(pf), str(run)))
+    launches = sorted((run / "data").glob("serve-launch-*.jsonl"))
+    assert len(launches) == 6
+    rows = [r for f in sorted((run / "data").glob("serve-raw-*.jsonl")) for r in measure.read_jsonl(f)]
+    assert rows and all(r["status"] == "ok" for r in rows)
+    s4 = open_stage("04_launch_server", str(pf), str(run))
+    rec = [r for f in launches for r in measure.read_jsonl(f) if r["config_key"] == "clamp=exact-spec=2-det=off"][-1]
+    assert s04_launch.tensor_parallel(rec) == (1, "/server_info tp_size")
+    assert s04_launch.clamp_table(s4) is not None  # stock SGLang prints no clamp lines
+    got = {}
+    for r in rows:
+        m = measure.request_metrics(r)
+        if r["content"] == ANSWER and r["config"]["spec_depth"]:
+            got.setdefault(r["config"]["spec_depth"], set()).add((m["accept_len"], m["accept_rate"]))
+    assert got == {1: {(10 / 6, 3 / 6)}, 2: {(2.5, 0.625)}, 3: {(2.5, 5 / 12)}}
+    s6 = open_stage("06_mtp_sweep", str(pf), str(run))
+    for f in (s06_mtp.request_table, s06_mtp.estimator_table, s06_mtp.record_claims):
+        f(s6)
+    s7 = open_stage("07_determinism", str(pf), str(run))
+    for f in (s07_determinism.pair_table, s07_determinism.identity_table, s07_determinism.record_claims):
+        f(s7)
+    assert (run / "data" / "det-identity.json").is_file() and (run / "data" / "mtp-requests.json").is_file()

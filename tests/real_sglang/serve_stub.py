@@ -100,17 +100,19 @@ def pick_output(data: dict, last_user: str) -> dict:
     raise ValueError(f"no canned output matches {last_user[:80]!r}")
 
 
-def forward_passes(out: dict, n_tokens: int, speculative: bool) -> list[int]:
-    """Tokens per forward pass for the first ``n_tokens`` tokens: the output's ``steps`` with
-    speculation (cut at ``n_tokens``), else one token per pass."""
-    if not speculative:
+def forward_passes(out: dict, n_tokens: int, draft_tokens: int | None) -> list[int]:
+    """Tokens per forward pass for the first ``n_tokens`` tokens: with speculation the output's
+    ``steps``, each split into passes of at most ``draft_tokens`` (a verify pass yields at most
+    draft_tokens - 1 accepted drafts + 1 bonus token) and cut at ``n_tokens``; without, one
+    token per pass."""
+    if not draft_tokens:
         return [1] * n_tokens
     steps, done = [], 0
     for s in out["steps"]:
-        if done >= n_tokens:
-            break
-        steps.append(min(s, n_tokens - done))
-        done += steps[-1]
+        while s > 0 and done < n_tokens:
+            steps.append(min(s, draft_tokens, n_tokens - done))
+            s -= steps[-1]
+            done += steps[-1]
     return steps
 
 
@@ -224,8 +226,8 @@ class StubTokenizerManager:
             out = {**out, **out["thinking"]}
         max_new = (obj.sampling_params or {}).get("max_new_tokens") or len(out["token_ids"])
         n = min(max_new, len(out["token_ids"]))
-        spec = bool(get_spec().speculative_algorithm)
-        steps = forward_passes(out, n, spec)
+        draft = get_spec().speculative_num_draft_tokens if get_spec().speculative_algorithm else None
+        steps = forward_passes(out, n, draft)
         abort_at = out.get("abort_after_passes")
         text, ids, done = "", [], 0
         for k, step in enumerate(steps):
