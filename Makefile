@@ -5,8 +5,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PARAMS ?= params/default.yaml
+# The real_sglang tests' own environment (SGLang 0.5.23's HTTP layer over a stub engine).
+SGL_VENV  := .venv-sglang
+SGL_REQ   := tests/real_sglang/requirements.txt
+SGL_STAMP := $(SGL_VENV)/.installed-$(shell cat $(SGL_REQ) | cksum | cut -d' ' -f1)
 
-.PHONY: setup study test lint notebooks bench jupyter clean-outputs
+.PHONY: setup sglang-env study test lint notebooks bench jupyter clean-outputs
 
 setup: $(STAMP)
 
@@ -21,10 +25,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (nvfp4study)" >/dev/null
 	rm -f $(VENV)/.installed-* && touch $@
 
+# Pinned, --no-deps (the file is the whole closure); rebuilt only when the file changes.
+sglang-env: $(SGL_STAMP)
+
+$(SGL_STAMP): $(SGL_REQ)
+	test -x $(SGL_VENV)/bin/python || $(PYTHON) -m venv $(SGL_VENV)
+	$(SGL_VENV)/bin/python -m pip install -q --no-deps -r $(SGL_REQ)
+	rm -f $(SGL_VENV)/.installed-* && touch $@
+
 study: $(STAMP)
 	$(BIN)/nvfp4study run --params $(PARAMS)
 
-test: $(STAMP)
+test: $(STAMP) $(SGL_STAMP)
 	$(BIN)/ruff check lib tests benchmarks
 	$(BIN)/python -m pytest -q
 

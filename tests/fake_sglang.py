@@ -10,7 +10,8 @@ while starting; ``/v1/chat/completions`` streams SSE with chunked transfer encod
 does): role chunk, text chunks with continuous usage, finish chunk, a ``choices: []`` chunk with
 ``sglext`` (``spec_tokens_details``, ``output_ids``), a ``choices: []`` usage chunk, then
 ``data: [DONE]``; ``/metrics`` in Prometheus text with the tokenizer counters; ``/server_info``,
-``/model_info``, ``/flush_cache``. Its stdout is the "log": lines in SGLang's format, including
+``/model_info``, ``/flush_cache``. ``tests/test_real_vs_fake.py`` checks every response shape
+against SGLang's real HTTP layer (``tests/real_sglang``) for the same answer. Its stdout is the "log": lines in SGLang's format, including
 the card's clamp lines.
 
 Per-request faults are triggered by a marker in the last user message: ``[[fake:cut=N]]`` (drop
@@ -235,7 +236,7 @@ def handler_for(fake: Fake):
                                          "thinking": thinking, "scripted": reply is not None,
                                          "field": field, "last": last}) + "\n")
             # speculative steps: tokens per step = 1 + accepted drafts (deterministic per prompt)
-            steps, correct = [], 0
+            steps, correct, hist = [], 0, [0] * max(fake.draft, 1)
             seed = int(hashlib.sha256(prompt.encode()).hexdigest()[:8], 16)
             produced = 1  # the prefill's token
             steps.append(1)
@@ -247,6 +248,7 @@ def handler_for(fake: Fake):
                         acc += 1
                     acc = min(acc, len(ids) - produced - 1)
                     correct += acc
+                    hist[acc] += 1
                     steps.append(acc + 1)
                     produced += acc + 1
                 else:
@@ -264,7 +266,7 @@ def handler_for(fake: Fake):
                         "spec_accept_length": len(ids) / verify_ct if verify_ct else 0.0,
                         "spec_cap_length": 0.0, "spec_block_accept_length": 0.0,
                         "spec_num_correct_drafts": correct, "spec_num_proposed_drafts": proposed,
-                        "spec_verify_ct": verify_ct, "spec_correct_drafts_histogram": [],
+                        "spec_verify_ct": verify_ct, "spec_correct_drafts_histogram": hist,
                         "spec_cap_lens_histogram": []}
 
             def account():
@@ -286,7 +288,7 @@ def handler_for(fake: Fake):
 
             usage_final = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + len(ids),
                            "completion_tokens": len(ids), "prompt_tokens_details": None,
-                           "reasoning_tokens": 0}
+                           "reasoning_tokens": 0, "completion_tokens_details": None}
             if not stream:
                 time.sleep(fake.cfg["prefill_s"] + fake.cfg["step_s"] * len(steps))
                 account()
@@ -295,8 +297,8 @@ def handler_for(fake: Fake):
                         "choices": [{"index": 0, "message": {"role": "assistant", "content": "",
                                                              "reasoning_content": None,
                                                              field: "".join(text_parts)},
-                                     "finish_reason": finish, "matched_stop": None}],
-                        "usage": usage_final}
+                                     "logprobs": None, "finish_reason": finish, "matched_stop": None}],
+                        "usage": usage_final, "metadata": {"weight_version": "default"}}
                 ext = {}
                 if spec:
                     ext["spec_tokens_details"] = spec
@@ -344,7 +346,8 @@ def handler_for(fake: Fake):
                                                                 field: delta},
                                           "logprobs": None, "finish_reason": None, "matched_stop": None}],
                      "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": pos,
-                               "total_tokens": prompt_tokens + pos, "reasoning_tokens": 0}})
+                               "total_tokens": prompt_tokens + pos, "prompt_tokens_details": None,
+                               "reasoning_tokens": 0, "completion_tokens_details": None}})
             account()
             if "nofinish" not in faults:
                 sse({**base, "choices": [{"index": 0, "delta": {"reasoning_content": None}, "logprobs": None,
@@ -355,7 +358,7 @@ def handler_for(fake: Fake):
             if req.get("return_output_ids_in_sglext"):
                 ext["output_ids"] = [ids]
             if ext:
-                sse({**base, "choices": [], "sglext": ext})
+                sse({**base, "choices": [], "usage": None, "sglext": ext})
             if "nousage" not in faults:
                 sse({**base, "choices": [], "usage": usage_final})
             if "nodone" not in faults:

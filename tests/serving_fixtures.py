@@ -16,7 +16,7 @@ from nvfp4study.core.params import dump_params, load_params
 from nvfp4study.core.paths import RunPaths
 from nvfp4study.core.stage import Stage
 
-MARKERS = ("fake_sglang.py", "fake-sglang-scheduler")
+MARKERS = ("fake_sglang.py", "fake-sglang-scheduler", "serve_stub.py")
 
 
 def free_port() -> int:
