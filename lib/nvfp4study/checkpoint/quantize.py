@@ -57,7 +57,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import OutputExists, QuantizeFailed, SourceCheckpointMissing
+from ..core.errors import OutputExists, OutputNotWritable, QuantizeFailed, SourceCheckpointMissing
 from ..core.files import write_json
 from ..core.params import QuantizeParams
 from .layout import EXPERT_RE, iter_header_specs, read_header
@@ -65,6 +65,7 @@ from .recipe import (
     card_ignore,
     set_w4a4_serving_block,
 )
+from .validate import config_from_bytes, index_weight_map
 
 LIB_DIR = Path(__file__).resolve().parents[2]
 
@@ -303,7 +304,10 @@ def check_source(src: str | Path) -> dict[str, Any]:
     Returns ``{"files": {name: (size, mtime_ns)}, "safetensors_bytes", "config"}``.
 
     Raises:
-        SourceCheckpointMissing: what is missing, naming the file.
+        SourceCheckpointMissing: what is missing or unreadable, naming the file.
+        CheckpointConfigError / ConfigFieldInvalid: config.json is not a JSON object, lacks an
+            integer ``num_hidden_layers``, or has a field of the wrong type (:mod:`.validate`).
+        IndexInvalid: the index is not JSON or its ``weight_map`` is not names -> shard files.
         QuantizeFailed: the source already has a ``quantization_config``.
     """
     src = Path(src)
@@ -313,15 +317,18 @@ def check_source(src: str | Path) -> dict[str, Any]:
     if not cfg_path.is_file():
         raise SourceCheckpointMissing(f"{cfg_path}: config.json missing")
     try:
-        config = json.loads(cfg_path.read_text())
-    except ValueError as exc:
-        raise SourceCheckpointMissing(f"{cfg_path}: not valid JSON ({exc})") from exc
+        config = config_from_bytes(cfg_path, cfg_path.read_bytes())  # types and ranges of every field read
+    except OSError as exc:
+        raise SourceCheckpointMissing(f"{cfg_path}: not readable ({exc.strerror or exc})") from None
     shards = sorted(src.glob("*.safetensors"))
     if not shards:
         raise SourceCheckpointMissing(f"{src}: no *.safetensors shards")
     index = src / "model.safetensors.index.json"
     if index.is_file():
-        wm = json.loads(index.read_text()).get("weight_map", {})
+        try:
+            _, wm = index_weight_map(index, index.read_bytes())
+        except OSError as exc:
+            raise SourceCheckpointMissing(f"{index}: not readable ({exc.strerror or exc})") from None
         missing = sorted({f for f in wm.values() if not (src / f).is_file()})
         if missing:
             raise SourceCheckpointMissing(f"{index}: names missing shard(s) {missing}")
@@ -351,7 +358,8 @@ def quantize_checkpoint(src: str | Path, dst: str | Path, qparams: QuantizeParam
         ``rewrite``, ``source_unchanged``.
 
     Raises:
-        SourceCheckpointMissing, QuantizeFailed.
+        SourceCheckpointMissing, QuantizeFailed, and the config / index errors of :func:`check_source`.
+        OutputNotWritable: the output's parent folder cannot be created or written.
         OutputExists: ``dst`` exists without ``overwrite``, or ``dst`` and ``src`` are nested.
     """
     t0 = time.monotonic()
@@ -365,8 +373,12 @@ def quantize_checkpoint(src: str | Path, dst: str | Path, qparams: QuantizeParam
         raise OutputExists(f"source {src} is inside the output {dst}; replacing the output would delete it")
     ignore = list(ignore) if ignore is not None else card_ignore(int(before["config"]["num_hidden_layers"]))
     fused = "gate-up" if qparams.share_gate_up_global_scale else "empty"
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
+    try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
+    except OSError as exc:
+        raise OutputNotWritable(f"cannot create the output beside {dst}: {exc.strerror or exc} "
+                                "(nothing was written)") from None
     try:
         out = work / "ckpt"
         spec = {"src": str(src), "out": str(out), "scheme": qparams.scheme, "ignore": ignore,
