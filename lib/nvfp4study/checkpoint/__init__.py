@@ -8,6 +8,7 @@ __all__ = [
     "audit",
     "check_config",
     "check_modules",
+    "check_scale_values",
     "check_scales",
     "findings",
     "generate",
@@ -18,4 +19,5 @@ __all__ = [
     "quantize",
     "recipe",
     "roundtrip",
+    "validate",
 ]

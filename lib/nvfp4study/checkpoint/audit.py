@@ -39,7 +39,7 @@ from .check_scales import check_scales
 from .findings import FAULT_CODES, Code, Finding, Severity
 from .header import CheckpointHeaders, read_checkpoint_headers
 from .modules import CARD_ROWS, PACKED_FORMATS, Module, build_modules, build_tables
-from .validate import config_from_bytes
+from .validate import check_config_fields, config_from_bytes
 
 __all__ = ["CARD_ROWS", "FAULT_CODES", "AuditReport", "Code", "Finding", "Severity", "audit_checkpoint",
            "count_formulas", "format_findings", "load_config", "main", "plot_layer_heatmap", "plot_up_scale_error"]
@@ -67,10 +67,11 @@ def load_config(root: str | Path) -> dict[str, Any]:
         raise CheckpointConfigError(path, "config.json not found") from None
     except OSError as exc:
         raise CheckpointConfigError(path, f"not readable: {exc.strerror or exc}") from None
-    cfg = config_from_bytes(path, raw)
+    cfg = config_from_bytes(path, raw, check=False)
     if not cfg.get("quantization_config"):
         raise QuantizationConfigMissing(path, "no quantization_config: not a quantized checkpoint "
                                         "(audit the output of `nvfp4study quantize`)")
+    check_config_fields(path, cfg)
     if not isinstance(cfg.get("num_experts"), int):
         raise CheckpointConfigError(path, f"num_experts missing or not a non-negative integer (got {cfg.get('num_experts')!r})")
     return cfg

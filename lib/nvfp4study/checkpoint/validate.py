@@ -205,8 +205,9 @@ def _is_number(v: Any) -> bool:
     return type(v) in (int, float) and math.isfinite(v)
 
 
-def config_from_bytes(path: str | Path, raw: bytes) -> dict[str, Any]:
-    """Parse ``config.json`` bytes into a dict and check its fields (:func:`check_config_fields`).
+def config_from_bytes(path: str | Path, raw: bytes, *, check: bool = True) -> dict[str, Any]:
+    """Parse ``config.json`` bytes into a dict and check its fields (:func:`check_config_fields`;
+    ``check=False`` leaves that to the caller, e.g. after its own presence checks).
 
     Raises:
         CheckpointConfigError: too large, too deep, not JSON, or not an object.
@@ -215,7 +216,8 @@ def config_from_bytes(path: str | Path, raw: bytes) -> dict[str, Any]:
     cfg = load_json_bounded(path, raw, what="config.json", max_bytes=MAX_CONFIG_BYTES, error=CheckpointConfigError)
     if not isinstance(cfg, dict):
         raise CheckpointConfigError(path, f"config.json is a JSON {type(cfg).__name__}, not an object")
-    check_config_fields(path, cfg)
+    if check:
+        check_config_fields(path, cfg)
     return cfg
 
 
