@@ -79,3 +79,23 @@ def test_input_scales_all_one_are_the_placeholder_but_another_copied_value_is_no
     build(tmp_path / "q", input_value=everywhere)
     f = implausible(audit_checkpoint(tmp_path / "q"), "input_global_scale")["copied-within-layer"]
     assert f.details["count"] == 3 * E * (NL - DENSE) and "0.25" in f.message
+
+
+def test_gate_up_allclose_uses_torchs_default_tolerance(tmp_path):
+    """SGLang warns with torch.allclose defaults (rtol 1e-5, atol 1e-8) when gate and up differ
+    (w4a4 moe 187-192): a pair one float32 ulp apart is allclose but not shared, a pair 1.0 apart
+    is neither. Computed here with torch itself, independently of the audit's formula."""
+    import torch
+
+    gate = 1000.0 + 20 + 4  # the builder's layer-2 expert-4 gate value
+    near = float(torch.nextafter(torch.tensor(gate, dtype=torch.float32), torch.tensor(2e3)))
+    far = gate + 1.0
+    build(tmp_path / "c", weight_value={(2, "up_proj", 4): near, (3, "up_proj", 5): far})
+    rep = audit_checkpoint(tmp_path / "c")
+    rows = {(r["layer"], r["expert"]): r for r in rep.gate_up}
+    for key, up in (((2, 4), near), ((3, 5), far)):
+        want = bool(torch.allclose(torch.tensor([up]), torch.tensor([rows[key]["gate_global_scale"]])))
+        assert rows[key]["allclose"] is want and rows[key]["shared"] is False
+    assert rows[(2, 4)]["allclose"] and not rows[(3, 5)]["allclose"]
+    assert rep.gate_up_summary["mismatched"] == 2 and rep.gate_up_summary["not_allclose"] == 1
+    assert all(r["allclose"] and r["shared"] for k, r in rows.items() if k not in ((2, 4), (3, 5)))
