@@ -72,10 +72,13 @@ def build(root: Path, *, mtp: str = "bf16", ignore: list[str] | None = None, w4a
           missing_input: dict[tuple[int, str], list[int]] | None = None,
           input_value: dict[tuple[int, str, int], float] | None = None, share_gate_up: bool = True,
           copied_scales: bool = False, routing: tuple[int, int, int, int] | None = None, shards: int = 2,
-          index: bool = True, experts: int = E, hidden: int = H, moe_inter: int = MI) -> dict:
+          index: bool = True, experts: int = E, hidden: int = H, moe_inter: int = MI,
+          weight_value: dict[tuple[int, str, int], float] | None = None) -> dict:
     """Write a tiny quantized Ling-layout checkpoint; return what was written (independent counts).
 
     mtp: "bf16" (layer NL plain), "missing" (no layer NL), "nvfp4" or "mxfp4" (its experts packed).
+    weight_value / input_value: (layer, proj, expert) -> the weight_global_scale / input_global_scale
+    written there instead of the default (weight: 1000 + 10 x layer + expert, +0.5 for down_proj).
     """
     torch.manual_seed(0)
     root.mkdir(parents=True)
@@ -119,6 +122,7 @@ def build(root: Path, *, mtp: str = "bf16", ignore: list[str] | None = None, w4a
                         gs += 0.5
                     if copied_scales:
                         gs = 448.0
+                    gs = (weight_value or {}).get((layer, proj, e), gs)
                     miss = e in (missing_input or {}).get((layer, proj), [])
                     val = (input_value or {}).get((layer, proj, e), 1.0)
                     lt.update({f"{x}.{k}": v for k, v in nvfp4(o, i, gs, input_scale=None if miss or not w4a4 else val).items()})
@@ -587,6 +591,9 @@ def test_generated_and_quantized_checkpoint_is_clean(generated):
     shape, ling_layout, out = generated
     rep = audit_checkpoint(out[True])
     assert not rep.fault_findings() and not rep.errors, ca.format_findings(rep.findings)
+    for r in (rep, audit_checkpoint(out[False])):  # the project's own quantizer: plausible scales
+        assert Code.SCALE_VALUE_IMPLAUSIBLE.value not in r.codes(), ca.format_findings(r.findings)
+        assert r.input_scales["values_read"] and r.input_scales["input_all_one"]
     want = ling_layout.count_formulas(shape)  # the generator's own closed forms
     m = rep.counts["measured"]
     assert m["quantized_expert_modules"] == want["routed_expert_projections"]["value"]

@@ -146,3 +146,26 @@ def test_broken_draft_contradicted_when_the_draft_works():
 def test_broken_draft_not_run_without_broken_checkpoint():
     res = mtp.broken_draft_result(_study(), BROKEN_CARD)
     assert set(res) == {"not_run"} and "k=1 rate 0.90" in res["not_run"]
+
+
+def test_broken_draft_measured_values_come_from_the_rows_not_the_card():
+    # numbers unlike the card's 1.00 / 0.00: a measured value copied from the card would show
+    recs = _study() + [_summary("broken-draft", 1, 1.03, 0.04, 0.91), _summary("broken-draft", 2, 1.06, 0.02, 0.77)]
+    res = mtp.broken_draft_result(recs, BROKEN_CARD)
+    assert res["measured"] == {"accept_len": 1.06, "accept_rate": 0.04, "speedup": {"1": 0.91, "2": 0.77}}
+    assert res["verdict"] == "reproduced"
+    assert "k=2" in res["sources"]["accept_len"] and "accept len (token-weighted)" in res["sources"]["accept_len"]
+    assert "k=1" in res["sources"]["accept_rate"] and res["sources"]["accept_rate"].startswith("data/mtp-summary.json")
+
+
+def test_ledger_records_sources_of_measured_values(run_dir):
+    from nvfp4study.core import ledger
+    from nvfp4study.core.errors import LedgerError
+
+    row = ledger.record(run_dir, "mtp.broken-draft", measured={"accept_len": 1.06}, verdict="reproduced",
+                        sources={"accept_len": "data/mtp-summary.json: k=2"})
+    assert row["sources"] == {"accept_len": "data/mtp-summary.json: k=2"}
+    assert next(r for r in ledger.read_ledger(run_dir) if r["id"] == "mtp.broken-draft")["sources"] == row["sources"]
+    with pytest.raises(LedgerError, match="sources"):
+        ledger.record(run_dir, "mtp.broken-draft", measured={"accept_len": 1.0}, verdict="reproduced",
+                      sources={"accept_rate": "x"})

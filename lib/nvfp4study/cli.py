@@ -1,8 +1,14 @@
 """``nvfp4study`` command line: a thin table of subcommands over the library.
 
 Each subcommand lives in the module that does the work, as ``main(argv) -> int``; heavy imports
-happen only when that command runs. A :class:`~nvfp4study.core.errors.StudyError` becomes one line
-on stderr and exit status 2.
+happen only when that command runs.
+
+Exit statuses (README, "Bad input"): 0 success; 1 the command's own negative result (e.g.
+``audit-checkpoint`` found a finding of severity error); 2 a usage error or a named
+:class:`~nvfp4study.core.errors.StudyError` (one line on stderr); 3 an internal error (an
+unexpected exception: one line and "please report", the traceback only with
+``NVFP4STUDY_DEBUG=1``); 130 interrupted (SIGINT), 143 terminated (SIGTERM, where a command
+handles it).
 """
 
 from __future__ import annotations
@@ -10,8 +16,13 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import traceback
+from pathlib import Path
 
 from .core.errors import StudyError
+
+#: exit statuses shared by every command (module docstring).
+EXIT_OK, EXIT_FINDING, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
 # command -> (module, one-line help with an example)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -61,10 +72,19 @@ def main(argv: list[str] | None = None) -> int:
         return 141
     except StudyError as exc:
         print(f"nvfp4study {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_INPUT
     except KeyboardInterrupt:
         print(f"nvfp4study {name}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug of ours, not a finding: its own status, never mistaken for 1
+        if os.environ.get("NVFP4STUDY_DEBUG") == "1":
+            traceback.print_exc()
+        where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        at = f" at {Path(where.filename).name}:{where.lineno}" if where else ""
+        text = " ".join(str(exc).split())[:300]
+        print(f"nvfp4study {name}: internal error {type(exc).__name__}{at}: {text} -- please report "
+              "(NVFP4STUDY_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ __all__ = [
     "audit",
     "check_config",
     "check_modules",
+    "check_scale_values",
     "check_scales",
     "findings",
     "generate",
@@ -21,4 +22,5 @@ __all__ = [
     "recipe",
     "remote",
     "roundtrip",
+    "validate",
 ]

@@ -40,6 +40,7 @@ from .findings import FAULT_CODES, Code, Finding, Severity
 from .header import CheckpointHeaders, read_checkpoint_headers
 from .modules import CARD_ROWS, PACKED_FORMATS, Module, build_modules, build_tables
 from .reader import Reader
+from .validate import check_config_fields, config_from_bytes
 
 __all__ = ["CARD_ROWS", "FAULT_CODES", "AuditReport", "Code", "Finding", "Severity", "audit_checkpoint",
            "count_formulas", "format_findings", "load_config", "main", "plot_layer_heatmap", "plot_up_scale_error"]
@@ -50,28 +51,31 @@ def load_config(root: str | Path, reader: Reader | None = None) -> dict[str, Any
     """``config.json`` of a checkpoint folder (or read through ``reader``), which must carry
     ``quantization_config``.
 
+    Every field the audit reads is checked by type and range first
+    (:func:`nvfp4study.checkpoint.validate.config_from_bytes`).
+
     Raises:
-        CheckpointConfigError: missing, unreadable, not a JSON object, or without integer
-            ``num_hidden_layers`` / ``num_experts`` (the audit needs the layer and expert counts).
+        CheckpointConfigError: missing, unreadable, too large or deep, not a JSON object, or
+            without integer ``num_hidden_layers`` / ``num_experts`` (the audit needs the layer
+            and expert counts).
+        ConfigFieldInvalid: a field of the wrong type or range (e.g. ``hidden_size: "256"``,
+            ``quantization_config.ignore: 5``, a limit list given as a string).
         QuantizationConfigMissing: no (or an empty) ``quantization_config``.
     """
     path = Path(reader.where("config.json")) if reader is not None else Path(root) / "config.json"
     try:
-        cfg = json.loads(reader.read_small("config.json") if reader is not None else path.read_text())
+        raw = reader.read_small("config.json") if reader is not None else path.read_bytes()
     except FileNotFoundError:
         raise CheckpointConfigError(path, "config.json not found") from None
-    except (OSError, ValueError) as exc:
-        raise CheckpointConfigError(path, f"not readable JSON: {exc}") from None
-    if not isinstance(cfg, dict):
-        raise CheckpointConfigError(path, "config.json is not a JSON object")
+    except OSError as exc:
+        raise CheckpointConfigError(path, f"not readable: {exc.strerror or exc}") from None
+    cfg = config_from_bytes(path, raw, check=False)
     if not cfg.get("quantization_config"):
         raise QuantizationConfigMissing(path, "no quantization_config: not a quantized checkpoint "
                                         "(audit the output of `nvfp4study quantize`)")
-    if not isinstance(cfg["quantization_config"], dict):
-        raise CheckpointConfigError(path, "quantization_config is not a JSON object")
-    for key in ("num_hidden_layers", "num_experts"):
-        if not isinstance(cfg.get(key), int) or cfg[key] < 0:
-            raise CheckpointConfigError(path, f"{key} missing or not a non-negative integer (got {cfg.get(key)!r})")
+    check_config_fields(path, cfg)
+    if not isinstance(cfg.get("num_experts"), int):
+        raise CheckpointConfigError(path, f"num_experts missing or not a non-negative integer (got {cfg.get('num_experts')!r})")
     return cfg
 
 
@@ -279,11 +283,17 @@ def format_findings(findings: list[Finding], limit: int = 6) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``nvfp4study audit-checkpoint PATH [--json] [--headers-only]``; 1 when an error is found."""
+    """``nvfp4study audit-checkpoint PATH [--json] [--headers-only]``.
+
+    Returns 0 when no finding has severity error, 1 when one has. Through :func:`nvfp4study.cli.main`
+    a named input error (a damaged or mistyped file) exits 2 and an internal error 3.
+    """
     ap = argparse.ArgumentParser(
         prog="nvfp4study audit-checkpoint",
         description="Audit a quantized (compressed-tensors NVFP4) checkpoint from its safetensors "
-                    "headers, index and config.json. Exit status 1 when a finding has severity error.",
+                    "headers, index and config.json. Exit status: 0 no error finding, 1 a finding of "
+                    "severity error, 2 usage error or unusable input (a named error, one line), "
+                    "3 internal error (please report).",
         epilog="example: nvfp4study audit-checkpoint outputs/latest/work/quantized-nvfp4 --json",
     )
     ap.add_argument("path", help="checkpoint folder (config.json, *.safetensors, index), or hf:OWNER/NAME[@REV] "

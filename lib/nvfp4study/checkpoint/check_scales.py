@@ -1,5 +1,8 @@
 """Scale checks of the audit: activation scales (F-01), weight global scales, gate/up agreement.
 
+The plausibility of each expert's scale values (copied, zero, negative, subnormal, inf, NaN) is
+:mod:`.check_scale_values`.
+
 F-01: a W4A4 NVFP4 checkpoint needs one ``input_global_scale`` (F32 [1], finite, > 0) per routed
 expert projection; without it SGLang's W4A4 MoE scheme has no activation scale to quantize with.
 SGLang 0.5.23's W4A4 MoE scheme (``layers/quantization/compressed_tensors/schemes/
@@ -14,6 +17,7 @@ import math
 from collections import Counter, defaultdict
 from typing import Any
 
+from .check_scale_values import check_scale_values
 from .findings import Code, Finding, Severity
 from .header import CheckpointHeaders, read_scalars
 from .modules import Module, ranges
@@ -129,6 +133,7 @@ def check_scales(modules: dict[str, Module], headers: CheckpointHeaders, scheme:
             by_layer[m.layer].add(v)
             n_by_layer[m.layer] += 1
     gsum["distinct_expert_weight_scales"] = len(set(ev))
+    summary["implausible"] = check_scale_values(experts, vals, findings)  # copies, 0, <0, subnormal, inf, NaN
     if len(ev) > 1 and len(set(ev)) == 1:
         findings.append(Finding(Code.SCALES_ALL_IDENTICAL, Severity.WARNING,
                                 f"all {len(ev)} expert weight_global_scale values are {ev[0]!r}: scales look copied, "

@@ -63,6 +63,7 @@ class Code(StrEnum):
     GATE_UP_SCALE_MISMATCH = "gate-up-scale-mismatch"
     GATE_UP_SCALE_SHARED = "gate-up-scale-shared"
     SCALES_ALL_IDENTICAL = "scales-all-identical"
+    SCALE_VALUE_IMPLAUSIBLE = "scale-value-implausible"
     DUPLICATE_TENSOR = "duplicate-tensor"
     INDEX_UNLISTED_TENSOR = "index-unlisted-tensor"
     CLAMP_LIST_LENGTH = "clamp-list-length"

@@ -12,7 +12,6 @@ Every problem raises a named :class:`~nvfp4study.core.errors.CheckpointFileError
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 from collections import defaultdict
@@ -25,24 +24,25 @@ from ..core.errors import (
     CheckpointFileError,
     HeaderJSONInvalid,
     HeaderLengthBeyondFile,
+    HeaderTooLarge,
     IndexShardMissing,
     IndexTensorMissing,
     ShardTruncated,
-    UnknownDtype,
+)
+from .validate import (
+    DTYPE_BITS,
+    MAX_HEADER_BYTES,
+    header_entries,
+    index_weight_map,
+    parse_header_bytes,
 )
 
 if TYPE_CHECKING:
     from .reader import Reader
 
 INDEX_FILE = "model.safetensors.index.json"
-
-#: bits per element of every dtype safetensors 0.8 defines (F4/F6 are sub-byte, packed).
-DTYPE_BITS: dict[str, int] = {
-    "BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "U8": 8, "I8": 8,
-    "F8_E5M2": 8, "F8_E4M3": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8, "F8_E8M0": 8,
-    "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32,
-    "I64": 64, "U64": 64, "F64": 64, "C64": 64,
-}
+__all__ = ["DTYPE_BITS", "INDEX_FILE", "CheckpointHeaders", "ShardHeader", "TensorHeader", "file_size_on_disk",
+           "read_checkpoint_headers", "read_scalars", "read_shard_header", "shard_data_offset"]
 
 
 class TensorHeader(NamedTuple):
@@ -98,9 +98,11 @@ def read_shard_header(path: str | Path, *, allow_missing_data: bool = False) -> 
     Raises:
         ShardTruncated: fewer than 8 bytes, or data ending before the last tensor's end offset.
         HeaderLengthBeyondFile: the header length exceeds the file size minus 8.
-        HeaderJSONInvalid: not UTF-8 JSON, not an object, a malformed entry, offsets that do not
-            match dtype x shape, or overlapping tensors.
+        HeaderJSONInvalid: not UTF-8 JSON, not an object, a malformed entry (wrong types), offsets
+            that do not match dtype x shape, or overlapping tensors; its subclasses HeaderTooLarge /
+            HeaderTooDeep for a header over the size or nesting bound (checked before parsing).
         UnknownDtype: a dtype not in :data:`DTYPE_BITS`.
+        (Field checks: :func:`nvfp4study.checkpoint.validate.header_entries`.)
     """
     from .reader import LocalReader
 
@@ -123,39 +125,14 @@ def read_shard_header_from(reader: Reader, name: str, *, allow_missing_data: boo
         raise HeaderLengthBeyondFile(
             path, f"header length {n} bytes but only {size - 8} bytes follow the length field"
         )
+    if n > MAX_HEADER_BYTES:  # refused before reading it (safetensors' own limit)
+        raise HeaderTooLarge(path, f"header length {n} bytes, over the {MAX_HEADER_BYTES}-byte limit")
     raw = reader.read_ranges({name: [(8, 8 + n)]})[name][0]
     if len(raw) < n:
         raise ShardTruncated(path, f"header is {n} bytes but only {len(raw)} could be read (cut short)")
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise HeaderJSONInvalid(path, f"header is not valid JSON: {exc}") from None
-    if not isinstance(header, dict):
-        raise HeaderJSONInvalid(path, f"header is a JSON {type(header).__name__}, not an object")
-    metadata = header.pop("__metadata__", None) or {}
-    if not isinstance(metadata, dict):
-        raise HeaderJSONInvalid(path, "__metadata__ is not an object")
     shard = name
-    tensors: dict[str, TensorHeader] = {}
-    bits_of = DTYPE_BITS.get
-    for name, entry in header.items():
-        try:
-            dtype, shape, (start, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
-        except (TypeError, KeyError, ValueError):
-            raise HeaderJSONInvalid(path, f"tensor {name!r}: entry needs dtype, shape and two data_offsets") from None
-        bits = bits_of(dtype)
-        if bits is None:
-            raise UnknownDtype(path, f"tensor {name!r} has unknown dtype {dtype!r} (known: {', '.join(DTYPE_BITS)})")
-        numel = 1
-        for d in shape:
-            if type(d) is not int or d < 0:
-                raise HeaderJSONInvalid(path, f"tensor {name!r}: shape must be non-negative integers, got {shape!r}")
-            numel *= d
-        if type(start) is not int or type(end) is not int or not 0 <= start <= end or (end - start) * 8 != bits * numel:
-            raise HeaderJSONInvalid(
-                path, f"tensor {name!r}: offsets [{start}, {end}] do not hold {dtype} x {list(shape)}"
-            )
-        tensors[name] = TensorHeader(name, dtype, tuple(shape), start, end, shard)
+    metadata, tensors = header_entries(path, parse_header_bytes(path, raw),
+                                       lambda name, dt, shape, a, b: TensorHeader(name, dt, shape, a, b, shard))
     data_end = _check_overlaps(path, tensors)
     have = size - 8 - n
     complete = have >= data_end
@@ -227,7 +204,8 @@ def read_checkpoint_headers(root: str | Path, *, allow_missing_data: bool = Fals
     shard headers are read in parallel.
 
     Raises:
-        CheckpointFileError: not a folder, no shard at all, or an index that is not JSON.
+        CheckpointFileError: not a folder, no shard at all, an unreadable index.
+        IndexInvalid: an index that is not JSON or has fields of the wrong type.
         IndexShardMissing: the index names a shard file that does not exist.
         IndexTensorMissing: the index maps a tensor to a shard whose header lacks it.
         and every error of :func:`read_shard_header`.
@@ -243,12 +221,10 @@ def read_checkpoint_headers(root: str | Path, *, allow_missing_data: bool = Fals
     index = None
     if reader.exists(INDEX_FILE):
         try:
-            index = json.loads(reader.read_small(INDEX_FILE))
-            weight_map = index["weight_map"]
-            if not isinstance(weight_map, dict):
-                raise TypeError
-        except (OSError, ValueError, KeyError, TypeError):
-            raise CheckpointFileError(index_path, "index is not JSON with a weight_map object") from None
+            raw = reader.read_small(INDEX_FILE)
+        except OSError as exc:
+            raise CheckpointFileError(index_path, f"cannot read: {exc.strerror or exc}") from None
+        index, weight_map = index_weight_map(index_path, raw)
         names = sorted(set(weight_map.values()))
         for shard in names:
             if not reader.exists(shard):

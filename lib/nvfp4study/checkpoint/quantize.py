@@ -44,20 +44,25 @@ source is only read (its file sizes and mtimes are checked before and after).
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
+import inspect
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import OutputExists, QuantizeFailed, SourceCheckpointMissing
+from ..core.errors import OutputExists, OutputNotWritable, QuantizeFailed, SourceCheckpointMissing
 from ..core.files import write_json
 from ..core.params import QuantizeParams
 from .layout import EXPERT_RE, iter_header_specs, read_header
@@ -65,6 +70,7 @@ from .recipe import (
     card_ignore,
     set_w4a4_serving_block,
 )
+from .validate import config_from_bytes, index_weight_map
 
 LIB_DIR = Path(__file__).resolve().parents[2]
 
@@ -108,12 +114,30 @@ class _StopBeforeQuantizing(Exception):
     pass
 
 
+def quantizing_calls(source: str) -> set[str]:
+    """Names of the functions ``model_free_ptq``'s source calls with ``desc="Quantizing"``.
+
+    llmcompressor 0.13.0 quantizes through ``exec_jobs(jobs, max_workers, desc="Quantizing")``
+    (``entrypoints/model_free/__init__.py`` 101); 0.14.0 through
+    ``exec_jobs_dynamic(..., desc="Quantizing")`` (same file, 111-117). The probe stops at
+    whichever the installed release calls, read from its own source.
+    """
+    out = set()
+    for node in ast.walk(ast.parse(textwrap.dedent(source))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and any(
+                k.arg == "desc" and isinstance(k.value, ast.Constant) and k.value.value == "Quantizing"
+                for k in node.keywords):
+            out.add(node.func.id)
+    return out
+
+
 def ptq(src: str, out: str, *, scheme: str = "NVFP4A16", ignore: list[str], fused_maps: str = "gate-up",
         device: str = "cpu", max_workers: int = 1, probe: bool = False) -> dict[str, Any]:
     """Run ``llmcompressor.model_free_ptq`` in this process; never raises for its errors.
 
-    ``probe=True`` stops after validation (before "Quantizing"): used to see whether a
-    scheme / fused-table setting is accepted, at no quantization cost.
+    ``probe=True`` stops after validation (before "Quantizing", found by :func:`quantizing_calls`):
+    used to see whether a scheme / fused-table setting is accepted, at no quantization cost. A
+    release whose quantizing step cannot be found gives ``ok: False`` rather than a full run.
 
     Returns:
         ``{"ok", "error_type", "error", "seconds" (wall, monotonic, of the call),
@@ -128,18 +152,26 @@ def ptq(src: str, out: str, *, scheme: str = "NVFP4A16", ignore: list[str], fuse
                            "llmcompressor": llmcompressor.__version__,
                            "compressed_tensors": compressed_tensors.__version__,
                            "fused_maps": fused_maps, "scheme": scheme, "probe": probe}
-    real_exec = mf.exec_jobs
+    stops = quantizing_calls(inspect.getsource(mf.model_free_ptq)) if probe else set()
+    if probe and not all(callable(getattr(mf, n, None)) for n in stops) or probe and not stops:
+        res["error_type"] = "ProbeUnsupported"
+        res["error"] = (f"llmcompressor {llmcompressor.__version__}: no quantizing step found in model_free_ptq "
+                        f"(calls with desc='Quantizing': {sorted(stops)}); refusing to run a full quantization as a probe")
+        return res
+    real = {n: getattr(mf, n) for n in stops}
 
-    def stop_exec(jobs: list, workers: int, desc: str = "") -> Any:
-        if desc == "Quantizing":
-            raise _StopBeforeQuantizing
-        return real_exec(jobs, workers, desc=desc)
+    def stopper(fn: Any) -> Any:
+        def stop(*a: Any, **k: Any) -> Any:
+            if k.get("desc") == "Quantizing":
+                raise _StopBeforeQuantizing
+            return fn(*a, **k)
+        return stop
 
     t0 = time.monotonic()
     try:
         with fused_tables(fused_maps):
-            if probe:
-                mf.exec_jobs = stop_exec
+            for n, fn in real.items():
+                setattr(mf, n, stopper(fn))
             mf.model_free_ptq(src, out, scheme=scheme, ignore=list(ignore), max_workers=max_workers,
                               device=device)
         res["ok"] = True
@@ -148,9 +180,46 @@ def ptq(src: str, out: str, *, scheme: str = "NVFP4A16", ignore: list[str], fuse
     except Exception as exc:  # the tool's own error is the measurement
         res["error_type"], res["error"] = type(exc).__name__, str(exc)
     finally:
-        mf.exec_jobs = real_exec
+        for n, fn in real.items():
+            setattr(mf, n, fn)
         res["seconds"] = time.monotonic() - t0
     return res
+
+
+@contextlib.contextmanager
+def terminate_as_exit() -> Iterator[None]:
+    """Within the block, SIGTERM raises ``SystemExit(143)`` (in the main thread), so the cleanup
+    that runs on SIGINT's KeyboardInterrupt (``finally`` / ``except BaseException``) runs too."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send everything written to stdout (file descriptor 1 and ``sys.stdout``) to stderr for the
+    block: llmcompressor's loguru sink is bound to the stdout stream object at its import
+    (``llmcompressor/logger.py`` ``configure_logger``: ``logger.add(sys.stdout, ...)``), so
+    ``redirect_stdout`` alone cannot move it; the descriptor-level ``dup2`` does."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def run_ptq(spec: dict[str, Any], python: str | None = None) -> dict[str, Any]:
@@ -172,9 +241,13 @@ def run_ptq(spec: dict[str, Any], python: str | None = None) -> dict[str, Any]:
         with subprocess.Popen([python, "-m", "nvfp4study.checkpoint.quantize", "--child", str(sp), str(rp)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
             assert proc.stdout is not None
-            for line in proc.stdout:
-                sys.stderr.write(line)
-                tail = (tail + [line.rstrip()])[-5:]
+            try:
+                for line in proc.stdout:
+                    sys.stderr.write(line)
+                    tail = (tail + [line.rstrip()])[-5:]
+            except BaseException:  # interrupted or terminated: the child goes with us
+                proc.kill()
+                raise
         if not rp.exists():
             raise QuantizeFailed(f"quantizer process {python} exited {proc.returncode} without a result: "
                                  f"{' | '.join(t for t in tail if t)}")
@@ -303,7 +376,10 @@ def check_source(src: str | Path) -> dict[str, Any]:
     Returns ``{"files": {name: (size, mtime_ns)}, "safetensors_bytes", "config"}``.
 
     Raises:
-        SourceCheckpointMissing: what is missing, naming the file.
+        SourceCheckpointMissing: what is missing or unreadable, naming the file.
+        CheckpointConfigError / ConfigFieldInvalid: config.json is not a JSON object, lacks an
+            integer ``num_hidden_layers``, or has a field of the wrong type (:mod:`.validate`).
+        IndexInvalid: the index is not JSON or its ``weight_map`` is not names -> shard files.
         QuantizeFailed: the source already has a ``quantization_config``.
     """
     src = Path(src)
@@ -313,15 +389,18 @@ def check_source(src: str | Path) -> dict[str, Any]:
     if not cfg_path.is_file():
         raise SourceCheckpointMissing(f"{cfg_path}: config.json missing")
     try:
-        config = json.loads(cfg_path.read_text())
-    except ValueError as exc:
-        raise SourceCheckpointMissing(f"{cfg_path}: not valid JSON ({exc})") from exc
+        config = config_from_bytes(cfg_path, cfg_path.read_bytes())  # types and ranges of every field read
+    except OSError as exc:
+        raise SourceCheckpointMissing(f"{cfg_path}: not readable ({exc.strerror or exc})") from None
     shards = sorted(src.glob("*.safetensors"))
     if not shards:
         raise SourceCheckpointMissing(f"{src}: no *.safetensors shards")
     index = src / "model.safetensors.index.json"
     if index.is_file():
-        wm = json.loads(index.read_text()).get("weight_map", {})
+        try:
+            _, wm = index_weight_map(index, index.read_bytes())
+        except OSError as exc:
+            raise SourceCheckpointMissing(f"{index}: not readable ({exc.strerror or exc})") from None
         missing = sorted({f for f in wm.values() if not (src / f).is_file()})
         if missing:
             raise SourceCheckpointMissing(f"{index}: names missing shard(s) {missing}")
@@ -351,7 +430,8 @@ def quantize_checkpoint(src: str | Path, dst: str | Path, qparams: QuantizeParam
         ``rewrite``, ``source_unchanged``.
 
     Raises:
-        SourceCheckpointMissing, QuantizeFailed.
+        SourceCheckpointMissing, QuantizeFailed, and the config / index errors of :func:`check_source`.
+        OutputNotWritable: the output's parent folder cannot be created or written.
         OutputExists: ``dst`` exists without ``overwrite``, or ``dst`` and ``src`` are nested.
     """
     t0 = time.monotonic()
@@ -365,8 +445,19 @@ def quantize_checkpoint(src: str | Path, dst: str | Path, qparams: QuantizeParam
         raise OutputExists(f"source {src} is inside the output {dst}; replacing the output would delete it")
     ignore = list(ignore) if ignore is not None else card_ignore(int(before["config"]["num_hidden_layers"]))
     fused = "gate-up" if qparams.share_gate_up_global_scale else "empty"
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
+    with terminate_as_exit():  # from before the temporary folder exists until it is gone
+        try:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            work = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
+        except OSError as exc:
+            raise OutputNotWritable(f"cannot create the output beside {dst}: {exc.strerror or exc} "
+                                    "(nothing was written)") from None
+        return _quantize_into(src, dst, work, qparams, before, ignore, fused, t0)
+
+
+def _quantize_into(src: Path, dst: Path, work: Path, qparams: QuantizeParams, before: dict[str, Any],
+                   ignore: list[str], fused: str, t0: float) -> dict[str, Any]:
+    """The steps after ``work`` exists; ``work`` is removed however they end (SIGTERM included)."""
     try:
         out = work / "ckpt"
         spec = {"src": str(src), "out": str(out), "scheme": qparams.scheme, "ignore": ignore,
@@ -440,7 +531,8 @@ def main(argv: list[str]) -> int:
     if args.no_serving_rewrite:
         upd["serving_rewrite"] = False
     qp = qp.model_copy(update=upd)
-    rep = quantize_checkpoint(args.src, args.dst, qp)
+    with stdout_to_stderr() if args.json else contextlib.nullcontext():
+        rep = quantize_checkpoint(args.src, args.dst, qp)  # progress and logs: stderr only under --json
     if args.json:
         print(json.dumps(rep, indent=1))
     else:

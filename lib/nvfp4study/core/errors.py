@@ -1,6 +1,7 @@
 """Named errors of the study. Every library failure a user can cause is one of these.
 
-The CLI turns a :class:`StudyError` into one line on stderr and exit status 2.
+The CLI turns a :class:`StudyError` into one line on stderr and exit status 2; any other
+exception into one line, "please report", and exit status 3 (README, "Bad input").
 Each stage keeps its errors in its own section below.
 """
 
@@ -51,6 +52,10 @@ class SourceCheckpointMissing(StudyError):
     """The source checkpoint folder, its config.json, its shards or a tensor is missing."""
 
 
+class OutputNotWritable(StudyError):
+    """The quantizer's output folder (or its parent) cannot be created or written; nothing written."""
+
+
 class QuantizeFailed(StudyError):
     """llmcompressor's model_free_ptq (or the serving rewrite) raised; names the source and error."""
 
@@ -75,8 +80,21 @@ class HeaderJSONInvalid(CheckpointFileError):
     """A shard's header is not valid UTF-8 JSON of the safetensors form (or has bad offsets)."""
 
 
+class HeaderTooLarge(HeaderJSONInvalid):
+    """A shard's header is longer than safetensors' own limit (100,000,000 bytes); not parsed."""
+
+
+class HeaderTooDeep(HeaderJSONInvalid):
+    """A shard's header JSON nests deeper than any safetensors header can (checked before parsing)."""
+
+
 class UnknownDtype(CheckpointFileError):
     """A header names a dtype that safetensors does not define."""
+
+
+class IndexInvalid(CheckpointFileError):
+    """``model.safetensors.index.json`` is not JSON, too large or deep, or a field has the wrong type
+    (e.g. a ``weight_map`` value that is not a shard file name)."""
 
 
 class IndexShardMissing(CheckpointFileError):
@@ -89,6 +107,10 @@ class IndexTensorMissing(CheckpointFileError):
 
 class CheckpointConfigError(CheckpointFileError):
     """``config.json`` is missing or not a JSON object."""
+
+
+class ConfigFieldInvalid(CheckpointConfigError):
+    """A ``config.json`` / ``quantization_config`` field has the wrong type or range (names the field)."""
 
 
 class QuantizationConfigMissing(CheckpointFileError):

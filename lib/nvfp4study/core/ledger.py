@@ -124,6 +124,7 @@ def record(
     evidence: str | Path | list | None = None,
     note: str = "",
     checked_on: str | None = None,
+    sources: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Record what a stage measured for one claim (replaces any earlier record of it).
 
@@ -136,14 +137,22 @@ def record(
         evidence: file path(s) backing the value, stored relative to ``run_dir``.
         note: one or two sentences: how it was measured, or why it was not run.
         checked_on: what it was checked against (e.g. ``"sglang 0.5.23"``).
+        sources: where each measured value came from, ``{key of measured: "evidence file: key or
+            row"}``, so a value can be traced to the raw data it was computed from (a value copied
+            from the card has no such source). Stored as the row's ``sources``.
 
     Returns:
         The updated row.
 
     Raises:
-        LedgerError: unknown claim id or invalid verdict.
+        LedgerError: unknown claim id, invalid verdict, or ``sources`` naming a key that
+            ``measured`` does not have (or given for a non-dict ``measured``).
     """
     run_dir = Path(run_dir)
+    if sources is not None and (not isinstance(measured, dict) or set(sources) - set(measured)
+                                or not all(isinstance(v, str) and v for v in sources.values())):
+        raise LedgerError(f"{claim_id}: sources {sorted(sources)} must name keys of measured "
+                          f"{sorted(measured) if isinstance(measured, dict) else measured!r} with a non-empty origin")
     try:
         verdict = Verdict(verdict)
     except ValueError:
@@ -160,6 +169,10 @@ def record(
                 note=note,
                 checked_on=checked_on,
             )
+            if sources is not None:
+                row["sources"] = dict(sources)
+            else:
+                row.pop("sources", None)
             _write(path, data)
             return row
     valid = [r["id"] for r in data["rows"]]

@@ -436,7 +436,7 @@ def broken_draft_result(recs: list[dict[str, Any]], card: dict[str, Any]) -> dic
     - partly: anything between (some depths broken, speedups missing or not slower).
 
     Returns:
-        ``{"measured", "verdict", "note"}``, or ``{"not_run": reason}``.
+        ``{"measured", "sources" (the summary row of each measured value), "verdict", "note"}``, or ``{"not_run": reason}``.
     """
     spec = [r for r in recs if r["depth"]]
     models = [r["model"] for r in spec if r["model"] == "broken-draft"] or [r["model"] for r in spec if r["flag"]]
@@ -454,15 +454,15 @@ def broken_draft_result(recs: list[dict[str, Any]], card: dict[str, Any]) -> dic
     acc_ids = {id(r) for r in have_acc}
     missing = [f"k={r['depth']} ({'acceptance' if id(r) not in acc_ids else 'speedup'})"
                for r in mine if id(r) not in acc_ids or r[SP] is None]
-    measured = {"accept_len": _round(max(r[LEN] for r in have_acc)),
-                "accept_rate": _round(max(r[RATE] for r in have_acc)),
-                "speedup": {str(r["depth"]): _round(r[SP]) for r in mine}}
+    hi = {k: max(have_acc, key=lambda r, k=k: r[k]) for k in (LEN, RATE)}  # sources: the rows they come from
+    measured = {"accept_len": _round(hi[LEN][LEN]), "accept_rate": _round(hi[RATE][RATE]), "speedup": {str(r["depth"]): _round(r[SP]) for r in mine}}
+    sources = {n: f"data/mtp-summary.json: model {model!r}, k={d}, {k!r}" for n, k, d in (("accept_len", LEN, hi[LEN]["depth"]), ("accept_rate", RATE, hi[RATE]["depth"]), ("speedup", SP, ",".join(str(r["depth"]) for r in mine)))}
     broken = [r for r in have_acc if r["flag"]]
     working = [r for r in have_acc if r[RATE] >= WORKING_RATE]
     gaps = f"; not measured: {', '.join(missing)}" if missing else ""
     if model == "broken-draft" and len(working) == len(have_acc):
         rates = ", ".join(f"k={r['depth']} {_f(r[RATE])}" for r in have_acc)
-        return {"measured": measured, "verdict": Verdict.CONTRADICTED,
+        return {"measured": measured, "sources": sources, "verdict": Verdict.CONTRADICTED,
                 "note": f"model {model!r} (layer 42 mis-declared): the draft works, token-weighted accept rate "
                         f"{rates} >= {WORKING_RATE}, far above the broken signature (< {BROKEN_RATE}){gaps}"}
     speeds = [r[SP] for r in mine]
@@ -475,7 +475,7 @@ def broken_draft_result(recs: list[dict[str, Any]], card: dict[str, Any]) -> dic
         speed_note = "slower than none not checked at every depth (speedup missing)"
     else:
         speed_note = "speculation slower than none at every depth" if slower else "not slower at every depth"
-    return {"measured": measured, "verdict": verdict,
+    return {"measured": measured, "sources": sources, "verdict": verdict,
             "note": f"model {model!r}: draft broken (accept rate < {BROKEN_RATE}, length < {BROKEN_LEN}) at "
                     f"{len(broken)} of {len(mine)} depths; {speed_note}{gaps}"}
 

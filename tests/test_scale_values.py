@@ -1,0 +1,101 @@
+"""Plausibility of global and input scale values (check_scale_values): each implausible kind
+is a finding naming the experts; the clean fixture has none (the project's own quantizer output
+is checked in test_checkpoint_audit.test_generated_and_quantized_checkpoint_is_clean)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from nvfp4study.checkpoint.audit import Code, Severity, audit_checkpoint
+from nvfp4study.checkpoint.check_scale_values import FLT_MIN, value_problem
+from test_checkpoint_audit import DENSE, NL, E, build
+
+
+def implausible(rep, param: str) -> dict[str, dict]:
+    """reason -> details of the SCALE_VALUE_IMPLAUSIBLE findings for ``param``."""
+    return {f.details["reason"]: f for f in rep.findings
+            if f.code == Code.SCALE_VALUE_IMPLAUSIBLE and f.details["param"] == param}
+
+
+def test_value_problem_by_hand():
+    assert [value_problem(v) for v in (math.nan, math.inf, -math.inf, 0.0, -0.0, -3.0, 1e-40, FLT_MIN, 2688.0, None)] == \
+        ["nan", "inf", "inf", "zero", "zero", "negative", "subnormal", None, None, "nan"]
+
+
+def test_clean_fixture_has_no_implausible_scale(tmp_path):
+    build(tmp_path / "c")
+    rep = audit_checkpoint(tmp_path / "c")
+    assert Code.SCALE_VALUE_IMPLAUSIBLE.value not in rep.codes()
+    assert rep.input_scales["implausible"] == {"weight_global_scale": {}, "input_global_scale": {}}
+
+
+BAD = [(math.nan, "nan"), (math.inf, "inf"), (0.0, "zero"), (-7.5, "negative"), (1e-40, "subnormal")]
+
+
+@pytest.mark.parametrize("value,reason", BAD)
+@pytest.mark.parametrize("param", ["weight_global_scale", "input_global_scale"])
+def test_each_bad_value_names_its_experts(tmp_path, param, value, reason):
+    where = {(2, "up_proj", 3): value, (3, "down_proj", 6): value}
+    build(tmp_path / "c", **({"weight_value": where} if param == "weight_global_scale" else {"input_value": where}))
+    rep = audit_checkpoint(tmp_path / "c")
+    f = implausible(rep, param)[reason]
+    assert f.severity == Severity.ERROR and f.layers == [2, 3]
+    assert f.details["experts"] == {"2": {"up_proj": [3]}, "3": {"down_proj": [6]}}
+    assert f.tensors == [f"model.layers.2.mlp.experts.3.up_proj.{param}", f"model.layers.3.mlp.experts.6.down_proj.{param}"]
+    assert set(implausible(rep, param)) == {reason}  # nothing else flagged
+
+
+def test_weight_scale_copied_to_most_experts_of_a_layer(tmp_path):
+    copied = {(2, "gate_proj", e): 777.0 for e in range(E) if e != 1}  # 7 of 8 experts
+    build(tmp_path / "c", weight_value=copied, share_gate_up=False)
+    f = implausible(audit_checkpoint(tmp_path / "c"), "weight_global_scale")["copied-within-layer"]
+    assert f.severity == Severity.WARNING and "777.0" in f.message
+    assert f.details["experts"] == {"2": {"gate_proj": [0, 2, 3, 4, 5, 6, 7]}}
+
+
+def test_a_few_equal_scales_are_not_a_copy(tmp_path):
+    # BF16 amax values collide by chance: 3 of 8 experts sharing one value is below the threshold
+    build(tmp_path / "c", weight_value={(2, "gate_proj", e): 777.0 for e in (0, 1, 2)})
+    assert "copied-within-layer" not in implausible(audit_checkpoint(tmp_path / "c"), "weight_global_scale")
+
+
+def test_weight_scales_of_one_layer_pasted_into_another(tmp_path):
+    # layer 3 gets layer 2's per-expert values (the builder's formula for layer 2)
+    pasted = {(3, p, e): 1000.0 + 20 + e + (0.5 if p == "down_proj" else 0.0)
+              for p in ("gate_proj", "up_proj", "down_proj") for e in range(E)}
+    build(tmp_path / "c", weight_value=pasted)
+    f = implausible(audit_checkpoint(tmp_path / "c"), "weight_global_scale")["copied-across-layers"]
+    assert f.layers == [2, 3] and f.details["experts"]["3"]["down_proj"] == list(range(E))
+    assert set(f.details["experts"]) == {"2", "3"}
+
+
+def test_input_scales_all_one_are_the_placeholder_but_another_copied_value_is_not(tmp_path):
+    build(tmp_path / "one")
+    assert not implausible(audit_checkpoint(tmp_path / "one"), "input_global_scale")
+    everywhere = {(la, p, e): 0.25 for la in range(DENSE, NL) for p in ("gate_proj", "up_proj", "down_proj")
+                  for e in range(E)}
+    build(tmp_path / "q", input_value=everywhere)
+    f = implausible(audit_checkpoint(tmp_path / "q"), "input_global_scale")["copied-within-layer"]
+    assert f.details["count"] == 3 * E * (NL - DENSE) and "0.25" in f.message
+
+
+def test_gate_up_allclose_uses_torchs_default_tolerance(tmp_path):
+    """SGLang warns with torch.allclose defaults (rtol 1e-5, atol 1e-8) when gate and up differ
+    (w4a4 moe 187-192): a pair one float32 ulp apart is allclose but not shared, a pair 1.0 apart
+    is neither. Computed here with torch itself, independently of the audit's formula."""
+    import torch
+
+    gate = 1000.0 + 20 + 4  # the builder's layer-2 expert-4 gate value
+    near = float(torch.nextafter(torch.tensor(gate, dtype=torch.float32), torch.tensor(2e3)))
+    far = gate + 1.0
+    build(tmp_path / "c", weight_value={(2, "up_proj", 4): near, (3, "up_proj", 5): far})
+    rep = audit_checkpoint(tmp_path / "c")
+    rows = {(r["layer"], r["expert"]): r for r in rep.gate_up}
+    for key, up in (((2, 4), near), ((3, 5), far)):
+        want = bool(torch.allclose(torch.tensor([up]), torch.tensor([rows[key]["gate_global_scale"]])))
+        assert rows[key]["allclose"] is want and rows[key]["shared"] is False
+    assert rows[(2, 4)]["allclose"] and not rows[(3, 5)]["allclose"]
+    assert rep.gate_up_summary["mismatched"] == 2 and rep.gate_up_summary["not_allclose"] == 1
+    assert all(r["allclose"] and r["shared"] for k, r in rows.items() if k not in ((2, 4), (3, 5)))
