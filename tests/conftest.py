@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# Every process this test session starts inherits this marker, so the leftover-process checks
+# (serving_fixtures.fake_processes) look only at our own processes, not at another test run's.
+SESSION_ENV = "NVFP4STUDY_TEST_SESSION"
+os.environ[SESSION_ENV] = uuid.uuid4().hex
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # test helpers (e.g. fake_sglang)
 
 

@@ -4,6 +4,7 @@ that no process outlives a test."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 from pathlib import Path
@@ -26,13 +27,18 @@ def free_port() -> int:
 
 
 def fake_processes() -> list[psutil.Process]:
-    """Live (non-zombie) processes started from the fake server or its "scheduler" child."""
+    """Live (non-zombie) processes of this test session (they carry its marker in their
+    environment, see conftest) started from the fake server or its "scheduler" child."""
+    session = os.environ.get("NVFP4STUDY_TEST_SESSION")
     out = []
     for p in psutil.process_iter(["cmdline", "status"]):
         try:
             cmd = " ".join(p.info["cmdline"] or [])
-            if any(m in cmd for m in MARKERS) and p.info["status"] != psutil.STATUS_ZOMBIE:
-                out.append(p)
+            if not any(m in cmd for m in MARKERS) or p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if session and p.environ().get("NVFP4STUDY_TEST_SESSION") != session:
+                continue  # another test run's process: not ours to judge or kill
+            out.append(p)
         except psutil.Error:
             continue
     return out
