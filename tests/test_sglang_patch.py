@@ -80,6 +80,8 @@ RELEASE_VERDICTS = {
                "none": ("DROPPED", "DROPPED"), "card": ("APPROX", "APPROX")},
     "0.5.21": {"stock": ("APPROX", "DROPPED"), "exact": ("EXACT", "APPROX"),
                "none": ("DROPPED", "DROPPED")},
+    "0.5.22": {"stock": ("APPROX", "DROPPED"), "exact": ("EXACT", "APPROX"),
+               "none": ("DROPPED", "DROPPED")},
     "0.5.23": {"stock": ("APPROX", "DROPPED"), "exact": ("EXACT", "APPROX"),
                "none": ("DROPPED", "DROPPED")},
 }
@@ -185,7 +187,7 @@ def test_not_an_sglang_tree(tmp_path):
 def test_unknown_version(tmp_path):
     t = mini_tree(tmp_path / "t", "0.5.99", copy_from=released("0.5.23"), copy_files=TOUCHED)
     before = _hashes(t)
-    with pytest.raises(UnknownPatchVersion, match="0.5.19, 0.5.20, 0.5.21, 0.5.23"):
+    with pytest.raises(UnknownPatchVersion, match="0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23"):
         sp.apply(t, "exact")
     assert _hashes(t) == before
 
