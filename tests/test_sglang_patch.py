@@ -196,7 +196,7 @@ def test_unknown_mode(mini23):
     with pytest.raises(UnknownPatchMode):
         sp.apply(mini23, "fast")
     with pytest.raises(UnknownPatchMode):
-        sp.apply(mini23, "card")  # the card's patch exists for 0.5.20 only
+        sp.apply(mini23, "card")  # 0.5.21+ contain the card's edits: no card mode
 
 
 def test_modified_file_refused_and_nothing_written(mini23):
