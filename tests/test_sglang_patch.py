@@ -67,6 +67,87 @@ def test_roundtrip_023(copy23, tmp_path, mode, cutlass, trtllm):
     assert _clamp_verdicts(copy23) == {"nvfp4-w4a4-cutlass": "APPROX", "nvfp4-w4a4-trtllm": "DROPPED"}
 
 
+# Per release with BailingMoeV3: the audit's verdicts (NVFP4 CUTLASS, NVFP4 TRT-LLM) on the released
+# tree and after each clamp mode. Stock: <= 0.5.20 sends no clamp to either call
+# (compressed_tensors_w4a4_nvfp4_moe.py builds FlashInferCutlassMoeQuantInfo without swiglu_limit and
+# passes gemm1_clamp_limit=None to TRT-LLM); 0.5.21+ carry the card's edits (the CUTLASS call gets
+# materialize_swiglu_params_for_cutlass's tensors with ActivationType.Swiglu, which FlashInfer runs
+# as the pre-SiLU SwigluBias: APPROX). "card" exists only where the release lacks the card's edits.
+RELEASE_VERDICTS = {
+    "0.5.19": {"stock": ("DROPPED", "DROPPED"), "exact": ("EXACT", "APPROX"),
+               "none": ("DROPPED", "DROPPED"), "card": ("APPROX", "APPROX")},
+    "0.5.20": {"stock": ("DROPPED", "DROPPED"), "exact": ("EXACT", "APPROX"),
+               "none": ("DROPPED", "DROPPED"), "card": ("APPROX", "APPROX")},
+    "0.5.21": {"stock": ("APPROX", "DROPPED"), "exact": ("EXACT", "APPROX"),
+               "none": ("DROPPED", "DROPPED")},
+    "0.5.22": {"stock": ("APPROX", "DROPPED"), "exact": ("EXACT", "APPROX"),
+               "none": ("DROPPED", "DROPPED")},
+    "0.5.23": {"stock": ("APPROX", "DROPPED"), "exact": ("EXACT", "APPROX"),
+               "none": ("DROPPED", "DROPPED")},
+}
+
+
+def _all_bytes(tree) -> dict[str, str]:
+    """sha256 of every file of the package (not only .py), keyed by path relative to the root."""
+    return {str(p.relative_to(tree.root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(tree.package.rglob("*")) if p.is_file()}
+
+
+def _as_paths(pair: tuple[str, str]) -> dict[str, str]:
+    cutlass, trtllm = pair
+    return {"nvfp4-w4a4-cutlass": cutlass, "nvfp4-w4a4-trtllm": trtllm}
+
+
+@pytest.fixture(scope="module")
+def release_copy(tmp_path_factory):
+    """One copy per release, shared by that release's modes (each test reverts what it applied)."""
+    made = {}
+
+    def get(version):
+        if version not in made:
+            made[version] = copy_tree(released(version), tmp_path_factory.mktemp("r") / f"sglang-{version}")
+        return made[version]
+    return get
+
+
+@pytest.mark.parametrize("version", sorted(RELEASE_VERDICTS))
+def test_release_modes_available(version):
+    want = [m for m in RELEASE_VERDICTS[version] if m != "stock"]
+    assert sp.modes_for(version) == ["stock"] + want + ["det"]
+    assert _clamp_verdicts(released(version)) == _as_paths(RELEASE_VERDICTS[version]["stock"])
+
+
+@pytest.mark.parametrize("version,mode", [(v, m) for v in sorted(RELEASE_VERDICTS)
+                                          for m in (*RELEASE_VERDICTS[v], "det") if m != "stock"])
+def test_release_roundtrip(release_copy, tmp_path, version, mode):
+    tree = release_copy(version)
+    release = _all_bytes(released(version))
+    assert _all_bytes(tree) == release
+    written = sp.apply(tree, mode)
+    assert written and sp.apply(tree, mode) == []  # idempotent
+    assert sp.verify(tree, mode)["ok"]
+    for w in written:
+        py_compile.compile(w, cfile=str(tmp_path / "check.pyc"), doraise=True)
+    nvfp4 = tree.file(NVFP4).read_text()
+    if mode == "det":
+        bio = tree.file(BIO).read_text()
+        assert "MIN_DEEPGEMM_DIM = 64" in bio and "MIN_DEEPGEMM_DIM = 16" not in bio
+        want = RELEASE_VERDICTS[version]["stock"]  # det leaves the clamp alone
+    else:
+        assert sp.status(tree)["clamp_mode"] == mode
+        want = RELEASE_VERDICTS[version][mode]
+        assert f"[swiglu-clamp-patch] cutlass nvfp4 limit=%s mode={mode}" in nvfp4 or \
+            f"[swiglu-clamp-patch] cutlass nvfp4 limit=None mode={mode}" in nvfp4
+        if mode in ("exact", "card"):
+            assert "gemm1_clamp_limit=None" not in nvfp4
+            assert f"[swiglu-clamp-patch] trtllm nvfp4 limit=%s mode={mode} form=pre-silu" in nvfp4
+        if mode == "exact":
+            assert "ActivationType.SwigluStep" in tree.file(CUTLASS).read_text()
+    assert _clamp_verdicts(tree) == _as_paths(want)
+    assert sp.revert(tree, mode)
+    assert _all_bytes(tree) == release  # every byte of the release is back
+
+
 def test_exact_patch_logs_once_per_layer(copy23):
     sp.apply(copy23, "exact")
     text = copy23.file(NVFP4).read_text()
@@ -106,7 +187,7 @@ def test_not_an_sglang_tree(tmp_path):
 def test_unknown_version(tmp_path):
     t = mini_tree(tmp_path / "t", "0.5.99", copy_from=released("0.5.23"), copy_files=TOUCHED)
     before = _hashes(t)
-    with pytest.raises(UnknownPatchVersion, match="0.5.20, 0.5.23"):
+    with pytest.raises(UnknownPatchVersion, match="0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23"):
         sp.apply(t, "exact")
     assert _hashes(t) == before
 
@@ -115,7 +196,7 @@ def test_unknown_mode(mini23):
     with pytest.raises(UnknownPatchMode):
         sp.apply(mini23, "fast")
     with pytest.raises(UnknownPatchMode):
-        sp.apply(mini23, "card")  # the card's patch exists for 0.5.20 only
+        sp.apply(mini23, "card")  # 0.5.21+ contain the card's edits: no card mode
 
 
 def test_modified_file_refused_and_nothing_written(mini23):

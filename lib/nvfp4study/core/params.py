@@ -110,7 +110,8 @@ class SGLangParams(_Strict):
     # "bailing-releases": every release whose wheel carries models/bailing_moe_v3.py (found from the
     # wheels by nvfp4study.sglang.releases; the shipped result is used without a network query)
     audit_versions: list[str] = Field(default_factory=lambda: ["bailing-releases"])
-    # "card" (the model card's own patch) exists for 0.5.20 only; modes a version lacks are skipped
+    # "card" (the model card's own patch) exists for 0.5.19/0.5.20 only (0.5.21+ contain its edits);
+    # modes a version lacks are skipped
     patch_modes: list[Literal["stock", "none", "exact", "card"]] = Field(
         default_factory=lambda: ["stock", "none", "exact"]
     )
