@@ -192,3 +192,29 @@ def test_nothing_tracked_points_outside_the_repository():
             if outside in line:
                 hits.append(f"{rel}:{i}: {line.strip()[:100]}")
     assert not hits, "\n".join(hits)
+
+
+def test_every_data_file_is_package_data():
+    """A non-editable install ships only what ``[tool.setuptools.package-data]`` names: every data
+    file the library reads (claims, prompts, clamp paths, patches) must match a pattern there."""
+    import fnmatch
+    import tomllib
+
+    patterns = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    tracked = subprocess.run(["git", "ls-files", "lib/nvfp4study"], cwd=REPO_ROOT, capture_output=True,
+                             text=True, check=True).stdout.split()
+    missing = []
+    for rel in tracked:
+        if rel.endswith(".py"):
+            continue
+        path = Path(rel).relative_to("lib")
+        ok = False
+        for pkg, globs in patterns.items():
+            base = Path(*pkg.split("."))
+            if base in path.parents:
+                sub = path.relative_to(base).as_posix()
+                ok |= any(fnmatch.fnmatch(sub, g) or fnmatch.fnmatch(sub, g.replace("**/", "*/"))
+                          for g in globs)
+        if not ok:
+            missing.append(rel)
+    assert not missing, f"not in package-data: {missing}"

@@ -9,7 +9,7 @@ unified diff per file (``patch -p1`` applies them from the tree root too). Modes
 - ``exact``: the NVFP4 CUTLASS call selects FlashInfer's post-SiLU ``SwigluStep`` when a limit is
   set without alpha, the TRT-LLM branch passes the clamp, and each MoE layer logs
   ``[swiglu-clamp-patch] cutlass nvfp4 limit=<L> mode=exact form=<...> layer=<i>``;
-- ``card`` (0.5.20 only): the card's own patch as it describes it;
+- ``card`` (0.5.19 and 0.5.20; later releases already carry its edits): the card's own patch as it describes it;
 - ``det``: the deterministic-inference edit (``MIN_DEEPGEMM_DIM`` 16 -> 64), combinable with any
   clamp mode.
 
@@ -431,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
         epilog="example: nvfp4study patch apply --mode exact --sglang ~/sglang-0.5.23-copy",
     )
     ap.add_argument("action", choices=["apply", "verify", "revert", "status", "switch"])
-    ap.add_argument("--mode", help="stock, none, exact, card (0.5.20) or det")
+    ap.add_argument("--mode", help="stock, none, exact, card (0.5.19, 0.5.20) or det")
     ap.add_argument("--sglang", required=True, help="the SGLang tree (folder holding sglang/)")
     ap.add_argument("--state-file", help="with switch: where to record the resulting state (JSON)")
     a = ap.parse_args(argv)
