@@ -163,7 +163,9 @@ class SandboxParams(_Strict):
     memory_mb: int = 1024  # RLIMIT_AS per process, and the sandbox's total RSS (watchdog)
     cpu_s: int = 10  # RLIMIT_CPU per process (SIGXCPU)
     file_size_mb: int = 16  # RLIMIT_FSIZE
-    isolation: Literal["auto", "bwrap", "subprocess"] = "auto"  # auto: bwrap if it runs here
+    # bwrap: fail closed when bubblewrap cannot be set up; subprocess-unsafe (only by this name):
+    # a plain subprocess with the harness user's file and network access (codeeval/isolation.py)
+    isolation: Literal["bwrap", "subprocess-unsafe"] = "bwrap"
     max_processes: int = 32  # processes in the sandbox before the watchdog kills it
     tmp_size_mb: int = 64  # size of the sandbox's private /tmp (tmpfs)
     output_tail_bytes: int = 2000  # stdout/stderr kept per run (the rest is counted, dropped)
