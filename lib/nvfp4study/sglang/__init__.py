@@ -13,5 +13,6 @@ __all__ = [
     "clamp_values",
     "flags",
     "patch",
+    "patch_journal",
     "source",
 ]
