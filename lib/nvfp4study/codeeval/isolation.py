@@ -134,7 +134,7 @@ def _bwrap_probe(python: str, tmp_size_mb: int) -> tuple[bool, str]:
     """(usable, reason): can bwrap run ``python`` here? Cached per interpreter."""
     if _bwrap_path() is None:
         return False, "bwrap not found on PATH"
-    args = bwrap_args(python, SandboxParams(tmp_size_mb=tmp_size_mb))
+    args = bwrap_args(python, SandboxParams().model_copy(update={"tmp_size_mb": tmp_size_mb}))
     try:
         r = subprocess.run([*args, "--", python, "-I", "-c", "print('ok')"],
                            capture_output=True, text=True, timeout=30)
