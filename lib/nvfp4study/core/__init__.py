@@ -12,6 +12,7 @@ __all__ = [
     "ledger",
     "params",
     "paths",
+    "runlock",
     "runner",
     "stage",
 ]
