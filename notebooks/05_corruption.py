@@ -42,6 +42,7 @@ from nvfp4study.stages import s05_corruption as s5
 
 stage = s5.open_stage(params_file, run_dir)
 display(Markdown(f"Profile **{stage.params.profile}** — run folder `{stage.run_dir}`"))
+display(Markdown(s5.sandbox_banner(stage)))  # fails closed: stops here if bwrap cannot run
 
 # %% [markdown]
 # ## Part 1 · The detector on real code

@@ -52,6 +52,8 @@ DEFAULTS = {
     "never_healthy": False,     # /health_generate stays 503 forever
     "ignore_sigterm": False,    # needs SIGKILL to stop
     "spawn_child": True,        # a "scheduler" child process in the same process group
+    "daemonize": None,          # "keep_env"/"clear_env": leave a double-forked setsid daemon
+                                # (ignores SIGTERM; "clear_env" also empties its environment)
     "step_s": 0.002,            # seconds per decode step
     "prefill_s": 0.01,
     "accept_rate": 0.8,         # probability a draft token is accepted (deterministic per prompt)
@@ -431,6 +433,27 @@ def startup_log(cfg: dict, args: dict) -> str:
     return form
 
 
+DAEMON = """
+import os, signal, sys, time  # fake-sglang-daemon {session}
+if os.fork():
+    os._exit(0)  # double fork (the first was started in a new session): an orphan
+os.setsid()  # and in a session of its own again
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+if {clear}:
+    os.execve(sys.executable, [sys.executable, "-c", "import time  # fake-sglang-daemon {session}\\nwhile True: time.sleep(0.2)"], {{}})
+while True:
+    time.sleep(0.2)
+"""
+
+
+def spawn_daemon(clear_env: bool) -> None:
+    """Start a daemon that leaves the server's session and process group (setsid + double fork),
+    ignores SIGTERM and, with ``clear_env``, drops its environment (no inherited marker)."""
+    code = DAEMON.format(session=os.environ.get("NVFP4STUDY_TEST_SESSION", "-"), clear=clear_env)
+    subprocess.Popen([sys.executable, "-c", code], start_new_session=True).wait()
+
+
 def main(argv: list[str]) -> int:
     cfg = dict(DEFAULTS)
     if argv[:1] == ["--fake-config"]:
@@ -468,6 +491,8 @@ def main(argv: list[str]) -> int:
                     os.waitpid(child.pid, 0)
             os._exit(0)
         signal.signal(signal.SIGTERM, on_term)
+    if cfg["daemonize"]:
+        spawn_daemon(cfg["daemonize"] == "clear_env")
     log(f"server_args=ServerArgs(model_path={args.get('--model-path')!r}, port={args.get('--port')})", "")
     mode = startup_log(cfg, args)
     if cfg["die_during_load"]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 import time
 from pathlib import Path
@@ -17,7 +18,11 @@ from nvfp4study.core.params import dump_params, load_params
 from nvfp4study.core.paths import RunPaths
 from nvfp4study.core.stage import Stage
 
-MARKERS = ("fake_sglang.py", "fake-sglang-scheduler", "serve_stub.py")
+MARKERS = ("fake_sglang.py", "fake-sglang-scheduler", "fake-sglang-daemon", "serve_stub.py")
+#: marks the fake processes of this test session (in their environment, inherited, or in a
+#: cleared-environment daemon's command line): other sessions' fakes are not ours to judge or kill.
+SESSION_ENV = "NVFP4STUDY_TEST_SESSION"
+SESSION = os.environ.setdefault(SESSION_ENV, secrets.token_hex(8))
 
 
 def free_port() -> int:
@@ -27,18 +32,16 @@ def free_port() -> int:
 
 
 def fake_processes() -> list[psutil.Process]:
-    """Live (non-zombie) processes of this test session (they carry its marker in their
-    environment, see conftest) started from the fake server or its "scheduler" child."""
-    session = os.environ.get("NVFP4STUDY_TEST_SESSION")
+    """Live (non-zombie) processes of this test session started from the fake server, its
+    "scheduler" child or its daemon."""
     out = []
     for p in psutil.process_iter(["cmdline", "status"]):
         try:
             cmd = " ".join(p.info["cmdline"] or [])
             if not any(m in cmd for m in MARKERS) or p.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
-            if session and p.environ().get("NVFP4STUDY_TEST_SESSION") != session:
-                continue  # another test run's process: not ours to judge or kill
-            out.append(p)
+            if SESSION in cmd or p.environ().get(SESSION_ENV) == SESSION:
+                out.append(p)
         except psutil.Error:
             continue
     return out

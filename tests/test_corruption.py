@@ -221,7 +221,7 @@ def test_classified_rows(analysed):
     assert df.loc[("exact", "t06-on", "card/is_balanced")].detector == "request_failed"
     r = df.loc[("exact", "t06-on", "card/dedupe")]
     assert r.detector == "no_code" and pd.isna(r.exec_outcome)
-    assert set(result["classified"].isolation.dropna()) <= {"bwrap", "subprocess"}
+    assert set(result["classified"].isolation.dropna()) <= {"bwrap", "subprocess-unsafe"}
 
 
 def test_junk_fragments(analysed):

@@ -75,7 +75,7 @@ def test_small_sample_clean_and_flagged(small):
     assert (fence["exec_outcome"] == "pass").all() and (fence["finding_kinds"] == "junk_fence").all()
     # the non-ASCII scan only fires on HumanEval/72, whose prompt has '➞', junk or not
     assert set(f[f["non_ascii"]]["task_id"]) == {"HumanEval/72"}
-    assert res.isolation in ("bwrap", "subprocess")
+    assert res.isolation in ("bwrap", "subprocess-unsafe")
 
 
 def test_small_sample_summary_matches_samples(small):
@@ -135,3 +135,48 @@ def test_switched_off_records_not_run(run_dir):
     assert rows["detect.ast-undefined"]["verdict"] == "not run"
     assert "validate_detector" in rows["detect.ascii-junk"]["note"]
     assert not (run_dir / "data").exists() or not any((run_dir / "data").iterdir())
+
+
+def _stage_with(tmp_path, **sandbox):
+    from nvfp4study.core import ledger
+    from nvfp4study.core.params import load_params
+    from nvfp4study.core.paths import RunPaths
+    from nvfp4study.core.stage import Stage
+
+    params = load_params(None, [f"corruption.sandbox.{k}={v}" for k, v in sandbox.items()])
+    ledger.init_ledger(tmp_path)
+    return Stage(name="05_corruption", params=params, paths=RunPaths(tmp_path))
+
+
+def test_unsafe_isolation_is_said_everywhere(tmp_path):
+    """``subprocess-unsafe`` asked for by name: the banner warns, every execution row and every
+    ledger note of the detector validation says UNSAFE."""
+    stage = _stage_with(tmp_path, isolation="subprocess-unsafe")
+    assert s5.sandbox_banner(stage).startswith("**Warning, unsafe sandbox.**")
+    card = {t.task_id: t for t in load_tasks(0, True)}
+    res = detector_validation.run(stage, tasks=[card["card/binary_search"]], execute=True)
+    assert res.isolation == "subprocess-unsafe"
+    assert (res.samples["exec_isolation"] == "subprocess-unsafe").all()
+    assert "subprocess-unsafe" in detector_validation.describe(res)
+    s5.record_detector_claims(stage, res)
+    rows = {r["id"]: r for r in read_ledger(tmp_path)}
+    for cid in ("detect.ast-undefined", "detect.ascii-junk", "detect.method-comparison"):
+        assert "UNSAFE: sandbox.isolation is 'subprocess-unsafe'" in rows[cid]["note"], cid
+
+
+def test_banner_fails_closed_without_bwrap(tmp_path, monkeypatch):
+    from nvfp4study.codeeval import isolation
+    from nvfp4study.core.errors import SandboxUnavailable
+
+    stage = _stage_with(tmp_path)
+    monkeypatch.setattr(isolation, "_bwrap_path", lambda: None)
+    isolation._bwrap_probe.cache_clear()
+    try:
+        with pytest.raises(SandboxUnavailable, match="bwrap not found"):
+            s5.sandbox_banner(stage)
+        with pytest.raises(SandboxUnavailable):
+            detector_validation.run(stage, tasks=load_tasks(1, False), execute=True)
+    finally:
+        monkeypatch.undo()
+        isolation._bwrap_probe.cache_clear()
+    assert "unsafe" not in s5.sandbox_banner(stage).lower()

@@ -71,3 +71,93 @@ def test_override_without_equals():
 def test_digest_changes_with_params():
     assert load_params().digest() != load_params(None, ["mtp.prompts=3"]).digest()
     assert load_params().digest() == load_params().digest()
+
+
+# --- hostile params (issue 14, item 2) ---------------------------------------------
+@pytest.mark.parametrize("override,key", [
+    ("corruption.sandbox.timeout_s=-1", "corruption.sandbox.timeout_s"),
+    ("corruption.sandbox.timeout_s=.inf", "corruption.sandbox.timeout_s"),
+    ("corruption.sandbox.tmp_size_mb=0", "corruption.sandbox.tmp_size_mb"),
+    ("checkpoint.shards=0", "checkpoint.shards"),
+    ("checkpoint.seed=-1", "checkpoint.seed"),
+    ("mtp.depths=[-1]", "mtp.depths.0"),
+    ("mtp.depths=[1.5]", "mtp.depths.0"),
+    ("corruption.humaneval_count=-5", "corruption.humaneval_count"),
+    ("corruption.humaneval_count=165", "corruption.humaneval_count"),
+    ("server.port=99999", "server.port"),
+    ("server.port=0", "server.port"),
+    ("server.mem_fraction_static=1.5", "server.mem_fraction_static"),
+    ("checkpoint.shape.num_experts=true", "checkpoint.shape.num_experts"),
+    ("checkpoint.shape.hidden_size=2.0", "checkpoint.shape.hidden_size"),
+    ("checkpoint.shape.num_experts_per_tok=99", "checkpoint.shape"),
+    ("checkpoint.shape.expert_swiglu_limits={3: -1.0}", "checkpoint.shape.expert_swiglu_limits"),
+    ("server.enabled=1", "server.enabled"),
+    ("server.startup_timeout_s=false", "server.startup_timeout_s"),
+    ("determinism.repeats=1", "determinism.repeats"),
+    ("execution_timeout_s=0", "execution_timeout_s"),
+    ("corruption.sampling=[{name: a, temperature: 0, top_k: 0}]", "corruption.sampling.0"),
+    ("corruption.sampling=[{name: a, temperature: -0.1}]", "corruption.sampling.0.temperature"),
+])
+def test_out_of_range_rejected(override, key):
+    with pytest.raises(ParamsError, match=f"-p {key.split('.')[0]}.*key '{key}"):
+        load_params(None, [override])
+
+
+def test_in_range_edges_accepted():
+    p = load_params(None, ["corruption.humaneval_count=0", "server.port=65535", "mtp.depths=[0]",
+                           "server.chunked_prefill_size=-1", "corruption.sandbox.timeout_s=1"])
+    assert (p.corruption.humaneval_count, p.server.port, p.mtp.depths) == (0, 65535, [0])
+    assert p.corruption.sandbox.timeout_s == 1.0  # an int is a valid float
+
+
+def test_run_params_round_trip(tmp_path):
+    """A run's params.yaml (YAML dump: clamp-list keys become strings) loads again."""
+    from nvfp4study.core.params import dump_params
+
+    p = load_params()
+    dump_params(p, tmp_path / "params.yaml")
+    assert load_params(tmp_path / "params.yaml") == p
+
+
+def test_override_value_not_yaml():
+    with pytest.raises(ParamsError, match=r"-p checkpoint.shards: the value '\[' is not valid YAML"):
+        load_params(None, ["checkpoint.shards=["])
+    with pytest.raises(ParamsError, match="empty part"):
+        load_params(None, ["checkpoint..shards=1"])
+
+
+def test_non_utf8_file(tmp_path):
+    f = tmp_path / "latin1.yaml"
+    f.write_bytes(b"profile: x\ndescription: caf\xe9\n")
+    with pytest.raises(ParamsError, match=rf"{f}: line 2: not UTF-8 .*0xe9"):
+        load_params(f)
+
+
+def test_duplicate_keys_rejected(tmp_path):
+    f = tmp_path / "dup.yaml"
+    f.write_text("profile: x\ncheckpoint:\n  shards: 2\n  seed: 1\n  shards: 3\n")
+    with pytest.raises(ParamsError, match=rf"{f}: .*line 5.*duplicate key 'shards' \(first on line 3\)"):
+        load_params(f)
+    f.write_text("profile: x\nprofile: y\n")
+    with pytest.raises(ParamsError, match="duplicate key 'profile'"):
+        load_params(f)
+    with pytest.raises(ParamsError, match="-p server.env.*duplicate key 'A'"):
+        load_params(None, ["server.env={A: '1', A: '2'}"])
+    # a YAML merge key ("<<") is not a duplicate: explicit keys override merged ones
+    g = tmp_path / "merge.yaml"
+    g.write_text("profile: x\ncorruption:\n  sampling:\n    - &b {name: a, temperature: 0.0}\n"
+                 "    - {<<: *b, name: b}\n")
+    assert [s.name for s in load_params(g).corruption.sampling] == ["a", "b"]
+
+
+def test_run_refuses_bad_params_before_any_notebook(tmp_path):
+    """``nvfp4study run`` with an out-of-range value: exit 2, one line, no run folder."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "nvfp4study.cli", "run", "--run-dir", str(run),
+                        "-p", "corruption.sandbox.timeout_s=-1"], capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert "corruption.sandbox.timeout_s" in r.stderr and "Traceback" not in r.stderr
+    assert not run.exists()

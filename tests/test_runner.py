@@ -134,3 +134,54 @@ def test_unwritable_outputs_is_named(nbdir, tmp_path):
     blocker.write_text("")
     with pytest.raises(RunDirError):
         runner.run_study(outputs=blocker / "out", notebook_dir=nbdir)
+
+
+# --- one run per folder (issue 14, item 7) --------------------------------------------
+HOLD = ("import sys, time; from nvfp4study.core import runlock\n"
+        "with runlock.hold(sys.argv[1]):\n    print('held', flush=True); time.sleep(120)")
+
+
+def _holder(root: Path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "lib")}
+    env.pop("NVFP4STUDY_RUN_LOCK_OWNER", None)
+    p = subprocess.Popen([sys.executable, "-c", HOLD, str(root)], stdout=subprocess.PIPE, text=True, env=env)
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
+def test_second_run_into_the_same_folder_is_refused(nbdir, tmp_path):
+    """A live holder: the run is refused naming its pid, and writes nothing. The holder killed
+    (SIGKILL, its lock left behind): the next run takes the folder over."""
+    from nvfp4study.core.errors import RunLocked
+
+    root = tmp_path / "run"
+    root.mkdir()
+    holder = _holder(root)
+    try:
+        with pytest.raises(RunLocked, match=f"pid {holder.pid}"):
+            runner.run_study(run_dir=root, outputs=tmp_path / "out", notebook_dir=nbdir, echo=lambda s: None)
+        assert sorted(p.name for p in root.iterdir()) == [".run.lock"]  # no manifest, ledger, params
+        # a notebook opened on that folder (not by the holder) is refused too
+        from nvfp4study.core import runlock
+        with pytest.raises(RunLocked, match=str(holder.pid)):
+            runlock.check(root)
+    finally:
+        holder.kill()
+        holder.wait()
+    root_, manifest = runner.run_study(run_dir=root, outputs=tmp_path / "out", notebook_dir=nbdir,
+                                       echo=lambda s: None)
+    assert manifest["status"] == "ok"
+    assert (root / ".run.lock").read_text().strip() == str(__import__("os").getpid())
+
+
+def test_notebooks_of_the_holding_run_pass_the_check(tmp_path):
+    """The runner's own kernels are not refused (the lock's owner is passed to them)."""
+    d = tmp_path / "nbs"
+    d.mkdir()
+    _nb(d / "00_check.ipynb", "from nvfp4study.core import runlock\nrunlock.check(run_dir)\nprint('ok')")
+    root, manifest = runner.run_study(outputs=tmp_path / "out", notebook_dir=d, echo=lambda s: None)
+    assert manifest["status"] == "ok", manifest.get("failure")

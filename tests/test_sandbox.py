@@ -48,7 +48,10 @@ def binary_search(arr, x):
 HOSTILE_PARAMS = SandboxParams(timeout_s=4.0, cpu_s=2, memory_mb=512, file_size_mb=4,
                                tmp_size_mb=8, max_processes=16)
 
-BWRAP_OK = sandbox_status(SandboxParams())["isolation"] == Isolation.BWRAP
+try:
+    BWRAP_OK = sandbox_status(SandboxParams())["isolation"] == Isolation.BWRAP
+except SandboxUnavailable:
+    BWRAP_OK = False
 needs_bwrap = pytest.mark.skipif(not BWRAP_OK, reason="bubblewrap cannot run on this machine")
 
 E, K, T, P, X, M = (Outcome.EXCEPTION, Outcome.KILLED, Outcome.TIMEOUT, Outcome.PASS,
@@ -290,10 +293,11 @@ FALLBACK_CASES = [
 
 @pytest.mark.parametrize("name,template,outcome", FALLBACK_CASES, ids=[c[0] for c in FALLBACK_CASES])
 def test_subprocess_fallback(name, template, outcome, tmp_path):
-    params = HOSTILE_PARAMS.model_copy(update={"isolation": "subprocess"})
+    params = HOSTILE_PARAMS.model_copy(update={"isolation": "subprocess-unsafe"})
     cwd = os.getcwd()
     r = check_program(TASK, template.format(TOKEN=TOKEN, GOOD=GOOD), params)
-    assert r.isolation == Isolation.SUBPROCESS and "subprocess" in r.isolation_note
+    assert r.isolation == Isolation.SUBPROCESS_UNSAFE == "subprocess-unsafe"
+    assert r.isolation_note.startswith("UNSAFE:") and "subprocess-unsafe" in r.isolation_note
     if outcome is None:  # fork bomb: watchdog kill, or EAGAIN where RLIMIT_NPROC applies
         assert r.outcome in {Outcome.KILLED, Outcome.EXCEPTION}
     else:
@@ -303,17 +307,44 @@ def test_subprocess_fallback(name, template, outcome, tmp_path):
     assert os.getcwd() == cwd
 
 
-def test_bwrap_required_but_missing(monkeypatch):
+def test_bwrap_missing_fails_closed(monkeypatch):
+    """No bwrap: the default refuses (named error), nothing runs; only the unsafe mode asked for
+    by name runs, and says so."""
     monkeypatch.setattr(isolation, "_bwrap_path", lambda: None)
     isolation._bwrap_probe.cache_clear()
     try:
-        with pytest.raises(SandboxUnavailable, match="bwrap not found"):
-            check_program(TASK, GOOD, SandboxParams(isolation="bwrap"))
-        r = check_program(TASK, GOOD, SandboxParams(isolation="auto"))
-        assert r.isolation == Isolation.SUBPROCESS and "bwrap not found" in r.isolation_note
+        for params in (SandboxParams(), SandboxParams(isolation="bwrap")):
+            with pytest.raises(SandboxUnavailable, match="bwrap not found.*subprocess-unsafe"):
+                check_program(TASK, GOOD, params)
+            with pytest.raises(SandboxUnavailable):
+                check_many([(TASK, GOOD)] * 3, params)
+        r = check_program(TASK, GOOD, SandboxParams(isolation="subprocess-unsafe"))
+        assert r.isolation == "subprocess-unsafe" and r.isolation_note.startswith("UNSAFE:")
         assert r.outcome == Outcome.PASS
     finally:
         isolation._bwrap_probe.cache_clear()
+
+
+@needs_bwrap
+def test_bwrap_probe_failure_fails_closed(tmp_path):
+    """A bwrap that is present but cannot set up this sandbox (``--size 0``: the probe fails)
+    stops with the probe's reason; no program runs (a file it would create stays absent)."""
+    params = SandboxParams.model_construct(**{**SandboxParams().model_dump(), "tmp_size_mb": 0})
+    flag = tmp_path / "ran"
+    code = f"open({str(flag)!r}, 'w').write('x')\n{GOOD}"
+    with pytest.raises(SandboxUnavailable, match="cannot be set up.*--size"):
+        check_program(TASK, code, params)
+    assert not flag.exists()
+
+
+def test_old_isolation_names_rejected():
+    """``auto`` (the old silent fallback) and a bare ``subprocess`` are no longer values."""
+    from nvfp4study.core.errors import ParamsError
+    from nvfp4study.core.params import load_params
+
+    for bad in ("auto", "subprocess"):
+        with pytest.raises(ParamsError, match="corruption.sandbox.isolation"):
+            load_params(None, [f"corruption.sandbox.isolation={bad}"])
 
 
 def test_sandbox_python_is_base_interpreter():

@@ -325,3 +325,40 @@ def test_install_switched_for_the_launch_and_restored(tmp_path):
     log = (run / rec["log"]).read_text()
     assert "[swiglu-clamp-patch] cutlass nvfp4 limit=4 mode=exact form=SwigluStep layer=35" in log
     assert "clamp mode 'exact'" in rec["install"] and (run / "data" / "sglang_patch_state.json").is_file()
+
+
+def _daemons() -> list[psutil.Process]:
+    return [p for p in fake_processes() if "fake-sglang-daemon" in " ".join(p.cmdline())]
+
+
+@pytest.mark.parametrize("daemon", ["keep_env", "clear_env"])
+@pytest.mark.parametrize("way", ["exit_during_load", "health_timeout", "interrupt"])
+def test_daemon_that_left_the_session_is_ended(tmp_path, way, daemon):
+    """A server that leaves a setsid + double-fork daemon behind (ignoring SIGTERM, with or
+    without its environment): teardown ends it too, in all three ways a launch ends early, and
+    leaves no zombie child."""
+    fake = {"daemonize": daemon, "die_during_load": way == "exit_during_load",
+            "never_healthy": way == "health_timeout"}
+    p, _, run = fake_params(tmp_path, "server.shutdown_grace_s=1", "server.startup_timeout_s=3",
+                            fake=fake)
+    expected = {"exit_during_load": ServerExitedDuringLoad, "health_timeout": HealthTimeout,
+                "interrupt": KeyboardInterrupt}[way]
+    seen = []
+    with pytest.raises(expected):
+        with server.serving(stage_for(p, run), card_config(p)):
+            deadline = time.monotonic() + 5
+            while not seen and time.monotonic() < deadline:
+                seen = _daemons()
+                time.sleep(0.05)
+            raise KeyboardInterrupt
+    if way == "interrupt":
+        assert seen, "the fake left no daemon: the test would prove nothing"
+    deadline = time.monotonic() + 3
+    while fake_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = fake_processes()
+    for q in left:
+        q.kill()
+    assert not left, [q.cmdline() for q in left]
+    zombies = [c for c in psutil.Process().children() if c.status() == psutil.STATUS_ZOMBIE]
+    assert not zombies

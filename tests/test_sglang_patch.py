@@ -308,3 +308,130 @@ def test_cli(mini23, capsys):
     assert sp.main(["status", "--sglang", root]) == 0
     assert '"clamp_mode": "stock"' in capsys.readouterr().out
     assert open_tree(root).version == "0.5.23"
+
+
+# --- a kill at any instant (issue 14, item 5) -------------------------------------------
+KILL_CMD = "import sys; from nvfp4study.sglang.patch import main; sys.exit(main(sys.argv[1:]))"
+REPO_LIB = str(Path(__file__).resolve().parents[1] / "lib")
+
+
+def _run_patch(args: list[str], kill_at: int | None = None):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": REPO_LIB}
+    env.pop(sp.patch_journal.KILL_ENV, None)
+    if kill_at is not None:
+        env[sp.patch_journal.KILL_ENV] = str(kill_at)
+    return subprocess.run([sys.executable, "-c", KILL_CMD, *args], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def _package_files(tree) -> set[str]:
+    return {str(p.relative_to(tree.root)) for p in Path(tree.root).rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("start,args,ends", [
+    ("stock", ["apply", "--mode", "exact"], {"stock", "exact"}),
+    ("exact", ["revert"], {"exact", "stock"}),
+    ("none", ["switch", "--mode", "exact"], {"none", "stock", "exact"}),
+    ("stock", ["apply", "--mode", "det"], {"stock"}),
+])
+def test_kill_at_every_write_and_rename(mini23, start, args, ends):
+    """SIGKILL the patcher just before each of its writes, renames and removals in turn: the next
+    ``status`` finishes the command, the tree is wholly in a known mode (byte-exact), no temporary
+    file is left in the package or the tree, and ``revert`` restores the released bytes."""
+    root = str(mini23.root)
+    pristine = {rel: mini23.file(rel).read_bytes() for rel in TOUCHED}
+    files0 = _package_files(mini23)
+    n = 0
+    while True:
+        n += 1
+        assert n < 100, "the patcher never finished"
+        for rel, data in pristine.items():
+            mini23.file(rel).write_bytes(data)
+        if start != "stock":
+            sp.apply(mini23, start)
+        start_bytes = {rel: mini23.file(rel).read_bytes() for rel in TOUCHED}
+        r = _run_patch([*args, "--sglang", root], kill_at=n)
+        if r.returncode == 0:  # n is past the last step: the command ran to the end
+            assert n > 3
+            break
+        assert r.returncode == -9, (n, r.stderr)
+        assert not [f for f in _package_files(mini23) - files0 if not f.startswith(".nvfp4study-patch/")]
+        st = _run_patch(["status", "--sglang", root])
+        assert st.returncode == 0, st.stderr
+        state = json.loads(st.stdout)
+        assert state["clamp_mode"] in ends, (n, state)
+        assert all(not s.startswith("modified") for s in state["files"].values()), (n, state)
+        if args[-1] == "det":
+            changed = {rel for rel in TOUCHED if mini23.file(rel).read_bytes() != start_bytes[rel]}
+            assert changed <= {BIO} and state["det"] == bool(changed)
+        assert _package_files(mini23) == files0, n  # journal folder and temp files gone
+        assert not sp.patch_journal.pending(mini23.root)
+        sp.revert(mini23, "det") if args[-1] == "det" else sp.revert(mini23)
+        assert {rel: mini23.file(rel).read_bytes() for rel in TOUCHED} == pristine, n
+
+
+def test_every_command_finishes_a_pending_journal(mini23):
+    """Killed right after the journal is written (before any rename): apply, revert, verify and
+    switch each finish it first, then do their own job."""
+    root = str(mini23.root)
+    for follow in (["apply", "--mode", "exact"], ["revert"], ["verify", "--mode", "exact"],
+                   ["switch", "--mode", "none"]):
+        sp.revert(mini23)
+        # steps of `apply exact` (2 files): mkdir, 2 x (new, old), journal tmp, journal rename,
+        # then step 8 is the first target's rename
+        r = _run_patch(["apply", "--mode", "exact", "--sglang", root], kill_at=8)
+        assert r.returncode == -9 and sp.patch_journal.pending(mini23.root)
+        assert sp.file_states(mini23)[CUTLASS].state == "original"  # nothing renamed yet
+        r = _run_patch([*follow, "--sglang", root])
+        assert "finished an interrupted patch command" in r.stderr, r.stderr
+        assert not sp.patch_journal.pending(mini23.root)
+        want = {"apply": "exact", "revert": "stock", "verify": "exact", "switch": "none"}[follow[0]]
+        assert sp.status(mini23)["clamp_mode"] == want, follow
+    sp.revert(mini23)
+
+
+def test_pending_journal_with_tampered_target_refused(mini23):
+    root = str(mini23.root)
+    r = _run_patch(["apply", "--mode", "exact", "--sglang", root], kill_at=9)  # after 1st rename
+    assert r.returncode == -9
+    f = mini23.file(NVFP4)
+    f.write_text(f.read_text() + "# edited meanwhile\n")
+    with pytest.raises(PatchStateError, match="neither in the state before nor after"):
+        sp.status(mini23)
+    assert sp.patch_journal.pending(mini23.root)  # kept for inspection
+
+
+def test_mixed_tree_status_tells_each_file(mini23):
+    """One clamp file patched, the other original (e.g. edited by hand): status says ``mixed``
+    with each file's state, apply refuses naming them, revert restores the released bytes."""
+    before = _hashes(mini23)
+    sp.apply(mini23, "exact")
+    patched = mini23.file(CUTLASS).read_bytes()
+    sp.revert(mini23)
+    mini23.file(CUTLASS).write_bytes(patched)
+    st = sp.status(mini23)
+    assert st["clamp_mode"] == "mixed"
+    assert st["files"] == {CUTLASS: "patched:exact", NVFP4: "original", BIO: "original"}
+    with pytest.raises(PatchConflict, match=r"mixed tree .*flashinfer_cutlass.py: patched:exact"):
+        sp.apply(mini23, "exact")
+    with pytest.raises(PatchConflict, match="no single known mode"):
+        sp.switch_mode(mini23, "none")
+    assert sp.revert(mini23) == [str(mini23.file(CUTLASS))]
+    assert _hashes(mini23) == before
+
+
+def test_det_refuses_a_locally_edited_file(mini23):
+    """The released code refuses to patch over a locally edited ``batch_invariant_ops.py``; so
+    must ``det`` (the sha256 check of the original, not only of the result)."""
+    f = mini23.file(BIO)
+    f.write_text(f.read_text() + "\n# local tuning\nMY_SETTING = 1\n")
+    edited = f.read_bytes()
+    with pytest.raises(PatchConflict, match="matches neither the released original"):
+        sp.apply(mini23, "det")
+    assert f.read_bytes() == edited
+    with pytest.raises(PatchConflict):
+        sp.switch_mode(mini23, "stock", det=True)
+    assert f.read_bytes() == edited

@@ -17,7 +17,7 @@ from nvfp4study.core import ledger
 from nvfp4study.core.errors import PatchTargetReadOnly
 from nvfp4study.core.params import DEFAULT_PARAMS
 from nvfp4study.core.stage import open_stage
-from nvfp4study.sglang import patch as sp
+from nvfp4study.sglang import patch_journal
 from nvfp4study.stages import s03_sglang as s3
 
 V = "0.5.23"
@@ -224,7 +224,7 @@ def test_missing_input_file(tmp_path):
         _run(tmp_path, copy.deepcopy(d))
 
 
-# --- sglang_patch._write_all: roll back on any exception ----------------------------------------
+# --- patch_journal.write_all: roll back on any exception ----------------------------------------
 def _two_files(tmp_path: Path) -> tuple[dict[Path, bytes], dict[Path, bytes]]:
     a, b = tmp_path / "a.py", tmp_path / "b.py"
     a.write_bytes(b"A0\n")
@@ -237,16 +237,16 @@ def test_write_all_interrupt_between_renames_rolls_back(tmp_path, monkeypatch):
     real, calls = os.replace, []
 
     def replace(src, dst):
-        calls.append(dst)
+        calls.extend([dst] if Path(dst) in new else [])  # target renames, not the journal's
         if len(calls) == 2:
             raise KeyboardInterrupt
         real(src, dst)
 
-    monkeypatch.setattr(sp.os, "replace", replace)
+    monkeypatch.setattr(patch_journal.os, "replace", replace)
     with pytest.raises(KeyboardInterrupt):
-        sp._write_all(new, old)
+        patch_journal.write_all(tmp_path, new, old)
     assert {p: p.read_bytes() for p in old} == old
-    assert sorted(x.name for x in tmp_path.iterdir()) == ["a.py", "b.py"]  # no temp file left
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["a.py", "b.py"]  # no temp file, no journal
 
 
 def test_write_all_interrupt_right_after_a_rename_rolls_back(tmp_path, monkeypatch):
@@ -255,11 +255,12 @@ def test_write_all_interrupt_right_after_a_rename_rolls_back(tmp_path, monkeypat
 
     def replace(src, dst):
         real(src, dst)
-        raise KeyboardInterrupt  # after the rename, before any bookkeeping
+        if Path(dst) in new:
+            raise KeyboardInterrupt  # after the rename, before any bookkeeping
 
-    monkeypatch.setattr(sp.os, "replace", replace)
+    monkeypatch.setattr(patch_journal.os, "replace", replace)
     with pytest.raises(KeyboardInterrupt):
-        sp._write_all(new, old)
+        patch_journal.write_all(tmp_path, new, old)
     assert {p: p.read_bytes() for p in old} == old
 
 
@@ -268,12 +269,12 @@ def test_write_all_oserror_is_named(tmp_path, monkeypatch):
     real, calls = os.replace, []
 
     def replace(src, dst):
-        calls.append(dst)
+        calls.extend([dst] if Path(dst) in new else [])  # target renames, not the journal's
         if len(calls) == 2:
             raise OSError("disk full")
         real(src, dst)
 
-    monkeypatch.setattr(sp.os, "replace", replace)
+    monkeypatch.setattr(patch_journal.os, "replace", replace)
     with pytest.raises(PatchTargetReadOnly):
-        sp._write_all(new, old)
+        patch_journal.write_all(tmp_path, new, old)
     assert {p: p.read_bytes() for p in old} == old

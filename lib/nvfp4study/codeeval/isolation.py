@@ -21,12 +21,15 @@ below is in ``bwrap --help``), as uid 65534 inside:
   its user namespace). Processes are bounded by the watchdog instead
   (:mod:`nvfp4study.codeeval.watchdog`).
 
-Where ``bwrap`` is missing or cannot create its namespaces (e.g. user namespaces disabled), and
-``isolation`` is ``auto``, the same runner runs as a plain subprocess in a fresh temporary
-folder with the same rlimits, a cleared environment, its own session and the same watchdog, and
-every result says ``isolation="subprocess"`` with the reason (:func:`sandbox_status`): this
-fallback has network access and can read and write what the harness's user can.
-``isolation: bwrap`` refuses to fall back.
+The sandbox fails closed. ``isolation: bwrap`` (the default) needs a working bubblewrap: where
+``bwrap`` is missing or cannot set up its sandbox (no user namespaces, a bad ``--size``...),
+:func:`sandbox_status` raises :class:`~nvfp4study.core.errors.SandboxUnavailable` with the
+probe's reason, and the stage stops; nothing falls back by itself. Only ``isolation:
+subprocess-unsafe``, asked for by that name, runs the same runner as a plain subprocess in a
+fresh temporary folder with the same rlimits, a cleared environment, its own session and the
+same watchdog. That mode has network access and can read and write what the harness's user can
+(as root: everything); every result says ``isolation="subprocess-unsafe"`` with
+:data:`UNSAFE_NOTE`, and stage 05 repeats it in the notebook and in every ledger note.
 """
 
 from __future__ import annotations
@@ -48,10 +51,16 @@ NOBODY = 65534
 
 
 class Isolation(StrEnum):
-    """How a program was run: inside bwrap, or in the plain subprocess fallback."""
+    """How a program was run: inside bwrap, or (asked for by name) as a plain subprocess."""
 
     BWRAP = "bwrap"
-    SUBPROCESS = "subprocess"
+    SUBPROCESS_UNSAFE = "subprocess-unsafe"
+
+
+#: the note every result of ``isolation: subprocess-unsafe`` carries.
+UNSAFE_NOTE = ("UNSAFE: sandbox.isolation is 'subprocess-unsafe' (asked for in params): generated "
+               "code ran as a plain subprocess of the harness's user, with its file and network "
+               "access, not inside bubblewrap")
 
 
 def rlimits(params: SandboxParams) -> dict[str, tuple[int, int]]:
@@ -125,7 +134,7 @@ def _bwrap_probe(python: str, tmp_size_mb: int) -> tuple[bool, str]:
     """(usable, reason): can bwrap run ``python`` here? Cached per interpreter."""
     if _bwrap_path() is None:
         return False, "bwrap not found on PATH"
-    args = bwrap_args(python, SandboxParams(tmp_size_mb=tmp_size_mb))
+    args = bwrap_args(python, SandboxParams().model_copy(update={"tmp_size_mb": tmp_size_mb}))
     try:
         r = subprocess.run([*args, "--", python, "-I", "-c", "print('ok')"],
                            capture_output=True, text=True, timeout=30)
@@ -149,23 +158,27 @@ def _bwrap_version() -> str | None:
 
 
 def sandbox_status(params: SandboxParams) -> dict[str, Any]:
-    """Which isolation :func:`check_program` will use with ``params``, and why.
+    """Which isolation :func:`check_program` will use with ``params``; fails closed.
 
     Returns:
-        ``{"isolation": "bwrap"|"subprocess", "note": str, "python": path, "bwrap_version": str|None}``.
+        ``{"isolation": "bwrap"|"subprocess-unsafe", "note": str, "python": path,
+        "bwrap_version": str|None}``; ``note`` is "" under bwrap and :data:`UNSAFE_NOTE` else.
 
     Raises:
-        SandboxUnavailable: ``params.isolation == "bwrap"`` and bwrap cannot run.
+        SandboxUnavailable: ``params.isolation == "bwrap"`` and bwrap cannot run here (the
+            message gives the probe's reason and how to ask for the unsafe mode by name).
     """
     python = sandbox_python(params)
     version = _bwrap_version()
-    if params.isolation == "subprocess":
-        return {"isolation": "subprocess", "note": "isolation: subprocess requested in params",
+    if params.isolation == Isolation.SUBPROCESS_UNSAFE:
+        return {"isolation": Isolation.SUBPROCESS_UNSAFE.value, "note": UNSAFE_NOTE,
                 "python": python, "bwrap_version": version}
     ok, reason = _bwrap_probe(python, params.tmp_size_mb)
-    if ok:
-        return {"isolation": "bwrap", "note": "", "python": python, "bwrap_version": version}
-    if params.isolation == "bwrap":
-        raise SandboxUnavailable(f"sandbox.isolation is 'bwrap' but {reason}")
-    return {"isolation": "subprocess", "note": f"fallback (weaker isolation): {reason}",
-            "python": python, "bwrap_version": version}
+    if not ok:
+        raise SandboxUnavailable(
+            f"the sandbox (corruption.sandbox.isolation: bwrap) cannot be set up: {reason}. "
+            "Generated code is not run without it; fix bubblewrap, or set "
+            "corruption.sandbox.isolation: subprocess-unsafe to run it as a plain subprocess "
+            "with the harness's file and network access")
+    return {"isolation": Isolation.BWRAP.value, "note": "", "python": python,
+            "bwrap_version": version}

@@ -3,7 +3,8 @@
 Generated code is never executed in the harness process. :func:`check_program` builds the
 program (:mod:`nvfp4study.codeeval.program`: the task's prompt, then the code), sends it on
 stdin to a small runner script inside a ``bwrap`` sandbox (:mod:`nvfp4study.codeeval.isolation`:
-namespaces, read-only root, rlimits, the subprocess fallback), and reads back one JSON result
+namespaces, read-only root, rlimits; fails closed, a plain subprocess only when asked
+for by name), and reads back one JSON result
 line on a private pipe, while the watchdog (:mod:`nvfp4study.codeeval.watchdog`) bounds the
 process count and total RSS. After ``timeout_s`` (wall clock) the process group is killed with
 SIGKILL. :func:`check_many` runs several sandboxes at a time.
@@ -75,8 +76,9 @@ class ExecResult:
         lineno: the line of ``code`` (1-based) of the innermost frame in it, when known.
         detail: the harness's reason for a kill ("wall clock 10.0 s", "cpu limit", "process
             limit", "memory limit", "output limit", "SIGSEGV") or "".
-        isolation: ``bwrap`` or ``subprocess``.
-        isolation_note: why the fallback was used ("" under bwrap).
+        isolation: ``bwrap`` or ``subprocess-unsafe``.
+        isolation_note: "" under bwrap, else the UNSAFE note of
+            :data:`~nvfp4study.codeeval.isolation.UNSAFE_NOTE`.
         duration_s: wall-clock seconds from start to end of the sandbox (monotonic clock).
         returncode: the sandbox process's exit status (negative = signal, subprocess mode).
         signal: name of the signal that ended the program, if any.
@@ -240,7 +242,7 @@ def check_program(task: Task, code: str, params: SandboxParams | None = None, *,
     finally:
         kill_tree(proc, seen)
         proc.wait()
-        if isolation == Isolation.SUBPROCESS:
+        if isolation == Isolation.SUBPROCESS_UNSAFE:
             reap_marked(nonce, started_epoch)
         for key in list(sel.get_map().values()):
             try:

@@ -103,20 +103,34 @@ def kill_tree(proc: subprocess.Popen, seen: dict[int, int]) -> None:
 MARKER_ENV = "NVFP4STUDY_SANDBOX"  # fallback mode: marks every process a run started
 
 
-def reap_marked(marker: str, since: float) -> int:
-    """Fallback mode: SIGKILL processes started since ``since`` (epoch s) whose environment
-    carries ``MARKER_ENV=marker`` (children that left the process group with setsid).
-    Repeats until a pass finds none (at most 5 passes). Returns how many were killed."""
+def marked_processes(marker: str, since: float, env_name: str = MARKER_ENV) -> list[psutil.Process]:
+    """Live processes started since ``since`` (epoch s) whose environment carries
+    ``env_name=marker``: what a launch started, even after it left the process group or session
+    (``setsid``, a double fork). Processes whose environment cannot be read (another user's) are
+    not ours and are skipped. Also used by :mod:`nvfp4study.serving.process`."""
+    out = []
+    for p in psutil.process_iter(["create_time", "status"]):
+        if (p.info.get("create_time") or 0) < since - 1 or p.info.get("status") == psutil.STATUS_ZOMBIE:
+            continue
+        try:
+            if p.environ().get(env_name) == marker:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def reap_marked(marker: str, since: float, env_name: str = MARKER_ENV) -> int:
+    """SIGKILL :func:`marked_processes` (fallback mode: children that left the process group
+    with setsid). Repeats until a pass finds none (at most 5 passes). Returns how many were
+    killed."""
     killed = 0
     for _ in range(5):
         found = 0
-        for p in psutil.process_iter(["create_time"]):
-            if (p.info.get("create_time") or 0) < since - 1:
-                continue
+        for p in marked_processes(marker, since, env_name):
             try:
-                if p.environ().get(MARKER_ENV) == marker:
-                    p.kill()
-                    found += 1
+                p.kill()
+                found += 1
             except psutil.Error:
                 continue
         killed += found

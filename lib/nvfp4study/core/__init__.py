@@ -16,6 +16,7 @@ __all__ = [
     "paths",
     "readable",
     "report_layout",
+    "runlock",
     "runner",
     "stage",
 ]

@@ -21,6 +21,10 @@ class RunDirError(StudyError):
     """The outputs folder or run folder cannot be created or written."""
 
 
+class RunLocked(RunDirError):
+    """Another ``nvfp4study run`` holds the run folder's lock (names the folder and its pid)."""
+
+
 class NotebookFailed(StudyError):
     """A notebook raised or timed out; carries the notebook, cell index and error."""
 

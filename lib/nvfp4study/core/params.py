@@ -12,10 +12,10 @@ import difflib
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ParamsError
 from .files import atomic_write
@@ -29,41 +29,73 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+def _int(default: int | None, ge: int | None = None, le: int | None = None) -> Any:
+    """A strict int field (``true`` or ``2.0`` is not an int) in ``[ge, le]``."""
+    return Field(default, strict=True, ge=ge, le=le)
+
+
+def _float(default: float, *, gt: float | None = None, ge: float | None = None,
+           le: float | None = None) -> Any:
+    """A finite float field (an int is accepted, a bool is not) with the given bounds."""
+    return Field(default, strict=True, allow_inf_nan=False, gt=gt, ge=ge, le=le)
+
+
+def _bool(default: bool) -> Any:
+    """A strict bool field (``1`` or ``"yes"`` is not a bool)."""
+    return Field(default, strict=True)
+
+
+_SIZE = 1 << 20  # upper bound of a model dimension (the real ones are <= 157,184)
+_SECONDS = 7 * 24 * 3600.0  # upper bound of any time-out (a week)
+#: a clamp-list entry: layer index >= 0 -> limit >= 0 (0 = no clamp), finite.
+_Layer = Annotated[int, Field(ge=0, le=4096)]
+_Limit = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
+
+
 # --- checkpoint --------------------------------------------------------------------
 class LingShape(_Strict):
     """Ling-3.0-flash sizes. The defaults are the real model's, as the code that loads it reads
     them (SGLang 0.5.23 ``srt/models/bailing_moe_v3.py``, ``srt/configs/bailing_hybrid.py``);
     a checkpoint's own ``config.json`` overrides them wherever the study reads one."""
 
-    vocab_size: int = 157184
-    hidden_size: int = 2560
-    intermediate_size: int = 6144
-    num_hidden_layers: int = 42
-    num_attention_heads: int = 32
-    num_key_value_heads: int = 32
-    head_dim: int = 128
-    layer_group_size: int = 6
-    num_experts: int = 512
-    num_experts_per_tok: int = 8
-    num_shared_experts: int = 1
-    n_group: int = 8
-    topk_group: int = 4
-    moe_intermediate_size: int = 768
-    moe_shared_expert_intermediate_size: int = 768
-    first_k_dense_replace: int = 2
-    kv_lora_rank: int = 512
-    qk_nope_head_dim: int = 128
-    qk_rope_head_dim: int = 64
-    v_head_dim: int = 128
-    short_conv_kernel_size: int = 4
-    num_nextn_predict_layers: int = 1
+    vocab_size: int = _int(157184, 1, _SIZE)
+    hidden_size: int = _int(2560, 1, _SIZE)
+    intermediate_size: int = _int(6144, 1, _SIZE)
+    num_hidden_layers: int = _int(42, 1, _SIZE)
+    num_attention_heads: int = _int(32, 1, _SIZE)
+    num_key_value_heads: int = _int(32, 1, _SIZE)
+    head_dim: int = _int(128, 1, _SIZE)
+    layer_group_size: int = _int(6, 1, _SIZE)
+    num_experts: int = _int(512, 1, _SIZE)
+    num_experts_per_tok: int = _int(8, 1, _SIZE)
+    num_shared_experts: int = _int(1, 0, _SIZE)
+    n_group: int = _int(8, 1, _SIZE)
+    topk_group: int = _int(4, 1, _SIZE)
+    moe_intermediate_size: int = _int(768, 1, _SIZE)
+    moe_shared_expert_intermediate_size: int = _int(768, 1, _SIZE)
+    first_k_dense_replace: int = _int(2, 0, _SIZE)
+    kv_lora_rank: int = _int(512, 1, _SIZE)
+    qk_nope_head_dim: int = _int(128, 1, _SIZE)
+    qk_rope_head_dim: int = _int(64, 1, _SIZE)
+    v_head_dim: int = _int(128, 1, _SIZE)
+    short_conv_kernel_size: int = _int(4, 1, _SIZE)
+    num_nextn_predict_layers: int = _int(1, 0, _SIZE)
     # Clamp lists: {layer: limit}; unlisted layers are 0 (no clamp). Real model's by default.
-    expert_swiglu_limits: dict[int, float] = Field(
+    expert_swiglu_limits: dict[_Layer, _Limit] = Field(
         default_factory=lambda: {i: 4.0 for i in range(35, 42)}
     )
-    share_expert_swiglu_limits: dict[int, float] = Field(
+    share_expert_swiglu_limits: dict[_Layer, _Limit] = Field(
         default_factory=lambda: {**{i: 5.0 for i in range(34, 40)}, 40: 7.0, 41: 7.0}
     )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LingShape:
+        if self.num_experts_per_tok > self.num_experts:
+            raise ValueError(f"num_experts_per_tok ({self.num_experts_per_tok}) exceeds "
+                             f"num_experts ({self.num_experts})")
+        if self.topk_group > self.n_group:
+            raise ValueError(f"topk_group ({self.topk_group}) exceeds n_group ({self.n_group})")
+        return self
 
 
 class HubSource(_Strict):
@@ -82,24 +114,24 @@ class CheckpointParams(_Strict):
     # the card's NVFP4 checkpoint on the Hub: 02 audits it by range requests beside ours (None: not run)
     card_checkpoint: HubSource | None = None
     shape: LingShape = Field(default_factory=LingShape)
-    shards: int = 4
-    seed: int = 0
+    shards: int = _int(4, 1, 100_000)
+    seed: int = _int(0, 0, 2**63 - 1)  # torch.Generator.manual_seed range
     quantized_path: str | None = None  # audit this existing quantized checkpoint instead
 
 
 # --- quantize ----------------------------------------------------------------------
 class QuantizeParams(_Strict):
-    enabled: bool = True
+    enabled: bool = _bool(True)
     scheme: Literal["NVFP4A16"] = "NVFP4A16"
     device: str = "cpu"
-    max_workers: int = 1
-    share_gate_up_global_scale: bool = True
-    serving_rewrite: bool = True  # add input_global_scale = 1.0 and the W4A4 config block
+    max_workers: int = _int(1, 1, 1024)
+    share_gate_up_global_scale: bool = _bool(True)
+    serving_rewrite: bool = _bool(True)  # add input_global_scale = 1.0 and the W4A4 config block
     python: str | None = None  # interpreter of a separate quantizer environment
-    roundtrip_experts: int = 8  # experts dequantized for the round-trip check
-    compare_unshared: bool = True  # also quantize without the gate/up rule to measure the scale mismatch (2x time)
-    redo: bool = False  # quantize again even when this run folder holds an identical earlier output
-    assumed_mb_per_s: float = 150.0  # for the time printed before quantizing (bench_quantize, 2 CPU cores)
+    roundtrip_experts: int = _int(8, 0, _SIZE)  # experts dequantized for the round-trip check
+    compare_unshared: bool = _bool(True)  # also quantize without the gate/up rule to measure the scale mismatch (2x time)
+    redo: bool = _bool(False)  # quantize again even when this run folder holds an identical earlier output
+    assumed_mb_per_s: float = _float(150.0, gt=0)  # for the time printed before quantizing (bench_quantize, 2 CPU cores)
 
 
 # --- sglang ------------------------------------------------------------------------
@@ -115,55 +147,61 @@ class SGLangParams(_Strict):
     patch_modes: list[Literal["stock", "none", "exact", "card"]] = Field(
         default_factory=lambda: ["stock", "none", "exact"]
     )
-    deterministic_patch: bool = True
-    apply_to_install: bool = False  # True: patch the serving install in place (GPU profile)
+    deterministic_patch: bool = _bool(True)
+    apply_to_install: bool = _bool(False)  # True: patch the serving install in place (GPU profile)
 
 
 # --- serving -----------------------------------------------------------------------
 class SpeculativeParams(_Strict):
     algorithm: Literal["NEXTN"] | None = "NEXTN"
-    num_steps: int = 2
-    eagle_topk: int = 1
-    num_draft_tokens: int = 3
+    num_steps: int = _int(2, 1, 64)
+    eagle_topk: int = _int(1, 1, 64)
+    num_draft_tokens: int = _int(3, 1, 1024)
 
 
 class ServerParams(_Strict):
-    enabled: bool = False  # False: stages 04/06/07 record "not run" (no NVFP4-capable GPU)
+    enabled: bool = _bool(False)  # False: stages 04/06/07 record "not run" (no NVFP4-capable GPU)
     python: str | None = None  # interpreter of the SGLang environment
     model_path: str | None = None  # served checkpoint; None = this run's quantized checkpoint
     host: str = "127.0.0.1"
-    port: int = 30013
-    tp_size: int = 1
-    ep_size: int = 1
-    mem_fraction_static: float = 0.75
-    context_length: int = 32768
-    max_running_requests: int = 1
-    chunked_prefill_size: int = 2048
-    disable_shared_experts_fusion: bool = True
+    port: int = _int(30013, 1, 65535)
+    tp_size: int = _int(1, 1, 1024)
+    ep_size: int = _int(1, 1, 1024)
+    mem_fraction_static: float = _float(0.75, gt=0, le=1)
+    context_length: int = _int(32768, 1, 1 << 24)
+    max_running_requests: int = _int(1, 1, 1 << 20)
+    chunked_prefill_size: int = _int(2048, -1, 1 << 24)  # -1: SGLang's "no chunking"
+    disable_shared_experts_fusion: bool = _bool(True)
     tool_call_parser: str | None = "glm45"
     reasoning_parser: str | None = None
     speculative: SpeculativeParams = Field(default_factory=SpeculativeParams)
-    enable_metrics: bool = True
+    enable_metrics: bool = _bool(True)
     extra_args: list[str] = Field(default_factory=list)
-    startup_timeout_s: float = 1800.0
-    request_timeout_s: float = 600.0
-    trust_remote_code: bool = True  # the card's command passes --trust-remote-code
+    startup_timeout_s: float = _float(1800.0, gt=0, le=_SECONDS)
+    request_timeout_s: float = _float(600.0, gt=0, le=_SECONDS)
+    trust_remote_code: bool = _bool(True)  # the card's command passes --trust-remote-code
     clamp_mode: Literal["stock", "none", "exact"] = "exact"  # clamp mode served in 04/06/07
-    require_gpu: bool = True  # refuse to launch below compute capability 10 (tests: False)
-    check_version: bool = True  # the interpreter's sglang must be sglang.version
-    shutdown_grace_s: float = 30.0  # SIGTERM -> SIGKILL grace for the server's process group
-    health_poll_s: float = 2.0  # seconds between /health_generate polls while loading
+    require_gpu: bool = _bool(True)  # refuse to launch below compute capability 10 (tests: False)
+    check_version: bool = _bool(True)  # the interpreter's sglang must be sglang.version
+    shutdown_grace_s: float = _float(30.0, ge=0, le=_SECONDS)  # SIGTERM -> SIGKILL grace for the server's process group
+    health_poll_s: float = _float(2.0, gt=0, le=3600)  # seconds between /health_generate polls while loading
     env: dict[str, str] = Field(default_factory=dict)  # extra environment for the server
 
 
 # --- corruption --------------------------------------------------------------------
 class SamplingConfig(_Strict):
     name: str
-    temperature: float
-    top_p: float = 1.0
-    top_k: int = -1
-    thinking: bool = False
-    max_tokens: int = 2048
+    temperature: float = Field(strict=True, allow_inf_nan=False, ge=0, le=100)
+    top_p: float = _float(1.0, gt=0, le=1)
+    top_k: int = _int(-1, -1, 1 << 24)  # -1: all tokens (0 is refused below)
+    thinking: bool = _bool(False)
+    max_tokens: int = _int(2048, 1, 1 << 24)
+
+    @model_validator(mode="after")
+    def _top_k(self) -> SamplingConfig:
+        if self.top_k == 0:
+            raise ValueError("top_k must be -1 (all tokens) or >= 1, got 0")
+        return self
 
 
 def _card_sampling() -> list[SamplingConfig]:
@@ -176,29 +214,31 @@ def _card_sampling() -> list[SamplingConfig]:
 
 
 class SandboxParams(_Strict):
-    timeout_s: float = 10.0  # wall clock per program; the whole sandbox is killed after it
-    memory_mb: int = 1024  # RLIMIT_AS per process, and the sandbox's total RSS (watchdog)
-    cpu_s: int = 10  # RLIMIT_CPU per process (SIGXCPU)
-    file_size_mb: int = 16  # RLIMIT_FSIZE
-    isolation: Literal["auto", "bwrap", "subprocess"] = "auto"  # auto: bwrap if it runs here
-    max_processes: int = 32  # processes in the sandbox before the watchdog kills it
-    tmp_size_mb: int = 64  # size of the sandbox's private /tmp (tmpfs)
-    output_tail_bytes: int = 2000  # stdout/stderr kept per run (the rest is counted, dropped)
+    timeout_s: float = _float(10.0, gt=0, le=_SECONDS)  # wall clock per program; the whole sandbox is killed after it
+    memory_mb: int = _int(1024, 16, 1 << 24)  # RLIMIT_AS per process, and the sandbox's total RSS (watchdog)
+    cpu_s: int = _int(10, 1, int(_SECONDS))  # RLIMIT_CPU per process (SIGXCPU)
+    file_size_mb: int = _int(16, 1, 1 << 24)  # RLIMIT_FSIZE
+    # bwrap: fail closed when bubblewrap cannot be set up; subprocess-unsafe (only by this name):
+    # a plain subprocess with the harness user's file and network access (codeeval/isolation.py)
+    isolation: Literal["bwrap", "subprocess-unsafe"] = "bwrap"
+    max_processes: int = _int(32, 1, 4096)  # processes in the sandbox before the watchdog kills it
+    tmp_size_mb: int = _int(64, 1, 1 << 24)  # size of the sandbox's private /tmp (tmpfs)
+    output_tail_bytes: int = _int(2000, 0, 1 << 30)  # stdout/stderr kept per run (the rest is counted, dropped)
     python: str | None = None  # interpreter run in the sandbox; None = this one's base interpreter
 
 
 class CorruptionParams(_Strict):
-    humaneval_count: int = 164  # first N HumanEval problems (0..164)
-    card_tasks: bool = True  # include the card-style algorithmic prompts
+    humaneval_count: int = _int(164, 0, 164)  # first N HumanEval problems (0..164)
+    card_tasks: bool = _bool(True)  # include the card-style algorithmic prompts
     sampling: list[SamplingConfig] = Field(default_factory=_card_sampling)
     clamp_modes: list[Literal["stock", "none", "exact"]] = Field(
         default_factory=lambda: ["none", "exact"]
     )
-    validate_detector: bool = True
-    junk_variants_per_kind: int = 1  # junk-injected variants per canonical solution and kind
-    junk_seed: int = 0  # seed of the junk injection (detector validation); same seed, same variants
-    validation_execute: bool = True  # detector validation also runs every variant in the sandbox
-    validation_timeout_s: float = 5.0  # wall clock per program in the detector validation (<= sandbox.timeout_s)
+    validate_detector: bool = _bool(True)
+    junk_variants_per_kind: int = _int(1, 0, 1000)  # junk-injected variants per canonical solution and kind
+    junk_seed: int = _int(0, 0, 2**63 - 1)  # seed of the junk injection (detector validation); same seed, same variants
+    validation_execute: bool = _bool(True)  # detector validation also runs every variant in the sandbox
+    validation_timeout_s: float = _float(5.0, gt=0, le=_SECONDS)  # wall clock per program in the detector validation (<= sandbox.timeout_s)
     sandbox: SandboxParams = Field(default_factory=SandboxParams)
     # The card's claim sets: a claim of n tasks uses the first n ids of this list (n from
     # claims.yaml: 15 for corruption.t0-off-15, 10 for the others); [] = the card-style tasks
@@ -206,40 +246,42 @@ class CorruptionParams(_Strict):
     claim_tasks: list[str] = Field(default_factory=list)
     before_mode: Literal["stock", "none", "exact"] = "none"  # the card's "before patch" state
     after_mode: Literal["stock", "none", "exact"] = "exact"  # the card's "after patch" state
-    executed_n: int = 8  # corruption.executed: first n claim tasks, first sampling, after_mode
+    executed_n: int = _int(8, 0, 100_000)  # corruption.executed: first n claim tasks, first sampling, after_mode
     reasoning_probe_parser: str | None = "ling3"  # serve.reasoning-parser probe; None = skip
-    reasoning_probe_tasks: int = 5  # thinking-off requests per stream mode in the probe
-    max_workers: int = 2  # parallel sandboxed executions when classifying
+    reasoning_probe_tasks: int = _int(5, 0, 100_000)  # thinking-off requests per stream mode in the probe
+    max_workers: int = _int(2, 1, 1024)  # parallel sandboxed executions when classifying
     # requests in flight on the corruption sweep's servers (--max-running-requests of those
     # launches); 1 = the card's --max-running-requests 1. >1 runs the sweep batched as its own
     # server configuration (``nvfp4study plan`` shows the saving).
-    concurrency: int = Field(default=1, ge=1)
+    concurrency: int = _int(1, 1, 1024)
 
 
 # --- MTP and determinism -----------------------------------------------------------
 class MTPParams(_Strict):
-    depths: list[int] = Field(default_factory=lambda: [0, 1, 2, 3])
-    prompts: int = 10
-    max_tokens: int = 512
-    warmup_requests: int = 1
-    thinking: bool = False  # chat_template_kwargs enable_thinking for the timed prompts
-    flush_cache: bool = True  # POST /flush_cache before each 06/07 request (no prefix-cache reuse)
+    # 0 = speculation off; a depth is NEXTN's --speculative-num-steps
+    depths: list[Annotated[int, Field(strict=True, ge=0, le=64)]] = Field(
+        default_factory=lambda: [0, 1, 2, 3])
+    prompts: int = _int(10, 1, 100_000)
+    max_tokens: int = _int(512, 1, 1 << 24)
+    warmup_requests: int = _int(1, 0, 1000)
+    thinking: bool = _bool(False)  # chat_template_kwargs enable_thinking for the timed prompts
+    flush_cache: bool = _bool(True)  # POST /flush_cache before each 06/07 request (no prefix-cache reuse)
     broken_model_path: str | None = None  # a checkpoint with layer 42 mis-declared (mtp.broken-draft)
 
 
 class DeterminismParams(_Strict):
-    prompts: int = 5
-    repeats: int = 2
-    max_tokens: int = 512
-    deterministic_mode: bool = True
-    spec_depth: int = 2  # the NEXTN depth compared with speculation off (the card's k=2)
+    prompts: int = _int(5, 1, 100_000)
+    repeats: int = _int(2, 2, 1000)  # at least two runs to compare
+    max_tokens: int = _int(512, 1, 1 << 24)
+    deterministic_mode: bool = _bool(True)
+    spec_depth: int = _int(2, 1, 64)  # the NEXTN depth compared with speculation off (the card's k=2)
 
 
 # --- the whole profile -----------------------------------------------------------------------
 class Params(_Strict):
     profile: str
     description: str = ""
-    execution_timeout_s: int = 1800  # per notebook cell; a timeout fails the run
+    execution_timeout_s: int = _int(1800, 1, int(_SECONDS))  # per notebook cell; a timeout fails the run
     replay_from: str | None = None  # a recorded run folder: re-analyse its raw files, no server
     checkpoint: CheckpointParams = Field(default_factory=CheckpointParams)
     quantize: QuantizeParams = Field(default_factory=QuantizeParams)
@@ -289,8 +331,44 @@ def _explain(err: ValidationError, source: str, overridden: tuple[str, ...] = ()
         elif e["type"] == "missing":
             lines.append(f"{where}: missing required key '{key}'")
         else:
-            lines.append(f"{where}: key '{key}': {e['msg']} (got {e.get('input')!r})")
+            got = repr(e.get("input"))
+            got = got if len(got) <= 80 else got[:77] + "..."
+            lines.append(f"{where}: key '{key}': {e['msg']} (got {got})")
     return "; ".join(lines)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, except that a mapping with the same key twice is an error (PyYAML
+    keeps the last value silently; YAML 1.2 section 3.2.1.1 requires unique keys)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # "<<" merges: explicit keys override merged ones by design
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: SafeLoader's own error follows
+                continue
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first on line {first})", key_node.start_mark)
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _yaml(text: str) -> Any:
+    """Parse YAML text with :class:`_UniqueKeyLoader` (raises ``yaml.YAMLError``)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """``"line N, column M: problem"`` of a PyYAML error (its own text names no file)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark else problem
 
 
 def apply_override(raw: dict, assignment: str) -> None:
@@ -299,19 +377,27 @@ def apply_override(raw: dict, assignment: str) -> None:
     The value is parsed as YAML (so ``3``, ``true``, ``[0, 2]``, ``null`` work).
 
     Raises:
-        ParamsError: no ``=`` in the assignment, or a path through a non-mapping.
+        ParamsError: no ``=`` in the assignment, an empty key part, a value that is not YAML
+            (``-p a=[``), or a path through a non-mapping; the message names the override.
     """
     if "=" not in assignment:
         raise ParamsError(f"override '{assignment}' is not key=value")
     key, value = assignment.split("=", 1)
     parts = key.strip().split(".")
+    if not all(p.strip() for p in parts):
+        raise ParamsError(f"override '{assignment}': the key has an empty part")
+    try:
+        parsed = _yaml(value) if value.strip() else None
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"-p {key.strip()}: the value {value!r} is not valid YAML "
+                          f"({_yaml_problem(exc)})") from None
     cur = raw
     for p in parts[:-1]:
         nxt = cur.setdefault(p, {})
         if not isinstance(nxt, dict):
             raise ParamsError(f"override '{key}': '{p}' is not a section")
         cur = nxt
-    cur[parts[-1]] = yaml.safe_load(value) if value.strip() else None
+    cur[parts[-1]] = parsed
 
 
 def load_params(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Params:
@@ -325,16 +411,28 @@ def load_params(path: str | Path | None = None, overrides: list[str] | tuple[str
         The validated :class:`Params`.
 
     Raises:
-        ParamsError: missing/unreadable file, invalid YAML, unknown key, wrong type; the message
-            names the file and the key.
+        ParamsError: missing/unreadable file, bytes that are not UTF-8, invalid YAML, a duplicate
+            key (with its line), unknown key, wrong type or out-of-range value; the message names
+            the file (or the ``-p`` override) and the key.
     """
     p = Path(path) if path else DEFAULT_PARAMS
     if not p.is_file():
         raise ParamsError(f"params file not found: {p}")
     try:
-        raw = yaml.safe_load(p.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ParamsError(f"{p}: cannot read params: {exc}") from exc
+        data = p.read_bytes()
+    except OSError as exc:
+        raise ParamsError(f"{p}: cannot read params: {exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise ParamsError(f"{p}: line {line}: not UTF-8 text (byte {data[exc.start]:#04x} at "
+                          f"offset {exc.start})") from None
+    try:
+        raw = _yaml(text)
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"{p}: cannot read params: invalid YAML at {_yaml_problem(exc)}") from None
+    raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ParamsError(f"{p}: top level must be a mapping, got {type(raw).__name__}")
     for o in overrides:

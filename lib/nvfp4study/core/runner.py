@@ -15,6 +15,7 @@ written, so the saved notebook does not show it; both are caught here.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import environment, ledger
+from . import environment, ledger, runlock
 from .errors import NotebookFailed, ParamsError, RunDirError, StudyError
 from .files import atomic_write, write_json
 from .params import REPO_ROOT, Params, dump_params, load_params
@@ -167,6 +168,7 @@ def run_study(
     Raises:
         ParamsError: invalid params (before anything is written).
         RunDirError: the run folder cannot be created or written.
+        RunLocked: another ``nvfp4study run`` is writing into the same folder (its pid named).
     """
     params: Params = load_params(params_path, overrides)
     all_nbs = notebooks(notebook_dir)
@@ -188,63 +190,78 @@ def run_study(
         except OSError as exc:
             raise RunDirError(f"cannot create outputs folder {outputs}: {exc.strerror or exc}") from exc
         root = new_run_dir(params.profile, outputs)
-    paths = RunPaths(root)
-    resolved = dump_params(params, paths.params_file)
-    ledger.init_ledger(root)
-    manifest: dict[str, Any] = {
-        **previous,
-        "profile": params.profile,
-        "params_source": str(params_path or "params/default.yaml"),
-        "overrides": list(overrides),
-        "params_hash": params.digest(),
-        "params": params.model_dump(mode="json"),
-        "started": previous.get("started", _now()),
-        "ended": None,
-        "status": "running",
-        "notebooks": [n for n in previous.get("notebooks", [])
-                      if n["notebook"] not in {p.stem for p in chosen}],
-        **environment.collect(params, root),
-    }
-    write_json(paths.manifest, manifest)
-    echo(f"run folder: {root}")
-    failure: NotebookFailed | None = None
-    for i, nb in enumerate(chosen, 1):
-        out = root / nb.name
-        t0 = time.monotonic()
-        entry: dict[str, Any] = {"notebook": nb.stem, "started": _now()}
-        try:
-            execute_notebook(nb, out, resolved, root, params.execution_timeout_s)
-            entry["status"] = "ok"
-        except NotebookFailed as exc:
-            entry.update(status="failed", cell=exc.cell, error=f"{exc.ename}: {exc.evalue}")
-            failure = exc
-        entry["seconds"] = round(time.monotonic() - t0, 2)
-        if out.exists():
-            to_html(out, paths.html_dir / f"{nb.stem}.html")
-        manifest["notebooks"].append(entry)
-        manifest["notebooks"].sort(key=lambda n: n["notebook"])
+    with runlock.hold(root), _owner_env():  # one run per folder (RunLocked names the holder)
+        paths = RunPaths(root)
+        resolved = dump_params(params, paths.params_file)
+        ledger.init_ledger(root)
+        manifest: dict[str, Any] = {
+            **previous,
+            "profile": params.profile,
+            "params_source": str(params_path or "params/default.yaml"),
+            "overrides": list(overrides),
+            "params_hash": params.digest(),
+            "params": params.model_dump(mode="json"),
+            "started": previous.get("started", _now()),
+            "ended": None,
+            "status": "running",
+            "notebooks": [n for n in previous.get("notebooks", [])
+                          if n["notebook"] not in {p.stem for p in chosen}],
+            **environment.collect(params, root),
+        }
         write_json(paths.manifest, manifest)
-        echo(f"[{i}/{len(chosen)}] {nb.stem:<24} {entry['seconds']:7.1f} s  {entry['status']}")
+        echo(f"run folder: {root}")
+        failure: NotebookFailed | None = None
+        for i, nb in enumerate(chosen, 1):
+            out = root / nb.name
+            t0 = time.monotonic()
+            entry: dict[str, Any] = {"notebook": nb.stem, "started": _now()}
+            try:
+                execute_notebook(nb, out, resolved, root, params.execution_timeout_s)
+                entry["status"] = "ok"
+            except NotebookFailed as exc:
+                entry.update(status="failed", cell=exc.cell, error=f"{exc.ename}: {exc.evalue}")
+                failure = exc
+            entry["seconds"] = round(time.monotonic() - t0, 2)
+            if out.exists():
+                to_html(out, paths.html_dir / f"{nb.stem}.html")
+            manifest["notebooks"].append(entry)
+            manifest["notebooks"].sort(key=lambda n: n["notebook"])
+            write_json(paths.manifest, manifest)
+            echo(f"[{i}/{len(chosen)}] {nb.stem:<24} {entry['seconds']:7.1f} s  {entry['status']}")
+            if failure:
+                break
+        report_nb = root / f"{REPORT_NOTEBOOK}.ipynb"
+        if not failure and any(n.stem == REPORT_NOTEBOOK for n in chosen) and report_nb.exists():
+            to_html(report_nb, paths.report)
+        manifest.update(ended=_now(), status="failed" if failure else "ok")
+        manifest.pop("failure", None)
         if failure:
-            break
-    report_nb = root / f"{REPORT_NOTEBOOK}.ipynb"
-    if not failure and any(n.stem == REPORT_NOTEBOOK for n in chosen) and report_nb.exists():
-        to_html(report_nb, paths.report)
-    manifest.update(ended=_now(), status="failed" if failure else "ok")
-    manifest.pop("failure", None)
-    if failure:
-        manifest["failure"] = str(failure)
-    write_json(paths.manifest, manifest)
-    done = {n["notebook"] for n in manifest["notebooks"] if n["status"] == "ok"}
-    complete = {p.stem for p in all_nbs} <= done
-    # outputs/latest is what notebooks opened by hand read: only a complete, successful run.
-    if complete and root.resolve().is_relative_to(outputs.resolve()):
-        point_latest(root, outputs)
-    if failure:
-        echo(f"FAILED: {failure}")
-    else:
-        echo(f"report: {paths.report if paths.report.exists() else '(99_report not run)'}")
-    return root, manifest
+            manifest["failure"] = str(failure)
+        write_json(paths.manifest, manifest)
+        done = {n["notebook"] for n in manifest["notebooks"] if n["status"] == "ok"}
+        complete = {p.stem for p in all_nbs} <= done
+        # outputs/latest is what notebooks opened by hand read: only a complete, successful run.
+        if complete and root.resolve().is_relative_to(outputs.resolve()):
+            point_latest(root, outputs)
+        if failure:
+            echo(f"FAILED: {failure}")
+        else:
+            echo(f"report: {paths.report if paths.report.exists() else '(99_report not run)'}")
+        return root, manifest
+
+
+@contextlib.contextmanager
+def _owner_env():
+    """Tell the notebooks this process executes that their run folder's lock is their runner's."""
+    old = os.environ.get(runlock.OWNER_ENV)
+    os.environ[runlock.OWNER_ENV] = str(os.getpid())
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(runlock.OWNER_ENV, None)
+        else:
+            os.environ[runlock.OWNER_ENV] = old
 
 
 def main(argv: list[str]) -> int:

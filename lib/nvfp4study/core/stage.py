@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import ledger
+from . import ledger, runlock
 from .display import display_options
 from .errors import ParamsError
 from .params import DEFAULT_PARAMS, REPO_ROOT, Params, dump_params, load_params
@@ -147,8 +147,10 @@ def open_stage_named(name: str, params_file: str = "", run_dir: str = "") -> Sta
     Raises:
         ParamsError: invalid params, or non-default params for an existing run.
         RunDirError: an unwritable folder.
+        RunLocked: another ``nvfp4study run`` is writing into the folder.
     """
     choice = choose_run(params_file, run_dir)
+    runlock.check(choice.root)
     print(choice.describe())
     display_options()
     paths = RunPaths(choice.root)

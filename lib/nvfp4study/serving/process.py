@@ -3,9 +3,16 @@
 The server is started with ``start_new_session=True`` (its own session and process group, so
 SGLang's scheduler/detokenizer children share one group id), its output appended to a log file,
 and ``PR_SET_PDEATHSIG`` set so it gets SIGTERM if the launching process dies. :meth:`stop`
-sends SIGTERM to the group, waits a grace period, then SIGKILLs whatever is left (also any
-descendant that left the group) and waits until none is alive. An ``atexit`` hook stops every
-server this interpreter started, as a last resort.
+sends SIGTERM to the group, waits a grace period, then SIGKILLs whatever is left and waits until
+none is alive. An ``atexit`` hook stops every server this interpreter started, as a last resort.
+
+"Whatever is left" includes processes that left the group or the session (``setsid``, a double
+fork, a daemon): every launch carries a random marker in :data:`SERVER_MARKER_ENV`, which such
+processes inherit (:func:`nvfp4study.codeeval.watchdog.marked_processes` finds them), and while
+a server is live the launcher is a child subreaper (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``), so
+an orphaned descendant is re-parented to the launcher instead of init and stays in the
+launcher's process tree even if it cleared its environment. Orphans the launcher adopted are
+reaped after they are killed (no zombie is left).
 
 ``GET /health_generate`` answers 503 while the server is starting and 200 once a one-token
 generation went through (0.5.23 ``entrypoints/http_server.py`` 721-799).
@@ -31,6 +38,7 @@ from pathlib import Path
 
 import psutil
 
+from ..codeeval.watchdog import marked_processes
 from ..core.errors import (
     HealthTimeout,
     PortInUse,
@@ -76,6 +84,21 @@ def _set_pdeathsig() -> None:  # runs in the child before exec (Linux): die with
         pass
 
 
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+#: environment variable whose random value marks every process one launch started.
+SERVER_MARKER_ENV = "NVFP4STUDY_SERVER"
+
+
+def _set_subreaper(on: bool) -> bool:
+    """Make this process a child subreaper (or stop being one); False where unsupported."""
+    if sys.platform != "linux":
+        return False
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 _LIVE: dict[int, ServerProcess] = {}
 _BY_URL: dict[str, ServerProcess] = {}
 
@@ -95,6 +118,8 @@ class ServerProcess:
     t_launch: float | None = None
     t_healthy: float | None = None
     returncode: int | None = None
+    marker: str = field(default_factory=lambda: os.urandom(12).hex())
+    t_launch_epoch: float = 0.0
 
     @property
     def base_url(self) -> str:
@@ -106,7 +131,9 @@ class ServerProcess:
     def start(self) -> None:
         """Launch in a new session (own process group), output appended to the log file."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.env}
+        env = {**os.environ, **self.env, SERVER_MARKER_ENV: self.marker}
+        _set_subreaper(True)  # orphaned descendants come back to us, not to init
+        self.t_launch_epoch = time.time()
         with open(self.log_path, "ab") as log:
             log.write(f"# nvfp4study launch: {json.dumps(self.command)}\n".encode())
             log.flush()
@@ -158,22 +185,27 @@ class ServerProcess:
                 time.sleep(min(0.1, poll_s))
 
     def group_members(self) -> list[psutil.Process]:
-        """Live (non-zombie) processes of the server's process group and descendants."""
+        """Live (non-zombie) processes of the launch: the server's process group, its
+        descendants, orphans re-parented to this (subreaper) process since the launch, and every
+        process carrying this launch's marker (those that left the group or session)."""
         if self.proc is None:
             return []
+        out: dict[int, psutil.Process] = {p.pid: p for p in marked_processes(
+            self.marker, self.t_launch_epoch, SERVER_MARKER_ENV)}
         pgid = self.proc.pid  # start_new_session: the leader's pid is the group id
-        out: dict[int, psutil.Process] = {}
         for p in psutil.process_iter(["status"]):
             try:
                 if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
                     out[p.pid] = p
             except (ProcessLookupError, psutil.Error, OSError):
                 continue
-        with contextlib.suppress(psutil.Error):
-            for c in psutil.Process(self.proc.pid).children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    if c.status() != psutil.STATUS_ZOMBIE:
-                        out[c.pid] = c
+        roots = [self.proc.pid] + [p.pid for p in _adopted(self.t_launch_epoch)]
+        for root in roots:
+            with contextlib.suppress(psutil.Error):
+                for c in [psutil.Process(root), *psutil.Process(root).children(recursive=True)]:
+                    with contextlib.suppress(psutil.Error):
+                        if c.pid != os.getpid() and c.status() != psutil.STATUS_ZOMBIE:
+                            out[c.pid] = c
         return list(out.values())
 
     def stop(self) -> None:
@@ -182,6 +214,7 @@ class ServerProcess:
             return
         pgid = self.proc.pid
         members = self.group_members()
+        seen = {p.pid for p in members}
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGTERM)
         for p in members:  # descendants that left the group (one SIGTERM each, not two)
@@ -194,18 +227,27 @@ class ServerProcess:
         if self.proc.poll() is None or self.group_members():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
-            for p in self.group_members() + members:
+            late = self.group_members()
+            seen |= {p.pid for p in late}
+            for p in late + members:
                 with contextlib.suppress(psutil.Error):
                     p.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
         end = time.monotonic() + 10
-        while self.group_members() and time.monotonic() < end:
+        while (left := self.group_members()) and time.monotonic() < end:
+            for p in left:  # started after the SIGKILL round (a daemon's late fork)
+                seen.add(p.pid)
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
             time.sleep(0.05)
         self.returncode = self.proc.returncode
         _LIVE.pop(self.proc.pid, None)
         if _BY_URL.get(self.base_url) is self:
             _BY_URL.pop(self.base_url, None)
+        _reap(seen - {self.proc.pid})
+        if not _LIVE:
+            _set_subreaper(False)
 
     def check_alive(self, wait_s: float = 0.0) -> None:
         """Raise :class:`ServerDied` (with the log tail) if the server has exited, waiting up to
@@ -217,6 +259,34 @@ class ServerProcess:
             self.returncode = self.proc.returncode
             raise ServerDied(f"the server exited with status {self.returncode} while serving",
                              log=self.log_path, log_tail=self.tail())
+
+
+def _adopted(since: float) -> list[psutil.Process]:
+    """Live orphans of a launch re-parented to this process (the subreaper): children of ours
+    started since ``since`` that no live launch's ``Popen`` started, whose environment carries a
+    launch marker or is empty (a daemon that cleared it; everything this interpreter starts
+    itself inherits ``os.environ``, so no child of ours has an empty one)."""
+    mine = {sp.proc.pid for sp in _LIVE.values() if sp.proc is not None}
+    out = []
+    with contextlib.suppress(psutil.Error):
+        for c in psutil.Process().children():
+            with contextlib.suppress(psutil.Error):
+                if c.pid in mine or c.create_time() < since - 1 or c.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                env = c.environ()
+                if SERVER_MARKER_ENV in env or not env:
+                    out.append(c)
+    return out
+
+
+def _reap(pids: set[int]) -> None:
+    """Collect the exit status of killed launch processes that are now our children (orphans
+    adopted as subreaper), so no zombie is left; other pids are left alone."""
+    me = os.getpid()
+    for pid in pids:
+        with contextlib.suppress(psutil.Error, ChildProcessError, OSError):
+            if psutil.Process(pid).ppid() == me:
+                os.waitpid(pid, os.WNOHANG)
 
 
 @atexit.register

@@ -14,6 +14,7 @@ __all__ = [
     "flags",
     "model_side",
     "patch",
+    "patch_journal",
     "releases",
     "source",
 ]

@@ -16,8 +16,13 @@ unified diff per file (``patch -p1`` applies them from the tree root too). Modes
 Guarantees: apply is idempotent; it refuses (named error, nothing written) an unknown version or
 mode, a file whose hash matches neither the original nor this mode's result, another clamp mode
 already applied, or a read-only file/folder; all files are prepared and compiled in memory first,
-then written by temp file + rename, and a failed write rolls the earlier ones back. Revert
-restores the original bytes, checked against the recorded hash.
+then written through a journal (:mod:`nvfp4study.sglang.patch_journal`): a failed write rolls
+the earlier ones back, and after a kill at any instant the next ``patch`` command (apply,
+revert, status, switch, verify) finishes the interrupted one before it does anything else, so
+the tree is never left half-patched and no temporary file stays in the package. Revert
+restores the original bytes, checked against the recorded hash. :func:`status` names each
+file's state; a tree whose files are each in a known state but not in one mode is ``mixed``,
+and ``revert`` (no mode) brings it back to the released files.
 
 For the serving stage: :func:`switch_mode` moves an install to one mode (reverting any other
 first) and records it in a state file; :func:`serving_mode` is a context manager that applies a
@@ -34,7 +39,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -50,6 +54,7 @@ from ..core.errors import (
     UnknownPatchVersion,
 )
 from ..core.files import write_json
+from . import patch_journal
 from .source import SGLangTree, open_tree
 
 CLAMP_MODES = ("stock", "none", "exact", "card")
@@ -171,8 +176,15 @@ def status(tree: SGLangTree) -> dict[str, Any]:
     """``{"sglang_version", "clamp_mode", "det", "files": {path: state}}``.
 
     ``clamp_mode`` is ``stock`` when every clamp file is original, a mode name when all of that
-    mode's files carry its patch, and ``"modified"`` otherwise.
+    mode's files carry its patch, ``"mixed"`` when every clamp file is original or carries some
+    mode's patch but they form no single mode (``files`` says which file is in which state), and
+    ``"modified"`` when a file is missing or matches no known state. An interrupted earlier
+    command is finished first (:func:`recover`); then ``"recovered"`` lists what was done.
+
+    Raises:
+        PatchStateError: a pending journal cannot be finished (see :func:`recover`).
     """
+    recovered = recover(tree)
     states = file_states(tree)
     det_files = {e["path"] for e in _manifest(tree.version)["modes"].get(DET, {"files": []})["files"]}
     clamp_states = {p: s.state for p, s in states.items() if p not in det_files}
@@ -187,9 +199,29 @@ def status(tree: SGLangTree) -> dict[str, Any]:
             if all(clamp_states[p] == f"patched:{m}" for p in mine) and \
                     all(clamp_states[p] == "original" for p in clamp_states if p not in mine):
                 mode = m
+        if mode == "modified" and all(s == "original" or s.startswith("patched:")
+                                      for s in clamp_states.values()):
+            mode = "mixed"
     det = bool(det_files) and all(states[p].state == f"patched:{DET}" for p in det_files)
-    return {"sglang_version": tree.version, "clamp_mode": mode, "det": det,
-            "files": {p: s.state for p, s in states.items()}}
+    out = {"sglang_version": tree.version, "clamp_mode": mode, "det": det,
+           "files": {p: s.state for p, s in states.items()}}
+    if recovered:
+        out["recovered"] = recovered
+    return out
+
+
+def recover(tree: SGLangTree) -> list[str]:
+    """Finish a patch command that was killed midway (:func:`nvfp4study.sglang.patch_journal.recover`);
+    returns what was done ([] when nothing was pending).
+
+    Raises:
+        PatchStateError, PatchTargetReadOnly: as :func:`~nvfp4study.sglang.patch_journal.recover`.
+    """
+    return patch_journal.recover(tree.root)
+
+
+def _describe(states: dict[str, str]) -> str:
+    return "; ".join(f"{p}: {s}" for p, s in states.items())
 
 
 def _writable(p: Path) -> bool:
@@ -198,43 +230,21 @@ def _writable(p: Path) -> bool:
     return os.access(p, os.W_OK) and bool(p.stat().st_mode & 0o222)
 
 
-def _check_writable(paths: list[Path]) -> None:
+def _check_writable(paths: list[Path], root: Path | None = None) -> None:
+    if root is not None and paths and not _writable(root):
+        raise PatchTargetReadOnly(f"{root} (the tree root, where the patch journal goes) is not "
+                                  "writable; no file was changed")
     for p in paths:
         if not _writable(p) or not _writable(p.parent):
             raise PatchTargetReadOnly(f"{p} (or its folder) is not writable; no file was changed")
 
 
-def _write_all(new: dict[Path, bytes], old: dict[Path, bytes]) -> None:
-    """Write every file of ``new`` (temp file + rename each). On ANY exception, including
-    KeyboardInterrupt between two renames, every file whose bytes differ from ``old`` is put back
-    and the exception re-raised (an OSError as :class:`PatchTargetReadOnly`)."""
-    tmp: str | None = None
-    p: Path | None = None
-    try:
-        for p, data in new.items():
-            fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.chmod(tmp, p.stat().st_mode & 0o7777)
-            os.replace(tmp, p)
-            tmp = None
-    except BaseException as exc:
-        # Roll back by content, not by a list of renames done: an interrupt can land just after
-        # os.replace and before any bookkeeping.
-        for q, data in old.items():
-            if q.is_file() and q.read_bytes() != data:
-                q.write_bytes(data)
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise PatchTargetReadOnly(f"writing {p} failed ({exc}); earlier files restored") from exc
-        raise
-
-
-def _transform(tree: SGLangTree, mode: str, to_patched: bool) -> dict[Path, tuple[bytes, bytes]]:
-    """Plan: {path: (current bytes, new bytes)} for files that must change; checks hashes."""
+def _transform(tree: SGLangTree, mode: str, to_patched: bool,
+               entries: list[dict[str, Any]] | None = None) -> dict[Path, tuple[bytes, bytes]]:
+    """Plan: {path: (current bytes, new bytes)} for files that must change; checks hashes.
+    ``entries`` (default: the mode's manifest entries) restricts the plan to those files."""
     plan: dict[Path, tuple[bytes, bytes]] = {}
-    for e in _files(tree.version, mode):
+    for e in _files(tree.version, mode) if entries is None else entries:
         p = tree.file(e["path"])
         if not p.is_file():
             raise PatchConflict(f"{e['path']} is missing from {tree.root}")
@@ -257,9 +267,12 @@ def _transform(tree: SGLangTree, mode: str, to_patched: bool) -> dict[Path, tupl
     return plan
 
 
-def _execute(plan: dict[Path, tuple[bytes, bytes]]) -> list[str]:
-    _check_writable(list(plan))
-    _write_all({p: new for p, (_, new) in plan.items()}, {p: cur for p, (cur, _) in plan.items()})
+def _execute(tree: SGLangTree, plan: dict[Path, tuple[bytes, bytes]]) -> list[str]:
+    if not plan:
+        return []
+    _check_writable(list(plan), tree.root)
+    patch_journal.write_all(tree.root, {p: new for p, (_, new) in plan.items()},
+                            {p: cur for p, (cur, _) in plan.items()})
     return [str(p) for p in plan]
 
 
@@ -277,13 +290,18 @@ def apply(tree: SGLangTree, mode: str) -> list[str]:
             bad = [p for p, s in st["files"].items() if s in ("modified", "missing")]
             raise PatchConflict(f"{', '.join(bad) or 'clamp files'} in {tree.root} matches neither the released "
                                 "original nor a known patch (changed since the patch was made?); nothing written")
+        if cur == "mixed":
+            raise PatchConflict(f"{tree.root} is a mixed tree ({_describe(st['files'])}); run "
+                                "`nvfp4study patch revert` first; nothing written")
         if cur not in ("stock", mode):
             raise PatchConflict(f"clamp mode {cur!r} is applied to {tree.root}; revert it first "
                                 "(or use `nvfp4study patch switch`)")
         if mode == "stock":
             return []
+    else:
+        recover(tree)
     del files
-    return _execute(_transform(tree, mode, to_patched=True))
+    return _execute(tree, _transform(tree, mode, to_patched=True))
 
 
 def revert(tree: SGLangTree, mode: str | None = None) -> list[str]:
@@ -292,14 +310,26 @@ def revert(tree: SGLangTree, mode: str | None = None) -> list[str]:
 
     Raises:
         UnknownPatchVersion, UnknownPatchMode, PatchConflict, PatchTargetReadOnly.
+
+    A ``mixed`` tree (each clamp file original or carrying some mode's patch) is reverted file by
+    file to the released bytes when no mode is named.
     """
+    st = status(tree)  # finishes an interrupted command first
     if mode is None:
-        mode = status(tree)["clamp_mode"]
+        mode = st["clamp_mode"]
         if mode == "modified":
-            raise PatchConflict(f"{tree.root}: clamp files match no known state; cannot revert safely")
+            raise PatchConflict(f"{tree.root}: clamp files match no known state "
+                                f"({_describe(st['files'])}); cannot revert safely")
+        if mode == "mixed":
+            entries = [(m, e) for m in modes_for(tree.version) if m not in ("stock", DET)
+                       for e in _files(tree.version, m) if st["files"][e["path"]] == f"patched:{m}"]
+            plan: dict[Path, tuple[bytes, bytes]] = {}
+            for m, e in entries:
+                plan |= _transform(tree, m, to_patched=False, entries=[e])
+            return _execute(tree, plan)
     if mode == "stock":
         return []
-    return _execute(_transform(tree, mode, to_patched=False))
+    return _execute(tree, _transform(tree, mode, to_patched=False))
 
 
 def verify(tree: SGLangTree, mode: str) -> dict[str, Any]:
@@ -383,8 +413,9 @@ def switch_mode(tree: SGLangTree | str | Path, mode: str, det: bool | None = Non
         raise UnknownPatchMode(f"{mode!r} is not a clamp mode ({', '.join(CLAMP_MODES)})")
     _files(tree.version, mode)
     before = status(tree)
-    if before["clamp_mode"] == "modified":
-        raise PatchConflict(f"{tree.root}: clamp files match no known state; refusing to switch")
+    if before["clamp_mode"] in ("modified", "mixed"):
+        raise PatchConflict(f"{tree.root}: clamp files are in no single known mode "
+                            f"({_describe(before['files'])}); refusing to switch")
     undo: list[tuple[str, bool]] = []
     try:
         if before["clamp_mode"] != mode:
@@ -414,7 +445,7 @@ def serving_mode(tree: SGLangTree | str | Path, mode: str, det: bool | None = No
     the install returns to the state it had before, and ``state_file`` says so."""
     tree = tree if isinstance(tree, SGLangTree) else open_tree(tree)
     before = status(tree)
-    if before["clamp_mode"] == "modified":
+    if before["clamp_mode"] in ("modified", "mixed"):
         raise PatchStateError(f"{tree.root}: clamp files match no known state")
     st = switch_mode(tree, mode, det, state_file)
     try:
@@ -438,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
     tree = open_tree(a.sglang)
     if a.action in ("apply", "verify", "switch") and not a.mode:
         ap.error(f"{a.action} needs --mode")
+    for line in recover(tree):  # every command first finishes one that was killed midway
+        print(f"note: {line}", file=sys.stderr)
     if a.action == "apply":
         written = apply(tree, a.mode)
         print(f"{a.mode}: {len(written)} file(s) written" + "".join(f"\n  {w}" for w in written))

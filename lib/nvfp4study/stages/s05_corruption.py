@@ -39,7 +39,7 @@ from ..codeeval import detector_validation as validation
 from ..codeeval import served_display as served
 from ..codeeval.detector_samples import CLEAN, METHODS
 from ..codeeval.detector_validation import ValidationResult
-from ..codeeval.isolation import sandbox_status
+from ..codeeval.isolation import UNSAFE_NOTE, Isolation, sandbox_status
 from ..codeeval.served_analysis import (
     classify_rows,
     junk_fragments,
@@ -70,13 +70,42 @@ from ..core.stage import Stage, open_stage_named
 NOTEBOOK = "05_corruption"
 NOT_RUN_REASON = "needs an NVFP4-capable GPU (server.enabled is false)"
 __all__ = ["NOTEBOOK", "analyse_served", "detector_claim_verdicts", "open_stage",
-           "record_detector_claims", "record_served_claims", "run_served_study", "scores",
-           "served", "served_ledger_rows", "validation"]
+           "record_detector_claims", "record_served_claims", "run_served_study",
+           "sandbox_banner", "scores", "served", "served_ledger_rows", "unsafe_suffix", "validation"]
 
 
 def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
     """:func:`nvfp4study.core.stage.open_stage_named` for notebook ``05_corruption``."""
     return open_stage_named(NOTEBOOK, params_file, run_dir)
+
+
+def sandbox_banner(stage: Stage) -> str:
+    """Markdown naming the sandbox this run executes generated code in; fails closed.
+
+    Probes the isolation of ``corruption.sandbox`` before anything runs, when this stage will
+    execute generated code (the detector validation with ``validation_execute``, or the served
+    study, live or replayed). ``subprocess-unsafe`` (asked for by name) gives a warning
+    paragraph; every ledger row of the stage then repeats it (:func:`unsafe_suffix`).
+
+    Raises:
+        SandboxUnavailable: ``isolation: bwrap`` and bubblewrap cannot be set up here.
+    """
+    c, p = stage.params.corruption, stage.params
+    if not ((c.validate_detector and c.validation_execute) or p.server.enabled or p.replay_from):
+        return "Sandbox: not used (this run executes no generated code)."
+    status = sandbox_status(c.sandbox)
+    if status["isolation"] == Isolation.SUBPROCESS_UNSAFE:
+        return f"**Warning, unsafe sandbox.** {UNSAFE_NOTE}. Every execution row and ledger note says so."
+    return (f"Sandbox: bubblewrap ({status['bwrap_version'] or 'version unknown'}), interpreter "
+            f"`{status['python']}`, no network, read-only root, private /tmp.")
+
+
+def unsafe_suffix(isolations: Any) -> str:
+    """`` "; UNSAFE: ..."`` when any of ``isolations`` (strings, or one comma-joined string) is
+    ``subprocess-unsafe``, else ""; appended to every ledger note of this stage."""
+    vals = [isolations] if isinstance(isolations, str) else list(isolations or ())
+    hit = any(Isolation.SUBPROCESS_UNSAFE.value in str(v) for v in vals if v is not None)
+    return f" {UNSAFE_NOTE}." if hit else ""
 
 
 # === part 1: detector validation ================================================================
@@ -164,9 +193,10 @@ def record_detector_claims(stage: Stage, result: ValidationResult) -> pd.DataFra
         return pd.DataFrame({"id": ids, "verdict": ["not run"] * 2})
     evidence = [result.paths["summary"], result.paths["samples"], result.paths["figure"]]
     rows = []
+    unsafe = unsafe_suffix(result.isolation)
     for cid, v in detector_claim_verdicts(result).items():
         rows.append(stage.record(cid, measured=v["measured"], verdict=v["verdict"],
-                                 evidence=evidence, note=v["note"]))
+                                 evidence=evidence, note=v["note"] + unsafe))
     s = result.summary
     comp = {m: _recalls(s, m).get("all") for m in METHODS if m in set(s["method"])}
     fps = {m: int(s[s["method"] == m]["fp"].iloc[0]) for m in comp}
@@ -187,7 +217,7 @@ def record_detector_claims(stage: Stage, result: ValidationResult) -> pd.DataFra
         verdict=verdict,
         evidence=evidence,
         note="recall pooled over all junk kinds (per kind in the summary file); 'partly': no false "
-             "positive but another method flags more; execution is left out when not run.",
+             "positive but another method flags more; execution is left out when not run." + unsafe,
     ))
     return pd.DataFrame(rows)[["id", "verdict", "measured", "note"]]
 
@@ -231,7 +261,8 @@ def record_served_claims(stage: Stage, params: Params, df: pd.DataFrame, summary
         b = "not served" if before is None else f"{before['clean']}/{before['n']} clean"
         note = (f"clean completions on the card's {claim['n']}-task set: {c.before_mode} {b}, "
                 f"{c.after_mode} {after['clean']}/{after['n']} clean; "
-                f"after all clean: {all_clean}; 95 % Wilson intervals separated: {separated}.")
+                f"after all clean: {all_clean}; 95 % Wilson intervals separated: {separated}."
+                + unsafe_suffix(df.isolation.dropna().unique() if "isolation" in df else ()))
         rows.append(stage.record(cid, measured=measured, verdict=verdict, evidence=evidence,
                                  note=note, checked_on=checked_on))
     if "corruption.executed" in ids:
@@ -260,7 +291,8 @@ def _record_executed(stage: Stage, params, df, evidence, checked_on):
     isolation = ", ".join(sorted(set(part.isolation.dropna()))) or "nothing executed"
     note = (f"first {c.executed_n} claim tasks, sampling {first}, clamp {c.after_mode}, executed "
             f"against their assertions in the sandbox ({isolation})"
-            + (f"; failed: {'; '.join(failures)}" if failures else "") + ".")
+            + (f"; failed: {'; '.join(failures)}" if failures else "") + "."
+            + unsafe_suffix(part.isolation.dropna().unique()))
     return stage.record("corruption.executed", measured={"passed": passed, "n": len(part),
                         "outcomes": outcomes, "sampling": first, "clamp": c.after_mode},
                         verdict=verdict, evidence=evidence, note=note, checked_on=checked_on)
