@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from nvfp4study.checkpoint import generate, quantize
+from nvfp4study.checkpoint import ptq as P
 from nvfp4study.core.params import LingShape, QuantizeParams
 
 
@@ -53,14 +54,14 @@ def main(argv: list[str]) -> int:
         print(f"input: {mb:.0f} MB BF16, {args.moe_layers} MoE layers x {args.experts} experts of 768x2560 "
               f"(+ MTP layer), {args.shards} shards; generated in {time.monotonic() - t0:.1f} s")
         ignore = quantize.card_ignore(shape.num_hidden_layers)
-        stock = quantize.ptq(str(src), str(work / "stock"), ignore=ignore, fused_maps="stock", probe=True)
+        stock = P.ptq(str(src), str(work / "stock"), ignore=ignore, fused_maps="stock", probe=True)
         print(f"model_free_ptq with the stock fused tables: "
               f"{'accepted' if stock['ok'] else stock['error_type'] + ': ' + stock['error']}")
         # warm-up: imports and first-call costs, not timed
-        quantize.ptq(str(src), str(work / "warm"), ignore=ignore, fused_maps="empty", device=args.device, probe=True)
+        P.ptq(str(src), str(work / "warm"), ignore=ignore, fused_maps="empty", device=args.device, probe=True)
         direct, ours_ptq, ours_total = [], [], []
         for i in range(args.repeat):
-            res = quantize.ptq(str(src), str(work / f"direct{i}"), ignore=ignore, fused_maps="empty",
+            res = P.ptq(str(src), str(work / f"direct{i}"), ignore=ignore, fused_maps="empty",
                                device=args.device)
             assert res["ok"], res
             direct.append(mb / res["seconds"])

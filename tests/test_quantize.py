@@ -14,6 +14,7 @@ from safetensors import safe_open
 from ling_fixtures import TINY, tree_digest
 from nvfp4study.checkpoint import generate as G
 from nvfp4study.checkpoint import layout as L
+from nvfp4study.checkpoint import ptq as P
 from nvfp4study.checkpoint import quantize as Q
 from nvfp4study.checkpoint import recipe as R
 from nvfp4study.core.errors import OutputExists, QuantizeFailed, SourceCheckpointMissing
@@ -146,13 +147,13 @@ def test_fused_tables_restored():
 
     d, lst = dict(ms.DEFAULT_FUSED_MAPPINGS), [list(x) for x in ms._DEFAULT_FUSED_MAPPINGS_LIST]
     with pytest.raises(RuntimeError):
-        with Q.fused_tables("gate-up"):
-            assert list(ms.DEFAULT_FUSED_MAPPINGS) == [Q.GATE_UP_PRIMARY]
-            assert ms._DEFAULT_FUSED_MAPPINGS_LIST == [Q.GATE_UP_SET]
+        with P.fused_tables("gate-up"):
+            assert list(ms.DEFAULT_FUSED_MAPPINGS) == [P.GATE_UP_PRIMARY]
+            assert ms._DEFAULT_FUSED_MAPPINGS_LIST == [P.GATE_UP_SET]
             raise RuntimeError
     assert ms.DEFAULT_FUSED_MAPPINGS == d and ms._DEFAULT_FUSED_MAPPINGS_LIST == lst
     with pytest.raises(ValueError):
-        with Q.fused_tables("bogus"):
+        with P.fused_tables("bogus"):
             pass
 
 
@@ -160,7 +161,7 @@ def test_probes_measure_the_tool(ckpts, tmp_path):
     ignore = Q.card_ignore(TINY.num_hidden_layers)
     res = {}
     for mode, scheme in (("stock", "NVFP4A16"), ("list-emptied", "NVFP4A16"), ("empty", "NVFP4A16"), ("empty", "NVFP4")):
-        res[(mode, scheme)] = Q.ptq(str(ckpts["src"]), str(tmp_path / f"{mode}-{scheme}"), scheme=scheme,
+        res[(mode, scheme)] = P.ptq(str(ckpts["src"]), str(tmp_path / f"{mode}-{scheme}"), scheme=scheme,
                                     ignore=ignore, fused_maps=mode, probe=True)
     assert not res[("stock", "NVFP4A16")]["ok"]
     # which table trips first depends on the shard layout: the list's q/k/v set sees an MLA q_proj

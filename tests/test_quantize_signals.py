@@ -16,6 +16,7 @@ import pytest
 
 from ling_fixtures import TINY
 from nvfp4study.checkpoint import generate as G
+from nvfp4study.checkpoint import ptq as P
 from nvfp4study.checkpoint import quantize as Q
 
 LIB = str(Path(Q.__file__).resolve().parents[2])
@@ -66,11 +67,11 @@ def test_probe_finds_the_quantizing_step_of_the_installed_release():
 
     import llmcompressor.entrypoints.model_free as mf
 
-    assert Q.quantizing_calls(inspect.getsource(mf.model_free_ptq)) == {"exec_jobs"}  # 0.13.0
+    assert P.quantizing_calls(inspect.getsource(mf.model_free_ptq)) == {"exec_jobs"}  # 0.13.0
 
 
 def test_probe_stops_before_quantizing(src, tmp_path):
-    res = Q.ptq(str(src), str(tmp_path / "p"), ignore=Q.card_ignore(TINY.num_hidden_layers), probe=True)
+    res = P.ptq(str(src), str(tmp_path / "p"), ignore=Q.card_ignore(TINY.num_hidden_layers), probe=True)
     assert res["ok"] and not list((tmp_path / "p").glob("*.safetensors"))  # nothing quantized
 
 
@@ -85,4 +86,4 @@ def test_probe_follows_llmcompressor_0_14(tmp_path):
         pytest.skip(f"not run: cannot download llmcompressor 0.14.0 ({r.stderr.strip()[-200:]})")
     with zipfile.ZipFile(wheels[0]) as z:
         source = z.read("llmcompressor/entrypoints/model_free/__init__.py").decode()
-    assert Q.quantizing_calls(source) == {"exec_jobs_dynamic"}
+    assert P.quantizing_calls(source) == {"exec_jobs_dynamic"}

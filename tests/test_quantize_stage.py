@@ -82,7 +82,7 @@ def test_a_complete_identical_output_is_reused_unless_redo(run_dir, monkeypatch)
         raise AssertionError("quantized again")
 
     monkeypatch.setattr(qs.quantize, "quantize_checkpoint", boom)
-    monkeypatch.setattr(qs.quantize, "run_ptq", boom)
+    monkeypatch.setattr(qs.ptq, "run_ptq", boom)
     again = qs.plan(st.params, st.paths)
     assert again["action"] == "reuse" and "quantize.redo=true" in again["reason"]
     assert "Reusing" in qs.plan_markdown(again)

@@ -16,6 +16,7 @@ __all__ = [
     "hub_audit",
     "layout",
     "modules",
+    "ptq",
     "quant_rules",
     "quantize",
     "reader",

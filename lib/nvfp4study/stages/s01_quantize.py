@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import generate, quantize, recipe, roundtrip
+from ..checkpoint import generate, ptq, quantize, recipe, roundtrip
 from ..checkpoint import layout as ling_layout
 from ..core.errors import OutputExists, SourceCheckpointMissing, StageInputMissing
 from ..core.files import atomic_write, write_json
@@ -282,7 +282,7 @@ def probes(params: Params, paths: RunPaths, p: dict[str, Any]) -> dict[str, Any]
         with tempfile.TemporaryDirectory(prefix="probe-", dir=paths.work_dir) as td:
             spec = {"src": p["source"], "out": str(Path(td) / "out"), "scheme": scheme, "ignore": ignore,
                     "fused_maps": fused, "device": qp.device, "max_workers": qp.max_workers, "probe": True}
-            r = quantize.run_ptq(spec, qp.python)
+            r = ptq.run_ptq(spec, qp.python)
         res["probes"][key] = {k: r[k] for k in ("ok", "error_type", "error", "scheme", "fused_maps")}
     shared = quantize.gate_up_scales(p["quantized"])
     atomic_write(paths.data("gate-up-scales", "parquet", share="on"), lambda tmp: shared.to_parquet(tmp, index=False))
