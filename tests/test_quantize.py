@@ -279,3 +279,23 @@ def test_overwrite_refuses_an_output_that_contains_the_source(ckpts, tmp_path):
     with pytest.raises(OutputExists, match="source .* is inside the output"):
         Q.quantize_checkpoint(src, outer, QuantizeParams(), overwrite=True)
     assert tree_digest(src) == before and _only(tmp_path, ["outer"]) and _only(outer, ["src"])
+
+
+def test_progress_bars_become_widgets_only_inside_a_kernel(monkeypatch):
+    """compressed-tensors' exec_jobs reads the module-level ``tqdm`` at call time: inside a kernel
+    it is pointed at tqdm.auto for the call and restored after; elsewhere nothing changes."""
+    import importlib
+
+    import tqdm
+    import tqdm.auto
+
+    # the module, not the function of the same name that the package re-exports
+    cc = importlib.import_module("compressed_tensors.entrypoints.convert.convert_checkpoint")
+
+    assert cc.tqdm is tqdm
+    with P.notebook_progress([cc.exec_jobs]):
+        assert cc.tqdm is tqdm  # pytest is no kernel
+    monkeypatch.setattr(P, "_in_kernel", lambda: True)
+    with P.notebook_progress([cc.exec_jobs, None]):
+        assert cc.tqdm.tqdm is tqdm.auto.tqdm
+    assert cc.tqdm is tqdm

@@ -149,7 +149,8 @@ def ptq(src: str, out: str, *, scheme: str = "NVFP4A16", ignore: list[str], fuse
 
     t0 = time.monotonic()
     try:
-        with fused_tables(fused_maps):
+        jobs = [getattr(mf, n, None) for n in quantizing_calls(inspect.getsource(mf.model_free_ptq))]
+        with fused_tables(fused_maps), notebook_progress(jobs):
             for n, fn in real.items():
                 setattr(mf, n, stopper(fn))
             mf.model_free_ptq(src, out, scheme=scheme, ignore=list(ignore), max_workers=max_workers,
@@ -164,6 +165,45 @@ def ptq(src: str, out: str, *, scheme: str = "NVFP4A16", ignore: list[str], fuse
             setattr(mf, n, fn)
         res["seconds"] = time.monotonic() - t0
     return res
+
+
+def _in_kernel() -> bool:
+    """True inside a Jupyter kernel (where text progress bars print as red stderr lines)."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+@contextlib.contextmanager
+def notebook_progress(funcs: list[Any]) -> Iterator[None]:
+    """Inside a Jupyter kernel, let the job runners of ``model_free_ptq`` draw their tqdm bars as
+    widgets: compressed-tensors' ``exec_jobs`` (``entrypoints/convert/convert_checkpoint.py``
+    10, 125, 131) looks up ``tqdm.tqdm`` in its module's globals at call time, so that name is
+    pointed at ``tqdm.auto`` for the call and restored after. Outside a kernel: nothing changes."""
+    import types
+
+    if not _in_kernel():
+        yield
+        return
+    import tqdm
+    import tqdm.auto
+
+    swapped = []
+    for fn in funcs:
+        g = getattr(fn, "__globals__", None)
+        if g is None:
+            continue
+        old = g.get("tqdm")
+        if old is tqdm:
+            swapped.append((g, old))
+            g["tqdm"] = types.SimpleNamespace(tqdm=tqdm.auto.tqdm)
+        elif old is tqdm.tqdm:
+            swapped.append((g, old))
+            g["tqdm"] = tqdm.auto.tqdm
+    try:
+        yield
+    finally:
+        for g, old in swapped:
+            g["tqdm"] = old
 
 
 @contextlib.contextmanager
