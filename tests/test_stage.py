@@ -98,3 +98,17 @@ def test_not_run_records_reason(tmp_path, outputs):
     ids = st.not_run("needs an NVFP4-capable GPU")
     rows = {r["id"]: r for r in ledger.read_ledger(st.run_dir)}
     assert ids and all(rows[i]["note"] == "not run: needs an NVFP4-capable GPU" for i in ids)
+
+
+def test_markdown_output_escapes_dollars_outside_code():
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+    from nvfp4study.core.display import escape_dollars, markdown
+
+    text = "regex `.*weight$` matches; a note ending in weight$ and $5 stays text; \\$x already escaped"
+    out = escape_dollars(text)
+    assert out == "regex `.*weight$` matches; a note ending in weight\\$ and \\$5 stays text; \\$x already escaped"
+    # nbconvert (the report) shows every dollar sign as itself
+    html = markdown2html_mistune(out)
+    assert "weight$ and $5" in html and "<code>.*weight$</code>" in html and "\\$" not in html
+    assert markdown(text).data == out

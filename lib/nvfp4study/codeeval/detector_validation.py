@@ -159,10 +159,12 @@ def run(stage: Stage, *, execute: bool | None = None, tasks: Sequence[Any] | Non
 
 def figure(result: ValidationResult) -> Any:
     """The recall figure for display (an IPython ``Image``), or a Markdown note when skipped."""
-    from IPython.display import Image, Markdown
+    from IPython.display import Image
+
+    from ..core.display import markdown
 
     if result.skipped:
-        return Markdown("No figure: the detector validation was switched off.")
+        return markdown("No figure: the detector validation was switched off.")
     return Image(filename=str(result.paths["figure"]))
 
 

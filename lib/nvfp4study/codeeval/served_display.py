@@ -77,10 +77,10 @@ def plot(summary: pd.DataFrame, params: Params, path: Path) -> Path:
 # --- notebook helpers (each returns something to display) ---------------------------------------
 def describe(result: dict[str, Any]):
     """A Markdown paragraph saying what ran and what it found (no card numbers)."""
-    from IPython.display import Markdown
+    from ..core.display import markdown
 
     if result["status"] == "not run":
-        return Markdown(f"**Not run:** {result['reason']}. Recorded for: "
+        return markdown(f"**Not run:** {result['reason']}. Recorded for: "
                         f"{', '.join(result['claims'])}. Re-analyse a recorded run with "
                         "`-p replay_from=<run dir>`.")
     s = result["summary"]
@@ -88,7 +88,7 @@ def describe(result: dict[str, Any]):
     claim = s[s.task_set == "claim"]
     parts = [f"{r.clamp}/{r.sampling}: {r.clean}/{r.n} clean" for r in claim.itertuples()]
     how = "replayed from the recorded run" if result["status"] == "replay" else "served live"
-    return Markdown(f"**{how.capitalize()}** ({len(result['classified'])} completions; "
+    return markdown(f"**{how.capitalize()}** ({len(result['classified'])} completions; "
                     f"before = `{params.corruption.before_mode}`, after = "
                     f"`{params.corruption.after_mode}`). On the card's task sets: "
                     + "; ".join(parts) + ".")
@@ -96,28 +96,30 @@ def describe(result: dict[str, Any]):
 
 def summary_table(result: dict[str, Any]):
     """The summary DataFrame (or a Markdown "not run")."""
-    from IPython.display import Markdown
+    from ..core.display import markdown
 
     if result["status"] == "not run":
-        return Markdown("_No served data in this run._")
+        return markdown("_No served data in this run._")
     return result["summary"]
 
 
 def figure(result: dict[str, Any]):
     """The bar figure as an Image (or a Markdown "not run")."""
-    from IPython.display import Image, Markdown
+    from IPython.display import Image
+
+    from ..core.display import markdown
 
     if result["status"] == "not run":
-        return Markdown("_No figure: the served study did not run._")
+        return markdown("_No figure: the served study did not run._")
     return Image(str(result["files"]["figure"]))
 
 
 def junk_table(result: dict[str, Any]):
     """The most frequent junk fragments (or a Markdown "not run")."""
-    from IPython.display import Markdown
+    from ..core.display import markdown
 
     if result["status"] == "not run":
-        return Markdown("_No junk fragments: the served study did not run._")
+        return markdown("_No junk fragments: the served study did not run._")
     if result["junk"].empty:
-        return Markdown("_No junk fragment was found in any completion._")
+        return markdown("_No junk fragment was found in any completion._")
     return result["junk"]

@@ -172,8 +172,9 @@ class Mode:
         """What the notebook shows once, under "How this stage runs here": for "not run" one box
         with why, what the stage would measure, the command and the hardware (the stage's
         other cells then show nothing, see :class:`Quiet`)."""
-        from IPython.display import HTML, Markdown
+        from IPython.display import HTML
 
+        from ..core.display import markdown
         from ..core.findings import GPU_COMMAND, GPU_HARDWARE, REPLAY_COMMAND, STAGE_MEASURES
 
         if self.kind == "not run":
@@ -185,9 +186,9 @@ class Mode:
                 f"To run it: <code>{html.escape(GPU_COMMAND)}</code> on {html.escape(GPU_HARDWARE)}.<br>"
                 f"Without a GPU, re-analyse a recorded run: <code>{html.escape(REPLAY_COMMAND)}</code>.</div>")
         if self.kind == "replay":
-            return Markdown(f"**Replay** of the recorded run `{self.source}`: its raw files are copied "
+            return markdown(f"**Replay** of the recorded run `{self.source}`: its raw files are copied "
                             "into this run and analysed; no server is started.")
-        return Markdown("**Live**: SGLang is launched for each configuration below; every answer is "
+        return markdown("**Live**: SGLang is launched for each configuration below; every answer is "
                         "appended to `data/serve-raw-*.jsonl` as it arrives.")
 
 

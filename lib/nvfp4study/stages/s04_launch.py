@@ -232,12 +232,12 @@ def _same(a, b) -> bool:
 
 def clamp_summary(stage: Stage):
     """Markdown: which layers report which limit, as ranges (the card's "limit=4 on 35-41")."""
-    from IPython.display import Markdown
+    from ..core.display import markdown
 
     if (nr := _not_run(stage)) is not None:
         return nr
     df = clamp_table(stage)
-    return Markdown(_summary_sentence(df))
+    return markdown(_summary_sentence(df))
 
 
 def _ranges(layers: list[int]) -> str:
