@@ -17,7 +17,7 @@ setup: $(STAMP)
 # System packages (bubblewrap sandboxes generated code; headless Chromium renders report.html
 # in the tests), then the venv with the project.
 $(STAMP): pyproject.toml
-	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq bubblewrap) || echo "warning: bubblewrap missing; generated code will run in a limited subprocess"; }
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq bubblewrap) || echo "warning: bubblewrap missing: stage 05 will stop (the sandbox fails closed; apt-get install bubblewrap)"; }
 	@{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq chromium chromium-driver) || echo "warning: chromium/chromedriver missing; the report's browser test will fail (apt-get install chromium chromium-driver)"; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
