@@ -9,6 +9,7 @@ __all__ = [
     "check_config",
     "check_modules",
     "check_scales",
+    "compare",
     "findings",
     "generate",
     "header",
