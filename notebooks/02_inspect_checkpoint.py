@@ -28,6 +28,12 @@
 # Ling layout with random weights**. Structure (names, formats, which scheme applies where) is
 # reproduced; counts are compared with the layout formulas, which give the card's numbers only
 # at the real sizes. Columns labelled "card" are the card's values, never ours.
+#
+# **The card's own checkpoint.** When the params name it (`checkpoint.card_checkpoint`, as
+# `params/card-files.yaml` does), the card's published checkpoint is audited too, from the Hub by
+# range requests (headers and the `[1]` scales, a few MB), and the card's claim rows are measured
+# on its files (`checked_on` names repo@commit). Without it nothing here touches the network and
+# the card-artifact rows say "not run" with the command that settles them.
 
 # %% tags=["parameters"]
 params_file: str = "../params/default.yaml"  # study params; the runner passes the run's resolved copy
@@ -121,8 +127,25 @@ ins.serving_table(report)
 ins.counts_table(report)
 
 # %% [markdown]
+# ## The card's own checkpoint, read from the Hub
+# Writes `data/card_checkpoint_audit.json` and `data/card_checkpoint-tensors.parquet` when
+# `checkpoint.card_checkpoint` names the card's repo.
+
+# %%
+card = ins.card_audit(stage)
+display(Markdown(ins.card_summary(card)))
+
+# %% [markdown]
+# ## The card's checkpoint vs ours vs the card's text
+# Both checkpoint columns are measured from the files; "card says" is the card's text
+# (`core/claims.yaml`), never a measurement.
+
+# %%
+ins.comparison_table(report, card)
+
+# %% [markdown]
 # ## Ledger
 # The card's claims of this stage and the study's findings, as recorded for this run.
 
 # %%
-ins.record_ledger(stage, report, ck, unshared)
+ins.record_ledger(stage, report, ck, unshared, card)

@@ -86,11 +86,21 @@ s3.checks(stage)
 # ## Patch modes on a copy
 # Each mode is applied to a copy of the tree in this run's `work/` folder, applied again
 # (idempotence), verified, compiled, re-audited, then reverted and compared byte for byte with
-# the released files. The card's own patch is replayed on a copy of SGLang 0.5.20, the release it
-# was written for.
+# the released files. OUR reconstruction of the card's patch (`patches/0.5.20/card`) is replayed
+# on a copy of SGLang 0.5.20, the release it was written for.
 
 # %%
 s3.patch_roundtrip(stage, tree)
+
+# %% [markdown]
+# ## The card's own patch files, as published
+# When the params name them (`sglang.card_patches`: the card's Hub repo, or `sglang.card_patch_dir`),
+# the card's `sglang_patch/*.patch` are applied as its instructions say (`patch -p1` in
+# `sglang/srt`, in order, each after a `--dry-run`) to a copy of each release. A file that does
+# not apply is reported with its hunk and line, not an error. Without them: "not run".
+
+# %%
+s3.card_patch_files(stage)
 
 # %% [markdown]
 # ## What APPROX means numerically

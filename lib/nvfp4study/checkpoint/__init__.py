@@ -10,6 +10,7 @@ __all__ = [
     "check_modules",
     "check_scale_values",
     "check_scales",
+    "compare",
     "findings",
     "generate",
     "header",

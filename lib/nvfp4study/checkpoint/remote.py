@@ -16,6 +16,7 @@ short read (the header reader then raises ShardTruncated), a wrong status a HubR
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -56,6 +57,8 @@ class HubReader:
         self.workers = workers or cpu_threads()
         self.max_gap = max_gap
         self._endpoint = hub.endpoint()
+        self._client: Any = None
+        self._client_lock = threading.Lock()
         entries = hub.call(ref, lambda: list(hub.api().list_repo_tree(
             ref.repo_id, revision=self.commit, recursive=True, token=token)), "file list")
         self.stats.add(1, 0)
@@ -106,11 +109,31 @@ class HubReader:
         return read_scalars_remote(headers, names)
 
     # --- HTTP -------------------------------------------------------------------------------
+    def _session(self) -> Any:
+        """One ``httpx.Client`` for this reader whose keep-alive pool holds a connection per worker.
+        huggingface_hub's shared client (``utils/_http.py`` ``default_client_factory``) uses httpx's
+        default ``Limits`` (20 keep-alive connections), so with more workers every request beyond
+        20 in flight opened a new TCP (and, on the Hub, TLS) connection: 1-3 extra round trips each."""
+        import httpx
+
+        with self._client_lock:
+            if self._client is None:
+                self._client = httpx.Client(follow_redirects=True, timeout=60, limits=httpx.Limits(
+                    max_connections=self.workers, max_keepalive_connections=self.workers))
+            return self._client
+
+    def close(self) -> None:
+        """Close this reader's connections (also done when it is garbage-collected)."""
+        with self._client_lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
     def _get(self, name: str, span: tuple[int, int] | None) -> bytes:
         """GET a file (``span`` None) or the bytes ``[a, b)`` of it; a body cut short comes back short."""
         import httpx
         from huggingface_hub import hf_hub_url
-        from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+        from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
 
         url = hf_hub_url(self.ref.repo_id, name, revision=self.commit, endpoint=self._endpoint)
         headers = build_hf_headers(token=self.token)
@@ -122,7 +145,7 @@ class HubReader:
         for attempt in range(RETRIES + 1):
             chunks: list[bytes] = []
             try:
-                with get_session().stream("GET", url, headers=headers, follow_redirects=True, timeout=60) as r:
+                with self._session().stream("GET", url, headers=headers) as r:
                     if r.status_code >= 400:
                         r.read()
                         hf_raise_for_status(r)

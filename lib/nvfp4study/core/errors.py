@@ -202,6 +202,14 @@ class PatchStateError(PatchError):
     """The recorded patch state (``sglang_patch_state.json``) disagrees with the tree."""
 
 
+class CardPatchError(StudyError):
+    """The card's published patch files cannot be read (none found, folder missing)."""
+
+
+class CardPatchNotUnifiedDiff(CardPatchError):
+    """A file among the card's patches is not a unified diff (no ``---``/``+++``/``@@`` hunk)."""
+
+
 # --- corruption: tasks, extraction, detection, sandbox ------------------------------
 class CompletionFormatError(StudyError):
     """A completion record is not a chat message (no ``content``/``reasoning_content``/``choices``)."""

@@ -149,6 +149,11 @@ class SGLangParams(_Strict):
     )
     deterministic_patch: bool = _bool(True)
     apply_to_install: bool = _bool(False)  # True: patch the serving install in place (GPU profile)
+    # the card's own sglang_patch/*.patch: from its Hub repo, or a local folder (None: not run,
+    # our reconstruction in patches/0.5.20/card stands in); replayed on each release below
+    card_patches: HubSource | None = None
+    card_patch_dir: str | None = None
+    card_patch_versions: list[str] = Field(default_factory=lambda: ["0.5.20", "0.5.21", "0.5.22", "0.5.23"])
 
 
 # --- serving -----------------------------------------------------------------------

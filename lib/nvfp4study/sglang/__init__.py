@@ -6,6 +6,7 @@ revert byte for byte), ``sglang serve`` flag facts and the clamp numerics (pre- 
 
 __all__ = [
     "audit",
+    "card_patches",
     "checks",
     "clamp_exprs",
     "clamp_flow",

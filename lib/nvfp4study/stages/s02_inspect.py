@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoint import audit as ca
+from ..checkpoint import compare as cmp
 from ..checkpoint import quant_rules as qr
 from ..core.errors import StageInputMissing
 from ..core.files import write_json
 from ..core.ledger import Verdict, card_claims
-from ..core.params import LingShape
 from ..core.stage import Stage, open_stage_named
 
 NOTEBOOK = "02_inspect_checkpoint"
@@ -34,11 +34,9 @@ def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
     """:func:`nvfp4study.core.stage.open_stage_named` for notebook ``02_inspect_checkpoint``."""
     return open_stage_named(NOTEBOOK, params_file, run_dir)
 
-REAL_KEYS = ("num_hidden_layers", "num_experts", "hidden_size", "moe_intermediate_size", "first_k_dense_replace",
-             "n_group", "topk_group", "num_experts_per_tok", "layer_group_size")
 SAFETENSORS_DTYPE = {"float32": "F32", "bfloat16": "BF16", "float16": "F16", "float64": "F64"}  # card word -> header dtype
-
-
+#: the real-size arithmetic both audits share (checkpoint/compare.py)
+real_config, is_real_size, predicted_data_bytes = cmp.real_config, cmp.is_real_size, cmp.predicted_data_bytes
 
 
 def resolve_checkpoint(stage: Stage) -> dict[str, Any]:
@@ -60,65 +58,65 @@ def resolve_checkpoint(stage: Stage) -> dict[str, Any]:
     return {"path": q["quantized"], "from": f"01_quantize ({f.name})", "random_weights": q.get("random_weights")}
 
 
-def real_config() -> dict[str, Any]:
-    """Config of the real Ling-3.0-flash sizes (``ling_layout.config_dict(LingShape())``)."""
-    from ..checkpoint.layout import config_dict
-
-    return config_dict(LingShape())
-
-
-def is_real_size(config: dict[str, Any]) -> bool:
-    """Whether the audited config has the real model's sizes (all of :data:`REAL_KEYS`)."""
-    real = real_config()
-    return all(config.get(k) == real.get(k) for k in REAL_KEYS)
-
-
-def predicted_data_bytes(shape: LingShape) -> int:
-    """Tensor bytes of the NVFP4 + serving layout of ``shape`` (``recipe.nvfp4_layout`` over
-    ``ling_layout.tensor_specs``): experts' U8 [o, i/2] + F8_E4M3 [o, i/16] + 2 F32 scales, the
-    rest BF16/F32."""
-    from ..checkpoint import layout as ling_layout
-    from ..checkpoint import recipe
-
-    specs, _ = recipe.nvfp4_layout(shape, ling_layout.tensor_specs(shape), ling_layout.config_dict(shape))
-    return sum(ling_layout.spec_nbytes(s) for s in specs)
-
-
-def run_audit(stage: Stage, ck: dict[str, Any]) -> ca.AuditReport:
-    """Audit the checkpoint; write ``data/checkpoint_audit.json``, ``data/checkpoint-tensors.parquet``,
-    ``figures/checkpoint-layer-heatmap.png`` and ``figures/checkpoint-up-scale-error.png``."""
+def run_audit(stage: Stage, ck: dict[str, Any], reader: Any = None, stem: str = "checkpoint") -> ca.AuditReport:
+    """Audit the checkpoint (through ``reader`` when given: the card's on the Hub); write
+    ``data/{stem}_audit.json``, ``data/{stem}-tensors.parquet``, ``figures/{stem}-layer-heatmap.png``
+    and ``figures/{stem}-up-scale-error.png``."""
     import pandas as pd
 
-    rep = ca.audit_checkpoint(ck["path"])
+    rep = ca.audit_checkpoint(ck["path"], reader=reader)
     p = stage.paths
-    data = rep.to_json() | {"source": ck}
-    shape = stage.params.checkpoint.shape
-    data["size"]["predicted_data_bytes_params_shape"] = predicted_data_bytes(shape)
-    data["size"]["predicted_data_bytes_real_sizes"] = predicted_data_bytes(LingShape())
-    data["counts"]["formulas_real_sizes"] = ca.count_formulas(real_config(), rep.counts["measured"]["mtp_other_tensors"])
-    data["routing_real_sizes"] = vars(qr.check_routing(*(getattr(LingShape(), k) for k in
-                                                          ("num_experts", "n_group", "topk_group", "num_experts_per_tok"))))
-    data["real_size_config"] = is_real_size(json.loads((Path(ck["path"]) / "config.json").read_text()))
-    write_json(p.data("checkpoint_audit", "json"), data)
-    tmp = p.data(".checkpoint-tensors", "parquet")
+    config = json.loads(reader.read_small("config.json") if reader else (Path(ck["path"]) / "config.json").read_text())
+    data = cmp.add_extras(rep.to_json() | {"source": ck}, rep, config, stage.params.checkpoint.shape)
+    data["files"] = {"audit": str(p.data(f"{stem}_audit", "json")), "tensors": str(p.data(f"{stem}-tensors", "parquet")),
+                     "heatmap": str(p.figure(f"{stem}-layer-heatmap")), "up_error": str(p.figure(f"{stem}-up-scale-error"))}
+    if reader is not None:
+        data["traffic"] = reader.stats.to_dict()
+    write_json(p.data(f"{stem}_audit", "json"), data)
+    tmp = p.data(f".{stem}-tensors", "parquet")
     pd.DataFrame(rep.tensor_rows()).to_parquet(tmp)
-    os.replace(tmp, p.data("checkpoint-tensors", "parquet"))
-    ca.plot_layer_heatmap(rep, p.figure("checkpoint-layer-heatmap"))
-    ca.plot_up_scale_error(rep, p.figure("checkpoint-up-scale-error"))
+    os.replace(tmp, p.data(f"{stem}-tensors", "parquet"))
+    ca.plot_layer_heatmap(rep, p.figure(f"{stem}-layer-heatmap"))
+    ca.plot_up_scale_error(rep, p.figure(f"{stem}-up-scale-error"))
     rep.extra = data
     return rep
 
 
-def summary_markdown(rep: ca.AuditReport, ck: dict[str, Any]) -> str:
-    """One paragraph: what was audited, how big, how long, and the findings by severity."""
-    m, s = rep.counts["measured"], rep.size
-    sev = {k: sum(1 for f in rep.findings if f.severity.value == k) for k in ("error", "warning", "info")}
-    rnd = rep.config_summary.get("random_weights") or ck.get("random_weights")
-    return (f"Audited `{ck['path']}` (from {ck['from']}){' — **random weights, scaled-down Ling layout**' if rnd else ''}: "
-            f"{m['total_tensors']:,} tensors in {s['shards']} shards, {s['file_bytes'] / 1e6:,.1f} MB on disk, "
-            f"scheme **{rep.config_summary['scheme']}**, audited in {rep.timings['total']:.2f} s. "
-            f"Findings: {sev['error']} error, {sev['warning']} warning, {sev['info']} info; "
-            f"fault verdicts (F-01..F-05): {sorted(f.code.value for f in rep.fault_findings()) or 'none'}.")
+def card_audit(stage: Stage) -> dict[str, Any]:
+    """Audit the card's own checkpoint when ``checkpoint.card_checkpoint`` names it (by range
+    requests: headers and ``[1]`` scales, no weights); files as :func:`run_audit` with stem
+    ``card_checkpoint``. A re-run of this folder reuses the commit recorded there.
+
+    Returns ``{"run": True, "report", "ck", "traffic"}``, or ``{"run": False, "reason"}`` when no
+    card checkpoint is named (nothing touches the network) or the Hub cannot be read (the named
+    HubError's message, which says what to do).
+    """
+    from ..checkpoint.hub_audit import traffic_line
+    from ..core.errors import HubError
+
+    src = stage.params.checkpoint.card_checkpoint
+    if src is None:
+        return {"run": False, "reason": cmp.NO_HUB}
+    prev = cmp.recorded_commit(stage.paths.data("card_checkpoint_audit", "json"), src)
+    try:
+        ck, reader, _ = cmp.open_card(src, prev)
+        rep = run_audit(stage, ck, reader=reader, stem="card_checkpoint")
+    except HubError as exc:
+        return {"run": False, "reason": f"no Hub access ({type(exc).__name__}): {exc}"}
+    return {"run": True, "report": rep, "ck": ck, "traffic": traffic_line(reader, rep.size["file_bytes"])}
+
+
+def comparison_table(report: ca.AuditReport, card: dict[str, Any]) -> Any:
+    """Side by side: the card's checkpoint (measured) vs ours (measured) vs the card's text
+    ("card says", from claims.yaml); :func:`nvfp4study.checkpoint.compare.side_by_side`."""
+    import pandas as pd
+
+    label = card["ck"]["hub"]["commit"][:12] if card["run"] else ""
+    return pd.DataFrame(cmp.side_by_side(report, card.get("report"), label, card.get("reason", "")))
+
+
+#: one-paragraph summaries (checkpoint/compare.py): ours, and the card's or why it was not read
+summary_markdown, card_summary = cmp.summary_markdown, cmp.card_summary
 
 
 def findings_table(rep: ca.AuditReport) -> Any:
@@ -212,38 +210,10 @@ def up_error_path(stage: Stage) -> str:
 
 
 def unshared_up_error(stage: Stage) -> dict[str, Any]:
-    """The up_proj scale error SGLang's W4A4 scheme would apply on the card-style pipeline (both
-    fused tables emptied, no gate/up rule), from 01's ``data/gate-up-scales-share=off.parquet``.
-    Writes ``figures/up-scale-error-unshared.png``; ``{"run": False, "reason"}`` when 01 did not
-    quantize without the rule."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-    import pandas as pd
-
-    f = stage.paths.data("gate-up-scales", "parquet", share="off")
-    if not f.is_file():
-        return {"run": False, "reason": f"{f.name} not written by 01_quantize (quantize.compare_unshared off or skipped)"}
-    df = pd.read_parquet(f)
-    err = (df["up"] / df["gate"] - 1.0).to_numpy()
-    a = np.abs(err)
-    out = {"run": True, "data": str(f), "experts": int(len(df)), "differ": int((df["gate"] != df["up"]).sum()),
-           "median_abs_up_scale_error": float(np.median(a)) if len(a) else None,
-           "p95_abs_up_scale_error": float(np.percentile(a, 95)) if len(a) else None,
-           "max_abs_up_scale_error": float(a.max()) if len(a) else None}
-    fig, ax = plt.subplots(figsize=(6.5, 3.4))
-    ax.hist(err, bins=min(60, max(10, len(err) // 4)), color="#c44e52")
-    ax.axvline(0, color="k", lw=0.8)
-    ax.set_xlabel("up_proj scale error = up_global_scale / gate_global_scale - 1")
-    ax.set_ylabel("experts")
-    ax.set_title(f"Card-style pipeline (no gate/up rule): {out['differ']} of {out['experts']} experts differ")
-    fig.tight_layout()
-    fig.savefig(stage.paths.figure("up-scale-error-unshared"), dpi=110)
-    plt.close(fig)
-    out["figure"] = str(stage.paths.figure("up-scale-error-unshared"))
-    return out
+    """:func:`nvfp4study.checkpoint.compare.up_error_unshared` on 01's
+    ``data/gate-up-scales-share=off.parquet``, figure ``figures/up-scale-error-unshared.png``."""
+    return cmp.up_error_unshared(stage.paths.data("gate-up-scales", "parquet", share="off"),
+                                 stage.paths.figure("up-scale-error-unshared"))
 
 
 # --- ledger --------------------------------------------------------------------------------------
@@ -254,40 +224,53 @@ def _rows_by_prec(rep: ca.AuditReport) -> dict[str, set[str]]:
     return out
 
 
-def _count_verdict(measured: int, formula_audited: int | None, formula_real: int | None, card: int,
-                   real: bool) -> tuple[Verdict, str]:
-    if real:
-        return (Verdict.REPRODUCED if measured == card else Verdict.CONTRADICTED,
-                f"measured on a checkpoint with the real sizes: {measured:,} (card {card:,})")
-    if measured == formula_audited and formula_real == card:
-        return (Verdict.PARTLY, f"measured {measured:,} on the scaled checkpoint = the layout formula on its config; "
-                                f"the same formula gives {formula_real:,} at the real sizes (card {card:,}). The card's "
-                                "own files were not audited here")
-    return (Verdict.CONTRADICTED, f"measured {measured:,}, formula on the audited config {formula_audited}, "
-                                  f"at real sizes {formula_real} (card {card:,})")
+def _scope(stage: Stage, rep: ca.AuditReport, ck: dict[str, Any]) -> tuple[bool, bool, str, str]:
+    """``(real, random, scope, checked_on)`` of one audit. The card's checkpoint counts as "real":
+    its numbers are compared with the card's directly, whatever its sizes."""
+    real = bool(rep.extra["real_size_config"]) or bool(ck.get("card"))
+    rnd = bool(rep.config_summary.get("random_weights") or ck.get("random_weights"))
+    where = Path(ck["path"])
+    checked = ck.get("checked_on") or \
+        f"audit of {where.relative_to(stage.run_dir) if where.is_relative_to(stage.run_dir) else where}"
+    scope = ("the card's own checkpoint, " + checked if ck.get("card") else
+             ("the audited checkpoint at the real sizes" + (" (random weights)" if rnd else "")) if real else
+             "the study's SCALED checkpoint with RANDOM weights, quantized with the card's recipe; reproduced in "
+             "structure only")
+    return real, rnd, scope, checked
 
 
-def record_ledger(stage: Stage, rep: ca.AuditReport, ck: dict[str, Any], unshared: dict[str, Any]) -> Any:
-    """Record every claim of stage 02 and the study's findings; returns the rows as a DataFrame."""
+def record_ledger(stage: Stage, rep: ca.AuditReport, ck: dict[str, Any], unshared: dict[str, Any],
+                  card: dict[str, Any] | None = None) -> Any:
+    """Record every claim of stage 02 and the study's findings; returns the rows as a DataFrame.
+
+    With ``card`` (:func:`card_audit`) run, the claim rows are measured on the card's own files
+    (``checked_on`` names repo@commit); ours keep the study's findings. Without it, the claim rows
+    come from ours as before and the card-artifact rows say "not run" and why.
+    """
     import pandas as pd
 
     from ..core.ledger import read_ledger
 
+    card = card or {"run": False, "reason": cmp.NO_HUB}
+    if card["run"]:
+        _record_claims(stage, card["report"], card["ck"])
+    else:
+        _record_claims(stage, rep, ck)
+    _record_findings(stage, rep, ck, unshared)
+    cmp.record_card_findings(stage, card)
+    ids = stage.claims() + ["audit.fault-verdicts", "audit.gate-up-shared", "audit.up-scale-error-card-pipeline",
+                            "audit.card-checkpoint", "audit.card-gate-up-scales"]
+    return pd.DataFrame([{k: r.get(k) for k in ("id", "verdict", "checked_on", "measured", "note")}
+                         for r in read_ledger(stage.run_dir) if r["id"] in ids])
+
+
+def _record_claims(stage: Stage, rep: ca.AuditReport, ck: dict[str, Any]) -> None:
     data = rep.extra
-    p = stage.paths
-    ev = str(p.data("checkpoint_audit", "json"))
-    ev_t = str(p.data("checkpoint-tensors", "parquet"))
-    ev_h, ev_u = heatmap_path(stage), up_error_path(stage)
-    real = bool(data["real_size_config"])
-    rnd = bool(rep.config_summary.get("random_weights") or ck.get("random_weights"))
-    scope = (("the audited checkpoint at the real sizes" + (" (random weights)" if rnd else "")) if real else
-             "the study's SCALED checkpoint with RANDOM weights, quantized with the card's recipe; reproduced in "
-             "structure only")
+    ev, ev_t, ev_h = data["files"]["audit"], data["files"]["tensors"], data["files"]["heatmap"]
+    real, rnd, scope, checked = _scope(stage, rep, ck)
     card = {c["id"]: c["card"] for c in card_claims()}
     nl = rep.config_summary["num_hidden_layers"]
     m, f, fr = rep.counts["measured"], rep.counts["formulas"], data["counts"]["formulas_real_sizes"]
-    where = Path(ck["path"])
-    checked = f"audit of {where.relative_to(stage.run_dir) if where.is_relative_to(stage.run_dir) else where}"
 
     # size.disk
     s = data["size"]
@@ -384,7 +367,7 @@ def record_ledger(stage: Stage, rep: ca.AuditReport, ck: dict[str, Any], unshare
     # counts
     for cid, key, ckey in (("counts.quantized-experts", "quantized_expert_modules", "quantized_expert_tensors"),
                            ("counts.mla-unpacked", "mla_kv_unpacked", "mla_unpacked")):
-        v, why = _count_verdict(m[key], f[key]["value"], fr[key]["value"], card[cid][ckey], real)
+        v, why = cmp.count_verdict(m[key], f[key]["value"], fr[key]["value"], card[cid][ckey], real)
         extra = ("" if key != "mla_kv_unpacked" else
                  " The card does not say which 16 tensors: kv_a_proj_with_mqa + kv_b_proj of the 8 MLA layers (7 trunk + MTP) "
                  f"is the reading of this layout that gives 16; unpacked MLA-only modules here: {m['mla_unpacked_by_module']}.")
@@ -393,7 +376,7 @@ def record_ledger(stage: Stage, rep: ca.AuditReport, ck: dict[str, Any], unshare
                      verdict=v, evidence=[ev, ev_t], note=why + "." + extra, checked_on=checked)
     ins = rep.input_scales
     c_in = card["scales.input-global-scale"]
-    v, why = _count_verdict(m["input_global_scales"], f["input_global_scales"]["value"], fr["input_global_scales"]["value"],
+    v, why = cmp.count_verdict(m["input_global_scales"], f["input_global_scales"]["value"], fr["input_global_scales"]["value"],
                             c_in["count"], real)
     in_dtypes = dict(Counter(mo.params["input_global_scale"].dtype for mo in rep.modules.values()
                              if "input_global_scale" in mo.params))
@@ -454,7 +437,17 @@ def record_ledger(stage: Stage, rep: ca.AuditReport, ck: dict[str, Any], unshare
         stage.record("config.context", measured=None, verdict=Verdict.NOT_RUN, evidence=[ev],
                      note=f"{why} (it carries {ctx}); the claim is about the card's config.json.")
 
-    # routing
+    # routing: the card's files are measured; ours is arithmetic at the reference sizes
+    if ck.get("card"):
+        r = rep.routing
+        stage.record("clamp.trtllm-routing", measured={k: r.get(k) for k in ("num_experts", "n_group", "experts_per_group", "status")},
+                     verdict=Verdict.REPRODUCED if r.get("status") == "over" and (r.get("experts_per_group") or 0) > qr.WARP_SIZE
+                     else Verdict.CONTRADICTED, evidence=[ev],
+                     note=(f"{r.get('num_experts')} / {r.get('n_group')} = {r.get('experts_per_group')} experts per group in "
+                           f"{scope} vs the kernel's {qr.WARP_SIZE} (FlashInfer routingDeepSeek); rule status "
+                           f"'{r.get('status')}'. The kernel's check only; the backend was not run (no GPU)."),
+                     checked_on=checked)
+        return
     rr = data["routing_real_sizes"]
     stage.record("clamp.trtllm-routing",
                  measured={"audited": {k: rep.routing.get(k) for k in ("num_experts", "n_group", "experts_per_group", "status")}},
@@ -468,7 +461,11 @@ def record_ledger(stage: Stage, rep: ca.AuditReport, ck: dict[str, Any], unshare
                        "(no GPU)."),
                  checked_on="FlashInfer TRT-LLM routing kernel checks (fault F-05: routing shapes)")
 
-    # study findings
+def _record_findings(stage: Stage, rep: ca.AuditReport, ck: dict[str, Any], unshared: dict[str, Any]) -> None:
+    """The study's findings on OUR checkpoint (fault verdicts, gate/up pairing, card-style pipeline)."""
+    ev, ev_u = rep.extra["files"]["audit"], rep.extra["files"]["up_error"]
+    real, _, scope, checked = _scope(stage, rep, ck)
+    rr = rep.extra["routing_real_sizes"]
     faults = sorted(f_.code.value for f_ in rep.fault_findings())
     expected = {"F05-routing-over-limit"} if rr["status"] == "over" and real else set()
     stage.add_finding("audit.fault-verdicts",
@@ -494,6 +491,3 @@ def record_ledger(stage: Stage, rep: ca.AuditReport, ck: dict[str, Any], unshare
                           evidence=[unshared["data"], unshared["figure"]],
                           note="Scales from 01's quantization without the pairing rule, random weights; the card's own "
                                "checkpoint was not available to measure.", checked_on="SGLang 0.5.23 w4a4_nvfp4_moe.py 187-198")
-    ids = stage.claims() + ["audit.fault-verdicts", "audit.gate-up-shared", "audit.up-scale-error-card-pipeline"]
-    return pd.DataFrame([{k: r.get(k) for k in ("id", "verdict", "measured", "note")}
-                         for r in read_ledger(stage.run_dir) if r["id"] in ids])

@@ -8,6 +8,7 @@ something to show (a DataFrame, a figure path, a Markdown string). Files written
 - ``data/sglang_checks.json``: the other checks per version (MIN_DEEPGEMM_DIM, scales, W4A16, ...);
 - ``data/sglang_patch_roundtrip.json``: apply / audit / compile / revert of each mode on a copy;
 - ``data/clamp_numerics.json``: the clamp-form comparison;
+- ``data/sglang_card_patches.json``: the card's own patch files replayed on each release (or why not);
 - ``data/sglang_patch_state.json``: which mode the serving install is in (and which it can take);
 - ``figures/sglang_clamp_matrix.png``, ``figures/clamp_forms.png``.
 """
@@ -26,6 +27,7 @@ from ..core.display import text_table
 from ..core.errors import NoBailingMoeV3
 from ..core.files import write_json
 from ..core.stage import Stage, open_stage_named
+from ..sglang import card_patches as cpt
 from ..sglang import clamp_numerics as cn
 from ..sglang import patch as sp
 from ..sglang.audit import PathResult, audit_tree, matrix_figure, results_frame
@@ -169,6 +171,19 @@ def patch_roundtrip(stage: Stage, tree: SGLangTree):
     return pd.DataFrame(rows).drop(columns=["cutlass_rule", "py_compile_ok"])
 
 
+def card_patch_files(stage: Stage):
+    """The card's own ``sglang_patch/*.patch`` (``sglang.card_patches`` on the Hub or
+    ``sglang.card_patch_dir``) applied as its instructions say, on a copy of each
+    ``sglang.card_patch_versions`` release (:func:`nvfp4study.sglang.card_patches.run`); writes
+    ``data/sglang_card_patches.json``; returns the release x file table."""
+    import pandas as pd
+
+    s = stage.params.sglang
+    data = cpt.run(s.card_patches, s.card_patch_dir, s.card_patch_versions, stage.paths.work("card-patches"))
+    write_json(stage.paths.data("sglang_card_patches"), data)
+    return pd.DataFrame(cpt.table(data))
+
+
 def numerics(stage: Stage, tree: SGLangTree):
     """The clamp forms compared (table + ``figures/clamp_forms.png``); writes
     ``data/clamp_numerics.json`` with the SGLang source lines of the forms in ``tree``."""
@@ -288,7 +303,25 @@ def record_claims(stage: Stage, version: str):
     fv = fix["card_patch_on_" + CARD_VERSION]
     others = (f"Stock SGLang {version}: CUTLASS {cut['verdict']}; our 'exact' patch on {version}: "
               f"{fix[f'exact_patch_on_{version}'] or 'not run'}.")
-    if fv is None:
+    cpf_file = d("sglang_card_patches")
+    cpf = json.loads(cpf_file.read_text()) if cpf_file.is_file() else {"run": False, "reason": "cell not run"}
+    if cpf["run"]:  # the card's own files, as published
+        sm, label = cpf["summary"], cpf["origin"].get("label") or cpf["origin"].get("path")
+        on_v = next(iter(sm["cutlass"]), None)
+        cv = sm["cutlass"].get(on_v)
+        targets = sorted({t for r in cpf["results"][:1] for p in r["patches"] for t in p["targets"]})
+        rows.append(stage.record(
+            "clamp.cutlass-fix", checked_on=f"{label} on sglang {on_v or 'no release'}",
+            measured={"card_files": cpf["origin"]["files"], "target_files": targets, "applies_to": sm["applies_to"],
+                      "fails_on": sm["fails_on"], "cutlass_after_card_files": sm["cutlass"], **fix},
+            verdict="contradicted" if cv is None else "reproduced" if cv == "EXACT" else "partly" if cv == "APPROX"
+            else "contradicted", evidence=[cpf_file, d("sglang_audit_versions")],
+            note=(f"The card's own files ({label}) applied with `patch -p1` in sglang/srt to {', '.join(sm['applies_to']) or 'no release'}"
+                  + (f" make the NVFP4 CUTLASS path {cv} on {on_v}" if cv else "")
+                  + (": FlashInfer promotes Swiglu + swiglu_limit to SwigluBias, the pre-SiLU GPT-OSS form" if cv == "APPROX" else "")
+                  + ". Do not apply: " + ("; ".join(f"{v}: {w}" for v, w in sm["fails_on"].items()) or "none")
+                  + f". Our reconstruction on {CARD_VERSION}: {fv or 'not run'}. {others}")))
+    elif fv is None:
         rec("clamp.cutlass-fix", measured=None, verdict="not run",
             evidence=[d("sglang_patch_roundtrip"), d("sglang_audit_versions")],
             note=f"The card's patch was not replayed on SGLang {CARD_VERSION} in this run. " + others)
@@ -296,7 +329,8 @@ def record_claims(stage: Stage, version: str):
         rec("clamp.cutlass-fix", measured=fix,
             verdict="reproduced" if fv == "EXACT" else "partly" if fv == "APPROX" else "contradicted",
             evidence=[d("sglang_patch_roundtrip"), d("sglang_audit_versions")],
-            note=(f"The card's three edits, applied to SGLang {CARD_VERSION}, make the NVFP4 CUTLASS path {fv}"
+            note=(f"OUR reconstruction of the card's three edits (patches/{CARD_VERSION}/card; the card's own files: "
+                  f"not run: {cpf['reason']}), applied to SGLang {CARD_VERSION}, makes the NVFP4 CUTLASS path {fv}"
                   + (": FlashInfer promotes Swiglu + swiglu_limit to SwigluBias, the pre-SiLU GPT-OSS form"
                      if fv == "APPROX" else "")
                   + f". {others} An exact fix selects ActivationType.SwigluStep, which our 'exact' patch does."))
