@@ -80,6 +80,11 @@ mtp.request_table(stage)
 
 # %% [markdown]
 # ## Ledger
+#
+# The verdicts compare the card's numbers with the estimator the card used: SGLang's `Decode
+# batch` log lines inside our request windows (median `gen throughput (token/s)`, `accept len`,
+# `accept rate`); the per-request values are recorded beside them, and each note names the
+# estimator that decided (the per-request ones only when the log has no line in our windows).
 
 # %%
 mtp.record_claims(stage)

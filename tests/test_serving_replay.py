@@ -107,7 +107,11 @@ def test_mtp_and_determinism_results(recorded):
     led = _ledger(run)
     assert led["mtp.broken-draft"]["verdict"] == "not run" and "mtp.broken_model_path" in led["mtp.broken-draft"]["note"]
     assert led["det.spec-off"]["measured"] == {"identical": 2, "n": 2, "repeats": 2}
-    assert led["mtp.k2"]["measured"]["accept_len_token_weighted"] == pytest.approx(summ[2]["accept len (token-weighted)"], abs=1e-4)
+    k2 = led["mtp.k2"]["measured"]
+    assert k2["per_request"]["accept_len_token_weighted"] == pytest.approx(summ[2]["accept len (token-weighted)"], abs=1e-4)
+    # the card's estimator (the decode log in our windows) decided, and both families are recorded
+    assert k2["estimator"] == "decode log" and "decided by SGLang decode log" in led["mtp.k2"]["note"]
+    assert k2["accept_len"] == pytest.approx(summ[2]["log accept len median"], abs=1e-4) and k2["decode_log"]["lines"] >= 3
     assert (run / "figures" / "mtp-sweep.png").stat().st_size > 10_000
 
 
