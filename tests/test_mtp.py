@@ -114,7 +114,7 @@ def _study():
 def test_broken_draft_reproduced_with_every_value():
     recs = _study() + [_summary("broken-draft", 0, None, None, None),
                        _summary("broken-draft", 1, 1.0, 0.0, 0.95), _summary("broken-draft", 2, 1.0, 0.0, 0.78)]
-    res = mtp.broken_draft_result(recs, BROKEN_CARD)
+    res = acceptance.broken_draft_result(recs, BROKEN_CARD)
     assert res["verdict"] == "reproduced"
     assert res["measured"] == {"accept_len": 1.0, "accept_rate": 0.0, "speedup": {"1": 0.95, "2": 0.78}}
 
@@ -122,29 +122,29 @@ def test_broken_draft_reproduced_with_every_value():
 def test_broken_draft_missing_speedup_is_not_slower():
     # depth 0 of the broken checkpoint failed: no speedup; the old rule counted None as 0 (< 1, "slower")
     recs = _study() + [_summary("broken-draft", 1, 1.0, 0.0, None), _summary("broken-draft", 2, 1.0, 0.0, None)]
-    res = mtp.broken_draft_result(recs, BROKEN_CARD)
+    res = acceptance.broken_draft_result(recs, BROKEN_CARD)
     assert res["verdict"] == "partly"
     assert "speedup missing" in res["note"] and "not measured: k=1 (speedup), k=2 (speedup)" in res["note"]
     # one depth with no acceptance either
     recs = _study() + [_summary("broken-draft", 1, 1.0, 0.0, 0.94), _summary("broken-draft", 2, None, None, None)]
-    res = mtp.broken_draft_result(recs, BROKEN_CARD)
+    res = acceptance.broken_draft_result(recs, BROKEN_CARD)
     assert res["verdict"] == "partly" and "k=2 (acceptance)" in res["note"]
     # no acceptance at any depth: nothing measured
     recs = _study() + [_summary("broken-draft", 1, None, None, None)]
-    assert "not_run" in mtp.broken_draft_result(recs, BROKEN_CARD)
+    assert "not_run" in acceptance.broken_draft_result(recs, BROKEN_CARD)
 
 
 def test_broken_draft_contradicted_when_the_draft_works():
     recs = _study() + [_summary("broken-draft", 1, 1.85, 0.85, 1.7), _summary("broken-draft", 2, 2.5, 0.75, 1.9)]
-    res = mtp.broken_draft_result(recs, BROKEN_CARD)
+    res = acceptance.broken_draft_result(recs, BROKEN_CARD)
     assert res["verdict"] == "contradicted" and "the draft works" in res["note"]
     # between the broken signature and clearly working: partly, not contradicted
     recs = _study() + [_summary("broken-draft", 1, 1.2, 0.2, 1.0), _summary("broken-draft", 2, 1.0, 0.0, 0.8)]
-    assert mtp.broken_draft_result(recs, BROKEN_CARD)["verdict"] == "partly"
+    assert acceptance.broken_draft_result(recs, BROKEN_CARD)["verdict"] == "partly"
 
 
 def test_broken_draft_not_run_without_broken_checkpoint():
-    res = mtp.broken_draft_result(_study(), BROKEN_CARD)
+    res = acceptance.broken_draft_result(_study(), BROKEN_CARD)
     assert set(res) == {"not_run"} and "k=1 rate 0.90" in res["not_run"]
 
 

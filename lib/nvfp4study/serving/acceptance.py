@@ -27,12 +27,14 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from ..core.ledger import Verdict
 from . import decode_log
 
 BROKEN_RATE = 0.10   # token-weighted accept rate below this ...
 BROKEN_LEN = 1.10    # ... with accept length below this = broken draft (card: 0.00 / 1.00)
 WORKING_RATE = 0.30  # accept rate at or above this = draft clearly working (3x the broken threshold;
                      # the card's working draft: 0.53-0.95 at k=1..3, claims.yaml mtp.k1-k3)
+SPEEDUP_TOL = 0.15   # broken draft's speedup within 15 % of the card's = reproduced (06's TOKS_TOL[0])
 
 
 def median(xs: list[float]) -> float | None:
@@ -124,3 +126,70 @@ def log_summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
             "log gen tok/s min": a["gen_tok_s"]["min"], "log gen tok/s max": a["gen_tok_s"]["max"],
             "log accept len median": a["accept_len"]["median"],
             "log accept rate median": a["accept_rate"]["median"]}
+
+
+def _f(x) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def _round(x):
+    return None if x is None else round(float(x), 4)
+
+
+def broken_draft_result(recs: list[dict[str, Any]], card: dict[str, Any]) -> dict[str, Any]:
+    """The mtp.broken-draft verdict from rows of 06's summary table (pure; checked in the tests).
+
+    The checkpoint tested is the one served as ``mtp.broken_model_path`` (model "broken-draft"), or
+    else the first model flagged broken. Every speculative depth of it needs a token-weighted accept
+    rate and length and a speedup over its depth 0; a missing value is named in the note and caps
+    the verdict at "partly" (no value at all: not run).
+
+    - reproduced: broken at every depth (:func:`broken_draft`), slower than no speculation at
+      every depth, and each speedup within 15 % of the card's.
+    - contradicted: the mis-declared checkpoint's draft works: every measured depth has an accept
+      rate of at least :data:`WORKING_RATE`, well above the broken signature (< :data:`BROKEN_RATE`).
+    - partly: anything between (some depths broken, speedups missing or not slower).
+
+    Returns:
+        ``{"measured", "verdict", "note"}``, or ``{"not_run": reason}``.
+    """
+    spec = [r for r in recs if r["depth"]]
+    models = [r["model"] for r in spec if r["model"] == "broken-draft"] or [r["model"] for r in spec if r["flag"]]
+    if not models:
+        tw = [f"k={r['depth']} rate {_f(r['accept rate (token-weighted)'])}" for r in spec]
+        return {"not_run": "the served checkpoint's draft is not broken (" + ", ".join(tw) + "); set "
+                "mtp.broken_model_path to a checkpoint with layer 42 mis-declared to test this claim"}
+    model = models[0]
+    mine = sorted((r for r in spec if r["model"] == model), key=lambda r: r["depth"])
+    LEN, RATE, SP = "accept len (token-weighted)", "accept rate (token-weighted)", "speedup vs off (decode medians)"
+    have_acc = [r for r in mine if r[LEN] is not None and r[RATE] is not None]
+    if not have_acc:
+        return {"not_run": f"model {model!r}: no accept length/rate measured at any speculative depth "
+                           "(no successful request)"}
+    acc_ids = {id(r) for r in have_acc}
+    missing = [f"k={r['depth']} ({'acceptance' if id(r) not in acc_ids else 'speedup'})"
+               for r in mine if id(r) not in acc_ids or r[SP] is None]
+    measured = {"accept_len": _round(max(r[LEN] for r in have_acc)),
+                "accept_rate": _round(max(r[RATE] for r in have_acc)),
+                "speedup": {str(r["depth"]): _round(r[SP]) for r in mine}}
+    broken = [r for r in have_acc if r["flag"]]
+    working = [r for r in have_acc if r[RATE] >= WORKING_RATE]
+    gaps = f"; not measured: {', '.join(missing)}" if missing else ""
+    if model == "broken-draft" and len(working) == len(have_acc):
+        rates = ", ".join(f"k={r['depth']} {_f(r[RATE])}" for r in have_acc)
+        return {"measured": measured, "verdict": Verdict.CONTRADICTED,
+                "note": f"model {model!r} (layer 42 mis-declared): the draft works, token-weighted accept rate "
+                        f"{rates} >= {WORKING_RATE}, far above the broken signature (< {BROKEN_RATE}){gaps}"}
+    speeds = [r[SP] for r in mine]
+    slower = all(x is not None and x < 1 for x in speeds)
+    cs = card["speedup"]
+    worse = all(abs(r[SP] - cs[r["depth"]]) / cs[r["depth"]] <= SPEEDUP_TOL if r[SP] is not None else False for r in mine if r["depth"] in cs)
+    all_broken = len(broken) == len(mine)
+    verdict = Verdict.REPRODUCED if all_broken and slower and worse and not missing else Verdict.PARTLY
+    if None in speeds:
+        speed_note = "slower than none not checked at every depth (speedup missing)"
+    else:
+        speed_note = "speculation slower than none at every depth" if slower else "not slower at every depth"
+    return {"measured": measured, "verdict": verdict,
+            "note": f"model {model!r}: draft broken (accept rate < {BROKEN_RATE}, length < {BROKEN_LEN}) at "
+                    f"{len(broken)} of {len(mine)} depths; {speed_note}{gaps}"}
