@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -9,6 +10,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # test helpers (e.g. fake_sglang)
+# the suite never reads a workstation's params/local.yaml (tests of the overlay name theirs)
+os.environ["NVFP4STUDY_OVERLAY"] = ""
 
 
 @pytest.fixture

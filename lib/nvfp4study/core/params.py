@@ -297,12 +297,51 @@ def apply_override(raw: dict, assignment: str) -> None:
     cur[parts[-1]] = yaml.safe_load(value) if value.strip() else None
 
 
-def load_params(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Params:
-    """Read, override and validate a params YAML file.
+#: the machine's own overlay (gitignored), written by ``make workstation-envs``: merged over any
+#: params file before the overrides, so ``params/ling3-flash.yaml`` needs no edit on a workstation.
+LOCAL_OVERLAY = PARAMS_DIR / "local.yaml"
+#: environment variable naming another overlay file; set to "" for none.
+OVERLAY_ENV = "NVFP4STUDY_OVERLAY"
+
+
+def overlay_path() -> Path | None:
+    """The overlay in force: ``$NVFP4STUDY_OVERLAY`` when set ("" = none), else
+    :data:`LOCAL_OVERLAY` when it exists, else None."""
+    import os
+
+    env = os.environ.get(OVERLAY_ENV)
+    if env is not None:
+        return Path(env).expanduser() if env else None
+    return LOCAL_OVERLAY if LOCAL_OVERLAY.is_file() else None
+
+
+def _merge(base: dict, over: dict) -> dict:
+    """``over`` merged into ``base`` key by key (mappings recursively, everything else replaced)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _read_yaml(p: Path) -> dict:
+    try:
+        raw = yaml.safe_load(p.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ParamsError(f"{p}: cannot read params: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{p}: top level must be a mapping, got {type(raw).__name__}")
+    return raw
+
+
+def load_params(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
+                overlay: str | Path | None | bool = True) -> Params:
+    """Read, overlay, override and validate a params YAML file.
 
     Args:
         path: the YAML file; ``None`` means ``params/default.yaml``.
-        overrides: ``dotted.key=value`` strings, applied before validation.
+        overrides: ``dotted.key=value`` strings, applied before validation (after the overlay).
+        overlay: True = :func:`overlay_path` (``params/local.yaml`` or ``$NVFP4STUDY_OVERLAY``);
+            a path = that file (must exist); False or None = no overlay.
 
     Returns:
         The validated :class:`Params`.
@@ -314,12 +353,13 @@ def load_params(path: str | Path | None = None, overrides: list[str] | tuple[str
     p = Path(path) if path else DEFAULT_PARAMS
     if not p.is_file():
         raise ParamsError(f"params file not found: {p}")
-    try:
-        raw = yaml.safe_load(p.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ParamsError(f"{p}: cannot read params: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise ParamsError(f"{p}: top level must be a mapping, got {type(raw).__name__}")
+    raw = _read_yaml(p)
+    ov = overlay_path() if overlay is True else (Path(overlay) if overlay else None)
+    if ov is not None:
+        if not ov.is_file():
+            raise ParamsError(f"params overlay not found: {ov} (unset {OVERLAY_ENV} or run make workstation-envs)")
+        raw = _merge(raw, _read_yaml(ov))
+        p = Path(f"{p} + overlay {ov}")
     for o in overrides:
         apply_override(raw, o)
     try:

@@ -4,4 +4,4 @@ Preflight checks the machine against the params, the plan lists every server lau
 requests and an estimated time, and ``run`` puts preflight in front of the study's runner.
 """
 
-__all__ = ["bound", "plan", "preflight", "probes", "run"]
+__all__ = ["bound", "envs", "plan", "preflight", "probes", "run"]
