@@ -10,7 +10,7 @@ SGL_VENV  := .venv-sglang
 SGL_REQ   := tests/real_sglang/requirements.txt
 SGL_STAMP := $(SGL_VENV)/.installed-$(shell cat $(SGL_REQ) | cksum | cut -d' ' -f1)
 
-.PHONY: setup sglang-env study test lint notebooks bench jupyter clean-outputs
+.PHONY: setup sglang-env study test lint notebooks bench jupyter clean-outputs workstation-envs
 
 setup: $(STAMP)
 
@@ -46,6 +46,14 @@ lint: $(STAMP)
 # Regenerate the stored notebooks (no outputs) from their py:percent sources.
 notebooks: $(STAMP)
 	$(BIN)/jupytext --update --to ipynb notebooks/[0-9][0-9]_*.py
+
+# The quantizer and SGLang environments of a GPU run (pins in envs/), and params/local.yaml naming
+# them (merged over any params file). QUANTIZE_VENV / SGLANG_VENV choose the folders, ENVS_ARGS adds
+# options (--card-quantizer for the card's llmcompressor 0.12.0.1, --dry-run to print only).
+QUANTIZE_VENV ?= $(HOME)/.venvs/nvfp4study-quantize
+SGLANG_VENV   ?= $(HOME)/.venvs/nvfp4study-sglang
+workstation-envs: $(STAMP)
+	$(BIN)/python -m nvfp4study.workstation.envs --quantize-venv $(QUANTIZE_VENV) --sglang-venv $(SGLANG_VENV) $(ENVS_ARGS)
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

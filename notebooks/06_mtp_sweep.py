@@ -79,7 +79,25 @@ mtp.estimator_table(stage)
 mtp.request_table(stage)
 
 # %% [markdown]
+# ## The card's tok/s against the memory-bandwidth ceiling
+#
+# Needs no GPU: decoding one request reads the weights once per pass, so tok/s cannot exceed
+# bandwidth / bytes read per token (the NVFP4 layout's active experts with their scales, the
+# shared expert, attention, norms, router and `lm_head` in BF16, one embedding row; a verify pass
+# of k+1 tokens reads them once, and yields the accept length). The card's numbers (labelled
+# "card") against the ceiling of each Blackwell GPU a 128 GB-class card can mean; bandwidths are
+# vendor figures with their sources. Recorded as the study finding `mtp.bandwidth-ceiling`.
+
+# %%
+mtp.ceiling_table(stage)
+
+# %% [markdown]
 # ## Ledger
+#
+# The verdicts compare the card's numbers with the estimator the card used: SGLang's `Decode
+# batch` log lines inside our request windows (median `gen throughput (token/s)`, `accept len`,
+# `accept rate`); the per-request values are recorded beside them, and each note names the
+# estimator that decided (the per-request ones only when the log has no line in our windows).
 
 # %%
 mtp.record_claims(stage)

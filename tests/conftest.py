@@ -15,6 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 SESSION_ENV = "NVFP4STUDY_TEST_SESSION"
 os.environ[SESSION_ENV] = uuid.uuid4().hex
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # test helpers (e.g. fake_sglang)
+# the suite never reads a workstation's params/local.yaml (tests of the overlay name theirs)
+os.environ["NVFP4STUDY_OVERLAY"] = ""
 
 
 @pytest.fixture

@@ -1,10 +1,10 @@
-"""MTP estimators checked by hand on a small recorded set (F-08, F-10)."""
+"""MTP estimators and verdicts checked by hand on a small recorded set (F-08, F-10)."""
 
 from __future__ import annotations
 
 import pytest
 
-from nvfp4study.serving import measure
+from nvfp4study.serving import acceptance, measure
 from nvfp4study.stages import s06_mtp as mtp
 
 C = "sglang:generation_tokens_total"
@@ -62,7 +62,7 @@ def test_decode_rate_without_per_chunk_usage():
 
 def test_estimators_by_hand_give_different_numbers():  # F-10
     ms = [measure.request_metrics(r) for r in (A, B, CUT)]
-    rows = {e["estimator"]: e for e in mtp.estimators(ms, draft_tokens=3, session={"d_gen": 300, "d_verify": 100})}
+    rows = {e["estimator"]: e for e in acceptance.estimators(ms, draft_tokens=3, session={"d_gen": 300, "d_verify": 100})}
     med = rows["request-weighted median"]
     assert med["accept_len"] == pytest.approx(2.25) and med["accept_rate"] == pytest.approx(0.575)
     assert (med["len_min"], med["len_max"], med["rate_min"], med["rate_max"]) == (2.0, 2.5, 0.4, 0.75)
@@ -79,7 +79,7 @@ def test_estimators_by_hand_give_different_numbers():  # F-10
 
 def test_scoped_counter_equals_token_weighted_without_other_traffic():
     ms = [measure.request_metrics(A)]
-    rows = {e["estimator"]: e for e in mtp.estimators(ms, draft_tokens=3)}
+    rows = {e["estimator"]: e for e in acceptance.estimators(ms, draft_tokens=3)}
     assert rows["counter-delta, scoped to each request"]["accept_len"] == rows["token-weighted"]["accept_len"] == 2.5
 
 
@@ -114,7 +114,7 @@ def _study():
 def test_broken_draft_reproduced_with_every_value():
     recs = _study() + [_summary("broken-draft", 0, None, None, None),
                        _summary("broken-draft", 1, 1.0, 0.0, 0.95), _summary("broken-draft", 2, 1.0, 0.0, 0.78)]
-    res = mtp.broken_draft_result(recs, BROKEN_CARD)
+    res = acceptance.broken_draft_result(recs, BROKEN_CARD)
     assert res["verdict"] == "reproduced"
     assert res["measured"] == {"accept_len": 1.0, "accept_rate": 0.0, "speedup": {"1": 0.95, "2": 0.78}}
 
@@ -122,36 +122,36 @@ def test_broken_draft_reproduced_with_every_value():
 def test_broken_draft_missing_speedup_is_not_slower():
     # depth 0 of the broken checkpoint failed: no speedup; the old rule counted None as 0 (< 1, "slower")
     recs = _study() + [_summary("broken-draft", 1, 1.0, 0.0, None), _summary("broken-draft", 2, 1.0, 0.0, None)]
-    res = mtp.broken_draft_result(recs, BROKEN_CARD)
+    res = acceptance.broken_draft_result(recs, BROKEN_CARD)
     assert res["verdict"] == "partly"
     assert "speedup missing" in res["note"] and "not measured: k=1 (speedup), k=2 (speedup)" in res["note"]
     # one depth with no acceptance either
     recs = _study() + [_summary("broken-draft", 1, 1.0, 0.0, 0.94), _summary("broken-draft", 2, None, None, None)]
-    res = mtp.broken_draft_result(recs, BROKEN_CARD)
+    res = acceptance.broken_draft_result(recs, BROKEN_CARD)
     assert res["verdict"] == "partly" and "k=2 (acceptance)" in res["note"]
     # no acceptance at any depth: nothing measured
     recs = _study() + [_summary("broken-draft", 1, None, None, None)]
-    assert "not_run" in mtp.broken_draft_result(recs, BROKEN_CARD)
+    assert "not_run" in acceptance.broken_draft_result(recs, BROKEN_CARD)
 
 
 def test_broken_draft_contradicted_when_the_draft_works():
     recs = _study() + [_summary("broken-draft", 1, 1.85, 0.85, 1.7), _summary("broken-draft", 2, 2.5, 0.75, 1.9)]
-    res = mtp.broken_draft_result(recs, BROKEN_CARD)
+    res = acceptance.broken_draft_result(recs, BROKEN_CARD)
     assert res["verdict"] == "contradicted" and "the draft works" in res["note"]
     # between the broken signature and clearly working: partly, not contradicted
     recs = _study() + [_summary("broken-draft", 1, 1.2, 0.2, 1.0), _summary("broken-draft", 2, 1.0, 0.0, 0.8)]
-    assert mtp.broken_draft_result(recs, BROKEN_CARD)["verdict"] == "partly"
+    assert acceptance.broken_draft_result(recs, BROKEN_CARD)["verdict"] == "partly"
 
 
 def test_broken_draft_not_run_without_broken_checkpoint():
-    res = mtp.broken_draft_result(_study(), BROKEN_CARD)
+    res = acceptance.broken_draft_result(_study(), BROKEN_CARD)
     assert set(res) == {"not_run"} and "k=1 rate 0.90" in res["not_run"]
 
 
 def test_broken_draft_measured_values_come_from_the_rows_not_the_card():
     # numbers unlike the card's 1.00 / 0.00: a measured value copied from the card would show
     recs = _study() + [_summary("broken-draft", 1, 1.03, 0.04, 0.91), _summary("broken-draft", 2, 1.06, 0.02, 0.77)]
-    res = mtp.broken_draft_result(recs, BROKEN_CARD)
+    res = acceptance.broken_draft_result(recs, BROKEN_CARD)
     assert res["measured"] == {"accept_len": 1.06, "accept_rate": 0.04, "speedup": {"1": 0.91, "2": 0.77}}
     assert res["verdict"] == "reproduced"
     assert "k=2" in res["sources"]["accept_len"] and "accept len (token-weighted)" in res["sources"]["accept_len"]
@@ -169,3 +169,39 @@ def test_ledger_records_sources_of_measured_values(run_dir):
     with pytest.raises(LedgerError, match="sources"):
         ledger.record(run_dir, "mtp.broken-draft", measured={"accept_len": 1.0}, verdict="reproduced",
                       sources={"accept_rate": "x"})
+
+
+def _depth_row(depth, **kw):
+    row = {"depth": depth, "requests ok": "3/3", "decode tok/s median": 30.0, "decode tok/s min": 28.0,
+           "decode tok/s max": 31.0, "e2e tok/s median": 27.0, "speedup vs off (decode medians)": 1.3,
+           "accept len (token-weighted)": 2.2, "accept len min": 2.0, "accept len max": 2.4,
+           "accept rate (token-weighted)": 0.6, "accept rate min": 0.5, "accept rate max": 0.7,
+           "texts identical to off": "1/3", "note": "", "log lines": 4, "log gen tok/s median": 44.0,
+           "log gen tok/s min": 40.0, "log gen tok/s max": 47.0, "log accept len median": 2.66,
+           "log accept rate median": 0.83, "speedup vs off (log gen tok/s medians)": 1.9}
+    return {**row, **kw}
+
+
+K2 = {"tok_s": 45.1, "speedup": 2.0, "accept_len": [2.62, 2.70], "accept_rate": [0.81, 0.85]}
+
+
+def test_the_card_estimator_decides_when_the_log_has_lines():
+    res = mtp.depth_result(2, _depth_row(2), K2)
+    # log: 44.0 vs 45.1 (2.4 %), 1.9 vs 2.0 (5 %), 2.66 in [2.62, 2.70], 0.83 in [0.81, 0.85]: 4/4
+    assert res["verdict"] == "reproduced" and res["note"].startswith("4/4")
+    assert "decided by SGLang decode log" in res["note"] and "within 15%" in res["note"]
+    m = res["measured"]
+    assert (m["estimator"], m["tok_s"], m["accept_len"], m["accept_rate"]) == ("decode log", 44.0, 2.66, 0.83)
+    # the per-request family is kept beside it: 30 tok/s, 2.2, 0.6 would have failed all four checks
+    assert m["per_request"]["decode_tok_s"] == 30.0 and m["per_request"]["accept_len_token_weighted"] == 2.2
+    # per-request values alone (no log line in our windows): contradicted, and the note names them
+    res = mtp.depth_result(2, _depth_row(2, **{"log lines": 0, "log gen tok/s median": None}), K2)
+    assert res["verdict"] == "contradicted" and "NOT the card's" in res["note"]
+    assert res["measured"]["estimator"] == "per request" and res["measured"]["tok_s"] == 30.0
+
+
+def test_depth_zero_tolerance_bands():
+    off = {"tok_s": 22.60}
+    for tok, verdict in ((22.0, "reproduced"), (17.0, "partly"), (15.0, "contradicted")):  # 2.7 %, 24.8 %, 33.6 %
+        row = _depth_row(0, **{"log gen tok/s median": tok, "log accept len median": None})
+        assert mtp.depth_result(0, row, off)["verdict"] == verdict

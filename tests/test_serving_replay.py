@@ -15,7 +15,7 @@ from nvfp4study.core import ledger
 from nvfp4study.core.errors import ReplayDataMissing
 from nvfp4study.core.params import REPO_ROOT, dump_params, load_params
 from nvfp4study.core.stage import open_stage
-from nvfp4study.serving import measure
+from nvfp4study.serving import decode_log, measure
 from nvfp4study.stages import s04_launch as launch_checks
 from nvfp4study.stages import s06_mtp as mtp
 from nvfp4study.stages import s07_determinism as determinism
@@ -107,7 +107,11 @@ def test_mtp_and_determinism_results(recorded):
     led = _ledger(run)
     assert led["mtp.broken-draft"]["verdict"] == "not run" and "mtp.broken_model_path" in led["mtp.broken-draft"]["note"]
     assert led["det.spec-off"]["measured"] == {"identical": 2, "n": 2, "repeats": 2}
-    assert led["mtp.k2"]["measured"]["accept_len_token_weighted"] == pytest.approx(summ[2]["accept len (token-weighted)"], abs=1e-4)
+    k2 = led["mtp.k2"]["measured"]
+    assert k2["per_request"]["accept_len_token_weighted"] == pytest.approx(summ[2]["accept len (token-weighted)"], abs=1e-4)
+    # the card's estimator (the decode log in our windows) decided, and both families are recorded
+    assert k2["estimator"] == "decode log" and "decided by SGLang decode log" in led["mtp.k2"]["note"]
+    assert k2["accept_len"] == pytest.approx(summ[2]["log accept len median"], abs=1e-4) and k2["decode_log"]["lines"] >= 3
     assert (run / "figures" / "mtp-sweep.png").stat().st_size > 10_000
 
 
@@ -123,6 +127,20 @@ def test_replay_gives_identical_tables_without_a_server(recorded, tmp_path):
     analyse(pf, new)
     for t in TABLES:
         assert (new / "data" / t).read_bytes() == (run / "data" / t).read_bytes(), t
+    # both estimator families come out of the replay: per request and SGLang's decode log (06 and 07)
+    summ = {r["depth"]: r for r in json.loads((new / "data" / "mtp-summary.json").read_text())}
+    for d in (0, 1, 2, 3):
+        assert summ[d]["decode tok/s median"] > 0 and summ[d]["log gen tok/s median"] > 0 and summ[d]["log lines"] >= 3
+    assert summ[0]["log accept len median"] is None and summ[2]["log accept len median"] > 1.5
+    thr = {r["row"]: r for r in json.loads((new / "data" / "det-throughput.json").read_text())}
+    for name in ("spec-off", "spec-on"):
+        logged = [x["gen_tok_s"] for x in decode_log.parse_log(next((new / "logs").glob(
+            f"sglang-clamp=exact-spec={'off' if name == 'spec-off' else 2}-det=off*.log")).read_text())[0]]
+        v = thr[name][determinism.LOG_TOKS]
+        assert thr[name]["decode tok/s median"] > 0 and min(logged) <= v <= max(logged)
+    assert thr["spec-on"]["log accept len median"] > 1.5 and thr["spec-off"]["log accept len median"] is None
+    sp = thr["speedup spec-on vs spec-off, all pairs"][determinism.LOG_TOKS]
+    assert sp == pytest.approx(thr["spec-on"][determinism.LOG_TOKS] / thr["spec-off"][determinism.LOG_TOKS])
     a, b = _ledger(run), _ledger(new)
     for cid in a:
         assert (a[cid]["measured"], a[cid]["verdict"]) == (b[cid]["measured"], b[cid]["verdict"]), cid

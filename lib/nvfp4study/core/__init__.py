@@ -13,6 +13,7 @@ __all__ = [
     "hub",
     "ledger",
     "params",
+    "params_yaml",
     "paths",
     "readable",
     "report_layout",

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .errors import ParamsError
 from .files import atomic_write
+from .params_yaml import apply_override, read_yaml_mapping
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 PARAMS_DIR = REPO_ROOT / "params"
@@ -342,75 +343,39 @@ def _explain(err: ValidationError, source: str, overridden: tuple[str, ...] = ()
     return "; ".join(lines)
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's SafeLoader, except that a mapping with the same key twice is an error (PyYAML
-    keeps the last value silently; YAML 1.2 section 3.2.1.1 requires unique keys)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # "<<" merges: explicit keys override merged ones by design
-            key = self.construct_object(key_node, deep=True)
-            line = key_node.start_mark.line + 1
-            try:
-                first = seen.get(key)
-            except TypeError:  # an unhashable key: SafeLoader's own error follows
-                continue
-            if first is not None:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first on line {first})", key_node.start_mark)
-            seen[key] = line
-        return super().construct_mapping(node, deep=deep)
+LOCAL_OVERLAY = PARAMS_DIR / "local.yaml"
+#: environment variable naming another overlay file; set to "" for none.
+OVERLAY_ENV = "NVFP4STUDY_OVERLAY"
 
 
-def _yaml(text: str) -> Any:
-    """Parse YAML text with :class:`_UniqueKeyLoader` (raises ``yaml.YAMLError``)."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+def overlay_path() -> Path | None:
+    """The overlay in force: ``$NVFP4STUDY_OVERLAY`` when set ("" = none), else
+    :data:`LOCAL_OVERLAY` when it exists, else None."""
+    import os
+
+    env = os.environ.get(OVERLAY_ENV)
+    if env is not None:
+        return Path(env).expanduser() if env else None
+    return LOCAL_OVERLAY if LOCAL_OVERLAY.is_file() else None
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """``"line N, column M: problem"`` of a PyYAML error (its own text names no file)."""
-    mark = getattr(exc, "problem_mark", None)
-    problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
-    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark else problem
+def _merge(base: dict, over: dict) -> dict:
+    """``over`` merged into ``base`` key by key (mappings recursively, everything else replaced)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
-def apply_override(raw: dict, assignment: str) -> None:
-    """Apply one ``dotted.key=value`` override to raw params in place.
-
-    The value is parsed as YAML (so ``3``, ``true``, ``[0, 2]``, ``null`` work).
-
-    Raises:
-        ParamsError: no ``=`` in the assignment, an empty key part, a value that is not YAML
-            (``-p a=[``), or a path through a non-mapping; the message names the override.
-    """
-    if "=" not in assignment:
-        raise ParamsError(f"override '{assignment}' is not key=value")
-    key, value = assignment.split("=", 1)
-    parts = key.strip().split(".")
-    if not all(p.strip() for p in parts):
-        raise ParamsError(f"override '{assignment}': the key has an empty part")
-    try:
-        parsed = _yaml(value) if value.strip() else None
-    except yaml.YAMLError as exc:
-        raise ParamsError(f"-p {key.strip()}: the value {value!r} is not valid YAML "
-                          f"({_yaml_problem(exc)})") from None
-    cur = raw
-    for p in parts[:-1]:
-        nxt = cur.setdefault(p, {})
-        if not isinstance(nxt, dict):
-            raise ParamsError(f"override '{key}': '{p}' is not a section")
-        cur = nxt
-    cur[parts[-1]] = parsed
-
-
-def load_params(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Params:
-    """Read, override and validate a params YAML file.
+def load_params(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
+                overlay: str | Path | None | bool = True) -> Params:
+    """Read, overlay, override and validate a params YAML file.
 
     Args:
         path: the YAML file; ``None`` means ``params/default.yaml``.
-        overrides: ``dotted.key=value`` strings, applied before validation.
+        overrides: ``dotted.key=value`` strings, applied before validation (after the overlay).
+        overlay: True = :func:`overlay_path` (``params/local.yaml`` or ``$NVFP4STUDY_OVERLAY``);
+            a path = that file (must exist); False or None = no overlay.
 
     Returns:
         The validated :class:`Params`.
@@ -423,23 +388,13 @@ def load_params(path: str | Path | None = None, overrides: list[str] | tuple[str
     p = Path(path) if path else DEFAULT_PARAMS
     if not p.is_file():
         raise ParamsError(f"params file not found: {p}")
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise ParamsError(f"{p}: cannot read params: {exc}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise ParamsError(f"{p}: line {line}: not UTF-8 text (byte {data[exc.start]:#04x} at "
-                          f"offset {exc.start})") from None
-    try:
-        raw = _yaml(text)
-    except yaml.YAMLError as exc:
-        raise ParamsError(f"{p}: cannot read params: invalid YAML at {_yaml_problem(exc)}") from None
-    raw = {} if raw is None else raw
-    if not isinstance(raw, dict):
-        raise ParamsError(f"{p}: top level must be a mapping, got {type(raw).__name__}")
+    raw = read_yaml_mapping(p)
+    ov = overlay_path() if overlay is True else (Path(overlay) if overlay else None)
+    if ov is not None:
+        if not ov.is_file():
+            raise ParamsError(f"params overlay not found: {ov} (unset {OVERLAY_ENV} or run make workstation-envs)")
+        raw = _merge(raw, read_yaml_mapping(ov))
+        p = Path(f"{p} + overlay {ov}")
     for o in overrides:
         apply_override(raw, o)
     try:

@@ -5,6 +5,7 @@ HTTP client that keeps raw records, and request sessions with per-request metric
 """
 
 __all__ = [
+    "acceptance",
     "client",
     "decode_log",
     "measure",

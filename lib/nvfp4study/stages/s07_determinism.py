@@ -13,7 +13,8 @@ never turned into a speedup without saying so, fault F-09 in ``docs/faults.md``)
 - spec-on vs spec-off: repeat 0 of each, per prompt.
 - the same three in deterministic mode, and deterministic spec-on vs plain spec-off.
 
-Throughput per configuration: median decode tok/s over its requests. A speedup of spec-on over
+Throughput per configuration: median decode tok/s over its requests, with the card's estimator
+beside it (median ``gen throughput (token/s)`` of SGLang's decode log lines in our request windows). A speedup of spec-on over
 spec-off is reported with how many of its pairs have identical texts; when texts differ the
 label says so (different text, different acceptance), and an identical-pairs-only figure is
 given beside it.
@@ -28,7 +29,7 @@ from ..core import ledger
 from ..core.files import atomic_write
 from ..core.ledger import Verdict
 from ..core.stage import Stage, open_stage_named
-from ..serving import measure
+from ..serving import acceptance, decode_log, measure
 from ..serving.measure import collect, resolve_mode  # noqa: F401  (notebook 07)
 from ..serving.server import ServerConfig, stage_configs
 
@@ -150,15 +151,30 @@ def _med(xs):
     return statistics.median(xs) if xs else None
 
 
-def throughput_rows(rows: dict[str, dict], pairs: list[dict]) -> list[dict]:
-    """Median decode tok/s per configuration, and spec-on/spec-off speedups labelled by identity."""
+LOG_TOKS = "gen tok/s median (SGLang decode log, the card's estimator)"
+
+
+def throughput_rows(rows: dict[str, dict], pairs: list[dict],
+                    logs: dict[str, dict[str, Any]] | None = None) -> list[dict]:
+    """Median decode tok/s per configuration, and spec-on/spec-off speedups labelled by identity.
+
+    Args:
+        rows: per configuration name, the recorded raw rows by ``(prompt_id, repeat)``.
+        pairs: :func:`pair_rows`.
+        logs: per configuration name, :func:`nvfp4study.serving.acceptance.log_summary` of its
+            decode log lines in our request windows (the card's estimator), shown beside the
+            per-request tok/s; None or a missing name gives empty log columns.
+    """
+    logs = logs or {}
     out = []
     for name, recs in rows.items():
         m = [measure.request_metrics(r) for r in recs.values()]
         ok = [x for x in m if x["status"] == "ok"]
+        lg = logs.get(name, {})
         out.append({"row": name, "decode tok/s median": _med([x["decode_tok_s"] for x in ok]),
                     "e2e tok/s median": _med([x["e2e_tok_s"] for x in ok]), "requests ok": f"{len(ok)}/{len(m)}",
-                    "pairs": None, "identical pairs": None, "label": "throughput"})
+                    LOG_TOKS: lg.get("log gen tok/s median"), "log accept len median": lg.get("log accept len median"),
+                    "log lines": lg.get("log lines"), "pairs": None, "identical pairs": None, "label": "throughput"})
     for label in ("spec-on vs spec-off",
                   "det spec-on vs det spec-off"):
         mine = [p for p in pairs if p["comparison"] == label and p["comparable"]]
@@ -168,7 +184,9 @@ def throughput_rows(rows: dict[str, dict], pairs: list[dict]) -> list[dict]:
         ratio = lambda ps: (_med([p["left_decode_tok_s"] for p in ps]) / _med([p["right_decode_tok_s"] for p in ps])  # noqa: E731
                             if ps and _med([p["right_decode_tok_s"] for p in ps]) else None)
         differ = len(mine) - len(same)
+        left, right = (logs.get(n, {}).get("log gen tok/s median") for n in label.split(" vs "))
         out.append({"row": f"speedup {label}, all pairs", "decode tok/s median": ratio(mine), "e2e tok/s median": None,
+                    LOG_TOKS: left / right if left and right else None,
                     "requests ok": None, "pairs": len(mine), "identical pairs": len(same),
                     "label": (f"texts differ in {differ} of {len(mine)} pairs: this ratio compares different texts "
                               "(different text, different acceptance)") if differ else "all pairs identical"})
@@ -179,12 +197,17 @@ def throughput_rows(rows: dict[str, dict], pairs: list[dict]) -> list[dict]:
 
 
 def throughput_table(stage: Stage):
-    """Throughput of each configuration and the labelled speedups. Writes ``data/det-throughput.json``."""
+    """Throughput of each configuration (per-request decode and end-to-end tok/s, and the SGLang
+    decode log's gen tok/s beside them) and the labelled speedups. Writes ``data/det-throughput.json``."""
     import pandas as pd
 
     if (nr := _nr(stage)) is not None:
         return nr
-    df = pd.DataFrame(throughput_rows(_rows(stage), _pairs(stage)))
+    rows, params = _rows(stage), measure.params_of(stage)
+    logs = {name: acceptance.log_summary(decode_log.study_lines(stage.run_dir, measure.launches(stage.paths, c),
+                                                                list(rows[name].values())))
+            for name, c in configs(params).items()}
+    df = pd.DataFrame(throughput_rows(rows, _pairs(stage), logs))
     atomic_write(stage.paths.data("det-throughput"), lambda tmp: tmp.write_text(df.to_json(orient="records", indent=1, double_precision=10)))
     return df
 

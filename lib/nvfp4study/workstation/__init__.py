@@ -5,6 +5,8 @@ requests and an estimated time, and ``run`` puts preflight in front of the study
 """
 
 __all__ = [
+    "bound",
+    "envs",
     "plan",
     "preflight",
     "probes",

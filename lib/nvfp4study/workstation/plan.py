@@ -19,6 +19,9 @@ Assumptions of the time estimate (each printed with the plan):
 - with ``corruption.concurrency`` = c > 1 the corruption sweep's aggregate rate is c x the
   single-request rate (decode reads the weights once per step for the whole batch), so its
   saving is an upper bound.
+
+The decode ceiling of the user's GPU (:mod:`.bound`: memory bandwidth / bytes read per token of
+the layout, with and without MTP) is printed beside, so an assumed tok/s above it shows.
 """
 
 from __future__ import annotations
@@ -110,7 +113,40 @@ def estimate(plan: list[Launch], assumptions: dict[str, Any]) -> list[Launch]:
     return plan
 
 
-def summary(params: Params, assumptions: dict[str, Any] | None = None) -> dict[str, Any]:
+def ceilings(params: Params, gpu: str | None = None) -> dict[str, Any]:
+    """Decode tok/s ceilings per NEXTN depth of ``mtp.depths`` on the user's GPU
+    (:mod:`.bound`; the layout of ``checkpoint.shape``, accept length = middle of the card's range,
+    labelled so). ``gpu`` None: the first GPU ``nvidia-smi`` names.
+
+    Returns ``{"gpu", "bandwidth_gbs", "source", "depths": {depth: {"ceiling_tok_s",
+    "independent_routing_tok_s", "accept_len"}}}`` or ``{"gpu": None|name, "reason"}``."""
+    from ..core.ledger import card_claims
+    from . import bound, probes
+
+    if gpu is None:
+        smi = probes.nvidia_smi()
+        if not smi or not smi["gpus"]:
+            return {"gpu": None, "reason": "no NVIDIA GPU detected: pass --gpu NAME (known: " + ", ".join(bound.GPUS) + ")"}
+        gpu = smi["gpus"][0]["name"]
+    try:
+        name, bw = bound.gpu_bandwidth(gpu)
+    except bound.UnknownGPU as exc:
+        return {"gpu": gpu, "reason": str(exc)}
+    card = {r["id"]: r["card"] for r in card_claims()}
+    rb = bound.read_bytes(params.checkpoint.shape)
+    out = {}
+    for d in sorted(set(params.mtp.depths)):
+        al = None if not d else (sum(card[f"mtp.k{d}"]["accept_len"]) / 2 if f"mtp.k{d}" in card else None)
+        if d and al is None:
+            continue
+        c = bound.ceiling(rb, bw, d, al)
+        out[d] = {"ceiling_tok_s": c["ceiling_tok_s"], "independent_routing_tok_s": c["independent_routing_tok_s"],
+                  "accept_len": al}
+    return {"gpu": gpu, "table_name": name, "bandwidth_gbs": bw / 1e9, "source": bound.GPUS[name]["source"],
+            "bytes_per_token_gb": rb.per_token() / GB, "depths": out}
+
+
+def summary(params: Params, assumptions: dict[str, Any] | None = None, gpu: str | None = None) -> dict[str, Any]:
     """The whole plan: launches with times, totals, disk, and the batched-sweep saving.
 
     Returns ``{"launches": [...], "total_s", "serving": bool, "assumptions", "disk": [...],
@@ -131,7 +167,7 @@ def summary(params: Params, assumptions: dict[str, Any] | None = None) -> dict[s
     return {"launches": [asdict(x) for x in plan], "total_s": total, "serving": params.server.enabled,
             "assumptions": {**a, "tok_s": {str(k): v for k, v in a["tok_s"].items()},
                             "tok_s_deterministic": {str(k): v for k, v in a.get("tok_s_deterministic", {}).items()}},
-            "disk": disk, "concurrency_saving_s": saving}
+            "disk": disk, "concurrency_saving_s": saving, "ceiling": ceilings(params, gpu)}
 
 
 def table(params: Params, assumptions: dict[str, Any] | None = None):
@@ -168,6 +204,15 @@ def format_plan(params: Params, s: dict[str, Any]) -> str:
                      "shows the saving of a batched sweep")
     for d in s["disk"]:
         lines.append(f"disk: {d['what']} {d['gb']} GB at {d['folder']}")
+    c = s["ceiling"]
+    if "reason" in c:
+        lines.append(f"decode ceiling: not computed ({c['reason']})")
+    else:
+        per = ", ".join(f"k={d}: {v['ceiling_tok_s']:.0f}" + ("" if not v["accept_len"] else f" (accept len {v['accept_len']:.2f}, card's)")
+                        for d, v in c["depths"].items())
+        lines.append(f"decode ceiling on {c['gpu']} ({c['bandwidth_gbs']:g} GB/s, vendor figure; "
+                     f"{c['bytes_per_token_gb']:.2f} GB read per token of this layout): {per} tok/s "
+                     "(one request; bandwidth / bytes read; KV cache not counted)")
     return "\n".join(lines)
 
 
@@ -181,6 +226,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--load-s", type=float, default=None, help="seconds per server load (default: card's 300)")
     ap.add_argument("--tok-s", action="append", default=[], metavar="DEPTH=TOKS",
                     help="single-request decode tok/s at a NEXTN depth (default: card's per depth)")
+    ap.add_argument("--gpu", default=None, help="GPU name for the decode ceiling (default: the one nvidia-smi names)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     params = load_params(a.params, a.overrides)
@@ -192,6 +238,6 @@ def main(argv: list[str]) -> int:
     for kv in a.tok_s:
         d, _, v = kv.partition("=")
         assumptions["tok_s"][int(d)] = float(v)
-    s = summary(params, assumptions)
+    s = summary(params, assumptions, a.gpu)
     print(json.dumps(s, indent=1) if a.json else format_plan(params, s))
     return 0
