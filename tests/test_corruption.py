@@ -254,7 +254,7 @@ def test_ledger_rows(analysed):
     r = rows["corruption.t06-on"]
     assert r["verdict"] == "contradicted"  # after 1/2 clean, intervals overlap
     assert r["measured"]["after"] == {"clean": 1, "n": 2, "clean_frac": 0.5, "no_code": 1,
-                                      "failed": 1, "ci95": [0.0945, 0.9055]}
+                                      "unjudged": 0, "failed": 1, "ci95": [0.0945, 0.9055]}
     for cid in ("corruption.t0-off-10", "corruption.t06-off"):  # not in these params
         assert rows[cid]["verdict"] == "not run" and "not served" in rows[cid]["note"]
     r = rows["corruption.executed"]

@@ -12,6 +12,7 @@ import pytest
 
 from nvfp4study.core.errors import NotAnSGLangTree, SGLangNotInstalled
 from nvfp4study.sglang import audit as sa
+from nvfp4study.sglang import audit_report as report
 from nvfp4study.sglang.checks import extra_checks, moe_scheme_for, shared_fusion
 from nvfp4study.sglang.source import find_root, installed_tree, open_tree, read_version
 from sglang_fixtures import VERSIONS, mini_tree, released
@@ -111,14 +112,14 @@ def test_alpha_branch_mention_is_dead_for_ling(audits):
 
 
 def test_json_cli(capsys):
-    assert sa.main([str(released("0.5.23").root), "--json"]) == 0
+    assert report.main([str(released("0.5.23").root), "--json"]) == 0
     rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert {tuple(sorted(r)) for r in rows} == {("file", "function", "line", "path", "rule", "sglang_version", "verdict")}
     assert {r["path"]: r["verdict"] for r in rows}["nvfp4-w4a4-cutlass"] == "APPROX"
 
 
 def test_matrix_figure(tmp_path, audits):
-    out = sa.matrix_figure([r for v in VERSIONS for r in audits[v].values()], tmp_path / "m.png")
+    out = report.matrix_figure([r for v in VERSIONS for r in audits[v].values()], tmp_path / "m.png")
     assert out.stat().st_size > 10_000
 
 

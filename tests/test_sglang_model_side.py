@@ -12,6 +12,8 @@ import pytest
 
 from nvfp4study.core.errors import NoBailingMoeV3
 from nvfp4study.sglang import audit as sa
+from nvfp4study.sglang import audit_report as report
+from nvfp4study.sglang import audit_sinks as sinks
 from nvfp4study.sglang.model_side import model_side
 from nvfp4study.sglang.source import copy_tree
 from sglang_fixtures import VERSIONS, released
@@ -41,7 +43,7 @@ def test_release_without_the_model_gets_one_line(capsys):
     assert not model_side(tree).present
     with pytest.raises(NoBailingMoeV3, match="no BailingMoeV3 in SGLang 0.5.18: Ling-3.0-flash does not load"):
         sa.audit_tree(tree)
-    assert sa.main([str(tree.root)]) == 0
+    assert report.main([str(tree.root)]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "no BailingMoeV3 in SGLang 0.5.18: Ling-3.0-flash does not load"]
 
@@ -151,7 +153,7 @@ def test_expand_versions():
 # --- kernel facts vs the FlashInfer release each SGLang release pins -------------------------------
 def test_flashinfer_pin_and_mismatch_flag():
     # METADATA Requires-Dist: flashinfer_python[cu13]==0.6.18 (0.5.19-0.5.21), 0.7.1 (0.5.22), 0.7.2 (0.5.23)
-    pins = {v: sa.flashinfer_pin(released(v)) for v in VERSIONS}
+    pins = {v: sinks.flashinfer_pin(released(v)) for v in VERSIONS}
     assert pins == {"0.5.19": "0.6.18", "0.5.20": "0.6.18", "0.5.21": "0.6.18", "0.5.22": "0.7.1",
                     "0.5.23": "0.7.2"}
     flagged = {v: {r.path for r in sa.audit_tree(released(v)) if r.flashinfer_check} for v in ("0.5.21", "0.5.22", "0.5.23")}

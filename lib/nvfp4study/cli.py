@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "make-checkpoint": ("nvfp4study.checkpoint.generate", "write a Ling-layout BF16 checkpoint: nvfp4study make-checkpoint OUT"),
     "quantize": ("nvfp4study.checkpoint.quantize", "NVFP4-quantize a checkpoint: nvfp4study quantize SRC DST"),
     "audit-checkpoint": ("nvfp4study.checkpoint.audit", "audit a checkpoint from its headers: nvfp4study audit-checkpoint PATH --json"),
-    "audit-sglang": ("nvfp4study.sglang.audit", "audit SGLang's clamp plumbing: nvfp4study audit-sglang --version 0.5.23"),
+    "audit-sglang": ("nvfp4study.sglang.audit_report", "audit SGLang's clamp plumbing: nvfp4study audit-sglang --version 0.5.23"),
     "patch": ("nvfp4study.sglang.patch", "patch SGLang's clamp: nvfp4study patch apply --mode exact --sglang PATH"),
     "detect": ("nvfp4study.codeeval.detect", "classify code for junk tokens: nvfp4study detect --json FILE..."),
     "findings": ("nvfp4study.core.findings", "README findings from a run's ledger: nvfp4study findings outputs/latest --write"),

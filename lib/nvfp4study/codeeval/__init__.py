@@ -6,6 +6,7 @@ raw data, live collection, analysis and display (``served_*``).
 """
 
 __all__ = [
+    "bounds",
     "card_problems",
     "detect",
     "detector_samples",

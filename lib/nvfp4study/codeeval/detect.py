@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 
 from ..core.errors import CompletionFormatError, DetectInputError
+from .bounds import MAX_BYTES, check_nesting, check_size
 from .extract import Extraction, extract_code, extract_message
 from .findings import Detection, Finding, FindingKind, status_of
 from .recovery import recover
@@ -53,16 +54,20 @@ def detect_code(code: str, prompt: str | None = None, *, source: str = "bare",
         pre: findings already made upstream (decoding, extraction), kept first.
 
     Returns:
-        A :class:`Detection`; never raises on bad code.
+        A :class:`Detection`; never raises on bad code. Code (or a prompt) over the size bounds
+        of :mod:`nvfp4study.codeeval.bounds` is ``too_large`` before any pass runs; code nested
+        over its bound, or on which the parser or pyflakes runs out of recursion, ``too_deep``.
     """
     findings = list(pre or [])
+    why = check_size(code, "code") or (check_size(prompt, "prompt") if prompt else None)
+    if why:
+        return _unjudged(FindingKind.TOO_LARGE, why, findings, code, source)
     code, chars = char_findings(code)
     findings += chars
     if not code.strip():
         findings.append(Finding(FindingKind.NO_CODE, None, None, ""))
         return Detection(status_of(findings), findings, code, source, False, None)
     offset = 0
-    scope: set[str] = set()
     checked = code
     if prompt:
         first = next((ln for ln in code.split("\n") if ln.strip() and not ln.lstrip().startswith("#")), "")
@@ -70,8 +75,22 @@ def detect_code(code: str, prompt: str | None = None, *, source: str = "bare",
             head = prompt if prompt.endswith("\n") else prompt + "\n"
             offset = head.count("\n")
             checked = head + code
-        else:
-            scope = prompt_bindings(prompt)
+    why = check_nesting(checked)  # prompt and code are each within the size bounds
+    if why:
+        return _unjudged(FindingKind.TOO_DEEP, why, findings, code, source)
+    try:
+        return _checks(code, checked, prompt if not offset else None, offset, findings, source)
+    except (RecursionError, MemoryError) as exc:
+        # deeper than the bound caught (an expression continued over lines, an f-string):
+        # CPython's parser and pyflakes recurse; both fail fast on such input
+        return _unjudged(FindingKind.TOO_DEEP, f"{type(exc).__name__} in the parser or pyflakes: "
+                         "nested too deep", findings, code, source)
+
+
+def _checks(code: str, checked: str, scope_prompt: str | None, offset: int,
+            findings: list[Finding], source: str) -> Detection:
+    """Steps 2-4 of the module docstring on ``checked`` (``code``, or the prompt + ``code``)."""
+    scope = prompt_bindings(scope_prompt) if scope_prompt else set()
 
     def shift(fs: list[Finding]) -> list[Finding]:
         return [Finding(f.kind, f.line - offset, f.col, f.text, f.detail) for f in fs
@@ -94,10 +113,23 @@ def detect_code(code: str, prompt: str | None = None, *, source: str = "bare",
                      non_ascii_in_text=in_text - in_prompt_text)
 
 
+def _unjudged(kind: FindingKind, why: str, findings: list[Finding], code: str,
+              source: str) -> Detection:
+    """A ``too_large`` / ``too_deep`` verdict: the bound's finding after those already made."""
+    findings = [*findings, Finding(kind, None, None, "", why)]
+    return Detection(status_of(findings), findings, code, source, parsed=False, recovered=None)
+
+
 def detect_completion(content: str | None, reasoning_content: str | None = None, *,
                       prompt: str | None = None, entry_point: str | None = None) -> Detection:
     """Extract the code of a chat completion (:func:`nvfp4study.codeeval.extract.extract_code`) and
-    classify it. A junk closing fence becomes a ``junk_fence`` finding; no code, ``no_code``."""
+    classify it. A junk closing fence becomes a ``junk_fence`` finding; no code, ``no_code``;
+    a content or reasoning text over :data:`~nvfp4study.codeeval.bounds.MAX_BYTES` /
+    ``MAX_LINES``, ``too_large`` (before extraction)."""
+    for what, text in (("content", content), ("reasoning_content", reasoning_content)):
+        why = check_size(text, what) if text else None
+        if why:
+            return _unjudged(FindingKind.TOO_LARGE, why, [], "", "none")
     ex = extract_code(content, reasoning_content, entry_point)
     return _detect_extraction(ex, prompt)
 
@@ -125,13 +157,15 @@ def detect_bytes(data: bytes, *, kind: str = "auto", prompt: str | None = None,
     Raises:
         CompletionFormatError: ``kind="message"`` and the data is not a JSON chat message.
     """
+    if len(data) > MAX_BYTES:  # before decoding or parsing anything
+        return _unjudged(FindingKind.TOO_LARGE, f"input is over {MAX_BYTES:,} bytes", [], "", "file")
     text, pre = decode(data)
     if kind in ("auto", "message"):
         msg = None
         if text.lstrip().startswith("{"):
             try:
                 msg = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: JSON nested too deep
                 msg = None
         if isinstance(msg, dict) and ({"content", "reasoning_content", "choices"} & set(msg)):
             return _detect_extraction(extract_message(msg, entry_point), prompt, pre)
@@ -150,7 +184,7 @@ def non_ascii_scan(text: str) -> bool:
 
 # --- CLI -------------------------------------------------------------------------------------
 def _fmt(path: str, det: Detection) -> str:
-    head = f"{path}: {det.status} ({det.label}; code from {det.source})"
+    head = f"{path}: {det.status} ({det.reason or det.label}; code from {det.source})"
     rows = [head]
     for f in det.findings:
         where = f"line {f.line}" if f.line is not None else "-"
@@ -161,7 +195,10 @@ def _fmt(path: str, det: Detection) -> str:
 def main(argv: list[str] | None = None) -> int:
     """``nvfp4study detect``: classify files of code or raw completion text.
 
-    Exit status: 0 when every file is clean or has no code, 1 when any is corrupted.
+    Exit status: 2 when any file could not be judged (``too_large`` / ``too_deep``: over the
+    detector's bounds, :mod:`nvfp4study.codeeval.bounds`; its line says why, and one line on
+    stderr names it), else 1 when any is corrupted, else 0 (every file clean or without code).
+    An unjudged file is bad input, neither a finding (1) nor a crash (3).
 
     Raises:
         DetectInputError: a file or the prompt file cannot be read.
@@ -170,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="nvfp4study detect",
         description="Classify generated code for junk tokens (undefined names, glued names, "
                     "syntax errors, junk fences, invalid UTF-8, non-ASCII).",
-        epilog="exit status: 0 clean (or no code), 1 when any file is corrupted, 2 bad input. "
+        epilog="exit status: 0 clean (or no code), 1 when any file is corrupted, 2 bad input "
+               "(including a file too large or too deeply nested to judge: too_large / too_deep). "
                "example: nvfp4study detect --json --prompt prompt.py answer.md code.py",
     )
     ap.add_argument("files", nargs="+", metavar="FILE", help="code, Markdown completion, or JSON chat message")
@@ -183,15 +221,18 @@ def main(argv: list[str] | None = None) -> int:
     prompt = None
     if args.prompt:
         prompt = _read(args.prompt).decode("utf-8", errors="replace")
-    any_corrupt = False
+    any_corrupt = any_unjudged = False
     for name in args.files:
         try:
             det = detect_bytes(_read(name), kind=args.kind, prompt=prompt, entry_point=args.entry_point)
         except CompletionFormatError as exc:
             raise CompletionFormatError(f"{name}: {exc}") from None
         any_corrupt |= det.corrupted
+        any_unjudged |= det.unjudged
         print(json.dumps({"file": name, **det.to_dict()}) if args.json else _fmt(name, det))
-    return 1 if any_corrupt else 0
+        if det.unjudged:
+            print(f"nvfp4study detect: {name}: {det.status}: {det.reason}", file=sys.stderr)
+    return 2 if any_unjudged else 1 if any_corrupt else 0
 
 
 def _read(name: str) -> bytes:

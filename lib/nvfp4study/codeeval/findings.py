@@ -25,13 +25,19 @@ non_ascii           a non-ASCII character outside string literals and comments; 
                     separately (non-ASCII inside strings/comments is only counted, in
                     :attr:`Detection.non_ascii_in_text`)
 no_code             the completion holds no code
+too_large           the input is over the detector's size bounds (bytes or lines, see
+                    :mod:`nvfp4study.codeeval.bounds`): not judged
+too_deep            the code's expressions nest deeper than the detector's bound, or the
+                    parser / pyflakes ran out of recursion on it: not judged
 ==================  ==========================================================================
 
 **The rule.** A completion is *corrupted* when it has at least one finding of a class in
 :data:`CORRUPTING` (undefined_name, glued_name, syntax_error, junk_fence, invalid_utf8,
 control_char). ``missing_import``, ``star_import_name`` and ``non_ascii`` are reported but do
 not make it corrupted; ``no_code`` is its own status. A completion with none of these is
-*clean* (:func:`status_of`).
+*clean* (:func:`status_of`). ``too_large`` and ``too_deep`` are statuses of their own that win
+over every other (:data:`UNJUDGED`): the detector did not run its checks, so the completion is
+neither clean nor corrupted; :attr:`Detection.reason` says why.
 """
 
 from __future__ import annotations
@@ -54,6 +60,8 @@ class FindingKind(StrEnum):
     CONTROL_CHAR = "control_char"
     NON_ASCII = "non_ascii"
     NO_CODE = "no_code"
+    TOO_LARGE = "too_large"
+    TOO_DEEP = "too_deep"
 
 
 class Status(StrEnum):
@@ -62,15 +70,20 @@ class Status(StrEnum):
     CLEAN = "clean"
     CORRUPTED = "corrupted"
     NO_CODE = "no_code"
+    TOO_LARGE = "too_large"
+    TOO_DEEP = "too_deep"
 
 
+#: statuses of input the detector refused to judge (its bounds), neither clean nor corrupted
+UNJUDGED = frozenset({Status.TOO_LARGE, Status.TOO_DEEP})
 CORRUPTING = frozenset({
     FindingKind.UNDEFINED_NAME, FindingKind.GLUED_NAME, FindingKind.SYNTAX_ERROR,
     FindingKind.JUNK_FENCE, FindingKind.INVALID_UTF8, FindingKind.CONTROL_CHAR,
 })
 # Order used for a completion's single label (most specific first).
 LABEL_ORDER = (
-    FindingKind.NO_CODE, FindingKind.INVALID_UTF8, FindingKind.CONTROL_CHAR,
+    FindingKind.TOO_LARGE, FindingKind.TOO_DEEP, FindingKind.NO_CODE, FindingKind.INVALID_UTF8,
+    FindingKind.CONTROL_CHAR,
     FindingKind.GLUED_NAME, FindingKind.JUNK_FENCE, FindingKind.SYNTAX_ERROR,
     FindingKind.UNDEFINED_NAME, FindingKind.MISSING_IMPORT, FindingKind.STAR_IMPORT_NAME,
     FindingKind.NON_ASCII,
@@ -125,6 +138,18 @@ class Detection:
         """True when the rule says corrupted (a finding in :data:`CORRUPTING`)."""
         return self.status is Status.CORRUPTED
 
+    @property
+    def unjudged(self) -> bool:
+        """True when the input was over the detector's bounds (``too_large`` / ``too_deep``)."""
+        return self.status in UNJUDGED
+
+    @property
+    def reason(self) -> str | None:
+        """Why the input was not judged (the bound it broke), None when it was judged."""
+        if not self.unjudged:
+            return None
+        return next(f.detail for f in self.findings if str(f.kind) == str(self.status))
+
     def kinds(self) -> set[FindingKind]:
         """The set of finding classes present."""
         return {f.kind for f in self.findings}
@@ -137,7 +162,8 @@ class Detection:
 
     def to_dict(self, with_code: bool = False) -> dict[str, Any]:
         """JSON-ready dict (enums as strings)."""
-        d = {"status": str(self.status), "label": self.label, "source": self.source,
+        d = {"status": str(self.status), "reason": self.reason, "label": self.label,
+             "source": self.source,
              "parsed": self.parsed, "recovered": self.recovered,
              "non_ascii_in_text": self.non_ascii_in_text,
              "findings": [{**asdict(f), "kind": str(f.kind)} for f in self.findings]}
@@ -149,8 +175,12 @@ class Detection:
 
 
 def status_of(findings: list[Finding]) -> Status:
-    """The rule's verdict on a list of findings (``no_code`` wins, then any :data:`CORRUPTING`)."""
+    """The rule's verdict on a list of findings (``too_large``, ``too_deep``, then ``no_code`` win,
+    then any :data:`CORRUPTING`)."""
     kinds = {f.kind for f in findings}
+    for unjudged in (Status.TOO_LARGE, Status.TOO_DEEP):
+        if FindingKind(unjudged.value) in kinds:
+            return unjudged
     if FindingKind.NO_CODE in kinds:
         return Status.NO_CODE
     return Status.CORRUPTED if kinds & CORRUPTING else Status.CLEAN

@@ -7,6 +7,9 @@ scope), then execution of the extracted code against the task's checks in the sa
 
 * *clean*: the detector's status is ``clean``; *corrupted*: ``corrupted`` (its documented rule);
   ``no_code``: no code in the answer (counted in ``n``, as not clean: shown in its own column);
+  *unjudged*: the detector refused the answer as ``too_large`` / ``too_deep`` (over the bounds of
+  :mod:`nvfp4study.codeeval.bounds`): counted in ``n`` as neither clean nor corrupted, in its own
+  column, so an answer the detector could not read never counts as clean;
   failed requests are not completions: excluded from ``n`` and counted as ``failed``.
 * clean fraction = clean / n, with a 95 % Wilson score interval (Wilson 1927, JASA 22:209-212;
   z = 1.959963984540054 = Phi^-1(0.975)).
@@ -70,9 +73,9 @@ def classify_rows(rows: list[dict[str, Any]], tasks: dict[str, Task], sandbox_pa
         DataFrame with columns ``clamp, sampling, task_id, source, thinking, stream,
         reasoning_parser, status, finish_reason, completion_tokens, content_empty,
         code_source, code_origin, think, detector, label, clean, corrupted, no_code,
-        misplaced, findings (list[str]), junk (list[str]), exec_outcome, exec_exception,
-        exec_name, passed, isolation``; ``detector`` is clean / corrupted / no_code /
-        request_failed.
+        unjudged, misplaced, findings (list[str]), junk (list[str]), exec_outcome,
+        exec_exception, exec_name, passed, isolation``; ``detector`` is clean / corrupted /
+        no_code / too_large / too_deep / request_failed.
 
     Raises:
         RawDataError: a row names a task that is not in ``tasks``.
@@ -93,7 +96,7 @@ def classify_rows(rows: list[dict[str, Any]], tasks: dict[str, Task], sandbox_pa
                    passed=False, isolation=None)
         if row["status"] != "ok":
             rec.update(detector="request_failed", clean=False, corrupted=False, no_code=False,
-                       misplaced=False)
+                       unjudged=False, misplaced=False)
             out.append(rec)
             continue
         det = detect_completion(row.get("content"), row.get("reasoning_content"),
@@ -103,6 +106,7 @@ def classify_rows(rows: list[dict[str, Any]], tasks: dict[str, Task], sandbox_pa
             code_source=ex.get("source"), code_origin=ex.get("origin"), think=ex.get("think"),
             detector=str(det.status), label=det.label, clean=str(det.status) == "clean",
             corrupted=str(det.status) == "corrupted", no_code=str(det.status) == "no_code",
+            unjudged=det.unjudged,
             misplaced=ex.get("origin") in ("reasoning_content", "after_stray_think"),
             findings=sorted({str(f.kind) for f in det.findings}),
             junk=[f.text for f in det.findings if str(f.kind) in JUNK_KINDS and f.text],
@@ -118,7 +122,7 @@ def classify_rows(rows: list[dict[str, Any]], tasks: dict[str, Task], sandbox_pa
     cols = ["clamp", "sampling", "task_id", "source", "thinking", "stream", "reasoning_parser",
             "status", "finish_reason", "completion_tokens", "content_empty", "code_source",
             "code_origin", "think", "detector", "label", "clean", "corrupted", "no_code",
-            "misplaced", "findings", "junk", "exec_outcome", "exec_exception", "exec_name",
+            "unjudged", "misplaced", "findings", "junk", "exec_outcome", "exec_exception", "exec_name",
             "passed", "isolation"]
     return pd.DataFrame(out, columns=cols)
 
@@ -129,13 +133,14 @@ def summarize(df: pd.DataFrame, sets: dict[str, list[str]]) -> pd.DataFrame:
 
     Returns:
         DataFrame: ``clamp, sampling, task_set ("claim" | "all"), requests, failed, n, clean,
-        corrupted, no_code, clean_frac, ci_low, ci_high, executed, passed``; ``n`` = successful
-        requests; ``executed`` = completions with code; ``passed`` = executed and passed.
+        corrupted, no_code, unjudged, clean_frac, ci_low, ci_high, executed, passed``; ``n`` =
+        successful requests (clean + corrupted + no_code + unjudged); ``executed`` =
+        completions with code; ``passed`` = executed and passed.
     """
     rows = []
     if df.empty:
         return pd.DataFrame(columns=["clamp", "sampling", "task_set", "requests", "failed", "n",
-                                     "clean", "corrupted", "no_code", "clean_frac", "ci_low",
+                                     "clean", "corrupted", "no_code", "unjudged", "clean_frac", "ci_low",
                                      "ci_high", "executed", "passed"])
     for (clamp, sampling), g in df.groupby(["clamp", "sampling"], sort=False):
         subsets = [("claim", g[g.task_id.isin(sets[sampling])])] if sampling in sets else []
@@ -146,6 +151,7 @@ def summarize(df: pd.DataFrame, sets: dict[str, list[str]]) -> pd.DataFrame:
             rows.append({"clamp": clamp, "sampling": sampling, "task_set": name,
                          "requests": len(part), "failed": len(part) - n, "n": n, "clean": k,
                          "corrupted": int(ok.corrupted.sum()), "no_code": int(ok.no_code.sum()),
+                         "unjudged": int(ok.unjudged.sum()),
                          "clean_frac": k / n if n else math.nan, "ci_low": lo, "ci_high": hi,
                          "executed": int(ok.exec_outcome.notna().sum()),
                          "passed": int(ok.passed.sum())})

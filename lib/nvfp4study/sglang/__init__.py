@@ -6,6 +6,8 @@ revert byte for byte), ``sglang serve`` flag facts and the clamp numerics (pre- 
 
 __all__ = [
     "audit",
+    "audit_report",
+    "audit_sinks",
     "card_patches",
     "checks",
     "clamp_exprs",

@@ -30,7 +30,8 @@ from ..core.stage import Stage, open_stage_named
 from ..sglang import card_patches as cpt
 from ..sglang import clamp_numerics as cn
 from ..sglang import patch as sp
-from ..sglang.audit import PathResult, audit_tree, matrix_figure, results_frame
+from ..sglang.audit import PathResult, audit_tree
+from ..sglang.audit_report import matrix_figure, results_frame
 from ..sglang.checks import extra_checks
 from ..sglang.releases import expand_versions
 from ..sglang.source import SGLangTree, copy_tree, resolve_tree, unpack_wheel

@@ -231,7 +231,7 @@ def _count(summary: pd.DataFrame, mode: str, sampling: str) -> dict[str, Any] | 
     ci = [round(float(r.ci_low), 4), round(float(r.ci_high), 4)] if r.n else None
     frac = round(float(r.clean_frac), 4) if r.n else None
     return {"clean": int(r.clean), "n": int(r.n), "clean_frac": frac, "no_code": int(r.no_code),
-            "failed": int(r.failed), "ci95": ci}
+            "unjudged": int(r.unjudged), "failed": int(r.failed), "ci95": ci}
 
 
 def record_served_claims(stage: Stage, params: Params, df: pd.DataFrame, summary: pd.DataFrame,

@@ -1,0 +1,112 @@
+"""The clamp audit's reports: its table, the version x path figure, ``nvfp4study audit-sglang``.
+
+The audit itself is :mod:`nvfp4study.sglang.audit` (:func:`~nvfp4study.sglang.audit.audit_tree`,
+one :class:`~nvfp4study.sglang.audit.PathResult` per catalogued path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..core.errors import NoBailingMoeV3
+from .audit import PathResult, audit_tree
+from .audit_sinks import ClampVerdict
+from .model_side import model_side
+from .source import installed_tree, open_tree, unpack_wheel
+
+
+def results_frame(results: list[PathResult]):
+    """A pandas DataFrame: one row per (version, path)."""
+    import pandas as pd
+
+    rows = [{"sglang": r.sglang_version, "path": r.path, "verdict": r.verdict.value,
+             "where": f"{r.file}:{r.line}" if r.file else "", "function": r.function or "",
+             "rule": r.rule} for r in results]
+    return pd.DataFrame(rows)
+
+
+def matrix_figure(results: list[PathResult], out: str | Path) -> Path:
+    """A version x path heatmap of verdicts (seaborn), written to ``out`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    order = [ClampVerdict.EXACT, ClampVerdict.APPROX, ClampVerdict.DROPPED, ClampVerdict.REFUSED,
+             ClampVerdict.UNDECIDED, ClampVerdict.ABSENT]
+    colors = ["#1a9850", "#fdae61", "#d73027", "#7b3294", "#999999", "#f0f0f0"]
+    df = results_frame(results)
+    paths = list(dict.fromkeys(df["path"]))
+    versions = sorted(set(df["sglang"]), key=lambda v: [int(x) if x.isdigit() else x for x in v.split(".")])
+    codes = df.assign(code=df["verdict"].map({v.value: i for i, v in enumerate(order)}))
+    mat = codes.pivot(index="path", columns="sglang", values="code").reindex(index=paths, columns=versions)
+    lab = df.pivot(index="path", columns="sglang", values="verdict").reindex(index=paths, columns=versions)
+    fig, ax = plt.subplots(figsize=(2.0 + 1.3 * len(versions), 0.38 * len(paths) + 1.5))
+    cmap = matplotlib.colors.ListedColormap(colors)
+    sns.heatmap(mat, annot=lab, fmt="", cmap=cmap, vmin=-0.5, vmax=len(order) - 0.5, cbar=False,
+                linewidths=0.5, linecolor="white", ax=ax, annot_kws={"fontsize": 7})
+    ax.set_title("Ling's routed-expert clamp per SGLang path (limit set, alpha None)", fontsize=9)
+    ax.set_xlabel("SGLang release")
+    ax.set_ylabel("")
+    handles = [matplotlib.patches.Patch(color=c, label=v.value) for v, c in zip(order, colors, strict=True)]
+    ax.legend(handles=handles, bbox_to_anchor=(1.01, 1), loc="upper left", fontsize=7, frameon=False)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=130)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``nvfp4study audit-sglang PATH | --installed [--python EXE] | --version X [--json]``."""
+    ap = argparse.ArgumentParser(
+        prog="nvfp4study audit-sglang",
+        description="Audit where SGLang sends Ling's SwiGLU clamp (gemm1_clamp_limit set, no alpha).",
+        epilog="example: nvfp4study audit-sglang --version 0.5.23 --json",
+    )
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("path", nargs="?", help="an SGLang tree (folder holding sglang/, or a checkout)")
+    src.add_argument("--installed", action="store_true", help="the SGLang installed for --python")
+    src.add_argument("--version", help="a released version, read from its wheel (downloaded if needed)")
+    ap.add_argument("--python", help="interpreter whose installed SGLang to audit (with --installed)")
+    ap.add_argument("--json", action="store_true", help="one JSON object per path on stdout")
+    ap.add_argument("--checks", action="store_true", help="also print the other checks (JSON)")
+    a = ap.parse_args(argv)
+    if a.installed:
+        tree = installed_tree(a.python)
+    elif a.version:
+        tree = unpack_wheel(a.version)
+    else:
+        tree = open_tree(a.path)
+    try:
+        results = audit_tree(tree)
+    except NoBailingMoeV3 as exc:
+        print(exc)
+        return 0
+    if a.json:
+        for r in results:
+            d = r.as_json()
+            print(json.dumps({k: d[k] for k in ("path", "file", "function", "line", "verdict", "rule",
+                                                "sglang_version")}))
+    else:
+        df = results_frame(results)
+        print(f"SGLang {tree.version} ({tree.origin}: {tree.root})")
+        print(df.drop(columns=["sglang"]).to_string(index=False, max_colwidth=90))
+    if a.checks:
+        from .checks import extra_checks
+
+        print(json.dumps({**extra_checks(tree), "model_side": model_side(tree).as_json()},
+                         indent=1, default=str))
+    return 0
+
+
+__all__ = ["main", "matrix_figure", "results_frame"]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
