@@ -209,19 +209,32 @@ def notebook_progress(funcs: list[Any]) -> Iterator[None]:
 @contextlib.contextmanager
 def terminate_as_exit() -> Iterator[None]:
     """Within the block, SIGTERM raises ``SystemExit(143)`` (in the main thread), so the cleanup
-    that runs on SIGINT's KeyboardInterrupt (``finally`` / ``except BaseException``) runs too."""
+    that runs on SIGINT's KeyboardInterrupt (``finally`` / ``except BaseException``) runs too.
+
+    The signal can land inside library code that turns the exception into its own error (torch's
+    storage pickling raised ``ValueError: could not determine the shape of object type
+    'torch.storage.UntypedStorage'``, which ``model_free_ptq``'s caller then reports as a failed
+    quantization): once SIGTERM has arrived, whatever leaves the block leaves as ``SystemExit(143)``."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    received: list[int] = []
 
     def on_term(signum: int, frame: Any) -> None:
+        received.append(signum)
         raise SystemExit(128 + signum)
 
     old = signal.signal(signal.SIGTERM, on_term)
     try:
         yield
+    except BaseException:
+        if received:
+            raise SystemExit(128 + received[0]) from None
+        raise
     finally:
         signal.signal(signal.SIGTERM, old)
+    if received:  # the library swallowed it and carried on: still a terminated run
+        raise SystemExit(128 + received[0])
 
 
 @contextlib.contextmanager
