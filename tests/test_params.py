@@ -93,7 +93,7 @@ def test_digest_changes_with_params():
     ("checkpoint.shape.expert_swiglu_limits={3: -1.0}", "checkpoint.shape.expert_swiglu_limits"),
     ("server.enabled=1", "server.enabled"),
     ("server.startup_timeout_s=false", "server.startup_timeout_s"),
-    ("determinism.repeats=1", "determinism.repeats"),
+    ("determinism.repeats=0", "determinism.repeats"),
     ("execution_timeout_s=0", "execution_timeout_s"),
     ("corruption.sampling=[{name: a, temperature: 0, top_k: 0}]", "corruption.sampling.0"),
     ("corruption.sampling=[{name: a, temperature: -0.1}]", "corruption.sampling.0.temperature"),

@@ -277,7 +277,7 @@ class MTPParams(_Strict):
 
 class DeterminismParams(_Strict):
     prompts: int = _int(5, 1, 100_000)
-    repeats: int = _int(2, 2, 1000)  # at least two runs to compare
+    repeats: int = _int(2, 1, 1000)  # runs per prompt and configuration (1: only across configurations)
     max_tokens: int = _int(512, 1, 1 << 24)
     deterministic_mode: bool = _bool(True)
     spec_depth: int = _int(2, 1, 64)  # the NEXTN depth compared with speculation off (the card's k=2)
