@@ -25,20 +25,20 @@ params_file: str = "../params/default.yaml"  # study params; the runner passes t
 run_dir: str = ""  # run folder; empty means outputs/latest, or a new folder when there is none
 
 # %%
-from IPython.display import Markdown, display
+from IPython.display import display
 
 from nvfp4study.stages import s00_environment as s0
 
 stage = s0.open_stage(params_file, run_dir)
 info = s0.collect(stage.params, stage.run_dir)
 s0.write_info(info, stage.paths.data("environment"))
-display(Markdown(f"Profile **{stage.params.profile}** — run folder `{stage.run_dir}`"))
+display(s0.markdown(f"Profile **{stage.params.profile}** — run folder `{stage.run_dir}`"))
 
 # %% [markdown]
 # ## GPU
 
 # %%
-display(Markdown(info["nvfp4_gpu"]))
+display(s0.markdown(info["nvfp4_gpu"]))
 s0.gpu_table(info)
 
 # %% [markdown]

@@ -33,13 +33,13 @@ params_file: str = "../params/default.yaml"  # study params; the runner passes t
 run_dir: str = ""  # run folder; empty means outputs/latest, or a new folder when there is none
 
 # %%
-from IPython.display import Image, Markdown, display
+from IPython.display import Image, display
 
 from nvfp4study.stages import s01_quantize as qs
 
 stage = qs.open_stage(params_file, run_dir)
 plan = qs.plan(stage.params, stage.paths)
-display(Markdown(qs.plan_markdown(plan)))
+display(qs.markdown(qs.plan_markdown(plan)))
 
 # %% [markdown]
 # ## The source checkpoint
@@ -85,7 +85,7 @@ qs.probes_table(probe)
 
 # %%
 gate_up_fig = qs.gate_up_figure(stage.paths, probe)
-display(Image(str(gate_up_fig)) if gate_up_fig else Markdown("No gate/up scales: quantization skipped."))
+display(Image(str(gate_up_fig)) if gate_up_fig else qs.markdown("No gate/up scales: quantization skipped."))
 
 # %% [markdown]
 # ## Round trip: compressed-tensors' NVFP4 codec vs the BF16 source
@@ -94,10 +94,10 @@ display(Image(str(gate_up_fig)) if gate_up_fig else Markdown("No gate/up scales:
 
 # %%
 rt = qs.run_roundtrip(stage.params, stage.paths, plan)
-rt["table"] if rt["run"] else Markdown(f"Round trip not run: {rt['reason']}.")
+rt["table"] if rt["run"] else qs.markdown(f"Round trip not run: {rt['reason']}.")
 
 # %%
-display(Image(rt["figure"]) if rt["run"] and rt["figure"] else Markdown("No round-trip figure."))
+display(Image(rt["figure"]) if rt["run"] and rt["figure"] else qs.markdown("No round-trip figure."))
 
 # %% [markdown]
 # ## Ledger

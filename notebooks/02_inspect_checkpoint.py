@@ -40,7 +40,7 @@ params_file: str = "../params/default.yaml"  # study params; the runner passes t
 run_dir: str = ""  # run folder; empty means outputs/latest, or a new folder when there is none
 
 # %%
-from IPython.display import Image, Markdown, display
+from IPython.display import Image, display
 
 from nvfp4study.stages import s02_inspect as ins
 
@@ -56,7 +56,7 @@ ck
 
 # %%
 report = ins.run_audit(stage, ck)
-display(Markdown(ins.summary_markdown(report, ck)))
+display(ins.markdown(ins.summary_markdown(report, ck)))
 
 # %% [markdown]
 # ## Findings
@@ -111,7 +111,7 @@ display(Image(ins.up_error_path(stage)))
 
 # %%
 unshared = ins.unshared_up_error(stage)
-display(Image(unshared["figure"]) if unshared["run"] else Markdown(f"Not measured: {unshared['reason']}."))
+display(Image(unshared["figure"]) if unshared["run"] else ins.markdown(f"Not measured: {unshared['reason']}."))
 
 # %% [markdown]
 # ## Who can serve this checkpoint
@@ -133,7 +133,7 @@ ins.counts_table(report)
 
 # %%
 card = ins.card_audit(stage)
-display(Markdown(ins.card_summary(card)))
+display(ins.markdown(ins.card_summary(card)))
 
 # %% [markdown]
 # ## The card's checkpoint vs ours vs the card's text

@@ -42,13 +42,13 @@ from nvfp4study.stages import s03_sglang as s3
 stage = s3.open_stage(params_file, run_dir)
 
 # %%
-from IPython.display import Image, Markdown
+from IPython.display import Image
 
 
 tree = s3.stage_tree(stage)
 
 # %%
-Markdown(s3.describe_tree(tree))
+s3.markdown(s3.describe_tree(tree))
 
 # %% [markdown]
 # ## The clamp audit of the stage's SGLang
@@ -116,7 +116,7 @@ Image(str(stage.paths.figure("clamp_forms")))
 # ## The serving install
 
 # %%
-Markdown(s3.prepare_install(stage, tree))
+s3.markdown(s3.prepare_install(stage, tree))
 
 # %% [markdown]
 # ## Ledger

@@ -36,13 +36,13 @@ params_file: str = "../params/default.yaml"  # study params; the runner passes t
 run_dir: str = ""  # run folder; empty means outputs/latest, or a new folder when there is none
 
 # %%
-from IPython.display import Markdown, display
+from IPython.display import display
 
 from nvfp4study.stages import s05_corruption as s5
 
 stage = s5.open_stage(params_file, run_dir)
-display(Markdown(f"Profile **{stage.params.profile}** — run folder `{stage.run_dir}`"))
-display(Markdown(s5.sandbox_banner(stage)))  # fails closed: stops here if bwrap cannot run
+display(s5.markdown(f"Profile **{stage.params.profile}** — run folder `{stage.run_dir}`"))
+display(s5.markdown(s5.sandbox_banner(stage)))  # fails closed: stops here if bwrap cannot run
 
 # %% [markdown]
 # ## Part 1 · The detector on real code
@@ -52,7 +52,7 @@ display(Markdown(s5.sandbox_banner(stage)))  # fails closed: stops here if bwrap
 
 # %%
 result = s5.validation.run(stage)
-display(Markdown(s5.validation.describe(result)))
+display(s5.markdown(s5.validation.describe(result)))
 
 # %% [markdown]
 # ### Recall (precision) per junk kind and method

@@ -8,13 +8,14 @@ stage writes ``data/environment.json``, ``data/preflight.json`` and ``data/plan.
 
 from __future__ import annotations
 
+from ..core.display import markdown  # noqa: F401  (for the notebook)
 from ..core.environment import collect, gpu_table, machine_table, package_table, write_info
 from ..core.files import write_json
 from ..core.stage import Stage, open_stage_named
 from ..workstation import plan, preflight
 
 NOTEBOOK = "00_environment"
-__all__ = ["NOTEBOOK", "collect", "gpu_table", "machine_table", "open_stage", "package_table",
+__all__ = ["markdown", "NOTEBOOK", "collect", "gpu_table", "machine_table", "open_stage", "package_table",
            "plan_table", "preflight_table", "write_info"]
 
 

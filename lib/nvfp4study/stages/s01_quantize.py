@@ -19,6 +19,7 @@ from typing import Any
 
 from ..checkpoint import generate, ptq, quantize, recipe, roundtrip
 from ..checkpoint import layout as ling_layout
+from ..core.display import markdown  # noqa: F401  (for the notebook)
 from ..core.errors import OutputExists, SourceCheckpointMissing, StageInputMissing
 from ..core.files import atomic_write, write_json
 from ..core.ledger import Verdict, card_claims

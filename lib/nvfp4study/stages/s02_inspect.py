@@ -22,6 +22,7 @@ from typing import Any
 from ..checkpoint import audit as ca
 from ..checkpoint import compare as cmp
 from ..checkpoint import quant_rules as qr
+from ..core.display import markdown  # noqa: F401  (for the notebook)
 from ..core.errors import StageInputMissing
 from ..core.files import write_json
 from ..core.ledger import Verdict, card_claims

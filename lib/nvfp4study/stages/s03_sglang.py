@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..core.display import text_table
+from ..core.display import markdown, text_table  # noqa: F401  (markdown: for the notebook)
 from ..core.errors import NoBailingMoeV3
 from ..core.files import write_json
 from ..core.stage import Stage, open_stage_named

@@ -61,6 +61,7 @@ from ..codeeval.served_data import (
     sampling_claims,
 )
 from ..codeeval.tasks import load_tasks
+from ..core.display import markdown  # noqa: F401  (for the notebook)
 from ..core.errors import ReplayDataMissing
 from ..core.files import write_json
 from ..core.ledger import Verdict
@@ -69,7 +70,7 @@ from ..core.stage import Stage, open_stage_named
 
 NOTEBOOK = "05_corruption"
 NOT_RUN_REASON = "needs an NVFP4-capable GPU (server.enabled is false)"
-__all__ = ["NOTEBOOK", "analyse_served", "detector_claim_verdicts", "open_stage",
+__all__ = ["markdown", "NOTEBOOK", "analyse_served", "detector_claim_verdicts", "open_stage",
            "record_detector_claims", "record_served_claims", "run_served_study",
            "sandbox_banner", "scores", "served", "served_ledger_rows", "unsafe_suffix", "validation"]
 
