@@ -133,13 +133,14 @@ def choose_run(params_file: str = "", run_dir: str = "", outputs: Path | None = 
     return RunChoice(root, params, "a new exploration run (now outputs/interactive)", source)
 
 
-def open_stage_named(name: str, params_file: str = "", run_dir: str = "") -> Stage:
+def open_stage_named(name: str, params_file: str = "", run_dir: str = "", *, quiet: bool = False) -> Stage:
     """Resolve a stage's params and run folder (:func:`choose_run`) and print the choice.
 
     Args:
         name: the notebook's stem, e.g. ``"02_inspect_checkpoint"``.
         params_file: params YAML; ``""`` = the default profile.
         run_dir: the run folder; ``""`` = decided by :func:`choose_run`.
+        quiet: do not print the choice (the report, whose output is the document).
 
     Returns:
         A :class:`Stage` whose run folder has ``params.yaml`` and ``ledger.json``.
@@ -151,7 +152,8 @@ def open_stage_named(name: str, params_file: str = "", run_dir: str = "") -> Sta
     """
     choice = choose_run(params_file, run_dir)
     runlock.check(choice.root)
-    print(choice.describe())
+    if not quiet:
+        print(choice.describe())
     display_options()
     paths = RunPaths(choice.root)
     if not paths.params_file.exists():

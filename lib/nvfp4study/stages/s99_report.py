@@ -30,8 +30,9 @@ CARD_URL = "https://huggingface.co/kingjones777/Ling-3.0-flash-NVFP4-SGLang-MTP"
 
 
 def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
-    """:func:`nvfp4study.core.stage.open_stage_named` for notebook ``99_report``."""
-    return open_stage_named(NOTEBOOK, params_file, run_dir)
+    """:func:`nvfp4study.core.stage.open_stage_named` for notebook ``99_report`` (quiet: the
+    report's reader needs no line about which folder the notebook opened)."""
+    return open_stage_named(NOTEBOOK, params_file, run_dir, quiet=True)
 
 
 VERDICT_COLOURS = {
@@ -103,7 +104,10 @@ def _facts(run_dir: Path, params: dict[str, Any], description: str) -> str:
     gpus = m.get("gpus") or []
     gpu = ", ".join(f"{g['name']} (compute capability {g['capability']})" for g in gpus) or \
         f"none. {m.get('nvfp4_gpu') or ''}"
-    versions = [f"SGLang source audited: {', '.join(sg.get('audit_versions') or [])}"
+    from ..sglang.releases import expand_versions
+
+    audited = expand_versions(list(sg.get("audit_versions") or []))
+    versions = [f"SGLang source audited: {', '.join(audited)}"
                 f" (installed: {pk.get('sglang') or 'none'})"]
     versions += [f"{k} {pk[k]}" for k in ("llmcompressor", "compressed-tensors", "torch") if pk.get(k)]
     facts = [
