@@ -223,6 +223,9 @@ def quantizer_checks(p: Params, probe: dict | None) -> list[Check]:
 def sglang_checks(p: Params, probe: dict | None) -> list[Check]:
     """The SGLang interpreter: runs; ``sglang == sglang.version``; SGLang's own pins."""
     names = ["SGLang interpreter", "SGLang packages"]
+    if p.server.launcher == "docker" and p.sglang.source != "installed":
+        return [Check(n, NA, f"server.launcher is docker: the image {p.server.docker.image} holds SGLang "
+                      "(see the docker rows)") for n in names]
     if not (_serving(p) or p.sglang.source == "installed"):
         return [Check(n, NA, "server.enabled is false and sglang.source is not 'installed'") for n in names]
     if not p.server.python:
@@ -257,6 +260,12 @@ def patch_check(p: Params, probe: dict | None) -> Check:
     name = "SGLang install patchable"
     if not (_serving(p) and p.sglang.apply_to_install):
         return Check(name, NA, "sglang.apply_to_install is false (or no server)")
+    if p.server.launcher == "docker":  # patched copies of the released files are mounted, nothing written
+        if p.sglang.version in sglang_patch.patch_versions():
+            return Check(name, OK, f"docker: patched copies of SGLang {p.sglang.version}'s clamp files are "
+                         "mounted read-only over the image's (the image is not modified)")
+        return Check(name, BLOCKER, f"no patch set for SGLang {p.sglang.version}",
+                     f"an image of a version the patcher knows ({', '.join(sglang_patch.patch_versions())})")
     try:
         if p.sglang.source == "path" and p.sglang.path:
             tree = sglang_source.open_tree(p.sglang.path)
@@ -283,6 +292,65 @@ def patch_check(p: Params, probe: dict | None) -> Check:
         return Check(name, WARNING, f"{tree.root} is in clamp mode {mode!r} (an earlier run?); 03 switches it",
                      f"nvfp4study patch revert --sglang {tree.root}")
     return Check(name, OK, f"{tree.root} (SGLang {tree.version}) stock and writable")
+
+
+# --- docker ------------------------------------------------------------------------------------
+def _docker(args: list[str], timeout_s: float = 10.0) -> tuple[int, str]:
+    """``docker ARGS`` -> (exit status, stdout or stderr tail); 127 when it cannot run."""
+    import subprocess
+
+    try:
+        r = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout_s,
+                           stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return 124, f"docker {args[0]} did not answer within {timeout_s:g} s"
+    except OSError as exc:
+        return 127, str(exc)
+    return r.returncode, (r.stdout if r.returncode == 0 else r.stderr or r.stdout).strip()[-300:]
+
+
+def docker_checks(p: Params) -> list[Check]:
+    """With ``server.launcher: docker``: the CLI on PATH, the daemon answering (``docker info``),
+    the image present locally (``docker image inspect``), the NVIDIA runtime (``nvidia`` among
+    ``docker info``'s runtimes, or the NVIDIA Container Toolkit's ``nvidia-ctk`` /
+    ``nvidia-container-cli`` on PATH, which ``--gpus`` needs). Otherwise all "not applicable"."""
+    import shutil
+
+    names = ["docker CLI", "docker daemon", "docker image", "NVIDIA container runtime"]
+    if p.server.launcher != "docker" or not _serving(p):
+        return [Check(n, NA, "server.launcher is local (or no server)") for n in names]
+    exe = shutil.which("docker")
+    if not exe:
+        fix = "install Docker Engine (docs.docker.com/engine/install), or server.launcher: local"
+        return [Check(names[0], BLOCKER, "no 'docker' on PATH", fix)] + [
+            Check(n, BLOCKER, "no docker CLI", "see 'docker CLI'") for n in names[1:]]
+    out = [Check(names[0], OK, exe)]
+    rc, text = _docker(["info", "--format", "{{json .Runtimes}}"])
+    if rc != 0:
+        return out + [Check(names[1], BLOCKER, text or f"docker info exited {rc}",
+                            "start the daemon (sudo systemctl start docker) and add your user to the docker group")] + [
+            Check(n, BLOCKER, "the daemon does not answer", "see 'docker daemon'") for n in names[2:]]
+    out.append(Check(names[1], OK, "docker info answers"))
+    image = p.server.docker.image
+    if not image:
+        out.append(Check(names[2], BLOCKER, "server.docker.image is not set",
+                         f"set server.docker.image (e.g. lmsysorg/sglang:v{p.sglang.version})"))
+    else:
+        rc_i, text_i = _docker(["image", "inspect", image])
+        out.append(Check(names[2], OK, f"{image} present locally") if rc_i == 0 else
+                   Check(names[2], BLOCKER, f"{image}: {text_i or 'not present'}", f"docker pull {image}"))
+    try:
+        runtimes = set(json.loads(text or "{}"))
+    except (json.JSONDecodeError, TypeError):
+        runtimes = set()
+    toolkit = shutil.which("nvidia-ctk") or shutil.which("nvidia-container-cli")
+    if "nvidia" in runtimes or toolkit:
+        out.append(Check(names[3], OK, "runtime 'nvidia' registered" if "nvidia" in runtimes else toolkit))
+    else:
+        out.append(Check(names[3], BLOCKER, f"runtimes {sorted(runtimes)}: no 'nvidia', no NVIDIA Container Toolkit",
+                         "install nvidia-container-toolkit, then sudo nvidia-ctk runtime configure --runtime=docker "
+                         "and restart docker"))
+    return out
 
 
 # --- the rest ----------------------------------------------------------------------------------
@@ -360,6 +428,7 @@ def preflight(params: Params, *, outputs: Path | None = None, timeout_s: float =
     rows += disk_checks(p, outputs)
     rows += quantizer_checks(p, q_probe)
     rows += sglang_checks(p, s_probe)
+    rows += docker_checks(p)
     rows += [patch_check(p, s_probe), port_check(p)]
     rows += checkpoint_checks(p)
     rows.append(sandbox_check(p))
