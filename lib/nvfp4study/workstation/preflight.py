@@ -156,8 +156,13 @@ def disk_needs(p: Params, outputs: Path) -> list[tuple[str, Path, int]]:
     needs: list[tuple[str, Path, int]] = []
     if p.checkpoint.source == "generate":
         needs.append(("generated BF16 source", outputs, sizes["bf16"]))
-    elif p.checkpoint.source_path and not Path(p.checkpoint.source_path).is_dir():
+    elif p.checkpoint.source == "path" and p.checkpoint.source_path and not Path(p.checkpoint.source_path).is_dir():
         needs.append(("BF16 source to download", Path(p.checkpoint.source_path), sizes["bf16"]))
+    elif p.checkpoint.source == "hub" and _quantizing(p) and p.checkpoint.source_hub \
+            and _hub_snapshot(p.checkpoint.source_hub) is None:
+        from ..core import hub
+
+        needs.append(("BF16 source download (Hub cache)", hub.cache_dir(), sizes["bf16"]))
     if _quantizing(p):
         n = 2 if p.quantize.compare_unshared else 1
         needs.append((f"NVFP4 output{' x2 (compare_unshared)' if n == 2 else ''}", outputs, n * sizes["nvfp4"]))
@@ -295,39 +300,22 @@ def patch_check(p: Params, probe: dict | None) -> Check:
 
 
 # --- docker ------------------------------------------------------------------------------------
-def _docker(args: list[str], timeout_s: float = 10.0) -> tuple[int, str]:
-    """``docker ARGS`` -> (exit status, stdout or stderr tail); 127 when it cannot run."""
-    import subprocess
-
-    try:
-        r = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout_s,
-                           stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return 124, f"docker {args[0]} did not answer within {timeout_s:g} s"
-    except OSError as exc:
-        return 127, str(exc)
-    return r.returncode, (r.stdout if r.returncode == 0 else r.stderr or r.stdout).strip()[-300:]
-
-
 def docker_checks(p: Params) -> list[Check]:
     """With ``server.launcher: docker``: the CLI on PATH, the daemon answering (``docker info``),
     the image present locally (``docker image inspect``), the NVIDIA runtime (``nvidia`` among
     ``docker info``'s runtimes, or the NVIDIA Container Toolkit's ``nvidia-ctk`` /
     ``nvidia-container-cli`` on PATH, which ``--gpus`` needs). Otherwise all "not applicable"."""
-    import shutil
-
     names = ["docker CLI", "docker daemon", "docker image", "NVIDIA container runtime"]
     if p.server.launcher != "docker" or not _serving(p):
         return [Check(n, NA, "server.launcher is local (or no server)") for n in names]
-    exe = shutil.which("docker")
-    if not exe:
+    d = probes.docker_facts(p.server.docker.image)
+    if not d["exe"]:
         fix = "install Docker Engine (docs.docker.com/engine/install), or server.launcher: local"
         return [Check(names[0], BLOCKER, "no 'docker' on PATH", fix)] + [
             Check(n, BLOCKER, "no docker CLI", "see 'docker CLI'") for n in names[1:]]
-    out = [Check(names[0], OK, exe)]
-    rc, text = _docker(["info", "--format", "{{json .Runtimes}}"])
-    if rc != 0:
-        return out + [Check(names[1], BLOCKER, text or f"docker info exited {rc}",
+    out = [Check(names[0], OK, d["exe"])]
+    if d["info"][0] != 0:
+        return out + [Check(names[1], BLOCKER, d["info"][1] or f"docker info exited {d['info'][0]}",
                             "start the daemon (sudo systemctl start docker) and add your user to the docker group")] + [
             Check(n, BLOCKER, "the daemon does not answer", "see 'docker daemon'") for n in names[2:]]
     out.append(Check(names[1], OK, "docker info answers"))
@@ -336,18 +324,13 @@ def docker_checks(p: Params) -> list[Check]:
         out.append(Check(names[2], BLOCKER, "server.docker.image is not set",
                          f"set server.docker.image (e.g. lmsysorg/sglang:v{p.sglang.version})"))
     else:
-        rc_i, text_i = _docker(["image", "inspect", image])
-        out.append(Check(names[2], OK, f"{image} present locally") if rc_i == 0 else
-                   Check(names[2], BLOCKER, f"{image}: {text_i or 'not present'}", f"docker pull {image}"))
-    try:
-        runtimes = set(json.loads(text or "{}"))
-    except (json.JSONDecodeError, TypeError):
-        runtimes = set()
-    toolkit = shutil.which("nvidia-ctk") or shutil.which("nvidia-container-cli")
-    if "nvidia" in runtimes or toolkit:
-        out.append(Check(names[3], OK, "runtime 'nvidia' registered" if "nvidia" in runtimes else toolkit))
+        rc, text = d["image"]
+        out.append(Check(names[2], OK, f"{image} present locally") if rc == 0 else
+                   Check(names[2], BLOCKER, f"{image}: {text or 'not present'}", f"docker pull {image}"))
+    if "nvidia" in d["runtimes"] or d["toolkit"]:
+        out.append(Check(names[3], OK, "runtime 'nvidia' registered" if "nvidia" in d["runtimes"] else d["toolkit"]))
     else:
-        out.append(Check(names[3], BLOCKER, f"runtimes {sorted(runtimes)}: no 'nvidia', no NVIDIA Container Toolkit",
+        out.append(Check(names[3], BLOCKER, f"runtimes {d['runtimes']}: no 'nvidia', no NVIDIA Container Toolkit",
                          "install nvidia-container-toolkit, then sudo nvidia-ctk runtime configure --runtime=docker "
                          "and restart docker"))
     return out
@@ -368,11 +351,42 @@ def port_check(p: Params) -> Check:
     return Check("server port", OK, f"{p.server.host}:{p.server.port} free")
 
 
+def _hub_snapshot(src) -> Path | None:
+    """The Hub cache's snapshot of ``checkpoint.source_hub`` when it holds safetensors, else None
+    (huggingface_hub's layout: ``models--org--name/refs/<revision>`` -> ``snapshots/<commit>``)."""
+    from ..core import hub
+
+    repo = hub.cache_dir() / f"models--{src.repo_id.replace('/', '--')}"
+    ref = repo / "refs" / src.revision
+    commit = ref.read_text().strip() if ref.is_file() else src.revision
+    snap = repo / "snapshots" / commit
+    return snap if snap.is_dir() and any(snap.glob("*.safetensors")) else None
+
+
 def checkpoint_checks(p: Params, hub=probes.hub_reachable) -> list[Check]:
     """Every checkpoint path the params name exists; a missing BF16 source needs the Hub."""
     out = []
     cp = p.checkpoint
-    if cp.source == "path" and not cp.quantized_path:
+    if cp.source == "hub" and not cp.quantized_path and _quantizing(p):
+        from ..core import hub as core_hub
+
+        src = cp.source_hub
+        if src is None:
+            out.append(Check("BF16 source", BLOCKER, "checkpoint.source is hub but source_hub is not set",
+                             "set checkpoint.source_hub: {repo_id: inclusionAI/Ling-3.0-flash, revision: main}"))
+        elif (snap := _hub_snapshot(src)) is not None:
+            out.append(Check("BF16 source", OK, f"{src.repo_id}@{src.revision} in the Hub cache: {snap}"))
+        elif core_hub.offline():
+            out.append(Check("BF16 source", BLOCKER, f"{src.repo_id}@{src.revision}: HF_HUB_OFFLINE=1 and not in "
+                             f"the cache {core_hub.cache_dir()}", "unset HF_HUB_OFFLINE once, or set HF_HUB_CACHE "
+                             "to a populated cache"))
+        else:
+            ok, why = hub()
+            out.append(Check("BF16 source", OK if ok else BLOCKER,
+                             f"{src.repo_id}@{src.revision}: 01 downloads it ({why})",
+                             "" if ok else "make the Hub reachable (or HF_ENDPOINT a mirror), or download the "
+                             "BF16 release elsewhere and set checkpoint.source: path with source_path"))
+    elif cp.source == "path" and not cp.quantized_path:
         src = Path(cp.source_path or "")
         if cp.source_path and src.is_dir() and probes.folder_bytes(src):
             out.append(Check("BF16 source", OK, f"local files: {probes.folder_bytes(src) / GB:.1f} GB at {src}"))
@@ -382,8 +396,9 @@ def checkpoint_checks(p: Params, hub=probes.hub_reachable) -> list[Check]:
                              (f"hf download inclusionAI/Ling-3.0-flash --local-dir {cp.source_path}" if ok else
                               "copy the BF16 release there (the Hub is not reachable from here)")))
     else:
-        out.append(Check("BF16 source", NA if cp.quantized_path else OK,
-                         "checkpoint.quantized_path is served" if cp.quantized_path else "generated by 01"))
+        out.append(Check("BF16 source", NA if cp.quantized_path or cp.source != "generate" else OK,
+                         "checkpoint.quantized_path is served" if cp.quantized_path else
+                         "generated by 01" if cp.source == "generate" else "quantize is disabled"))
     for key, val in (("checkpoint.quantized_path", cp.quantized_path), ("server.model_path", p.server.model_path),
                      ("mtp.broken_model_path", p.mtp.broken_model_path if _serving(p) else None)):
         if val and not Path(val).is_dir():
