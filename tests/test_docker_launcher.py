@@ -154,3 +154,13 @@ def test_preflight_docker_rows(docker_env, tmp_path, monkeypatch):
     assert all(r.verdict == "blocker" for r in rows.values()) and "install Docker" in rows["docker CLI"].fix
     local = {r.name: r.verdict for r in preflight.docker_checks(load_params(None, ["server.enabled=true"]))}
     assert set(local.values()) == {"not applicable"} and len(local) == 4
+
+
+def test_serve_dry_run_prints_the_docker_command(capsys):
+    from nvfp4study.serving import serve_cli
+
+    assert serve_cli.main(["--dry-run", "-p", "server.launcher=docker", "-p", f"server.docker.image={IMAGE}",
+                           "-p", "server.model_path=/m"]) == 0
+    out = capsys.readouterr().out.split()
+    assert out[:4] == ["docker", "run", "--rm", "--name"] and out[out.index(IMAGE) + 1:][:3] == [
+        "python3", "-m", "sglang.launch_server"] and "/m:/m:ro" in out
