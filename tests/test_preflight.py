@@ -116,7 +116,7 @@ def test_port_in_use_is_a_blocker():
 
 
 def test_small_disk(tmp_path):
-    p = load_params(LING, [f"checkpoint.source_path={tmp_path}"])  # source exists: only the output
+    p = load_params(LING, ["checkpoint.source=path", f"checkpoint.source_path={tmp_path}"])  # only the output
     specs = layout.tensor_specs(LingShape())
     from nvfp4study.checkpoint import recipe
 
@@ -165,7 +165,8 @@ def test_hopper_refused_by_name_and_busy_gpu():
 
 
 def test_missing_model_paths_and_hub(tmp_path):
-    p = load_params(LING, [f"checkpoint.source_path={tmp_path / 'absent'}", f"server.model_path={tmp_path / 'm'}"])
+    p = load_params(LING, ["checkpoint.source=path", f"checkpoint.source_path={tmp_path / 'absent'}",
+                           f"server.model_path={tmp_path / 'm'}"])
     rows = by_name(pf.checkpoint_checks(p, hub=lambda: (True, "reachable")))
     assert rows["BF16 source"].verdict == pf.BLOCKER and "hf download" in rows["BF16 source"].fix
     assert rows["server.model_path"].verdict == pf.BLOCKER
@@ -193,3 +194,27 @@ def test_patchable_install(tmp_path, mode):
     for f in patch.status(tree)["files"]:
         tree.file(f).chmod(0o444)
     assert pf.patch_check(p, None).verdict == pf.BLOCKER
+
+
+def test_hub_source_rows(tmp_path, monkeypatch):
+    """ling3-flash's own source (the Hub): reachable -> ok; unreachable -> blocker; a cached
+    snapshot -> ok without the network; HF_HUB_OFFLINE without it -> blocker."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    p = load_params(LING)
+    assert p.checkpoint.source == "hub" and p.checkpoint.source_hub.repo_id == "inclusionAI/Ling-3.0-flash"
+    row = by_name(pf.checkpoint_checks(p, hub=lambda: (True, "reachable")))["BF16 source"]
+    assert row.verdict == pf.OK and "01 downloads it" in row.detail
+    row = by_name(pf.checkpoint_checks(p, hub=lambda: (False, "no route")))["BF16 source"]
+    assert row.verdict == pf.BLOCKER and "source: path" in row.fix
+    assert any(w.startswith("BF16 source download") for w, _, _ in pf.disk_needs(p, tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert by_name(pf.checkpoint_checks(p, hub=lambda: (True, "")))["BF16 source"].verdict == pf.BLOCKER
+    repo = tmp_path / "hub" / "models--inclusionAI--Ling-3.0-flash"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("a" * 40)
+    (repo / "snapshots" / ("a" * 40)).mkdir(parents=True)
+    (repo / "snapshots" / ("a" * 40) / "model-00001.safetensors").write_bytes(b"x")
+    row = by_name(pf.checkpoint_checks(p, hub=lambda: (False, "offline")))["BF16 source"]
+    assert row.verdict == pf.OK and "in the Hub cache" in row.detail
+    assert not any(w.startswith("BF16 source download") for w, _, _ in pf.disk_needs(p, tmp_path))

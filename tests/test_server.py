@@ -26,7 +26,7 @@ from nvfp4study.core.errors import (
     WrongInterpreter,
 )
 from nvfp4study.core.params import load_params
-from nvfp4study.serving import client, server
+from nvfp4study.serving import client, serve_cli, server
 from nvfp4study.serving.server import ServerConfig, build_command, card_config
 from serving_fixtures import (  # noqa: F401
     fake_params,
@@ -294,7 +294,7 @@ def test_atexit_stops_a_server_left_running(tmp_path):
 
 
 def test_serve_cli_dry_run(capsys):
-    assert server.main(["--dry-run", "--depth", "3", "-p", "server.python=/py", "-p", "server.model_path=/m"]) == 0
+    assert serve_cli.main(["--dry-run", "--depth", "3", "-p", "server.python=/py", "-p", "server.model_path=/m"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("/py -c ") and "serve --model-path /m" in out and "--speculative-num-steps 3" in out
 

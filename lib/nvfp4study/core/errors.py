@@ -255,6 +255,11 @@ class WrongInterpreter(ServerError):
     """``server.python`` is missing, not executable, has no ``sglang``, or the wrong version."""
 
 
+class DockerUnavailable(ServerError):
+    """``server.launcher: docker`` cannot launch: no ``docker`` CLI, no daemon, no image, or the
+    image's SGLang is not the one the params want."""
+
+
 class PortInUse(ServerError):
     """Something already listens on the server's host:port (checked before launch)."""
 

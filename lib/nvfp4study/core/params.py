@@ -165,6 +165,19 @@ class SpeculativeParams(_Strict):
     num_draft_tokens: int = _int(3, 1, 1024)
 
 
+class DockerParams(_Strict):
+    """``server.launcher: docker``: SGLang from a published image (``lmsysorg/sglang:<tag>``).
+
+    The container runs ``docker run --rm --name <prefix>-<unique> --gpus <gpus> --ipc=host
+    --network host`` with the checkpoint and the patched SGLang files mounted read-only
+    (:mod:`nvfp4study.serving.docker`); ``extra_args`` go before the image name."""
+
+    image: str | None = None  # e.g. lmsysorg/sglang:v0.5.23 (its sglang must be sglang.version)
+    gpus: str = "all"  # docker run --gpus value ("all", "device=0", "2")
+    extra_args: list[str] = Field(default_factory=list)  # more docker run options (-e K=V, -v ...)
+    container_name_prefix: str = Field("nvfp4study-sglang", pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,100}$")
+
+
 class ServerParams(_Strict):
     enabled: bool = _bool(False)  # False: stages 04/06/07 record "not run" (no NVFP4-capable GPU)
     python: str | None = None  # interpreter of the SGLang environment
@@ -192,6 +205,9 @@ class ServerParams(_Strict):
     shutdown_grace_s: float = _float(30.0, ge=0, le=_SECONDS)  # SIGTERM -> SIGKILL grace for the server's process group
     health_poll_s: float = _float(2.0, gt=0, le=3600)  # seconds between /health_generate polls while loading
     env: dict[str, str] = Field(default_factory=dict)  # extra environment for the server
+    # local: server.python runs SGLang here; docker: server.docker.image runs it in a container
+    launcher: Literal["local", "docker"] = "local"
+    docker: DockerParams = Field(default_factory=DockerParams)
 
 
 # --- corruption --------------------------------------------------------------------

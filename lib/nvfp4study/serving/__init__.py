@@ -8,8 +8,10 @@ __all__ = [
     "acceptance",
     "client",
     "decode_log",
+    "docker",
     "measure",
     "process",
+    "serve_cli",
     "server",
     "transport",
 ]

@@ -120,6 +120,7 @@ class ServerProcess:
     returncode: int | None = None
     marker: str = field(default_factory=lambda: os.urandom(12).hex())
     t_launch_epoch: float = 0.0
+    subreaper: bool = True  # become a child subreaper while live (orphans come back to us)
 
     @property
     def base_url(self) -> str:
@@ -132,7 +133,8 @@ class ServerProcess:
         """Launch in a new session (own process group), output appended to the log file."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.env, SERVER_MARKER_ENV: self.marker}
-        _set_subreaper(True)  # orphaned descendants come back to us, not to init
+        if self.subreaper:
+            _set_subreaper(True)  # orphaned descendants come back to us, not to init
         self.t_launch_epoch = time.time()
         with open(self.log_path, "ab") as log:
             log.write(f"# nvfp4study launch: {json.dumps(self.command)}\n".encode())

@@ -24,14 +24,11 @@ normal exit, on exceptions and on KeyboardInterrupt; an ``atexit`` hook is the l
 
 from __future__ import annotations
 
-import argparse
 import ast
 import contextlib
 import functools
 import json
-import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -281,7 +278,7 @@ def command_table(params: Params, config: ServerConfig | None = None):
 
 
 # --- GPU -------------------------------------------------------------------------------------
-def gpu_capability(python: str | None = None) -> tuple[int, int] | None:
+def gpu_capability(python: str | tuple[str, ...] | None = None) -> tuple[int, int] | None:
     """Compute capability of GPU 0, or None when no CUDA GPU is visible.
 
     With ``python`` (the SGLang environment's interpreter) the probe runs there, because the
@@ -292,12 +289,14 @@ def gpu_capability(python: str | None = None) -> tuple[int, int] | None:
 
 
 @functools.lru_cache(maxsize=8)
-def gpu_info(python: str | None = None) -> dict[str, Any] | None:
+def gpu_info(python: str | tuple[str, ...] | None = None) -> dict[str, Any] | None:
     """``{"capability": (major, minor), "name": str, "memory_gb": float (1e9 bytes)}`` of GPU 0
-    (cached per interpreter: the probe imports torch, which takes seconds)."""
+    (cached per interpreter: the probe imports torch, which takes seconds). ``python`` may be an
+    argv prefix (:func:`probe_python`: ``docker run ... python3`` for the docker launcher)."""
     if python:
+        prefix = [python] if isinstance(python, str) else list(python)
         try:
-            out = subprocess.run([python, "-c", GPU_PROBE], capture_output=True, text=True, timeout=120)
+            out = subprocess.run([*prefix, "-c", GPU_PROBE], capture_output=True, text=True, timeout=120)
             val = ast.literal_eval(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else None
         except (OSError, subprocess.TimeoutExpired, ValueError, SyntaxError):
             val = None
@@ -316,6 +315,16 @@ def gpu_info(python: str | None = None) -> dict[str, Any] | None:
     return {"capability": (int(val[0]), int(val[1])), "name": val[2], "memory_gb": round(val[3] / 1e9, 2)}
 
 
+def probe_python(params: Params) -> str | tuple[str, ...] | None:
+    """What runs the GPU probe: ``server.python``, or for ``server.launcher: docker`` the image
+    (``docker run --rm --gpus ... --entrypoint python3 IMAGE``; None when no image is set)."""
+    if params.server.launcher == "docker":
+        from . import docker as dk
+
+        return tuple(dk.probe_prefix(params)) if params.server.docker.image else None
+    return params.server.python
+
+
 def nvfp4_w4a4_supported(capability: tuple[int, int] | None) -> bool:
     """Whether SGLang's NVFP4 W4A4 MoE scheme can run: compute capability 10.x, 11.x or 12.x."""
     return capability is not None and capability[0] in NVFP4_CAPABILITY_MAJORS
@@ -327,7 +336,7 @@ def gpu_refusal(params: Params) -> str | None:
         return "needs an NVFP4-capable GPU (server.enabled is false in the params: no GPU on this machine)"
     if not params.server.require_gpu:
         return None
-    cap = gpu_capability(params.server.python)
+    cap = gpu_capability(probe_python(params))
     if cap is None:
         return "needs an NVFP4-capable GPU (no CUDA GPU visible)"
     if not nvfp4_w4a4_supported(cap):
@@ -415,23 +424,47 @@ def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | No
     """
     params: Params = stage.params
     s = params.server
-    if not s.python:
+    docker = s.launcher == "docker"
+    if docker:
+        from . import docker as dk
+
+        image = dk.image_sglang(params)
+        version = image["version"]
+        if s.check_version and version != params.sglang.version:
+            raise dk.DockerUnavailable(f"image {s.docker.image!r} has sglang {version}, the params want "
+                                       f"{params.sglang.version} (set sglang.version or server.check_version=false)")
+    elif not s.python:
         raise WrongInterpreter("server.python is not set: name the SGLang environment's interpreter")
-    version = check_interpreter(s.python, params.sglang.version if s.check_version else None)
-    gpu = gpu_info(s.python)
+    else:
+        version = check_interpreter(s.python, params.sglang.version if s.check_version else None)
+    gpu = gpu_info(probe_python(params))
     if s.require_gpu and not nvfp4_w4a4_supported(None if gpu is None else gpu["capability"]):
         raise NoCapableGPU(gpu_refusal(params) or "needs an NVFP4-capable GPU")
     check_port_free(s.host, s.port)
     model = served_model_path(stage, config)
-    cmd = build_command(params, config, model_path=model)
-    sp = ServerProcess(cmd, _next_log(stage.paths, config), s.host, s.port, env=dict(s.env),
-                       grace_s=s.shutdown_grace_s)
+    p = params if s.python else params.model_copy(
+        update={"server": s.model_copy(update={"python": "python3"})})  # docker: no local interpreter
+    cmd = build_command(p, config, model_path=model)
+    log_path = _next_log(stage.paths, config)
     rec = launch_record if launch_record is not None else {}
-    rec.update(config=config.to_dict(), config_key=config.key, command=cmd,
-               log=str(sp.log_path.relative_to(stage.run_dir)), sglang_version=version, gpu=gpu,
+    rec.update(config=config.to_dict(), config_key=config.key, launcher=s.launcher,
+               log=str(log_path.relative_to(stage.run_dir)), sglang_version=version, gpu=gpu,
                model_path=model)
     with contextlib.ExitStack() as install:  # closes (restores the install) after sp.stop()
-        rec["install"] = install_mode(install, stage, config)
+        if docker:
+            name = dk.container_name(s.docker.container_name_prefix)
+            mounts, rec["install"] = (dk.patched_mounts(stage, config, version, image["root"])
+                                      if params.sglang.apply_to_install else
+                                      ([], f"image {s.docker.image} served as found (sglang.apply_to_install "
+                                           f"is false): clamp mode {config.clamp!r} not enforced"))
+            cmd = dk.docker_command(params, cmd, name, model, mounts)
+            sp: ServerProcess = dk.DockerServerProcess(cmd, log_path, s.host, s.port,
+                                                       grace_s=s.shutdown_grace_s, container=name)
+            rec.update(container=name, image=s.docker.image)
+        else:
+            rec["install"] = install_mode(install, stage, config)
+            sp = ServerProcess(cmd, log_path, s.host, s.port, env=dict(s.env), grace_s=s.shutdown_grace_s)
+        rec["command"] = cmd
         try:
             sp.start()
             rec["load_s"] = round(sp.wait_healthy(startup_timeout_s or s.startup_timeout_s, s.health_poll_s), 3)
@@ -440,51 +473,3 @@ def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | No
         finally:
             sp.stop()
             rec["returncode"] = sp.returncode
-
-
-# --- CLI -------------------------------------------------------------------------------------
-def main(argv: list[str]) -> int:
-    """``nvfp4study serve``: start SGLang with the study's flags and keep it up until Ctrl-C."""
-    from ..core.params import load_params
-    from ..core.paths import RunPaths, ensure_writable, new_run_dir
-
-    ap = argparse.ArgumentParser(
-        prog="nvfp4study serve",
-        description="Start SGLang with the card's flags from params; Ctrl-C stops its process group.",
-        epilog="example: nvfp4study serve --params params/ling3-flash.yaml --depth 2")
-    ap.add_argument("--params", default=None, help="params YAML (default params/default.yaml)")
-    ap.add_argument("--depth", type=int, default=None, help="NEXTN depth k (0 = speculation off)")
-    ap.add_argument("--clamp", default=None, help="clamp mode of the install (stock/none/exact)")
-    ap.add_argument("--deterministic", action="store_true", help="add --enable-deterministic-inference")
-    ap.add_argument("--run-dir", default=None, help="folder for the log (default: a new run folder)")
-    ap.add_argument("-p", dest="overrides", action="append", default=[], help="key=value override")
-    ap.add_argument("--dry-run", action="store_true", help="print the command and exit")
-    a = ap.parse_args(argv)
-    params = load_params(a.params, a.overrides)
-    over: dict[str, Any] = {"deterministic": a.deterministic}
-    if a.depth is not None:
-        over["spec_depth"] = None if a.depth == 0 else a.depth
-    if a.clamp:
-        over["clamp"] = a.clamp
-    config = card_config(params, **over)
-    if a.dry_run:
-        shown = params if params.server.python else params.model_copy(
-            update={"server": params.server.model_copy(update={"python": "<server.python>"})})
-        print(" ".join(build_command(shown, config, model_path=params.server.model_path or "<model>")))
-        return 0
-    if not params.server.python:
-        raise WrongInterpreter("server.python is not set: name the SGLang environment's interpreter "
-                               "(e.g. -p server.python=/opt/envs/sglang/bin/python)")
-    root = ensure_writable(Path(a.run_dir)) if a.run_dir else new_run_dir(params.profile, suffix="serve")
-    stage = Stage(name="serve", params=params, paths=RunPaths(root))
-    try:
-        with serving(stage, config) as url:
-            print(f"serving {config.key} at {url} (log in {root / 'logs'}); Ctrl-C to stop", flush=True)
-            with contextlib.suppress(KeyboardInterrupt):
-                while True:
-                    time.sleep(1)
-                    process_for(url).check_alive()
-    finally:
-        if not a.run_dir and not any(p.is_file() for p in root.rglob("*")):
-            shutil.rmtree(root)  # a launch refused before anything was written leaves no folder
-    return 0

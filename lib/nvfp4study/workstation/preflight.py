@@ -156,8 +156,13 @@ def disk_needs(p: Params, outputs: Path) -> list[tuple[str, Path, int]]:
     needs: list[tuple[str, Path, int]] = []
     if p.checkpoint.source == "generate":
         needs.append(("generated BF16 source", outputs, sizes["bf16"]))
-    elif p.checkpoint.source_path and not Path(p.checkpoint.source_path).is_dir():
+    elif p.checkpoint.source == "path" and p.checkpoint.source_path and not Path(p.checkpoint.source_path).is_dir():
         needs.append(("BF16 source to download", Path(p.checkpoint.source_path), sizes["bf16"]))
+    elif p.checkpoint.source == "hub" and _quantizing(p) and p.checkpoint.source_hub \
+            and _hub_snapshot(p.checkpoint.source_hub) is None:
+        from ..core import hub
+
+        needs.append(("BF16 source download (Hub cache)", hub.cache_dir(), sizes["bf16"]))
     if _quantizing(p):
         n = 2 if p.quantize.compare_unshared else 1
         needs.append((f"NVFP4 output{' x2 (compare_unshared)' if n == 2 else ''}", outputs, n * sizes["nvfp4"]))
@@ -223,6 +228,9 @@ def quantizer_checks(p: Params, probe: dict | None) -> list[Check]:
 def sglang_checks(p: Params, probe: dict | None) -> list[Check]:
     """The SGLang interpreter: runs; ``sglang == sglang.version``; SGLang's own pins."""
     names = ["SGLang interpreter", "SGLang packages"]
+    if p.server.launcher == "docker" and p.sglang.source != "installed":
+        return [Check(n, NA, f"server.launcher is docker: the image {p.server.docker.image} holds SGLang "
+                      "(see the docker rows)") for n in names]
     if not (_serving(p) or p.sglang.source == "installed"):
         return [Check(n, NA, "server.enabled is false and sglang.source is not 'installed'") for n in names]
     if not p.server.python:
@@ -257,6 +265,12 @@ def patch_check(p: Params, probe: dict | None) -> Check:
     name = "SGLang install patchable"
     if not (_serving(p) and p.sglang.apply_to_install):
         return Check(name, NA, "sglang.apply_to_install is false (or no server)")
+    if p.server.launcher == "docker":  # patched copies of the released files are mounted, nothing written
+        if p.sglang.version in sglang_patch.patch_versions():
+            return Check(name, OK, f"docker: patched copies of SGLang {p.sglang.version}'s clamp files are "
+                         "mounted read-only over the image's (the image is not modified)")
+        return Check(name, BLOCKER, f"no patch set for SGLang {p.sglang.version}",
+                     f"an image of a version the patcher knows ({', '.join(sglang_patch.patch_versions())})")
     try:
         if p.sglang.source == "path" and p.sglang.path:
             tree = sglang_source.open_tree(p.sglang.path)
@@ -285,6 +299,43 @@ def patch_check(p: Params, probe: dict | None) -> Check:
     return Check(name, OK, f"{tree.root} (SGLang {tree.version}) stock and writable")
 
 
+# --- docker ------------------------------------------------------------------------------------
+def docker_checks(p: Params) -> list[Check]:
+    """With ``server.launcher: docker``: the CLI on PATH, the daemon answering (``docker info``),
+    the image present locally (``docker image inspect``), the NVIDIA runtime (``nvidia`` among
+    ``docker info``'s runtimes, or the NVIDIA Container Toolkit's ``nvidia-ctk`` /
+    ``nvidia-container-cli`` on PATH, which ``--gpus`` needs). Otherwise all "not applicable"."""
+    names = ["docker CLI", "docker daemon", "docker image", "NVIDIA container runtime"]
+    if p.server.launcher != "docker" or not _serving(p):
+        return [Check(n, NA, "server.launcher is local (or no server)") for n in names]
+    d = probes.docker_facts(p.server.docker.image)
+    if not d["exe"]:
+        fix = "install Docker Engine (docs.docker.com/engine/install), or server.launcher: local"
+        return [Check(names[0], BLOCKER, "no 'docker' on PATH", fix)] + [
+            Check(n, BLOCKER, "no docker CLI", "see 'docker CLI'") for n in names[1:]]
+    out = [Check(names[0], OK, d["exe"])]
+    if d["info"][0] != 0:
+        return out + [Check(names[1], BLOCKER, d["info"][1] or f"docker info exited {d['info'][0]}",
+                            "start the daemon (sudo systemctl start docker) and add your user to the docker group")] + [
+            Check(n, BLOCKER, "the daemon does not answer", "see 'docker daemon'") for n in names[2:]]
+    out.append(Check(names[1], OK, "docker info answers"))
+    image = p.server.docker.image
+    if not image:
+        out.append(Check(names[2], BLOCKER, "server.docker.image is not set",
+                         f"set server.docker.image (e.g. lmsysorg/sglang:v{p.sglang.version})"))
+    else:
+        rc, text = d["image"]
+        out.append(Check(names[2], OK, f"{image} present locally") if rc == 0 else
+                   Check(names[2], BLOCKER, f"{image}: {text or 'not present'}", f"docker pull {image}"))
+    if "nvidia" in d["runtimes"] or d["toolkit"]:
+        out.append(Check(names[3], OK, "runtime 'nvidia' registered" if "nvidia" in d["runtimes"] else d["toolkit"]))
+    else:
+        out.append(Check(names[3], BLOCKER, f"runtimes {d['runtimes']}: no 'nvidia', no NVIDIA Container Toolkit",
+                         "install nvidia-container-toolkit, then sudo nvidia-ctk runtime configure --runtime=docker "
+                         "and restart docker"))
+    return out
+
+
 # --- the rest ----------------------------------------------------------------------------------
 def port_check(p: Params) -> Check:
     from ..serving.process import check_port_free
@@ -300,11 +351,42 @@ def port_check(p: Params) -> Check:
     return Check("server port", OK, f"{p.server.host}:{p.server.port} free")
 
 
+def _hub_snapshot(src) -> Path | None:
+    """The Hub cache's snapshot of ``checkpoint.source_hub`` when it holds safetensors, else None
+    (huggingface_hub's layout: ``models--org--name/refs/<revision>`` -> ``snapshots/<commit>``)."""
+    from ..core import hub
+
+    repo = hub.cache_dir() / f"models--{src.repo_id.replace('/', '--')}"
+    ref = repo / "refs" / src.revision
+    commit = ref.read_text().strip() if ref.is_file() else src.revision
+    snap = repo / "snapshots" / commit
+    return snap if snap.is_dir() and any(snap.glob("*.safetensors")) else None
+
+
 def checkpoint_checks(p: Params, hub=probes.hub_reachable) -> list[Check]:
     """Every checkpoint path the params name exists; a missing BF16 source needs the Hub."""
     out = []
     cp = p.checkpoint
-    if cp.source == "path" and not cp.quantized_path:
+    if cp.source == "hub" and not cp.quantized_path and _quantizing(p):
+        from ..core import hub as core_hub
+
+        src = cp.source_hub
+        if src is None:
+            out.append(Check("BF16 source", BLOCKER, "checkpoint.source is hub but source_hub is not set",
+                             "set checkpoint.source_hub: {repo_id: inclusionAI/Ling-3.0-flash, revision: main}"))
+        elif (snap := _hub_snapshot(src)) is not None:
+            out.append(Check("BF16 source", OK, f"{src.repo_id}@{src.revision} in the Hub cache: {snap}"))
+        elif core_hub.offline():
+            out.append(Check("BF16 source", BLOCKER, f"{src.repo_id}@{src.revision}: HF_HUB_OFFLINE=1 and not in "
+                             f"the cache {core_hub.cache_dir()}", "unset HF_HUB_OFFLINE once, or set HF_HUB_CACHE "
+                             "to a populated cache"))
+        else:
+            ok, why = hub()
+            out.append(Check("BF16 source", OK if ok else BLOCKER,
+                             f"{src.repo_id}@{src.revision}: 01 downloads it ({why})",
+                             "" if ok else "make the Hub reachable (or HF_ENDPOINT a mirror), or download the "
+                             "BF16 release elsewhere and set checkpoint.source: path with source_path"))
+    elif cp.source == "path" and not cp.quantized_path:
         src = Path(cp.source_path or "")
         if cp.source_path and src.is_dir() and probes.folder_bytes(src):
             out.append(Check("BF16 source", OK, f"local files: {probes.folder_bytes(src) / GB:.1f} GB at {src}"))
@@ -314,8 +396,9 @@ def checkpoint_checks(p: Params, hub=probes.hub_reachable) -> list[Check]:
                              (f"hf download inclusionAI/Ling-3.0-flash --local-dir {cp.source_path}" if ok else
                               "copy the BF16 release there (the Hub is not reachable from here)")))
     else:
-        out.append(Check("BF16 source", NA if cp.quantized_path else OK,
-                         "checkpoint.quantized_path is served" if cp.quantized_path else "generated by 01"))
+        out.append(Check("BF16 source", NA if cp.quantized_path or cp.source != "generate" else OK,
+                         "checkpoint.quantized_path is served" if cp.quantized_path else
+                         "generated by 01" if cp.source == "generate" else "quantize is disabled"))
     for key, val in (("checkpoint.quantized_path", cp.quantized_path), ("server.model_path", p.server.model_path),
                      ("mtp.broken_model_path", p.mtp.broken_model_path if _serving(p) else None)):
         if val and not Path(val).is_dir():
@@ -360,6 +443,7 @@ def preflight(params: Params, *, outputs: Path | None = None, timeout_s: float =
     rows += disk_checks(p, outputs)
     rows += quantizer_checks(p, q_probe)
     rows += sglang_checks(p, s_probe)
+    rows += docker_checks(p)
     rows += [patch_check(p, s_probe), port_check(p)]
     rows += checkpoint_checks(p)
     rows.append(sandbox_check(p))

@@ -235,3 +235,41 @@ def version_ok(installed: str | None, spec: str) -> bool:
         return SpecifierSet(spec).contains(Version(installed), prereleases=True)
     except (InvalidSpecifier, InvalidVersion):
         return installed == spec.lstrip("=")
+
+
+def _docker(args: list[str], timeout_s: float) -> tuple[int, str]:
+    """``docker ARGS`` -> (exit status, stdout, or stderr on failure, last 300 chars)."""
+    try:
+        r = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout_s,
+                           stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return 124, f"docker {args[0]} did not answer within {timeout_s:g} s"
+    except OSError as exc:
+        return 127, str(exc)
+    return r.returncode, (r.stdout if r.returncode == 0 else r.stderr or r.stdout).strip()[-300:]
+
+
+def docker_facts(image: str | None, timeout_s: float = 10.0) -> dict[str, Any]:
+    """What ``server.launcher: docker`` needs from this machine.
+
+    Returns:
+        ``{"exe": docker path or None, "info": (rc, text) of ``docker info --format
+        {{json .Runtimes}}``, "runtimes": sorted runtime names, "image": (rc, text) of ``docker
+        image inspect IMAGE`` (None without an image or a daemon), "toolkit": path of
+        ``nvidia-ctk`` / ``nvidia-container-cli`` or None}``; each docker call at most
+        ``timeout_s`` seconds.
+    """
+    out: dict[str, Any] = {"exe": shutil.which("docker"), "info": (127, "no docker"), "runtimes": [],
+                           "image": None, "toolkit": shutil.which("nvidia-ctk") or shutil.which("nvidia-container-cli")}
+    if not out["exe"]:
+        return out
+    out["info"] = _docker(["info", "--format", "{{json .Runtimes}}"], timeout_s)
+    if out["info"][0] != 0:
+        return out
+    try:
+        out["runtimes"] = sorted(json.loads(out["info"][1] or "{}"))
+    except (json.JSONDecodeError, TypeError):
+        pass
+    if image:
+        out["image"] = _docker(["image", "inspect", image], timeout_s)
+    return out

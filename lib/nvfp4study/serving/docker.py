@@ -1,0 +1,175 @@
+"""``server.launcher: docker``: SGLang from a published image, with a local process's guarantees.
+
+The launch is one attached ``docker run`` whose stdout/stderr (the container's output) go to the
+run's log like a local server's::
+
+    docker run --rm --name <prefix>-<pid>-<random> --gpus <gpus> --ipc=host --network host
+        -v <checkpoint>:<checkpoint>:ro -v <patched file>:<image's file>:ro ... [-e K=V ...]
+        <server.docker.extra_args> <image> python3 -m sglang.launch_server <the local flags>
+
+``python3 -m sglang.launch_server`` takes the same server flags as ``sglang serve``
+(0.5.23 ``sglang/launch_server.py`` parses them with ``prepare_server_args``); the flags are the
+tail of :func:`nvfp4study.serving.server.build_command`. ``--network host`` keeps
+``server.host:server.port`` as they are, ``--ipc=host`` gives NCCL and the scheduler processes
+the host's shared memory (SGLang's own ``docker run`` examples pass both).
+
+The clamp patch: the image's SGLang files are never written. The released files of the image's
+SGLang version (the wheel the study already unpacks under ``~/.cache/nvfp4study/src``) are copied
+to ``work/`` of the run, put in the configuration's mode by the study's patcher
+(:func:`nvfp4study.sglang.patch.switch_mode`) and mounted read-only over the image's copies, at
+the package folder the image itself reports (:data:`IMAGE_PROBE`). Every file any mode touches is
+mounted, so the container runs exactly the released files plus this configuration's patch.
+
+Teardown: :class:`DockerServerProcess` runs ``docker stop -t <grace> <name>`` then
+``docker rm -f <name>`` before stopping the ``docker run`` process group as a local server's; it
+is registered like a local server, so ``atexit`` and every ``finally`` path stop the container.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.errors import DockerUnavailable
+from ..core.params import Params
+from .process import ServerProcess
+
+#: Run inside the image (``--entrypoint python3``): its sglang version (package metadata) and the
+#: folder holding the ``sglang`` package (found without importing it). Prints one JSON line.
+IMAGE_PROBE = ("import importlib.metadata as m, importlib.util as u, json, os  # nvfp4study-image-probe\n"
+               "s = u.find_spec('sglang')\n"
+               "print(json.dumps({'version': m.version('sglang'), "
+               "'root': os.path.dirname(os.path.dirname(s.origin)) if s else None}))")
+
+
+def docker_exe() -> str:
+    """The ``docker`` CLI on PATH.
+
+    Raises:
+        DockerUnavailable: none on PATH.
+    """
+    exe = shutil.which("docker")
+    if not exe:
+        raise DockerUnavailable("server.launcher is docker but no 'docker' is on PATH (install Docker Engine)")
+    return exe
+
+
+def container_name(prefix: str) -> str:
+    """A name no other launch uses: ``<prefix>-<our pid>-<8 random hex>``."""
+    return f"{prefix}-{os.getpid()}-{os.urandom(4).hex()}"
+
+
+def probe_prefix(params: Params) -> list[str]:
+    """``docker run --rm --gpus G --entrypoint python3 IMAGE``: run ``-c CODE`` in the image."""
+    d = params.server.docker
+    if not d.image:
+        raise DockerUnavailable("server.launcher is docker but server.docker.image is not set "
+                                "(e.g. lmsysorg/sglang:v0.5.23)")
+    return ["docker", "run", "--rm", "--gpus", d.gpus, "--entrypoint", "python3", d.image]
+
+
+def image_sglang(params: Params, timeout_s: float = 300.0) -> dict[str, Any]:
+    """The image's SGLang: ``{"version": "0.5.23", "root": "/path/holding/sglang"}``.
+
+    Raises:
+        DockerUnavailable: no docker / no image set, the container fails, prints no JSON, or
+            exceeds ``timeout_s`` seconds.
+    """
+    docker_exe()
+    cmd = probe_prefix(params) + ["-c", IMAGE_PROBE]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise DockerUnavailable(f"{' '.join(cmd[:-2])}: {exc}") from None
+    try:
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        out = None
+    if r.returncode != 0 or not isinstance(out, dict) or not out.get("root"):
+        raise DockerUnavailable(f"image {params.server.docker.image!r} reports no sglang (exit {r.returncode}): "
+                                f"{(r.stderr or r.stdout).strip()[-400:]}")
+    return out
+
+
+def patched_mounts(stage, config, version: str, image_root: str) -> tuple[list[tuple[str, str]], str]:
+    """Patched copies of the clamp files for ``config`` and where they go in the image.
+
+    Copies the released ``sglang==version`` files every patch mode touches (plus the package
+    markers the patcher needs) from the unpacked wheel to ``work/sglang-docker-<mode>-det-<on|off>``,
+    switches that copy to ``config.clamp`` (and the deterministic edit) with the study's patcher.
+
+    Returns:
+        ``([(host file, image file), ...], sentence)``.
+
+    Raises:
+        SGLangSourceError: the wheel cannot be had; UnknownPatchVersion / PatchError from the patcher.
+    """
+    from ..sglang import patch as sglang_patch
+    from ..sglang import source as sglang_source
+
+    released = sglang_source.unpack_wheel(version)
+    modes = [m for m in sglang_patch.modes_for(version) if m != "stock"]
+    files = sorted({e["path"] for m in modes for e in sglang_patch._files(version, m)})
+    dest = stage.paths.work(f"sglang-docker-{config.clamp}-det-{'on' if config.deterministic else 'off'}")
+    if dest.exists():
+        shutil.rmtree(dest)
+    for rel in ["sglang/__init__.py", "sglang/version.py", "sglang/_version.py", *files]:
+        src = released.file(rel)
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest / rel)
+    (dest / "sglang/srt/layers/moe").mkdir(parents=True, exist_ok=True)
+    tree = sglang_source.SGLangTree(root=dest, version=version, origin="path")
+    st = sglang_patch.switch_mode(tree, config.clamp, det=bool(config.deterministic),
+                                  state_file=stage.paths.data("sglang_patch_state"))
+    mounts = [(str(dest / rel), f"{image_root.rstrip('/')}/{rel}") for rel in files]
+    return mounts, (f"patched copies of SGLang {version}'s {len(files)} clamp files in {dest} (clamp mode "
+                    f"{st['clamp_mode']!r}, MIN_DEEPGEMM_DIM edit {'on' if st['det'] else 'off'}) mounted "
+                    f"read-only over the image's {image_root}; the image is not modified")
+
+
+def docker_command(params: Params, serve_cmd: list[str], name: str, model_path: str,
+                   mounts: list[tuple[str, str]]) -> list[str]:
+    """The ``docker run`` argv (module docstring) around the flags of ``serve_cmd``
+    (:func:`~nvfp4study.serving.server.build_command`, whose interpreter part is dropped)."""
+    s, d = params.server, params.server.docker
+    if not d.image:
+        raise DockerUnavailable("server.docker.image is not set (e.g. lmsysorg/sglang:v0.5.23)")
+    flags = serve_cmd[serve_cmd.index("serve") + 1:]
+    cmd = ["docker", "run", "--rm", "--name", name, "--gpus", d.gpus, "--ipc=host", "--network", "host",
+           "-v", f"{model_path}:{model_path}:ro"]
+    for host, inside in mounts:
+        cmd += ["-v", f"{host}:{inside}:ro"]
+    for k, v in s.env.items():
+        cmd += ["-e", f"{k}={v}"]
+    return cmd + list(d.extra_args) + [d.image, "python3", "-m", "sglang.launch_server", *flags]
+
+
+def _docker(args: list[str], timeout_s: float) -> subprocess.CompletedProcess | None:
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL)
+    return None
+
+
+@dataclass
+class DockerServerProcess(ServerProcess):
+    """A :class:`ServerProcess` whose command is ``docker run --name container``: :meth:`stop`
+    stops and removes the container first (the container's processes are the daemon's, not ours:
+    signals to the ``docker run`` group do not reach them)."""
+
+    container: str = ""
+    subreaper: bool = False  # nothing of the container is ever re-parented to us
+
+    def stop(self) -> None:
+        """``docker stop -t grace``, ``docker rm -f``, then the local teardown. Idempotent."""
+        if self.proc is not None and self.container:
+            grace = max(1, int(round(self.grace_s)))
+            _docker(["stop", "-t", str(grace), self.container], grace + 60)
+            _docker(["rm", "-f", self.container], 60)
+        super().stop()

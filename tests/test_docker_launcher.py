@@ -1,0 +1,166 @@
+"""server.launcher: docker: the real argv, the lifecycle against a fake ``docker`` CLI (put first
+on PATH) that runs the fake SGLang detached like a container, and the preflight rows."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import pytest
+
+import fake_docker
+import fake_sglang
+from nvfp4study.core.errors import DockerUnavailable
+from nvfp4study.core.params import load_params
+from nvfp4study.serving import docker as dk
+from nvfp4study.serving import process, server
+from nvfp4study.serving.server import build_command, card_config
+from nvfp4study.sglang import patch as sglang_patch
+from nvfp4study.sglang import source as sglang_source
+from nvfp4study.workstation import preflight
+from serving_fixtures import fake_params, no_leftover, stage_for  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("no_leftover")
+IMAGE = "lmsysorg/sglang:v0.5.23"
+
+
+def test_real_docker_argv():
+    p = load_params(None, ["server.launcher=docker", f"server.docker.image={IMAGE}", "server.model_path=/models/q",
+                           "server.docker.extra_args=[--shm-size, 32g]", "server.env={HF_HUB_OFFLINE: '1'}"])
+    p2 = p.model_copy(update={"server": p.server.model_copy(update={"python": "python3"})})
+    serve = build_command(p2, card_config(p), model_path="/models/q")
+    cmd = dk.docker_command(p, serve, "nvfp4study-sglang-1-abcd", "/models/q",
+                            [("/run/work/x/sglang/srt/a.py", "/sgl-workspace/sglang/python/sglang/srt/a.py")])
+    assert cmd == [
+        "docker", "run", "--rm", "--name", "nvfp4study-sglang-1-abcd", "--gpus", "all", "--ipc=host",
+        "--network", "host", "-v", "/models/q:/models/q:ro",
+        "-v", "/run/work/x/sglang/srt/a.py:/sgl-workspace/sglang/python/sglang/srt/a.py:ro",
+        "-e", "HF_HUB_OFFLINE=1", "--shm-size", "32g", IMAGE,
+        "python3", "-m", "sglang.launch_server", "--model-path", "/models/q", "--trust-remote-code",
+        "--host", "127.0.0.1", "--port", "30013", "--tp-size", "1", "--ep-size", "1",
+        "--mem-fraction-static", "0.75", "--context-length", "32768", "--max-running-requests", "1",
+        "--chunked-prefill-size", "2048", "--disable-shared-experts-fusion", "--tool-call-parser", "glm45",
+        "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", "3", "--enable-metrics"]
+    assert dk.container_name("pre") != dk.container_name("pre")
+
+
+def test_docker_params_strict():
+    with pytest.raises(Exception, match="launcher"):
+        load_params(None, ["server.launcher=podman"])
+    with pytest.raises(Exception, match="container_name_prefix"):
+        load_params(None, ["server.docker.container_name_prefix=bad name"])
+
+
+@pytest.fixture
+def docker_env(tmp_path, monkeypatch):
+    """Params whose server runs through the fake docker; returns (params, run, state folder)."""
+    p, _, run = fake_params(tmp_path, "server.launcher=docker", f"server.docker.image={IMAGE}",
+                            "sglang.apply_to_install=true")
+    exe = fake_sglang.make_interpreter(tmp_path / "image-env")
+    bin_dir = tmp_path / "bin"
+    fake_docker.make_docker(bin_dir, exe)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    p = p.model_copy(update={"server": p.server.model_copy(update={"python": None})})
+    return p, run, bin_dir / "state"
+
+
+def _calls(state: Path) -> list[list[str]]:
+    return [json.loads(ln) for ln in (state / "calls.jsonl").read_text().splitlines()]
+
+
+def test_serving_through_docker(docker_env):
+    p, run, state = docker_env
+    try:
+        sglang_source.unpack_wheel("0.5.23", download=False)
+    except Exception:
+        pytest.skip("SGLang 0.5.23 wheel not cached")
+    rec: dict = {}
+    with server.serving(stage_for(p, run), card_config(p), launch_record=rec) as url:
+        assert httpx.get(url + "/health_generate").status_code == 200
+        name = rec["container"]
+        pid = int((state / f"{name}.pid").read_text())
+        assert os.path.exists(f"/proc/{pid}")
+    run_call = next(c for c in _calls(state) if c[:1] == ["run"] and "--name" in c)
+    assert run_call == rec["command"][1:] and rec["command"][0] == "docker"
+    assert _calls(state)[-2:] == [["stop", "-t", "3", name], ["rm", "-f", name]]
+    assert not (state / f"{name}.pid").exists() and not fake_docker._alive(pid)  # a zombie is not running
+    # every clamp file mounted read-only, from a copy in the run's work folder in the card's mode
+    mounts = [run_call[i + 1] for i, a in enumerate(run_call) if a == "-v"][1:]
+    files = {e["path"] for m in ("none", "exact", "det") for e in sglang_patch._files("0.5.23", m)}
+    assert {m.split(":")[1] for m in mounts} == {f"/sgl-workspace/sglang/python/{f}" for f in files}
+    copy = Path(mounts[0].split(":")[0]).parents[len(Path(sorted(files)[0]).parts) - 1]
+    assert copy.is_relative_to(run / "work")
+    assert sglang_patch.status(sglang_source.SGLangTree(copy, "0.5.23"))["clamp_mode"] == "exact"
+    log = (run / rec["log"]).read_text()
+    assert '"docker", "run"' in log and "Uvicorn running" in log and rec["returncode"] == 0
+
+
+def test_interrupt_and_atexit_stop_the_container(docker_env):
+    p, run, state = docker_env
+    p = p.model_copy(update={"sglang": p.sglang.model_copy(update={"apply_to_install": False})})
+    with pytest.raises(KeyboardInterrupt):
+        with server.serving(stage_for(p, run), replace(card_config(p), spec_depth=None)) as url:
+            raise KeyboardInterrupt
+    assert [c[0] for c in _calls(state)][-2:] == ["stop", "rm"]
+    assert not list(state.glob("*.pid"))
+    # the atexit hook: a live launch nobody stopped
+    name = dk.container_name("t")
+    serve = build_command(p.model_copy(update={"server": p.server.model_copy(update={"python": "python3"})}),
+                          card_config(p), model_path=p.server.model_path)
+    sp = dk.DockerServerProcess(dk.docker_command(p, serve, name, p.server.model_path, []), run / "logs" / "x.log",
+                                p.server.host, p.server.port, grace_s=2, container=name)
+    sp.start()
+    sp.wait_healthy(20, 0.05)
+    url = sp.base_url
+    assert httpx.get(url + "/health_generate").status_code == 200
+    process._stop_all()
+    assert not (state / f"{name}.pid").exists() and process.process_for(url) is None
+
+
+def test_image_problems_are_named(docker_env):
+    p, run, state = docker_env
+    bad = p.model_copy(update={"server": p.server.model_copy(update={
+        "docker": p.server.docker.model_copy(update={"image": "lmsysorg/sglang:nope"})})})
+    with pytest.raises(DockerUnavailable, match="reports no sglang"):
+        dk.image_sglang(bad)
+    old = p.model_copy(update={"sglang": p.sglang.model_copy(update={"version": "0.5.22"})})
+    with pytest.raises(DockerUnavailable, match="has sglang 0.5.23, the params want 0.5.22"):
+        with server.serving(stage_for(old, run), card_config(old)):
+            pass
+
+
+def _rows(p):
+    return {r.name: r for r in preflight.docker_checks(p)}
+
+
+def test_preflight_docker_rows(docker_env, tmp_path, monkeypatch):
+    p, run, state = docker_env
+    rows = _rows(p)
+    assert [r.verdict for r in rows.values()] == ["ok"] * 4, rows
+    cfg = json.loads((state / "config.json").read_text())
+    (state / "config.json").write_text(json.dumps({**cfg, "images": [], "runtimes": ["runc"]}))
+    rows = _rows(p)
+    assert rows["docker image"].verdict == "blocker" and "docker pull" in rows["docker image"].fix
+    assert rows["NVIDIA container runtime"].verdict == "blocker"
+    (state / "config.json").write_text(json.dumps({**cfg, "daemon": False}))
+    rows = _rows(p)
+    assert rows["docker daemon"].verdict == "blocker" and rows["docker image"].verdict == "blocker"
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    rows = _rows(p)
+    assert all(r.verdict == "blocker" for r in rows.values()) and "install Docker" in rows["docker CLI"].fix
+    local = {r.name: r.verdict for r in preflight.docker_checks(load_params(None, ["server.enabled=true"]))}
+    assert set(local.values()) == {"not applicable"} and len(local) == 4
+
+
+def test_serve_dry_run_prints_the_docker_command(capsys):
+    from nvfp4study.serving import serve_cli
+
+    assert serve_cli.main(["--dry-run", "-p", "server.launcher=docker", "-p", f"server.docker.image={IMAGE}",
+                           "-p", "server.model_path=/m"]) == 0
+    out = capsys.readouterr().out.split()
+    assert out[:4] == ["docker", "run", "--rm", "--name"] and out[out.index(IMAGE) + 1:][:3] == [
+        "python3", "-m", "sglang.launch_server"] and "/m:/m:ro" in out
