@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from nvfp4study.core.params import dump_params, load_params
-from serving_fixtures import free_port, ling_model_dir
+from serving_fixtures import live_params
 
 REPO = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent / "real_sglang"
@@ -60,13 +59,6 @@ def real_params(tmp_path: Path, *overrides: str, outputs: Path = OUTPUTS):
     """Params for a live run against the real layer; returns ``(params, params_file, run_dir)``.
     Startup allows 180 s: importing SGLang's HTTP layer takes about 20 s on an idle 2-core box."""
     exe = make_interpreter(tmp_path / "sgl-env", outputs)
-    model = ling_model_dir(tmp_path / "model")
-    run = tmp_path / "run"
-    run.mkdir(exist_ok=True)
-    p = load_params(None, [f"server.python={exe}", "server.enabled=true", f"server.model_path={model}",
-                           f"server.port={free_port()}", "server.require_gpu=false",
-                           "server.health_poll_s=0.2", "server.shutdown_grace_s=10",
-                           "server.startup_timeout_s=180", "server.request_timeout_s=30", *overrides])
-    pf = run / "params.yaml"
-    dump_params(p, pf)
-    return p, pf, run
+    return live_params(tmp_path, exe, ["server.health_poll_s=0.2", "server.shutdown_grace_s=10",
+                                       "server.startup_timeout_s=180", "server.request_timeout_s=30"],
+                       overrides)

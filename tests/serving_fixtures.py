@@ -74,19 +74,27 @@ def ling_model_dir(folder: Path, layers: int = 42) -> Path:
     return folder
 
 
-def fake_params(tmp_path: Path, *overrides: str, fake: dict | None = None, port: int | None = None):
-    """Params for a live run against the fake server; returns ``(params, params_file, run_dir)``."""
-    exe = fake_sglang.make_interpreter(tmp_path / "fake-env", **(fake or {}))
+def live_params(tmp_path: Path, exe: Path, timing: list[str], overrides: tuple[str, ...],
+                port: int | None = None):
+    """Params for a live run of interpreter ``exe`` (a fake or the real layer) on a free port, with
+    the Ling clamp config as the model; returns ``(params, params_file, run_dir)``."""
     model = ling_model_dir(tmp_path / "model")
     run = tmp_path / "run"
     run.mkdir(exist_ok=True)
     p = load_params(None, [f"server.python={exe}", "server.enabled=true", f"server.model_path={model}",
                            f"server.port={port or free_port()}", "server.require_gpu=false",
-                           "server.health_poll_s=0.05", "server.shutdown_grace_s=3",
-                           "server.startup_timeout_s=20", "server.request_timeout_s=20", *overrides])
+                           *timing, *overrides])
     pf = run / "params.yaml"
     dump_params(p, pf)
     return p, pf, run
+
+
+def fake_params(tmp_path: Path, *overrides: str, fake: dict | None = None, port: int | None = None):
+    """Params for a live run against the fake server; returns ``(params, params_file, run_dir)``."""
+    exe = fake_sglang.make_interpreter(tmp_path / "fake-env", **(fake or {}))
+    return live_params(tmp_path, exe, ["server.health_poll_s=0.05", "server.shutdown_grace_s=3",
+                                       "server.startup_timeout_s=20", "server.request_timeout_s=20"],
+                       overrides, port)
 
 
 def installed_sglang(folder: Path) -> tuple[Path, list[str]]:
