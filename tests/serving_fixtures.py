@@ -99,17 +99,15 @@ def fake_params(tmp_path: Path, *overrides: str, fake: dict | None = None, port:
 
 def installed_sglang(folder: Path) -> tuple[Path, list[str]]:
     """A minimal "installed" SGLang 0.5.23 under ``folder``: the package markers and the files the
-    study's patches touch, from the cached wheel (skips the test when the wheel is not cached).
+    study's patches touch, from the released wheel (downloaded once into the cache).
     Returns ``(site, files)``; the fake reads the clamp mode from it with ``clamp_form: install``
     and ``sglang_origin: site/sglang/__init__.py``."""
     import zipfile
 
-    from nvfp4study.serving import server
     from nvfp4study.sglang import patch as sglang_patch
+    from nvfp4study.sglang.source import wheel_path
 
-    wheel = server.cached_wheel("0.5.23")
-    if wheel is None:
-        pytest.skip("SGLang 0.5.23 wheel not cached")
+    wheel = wheel_path("0.5.23")  # downloaded once into the cache (a fresh CI machine has none)
     files = ["sglang/__init__.py", "sglang/_version.py"] + sorted(
         {e["path"] for m in ("exact", "none", "det") for e in sglang_patch._files("0.5.23", m)})
     with zipfile.ZipFile(wheel) as z:

@@ -22,6 +22,7 @@ from nvfp4study.sglang import patch as sglang_patch
 from nvfp4study.sglang import source as sglang_source
 from nvfp4study.workstation import preflight
 from serving_fixtures import fake_params, no_leftover, stage_for  # noqa: F401
+from sglang_fixtures import released
 
 pytestmark = pytest.mark.usefixtures("no_leftover")
 IMAGE = "lmsysorg/sglang:v0.5.23"
@@ -74,10 +75,7 @@ def _calls(state: Path) -> list[list[str]]:
 
 def test_serving_through_docker(docker_env):
     p, run, state = docker_env
-    try:
-        sglang_source.unpack_wheel("0.5.23", download=False)
-    except Exception:
-        pytest.skip("SGLang 0.5.23 wheel not cached")
+    released("0.5.23")  # the released tree the launcher copies (downloaded once into the cache)
     rec: dict = {}
     with server.serving(stage_for(p, run), card_config(p), launch_record=rec) as url:
         assert httpx.get(url + "/health_generate").status_code == 200

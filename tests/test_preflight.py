@@ -181,11 +181,9 @@ def test_run_stops_before_any_stage(tmp_path, capsys):
 @pytest.mark.parametrize("mode", ["stock", "exact"])
 def test_patchable_install(tmp_path, mode):
     from nvfp4study.sglang import patch, source
+    from sglang_fixtures import released
 
-    try:
-        tree = source.copy_tree(source.unpack_wheel("0.5.23", download=False), tmp_path / "sg")
-    except Exception as exc:  # noqa: BLE001 - the wheel cache is absent on a fresh machine
-        pytest.skip(f"no cached SGLang 0.5.23 wheel: {exc}")
+    tree = source.copy_tree(released("0.5.23"), tmp_path / "sg")
     if mode != "stock":
         patch.apply(tree, mode)
     p = load_params(LING, ["sglang.source=path", f"sglang.path={tree.root}"])
