@@ -199,7 +199,7 @@ def estimator_table(stage: Stage):
 
 def broken_draft_report(stage: Stage):
     """Markdown: per depth whether the draft looks broken (F-08), with the numbers."""
-    from IPython.display import Markdown
+    from ..core.display import markdown
 
     if (nr := _nr(stage)) is not None:
         return nr
@@ -216,7 +216,7 @@ def broken_draft_report(stage: Stage):
         else:
             lines.append(f"- {r['model']} k={r['depth']}: draft working (token-weighted accept rate "
                          f"{_f(r['accept rate (token-weighted)'])}, accept length {_f(r['accept len (token-weighted)'])}).")
-    return Markdown("\n".join(lines) or "No speculative depth in `mtp.depths`.")
+    return markdown("\n".join(lines) or "No speculative depth in `mtp.depths`.")
 
 
 def _f(x) -> str:
