@@ -128,11 +128,13 @@ def log_summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
             "log accept rate median": a["accept_rate"]["median"]}
 
 
-def _f(x) -> str:
+def fmt2(x: float | None) -> str:
+    """``x`` with two decimals, ``n/a`` for None (accept lengths and rates in notes)."""
     return "n/a" if x is None else f"{x:.2f}"
 
 
-def _round(x):
+def round4(x: float | None) -> float | None:
+    """``x`` rounded to 4 decimals for the ledger, None kept."""
     return None if x is None else round(float(x), 4)
 
 
@@ -157,7 +159,7 @@ def broken_draft_result(recs: list[dict[str, Any]], card: dict[str, Any]) -> dic
     spec = [r for r in recs if r["depth"]]
     models = [r["model"] for r in spec if r["model"] == "broken-draft"] or [r["model"] for r in spec if r["flag"]]
     if not models:
-        tw = [f"k={r['depth']} rate {_f(r['accept rate (token-weighted)'])}" for r in spec]
+        tw = [f"k={r['depth']} rate {fmt2(r['accept rate (token-weighted)'])}" for r in spec]
         return {"not_run": "the served checkpoint's draft is not broken (" + ", ".join(tw) + "); set "
                 "mtp.broken_model_path to a checkpoint with layer 42 mis-declared to test this claim"}
     model = models[0]
@@ -171,8 +173,8 @@ def broken_draft_result(recs: list[dict[str, Any]], card: dict[str, Any]) -> dic
     missing = [f"k={r['depth']} ({'acceptance' if id(r) not in acc_ids else 'speedup'})"
                for r in mine if id(r) not in acc_ids or r[SP] is None]
     hi = {k: max(have_acc, key=lambda r, k=k: r[k]) for k in (LEN, RATE)}  # sources: the rows they come from
-    measured = {"accept_len": _round(hi[LEN][LEN]), "accept_rate": _round(hi[RATE][RATE]),
-                "speedup": {str(r["depth"]): _round(r[SP]) for r in mine}}
+    measured = {"accept_len": round4(hi[LEN][LEN]), "accept_rate": round4(hi[RATE][RATE]),
+                "speedup": {str(r["depth"]): round4(r[SP]) for r in mine}}
     sources = {n: f"data/mtp-summary.json: model {model!r}, k={d}, {k!r}" for n, k, d in (
         ("accept_len", LEN, hi[LEN]["depth"]), ("accept_rate", RATE, hi[RATE]["depth"]),
         ("speedup", SP, ",".join(str(r["depth"]) for r in mine)))}
@@ -180,7 +182,7 @@ def broken_draft_result(recs: list[dict[str, Any]], card: dict[str, Any]) -> dic
     working = [r for r in have_acc if r[RATE] >= WORKING_RATE]
     gaps = f"; not measured: {', '.join(missing)}" if missing else ""
     if model == "broken-draft" and len(working) == len(have_acc):
-        rates = ", ".join(f"k={r['depth']} {_f(r[RATE])}" for r in have_acc)
+        rates = ", ".join(f"k={r['depth']} {fmt2(r[RATE])}" for r in have_acc)
         return {"measured": measured, "sources": sources, "verdict": Verdict.CONTRADICTED,
                 "note": f"model {model!r} (layer 42 mis-declared): the draft works, token-weighted accept rate "
                         f"{rates} >= {WORKING_RATE}, far above the broken signature (< {BROKEN_RATE}){gaps}"}

@@ -215,12 +215,8 @@ def broken_draft_report(stage: Stage):
                          "this is the checkpoint's draft layer, not a property of the workload.")
         else:
             lines.append(f"- {r['model']} k={r['depth']}: draft working (token-weighted accept rate "
-                         f"{_f(r['accept rate (token-weighted)'])}, accept length {_f(r['accept len (token-weighted)'])}).")
+                         f"{acceptance.fmt2(r['accept rate (token-weighted)'])}, accept length {acceptance.fmt2(r['accept len (token-weighted)'])}).")
     return markdown("\n".join(lines) or "No speculative depth in `mtp.depths`.")
-
-
-def _f(x) -> str:
-    return "n/a" if x is None else f"{x:.2f}"
 
 
 def card_marks() -> dict[int, dict[str, Any]]:
@@ -339,28 +335,28 @@ def depth_result(depth: int, row: dict[str, Any], card: dict[str, Any]) -> dict[
     """
     d = deciding(row)
     measured = {"estimator": "decode log" if d["estimator"] == LOG_NAME else "per request",
-                "tok_s": _round(d["tok_s"]), "n": row["requests ok"],
-                "decode_log": {"lines": row.get("log lines"), "gen_tok_s": _round(row.get("log gen tok/s median")),
-                               "gen_tok_s_range": [_round(row.get("log gen tok/s min")),
-                                                   _round(row.get("log gen tok/s max"))]},
-                "per_request": {"decode_tok_s": _round(row["decode tok/s median"]),
-                                "decode_tok_s_range": [_round(row["decode tok/s min"]), _round(row["decode tok/s max"])],
-                                "e2e_tok_s": _round(row["e2e tok/s median"])}}
+                "tok_s": acceptance.round4(d["tok_s"]), "n": row["requests ok"],
+                "decode_log": {"lines": row.get("log lines"), "gen_tok_s": acceptance.round4(row.get("log gen tok/s median")),
+                               "gen_tok_s_range": [acceptance.round4(row.get("log gen tok/s min")),
+                                                   acceptance.round4(row.get("log gen tok/s max"))]},
+                "per_request": {"decode_tok_s": acceptance.round4(row["decode tok/s median"]),
+                                "decode_tok_s_range": [acceptance.round4(row["decode tok/s min"]), acceptance.round4(row["decode tok/s max"])],
+                                "e2e_tok_s": acceptance.round4(row["e2e tok/s median"])}}
     tok = _within(d["tok_s"], card["tok_s"], TOKS_TOL)
     if depth == 0:
         return {"measured": measured, "verdict": [Verdict.CONTRADICTED, Verdict.PARTLY, Verdict.REPRODUCED][tok],
                 "note": f"decided by {d['estimator']}; {TOL_NOTE}"}
-    measured.update(speedup=_round(d["speedup"]), accept_len=_round(d["accept_len"]), accept_rate=_round(d["accept_rate"]),
+    measured.update(speedup=acceptance.round4(d["speedup"]), accept_len=acceptance.round4(d["accept_len"]), accept_rate=acceptance.round4(d["accept_rate"]),
                     texts_identical_to_off=row["texts identical to off"])
-    measured["decode_log"].update(accept_len=_round(row.get("log accept len median")),
-                                  accept_rate=_round(row.get("log accept rate median")),
-                                  speedup=_round(row.get("speedup vs off (log gen tok/s medians)")))
+    measured["decode_log"].update(accept_len=acceptance.round4(row.get("log accept len median")),
+                                  accept_rate=acceptance.round4(row.get("log accept rate median")),
+                                  speedup=acceptance.round4(row.get("speedup vs off (log gen tok/s medians)")))
     measured["per_request"].update(
-        speedup=_round(row["speedup vs off (decode medians)"]),
-        accept_len_token_weighted=_round(row["accept len (token-weighted)"]),
-        accept_len_range=[_round(row["accept len min"]), _round(row["accept len max"])],
-        accept_rate_token_weighted=_round(row["accept rate (token-weighted)"]),
-        accept_rate_range=[_round(row["accept rate min"]), _round(row["accept rate max"])])
+        speedup=acceptance.round4(row["speedup vs off (decode medians)"]),
+        accept_len_token_weighted=acceptance.round4(row["accept len (token-weighted)"]),
+        accept_len_range=[acceptance.round4(row["accept len min"]), acceptance.round4(row["accept len max"])],
+        accept_rate_token_weighted=acceptance.round4(row["accept rate (token-weighted)"]),
+        accept_rate_range=[acceptance.round4(row["accept rate min"]), acceptance.round4(row["accept rate max"])])
     checks = [tok == 2, _within(d["speedup"], card["speedup"], TOKS_TOL) == 2,
               _in_range(d["accept_len"], card["accept_len"]), _in_range(d["accept_rate"], card["accept_rate"])]
     verdict = Verdict.REPRODUCED if all(checks) else Verdict.PARTLY if any(checks) else Verdict.CONTRADICTED
@@ -396,7 +392,7 @@ def record_claims(stage: Stage):
     if len(meds) >= 2:
         best = max(meds, key=meds.get)
         names = sorted({dec[d]["estimator"] for d in meds})
-        stage.record("mtp.k2-best", measured={"best_depth": best, "tok_s": {str(k): _round(v) for k, v in meds.items()}},
+        stage.record("mtp.k2-best", measured={"best_depth": best, "tok_s": {str(k): acceptance.round4(v) for k, v in meds.items()}},
                      verdict=Verdict.REPRODUCED if best == 2 else Verdict.CONTRADICTED, evidence=ev,
                      checked_on=checked, note="best depth by tok/s over the swept depths; decided by "
                      + " and ".join(names))
@@ -421,7 +417,7 @@ def ceiling_table(stage: Stage):
     rows = bound.card_table(LingShape())
     df = pd.DataFrame(rows)
     _dump(stage, "mtp-ceiling", df)
-    frac = {g: {str(r["depth"]): _round(r["card / ceiling"]) for r in rows if r["gpu"] == g} for g in bound.CARD_CLASS}
+    frac = {g: {str(r["depth"]): acceptance.round4(r["card / ceiling"]) for r in rows if r["gpu"] == g} for g in bound.CARD_CLASS}
     below = all(r["card / ceiling"] < 1 for r in rows)
     rng = {g: (min(v.values()), max(v.values())) for g, v in frac.items()}
     stage.add_finding(
@@ -447,10 +443,6 @@ def _record_broken(stage: Stage, s, ev, checked) -> None:
         stage.not_run(res["not_run"], ["mtp.broken-draft"])
     else:
         stage.record("mtp.broken-draft", evidence=ev, checked_on=checked, **res)
-
-
-def _round(x):
-    return None if x is None else round(float(x), 4)
 
 
 def summary_json(stage: Stage) -> dict[str, Any]:
