@@ -4,10 +4,10 @@ import re
 
 import pytest
 
-from nvfp4study.core import findings, readable
 from nvfp4study.core.errors import StudyError
 from nvfp4study.core.ledger import card_claims
-from nvfp4study.core.report_layout import FIGURES, SECTIONS, figure_info, section_of
+from nvfp4study.report import findings, readable
+from nvfp4study.report.sections import FIGURES, SECTIONS, figure_info, section_of
 
 
 def _text(h: str) -> str:

@@ -68,7 +68,7 @@ def test_run_folder_contents(study_run):
 
 def test_readme_findings_match_the_default_run(study_run):
     """The README's findings section is what `nvfp4study findings` writes for the default run."""
-    from nvfp4study.core import findings
+    from nvfp4study.report import findings
 
     run, _ = study_run
     generated = findings.markdown(json.loads((run / "ledger.json").read_text())["rows"])

@@ -36,7 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit-sglang": ("nvfp4study.sglang.audit_report", "audit SGLang's clamp plumbing: nvfp4study audit-sglang --version 0.5.23"),
     "patch": ("nvfp4study.sglang.patch", "patch SGLang's clamp: nvfp4study patch apply --mode exact --sglang PATH"),
     "detect": ("nvfp4study.codeeval.detect", "classify code for junk tokens: nvfp4study detect --json FILE..."),
-    "findings": ("nvfp4study.core.findings", "README findings from a run's ledger: nvfp4study findings outputs/latest --write"),
+    "findings": ("nvfp4study.report.findings", "README findings from a run's ledger: nvfp4study findings outputs/latest --write"),
     "serve": ("nvfp4study.serving.serve_cli", "start SGLang with the study's flags: nvfp4study serve --params params/ling3-flash.yaml"),
 }
 

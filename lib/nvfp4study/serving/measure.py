@@ -175,7 +175,7 @@ class Mode:
         from IPython.display import HTML
 
         from ..core.display import markdown
-        from ..core.findings import GPU_COMMAND, GPU_HARDWARE, REPLAY_COMMAND, STAGE_MEASURES
+        from ..report.findings import GPU_COMMAND, GPU_HARDWARE, REPLAY_COMMAND, STAGE_MEASURES
 
         if self.kind == "not run":
             what = STAGE_MEASURES.get(self.stage, "the stage's claims")

@@ -1,10 +1,10 @@
 """Build the report page from a run folder's files (``99_report`` computes nothing new).
 
 The page, top to bottom: a summary (what was studied on what, the verdict counts, the headline
-findings as sentences from :mod:`nvfp4study.core.findings`, what is still open with its command
-and hardware), then one section per part of the card (:mod:`nvfp4study.core.report_layout`)
+findings as sentences from :mod:`nvfp4study.report.findings`, what is still open with its command
+and hardware), then one section per part of the card (:mod:`nvfp4study.report.sections`)
 with its ledger rows and its figures (caption, reading guide, alt text), then the run's
-notebooks and manifest. Values are rendered by :mod:`nvfp4study.core.readable` (no raw JSON);
+notebooks and manifest. Values are rendered by :mod:`nvfp4study.report.readable` (no raw JSON);
 the card's value and ours sit in separate, labelled columns, and a card value is never shown as
 ours. Stages that did not run appear once, in the summary's open work, not under every row.
 """
@@ -20,10 +20,11 @@ from typing import Any
 
 import pandas as pd
 
-from ..core import findings, ledger
-from ..core import report_layout as layout
-from ..core.readable import cell_html, value_text
+from ..core import ledger
 from ..core.stage import Stage, open_stage_named
+from ..report import findings
+from ..report import sections as layout
+from ..report.readable import cell_html, value_text
 
 NOTEBOOK = "99_report"
 CARD_URL = "https://huggingface.co/kingjones777/Ling-3.0-flash-NVFP4-SGLang-MTP"

@@ -138,7 +138,7 @@ def figure_info(stem: str, sections_by_evidence: dict[str, str]) -> dict[str, An
         return {**info, "generic": False}
     section = sections_by_evidence.get(stem, OTHER[0])
     return dict(section=section, caption=f"Figure {stem}, written by a stage of this run.",
-                read="No reading guide is registered for it (nvfp4study.core.report_layout.FIGURES).",
+                read="No reading guide is registered for it (nvfp4study.report.sections.FIGURES).",
                 alt=f"Figure {stem}", generic=True)
 
 
