@@ -61,6 +61,10 @@ EXPECTED = {
     "triton-kernels": (D, D, D, D, D),
     # the clamp appears only in the alpha-set and SiTU branches.
     "fused-moe-native": (D, D, D, D, D),
+    # the Intel AMX branch of UnquantizedFusedMoEMethod.forward_cpu passes gemm1_alpha and
+    # gemm1_clamp_limit positionally to torch.ops.sgl_kernel.fused_experts_cpu (unquant.py 1000 /
+    # 1131 / 1170 / 1205 / 1361), a compiled sgl-kernel op whose form the sink table does not hold.
+    "cpu-amx": ("UNDECIDED",) * 5,
     # NPUSwigluStepAndMul: silu(gate).clamp(max=L) * up.clamp(-L, L).
     "ascend": (E, E, E, E, E),
     # passes gemm1_clamp_limit to trtllm_mxint4_block_scale_moe (pre-SiLU trtllm-gen form).

@@ -33,6 +33,7 @@ from ..core.errors import AuditError, NoBailingMoeV3
 from . import clamp_values as cv
 from .audit_sinks import ClampVerdict, flashinfer_check, judge_hit
 from .clamp_flow import Interp
+from .dispatch import Code, backend_values, class_defined, derive_paths
 from .model_side import MODEL_FILE, ModelSide, model_side, no_model_line
 from .source import SGLangTree
 
@@ -54,6 +55,8 @@ class PathResult:
     line: int | None
     sglang_version: str
     sink: str | None = None
+    catalogued: bool = True
+    found_by: list[str] = field(default_factory=list)
     live_mentions: list[str] = field(default_factory=list)
     dead_mentions: list[str] = field(default_factory=list)
     flashinfer_check: str | None = None
@@ -97,15 +100,75 @@ def resolve_step(interp: Interp, rel: str, qual: str) -> str:
 
 
 def _split(step: str) -> tuple[str, str]:
+    """``"layers/x.py::Q"`` (relative to ``sglang/srt``) or ``"sglang/kernels/x.py::Q"`` (from
+    the tree root, for code outside ``srt``) -> ``(file from the root, qualname)``."""
     rel, qual = step.split("::")
-    return "sglang/srt/" + rel, qual
+    return (rel if rel.startswith("sglang/") else "sglang/srt/" + rel), qual
+
+
+def _short(rel: str) -> str:
+    return rel[11:] if rel.startswith("sglang/srt/") else rel
+
+
+def path_specs(tree: SGLangTree) -> list[dict]:
+    """The paths to audit in ``tree``: each catalogued id with the steps and facts of the derived
+    path it names (:func:`nvfp4study.sglang.dispatch.derive_paths`), then every derived path the
+    catalogue does not name (id = its derived key, ``catalogued`` False).
+
+    A spec whose derived path is not in this tree carries ``missing`` (why) instead of steps.
+    """
+    derived = {p.key: p for p in derive_paths(tree.root)}
+    out, named = [], set()
+    for entry in catalog()["paths"]:
+        spec = {**entry, "catalogued": True}
+        if "via" in entry:
+            p = derived.get(entry["via"])
+            if p is None:
+                spec["missing"] = missing_reason(tree, entry["via"])
+            else:
+                named.add(p.key)
+                spec.update(steps=p.steps, assume={**p.assume, **entry.get("assume", {})},
+                            found_by=p.trail, lost=p.lost)
+        else:
+            spec.update(steps=entry["entry"], found_by=["entered by name: the MoE dispatch does not reach it"])
+        out.append(spec)
+    for key, p in derived.items():
+        if key not in named:
+            out.append({"id": key, "label": key, "catalogued": False, "steps": p.steps, "assume": p.assume,
+                        "found_by": p.trail, "lost": p.lost})
+    return out
+
+
+def missing_reason(tree: SGLangTree, key: str) -> tuple[ClampVerdict, str]:
+    """Why the derived path ``key`` is not in ``tree``: ABSENT when its class, fused function or
+    backend does not exist in the release; UNDECIDED (with what exists) when it does but the
+    dispatch was not seen to reach it."""
+    if key.startswith(("fused:", "core:")):
+        backend = key.split("/")[-1] if key.startswith("fused:") else key[5:]
+        if backend not in backend_values(Code(tree.root)).values():
+            return ClampVerdict.ABSENT, f"no MoeRunnerBackend {backend!r} in this release"
+        kind = "@register_fused_func" if key.startswith("fused:") else "runner core"
+        return ClampVerdict.ABSENT, f"no {kind} for {key.split(':', 1)[1]} in this release"
+    cls, backend = key.split("/")
+    where = class_defined(tree.root, cls)
+    if where is None:
+        return ClampVerdict.ABSENT, f"no class {cls} in this release"
+    return ClampVerdict.UNDECIDED, (f"trail lost: {cls} exists ({where}) but the dispatch was not seen to "
+                                    f"run it with backend {backend!r}")
 
 
 def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
-    """Audit one catalogued path in ``tree`` (see the module docstring for the verdicts)."""
+    """Audit one path of :func:`path_specs` in ``tree`` (see the module docstring for the verdicts)."""
     sinks = catalog()["sinks"]
+    base = {"path": spec["id"], "label": spec["label"], "sglang_version": tree.version,
+            "catalogued": spec.get("catalogued", True), "found_by": list(spec.get("found_by", []))}
+    if "missing" in spec:
+        verdict, why = spec["missing"]
+        return PathResult(**base, verdict=verdict, rule=why, file=None, function=None, line=None)
+    if spec.get("lost"):
+        return PathResult(**base, verdict=ClampVerdict.UNDECIDED, rule=f"trail lost at {spec['lost']}",
+                          file=spec["lost"].split(":")[0], function=None, line=None)
     steps = [_split(s) for s in spec["steps"]]
-    base = {"path": spec["id"], "label": spec["label"], "sglang_version": tree.version}
     interp = Interp(tree.root, set(sinks), spec.get("assume"))
     steps = [(r, resolve_step(interp, r, q)) for r, q in steps]
     interp.entry_names = {q.split(".")[-1] for _, q in steps}
@@ -116,26 +179,26 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
         entry_exists = mod is not None and ("." not in q0 or q0.split(".")[0] in mod.classes)
         r, q = missing[0]
         if not entry_exists:
-            return PathResult(**base, verdict=ClampVerdict.ABSENT, rule=f"not in this version: {r}::{q}",
+            return PathResult(**base, verdict=ClampVerdict.ABSENT, rule=f"not in this version: {_short(r)}::{q}",
                               file=None, function=None, line=None)
         # The entry code exists: the trail is lost, not the path (a function renamed or inlined).
         have = "the file exists" if interp.module(r) is not None else "the file is missing"
         return PathResult(**base, verdict=ClampVerdict.UNDECIDED,
-                          rule=f"trail lost at {r[11:]}::{q} ({have}; the path's entry {r0[11:]}::{q0} exists)",
-                          file=r[11:] if interp.module(r) is not None else r0[11:], function=q, line=None)
+                          rule=f"trail lost at {_short(r)}::{q} ({have}; the path's entry {_short(r0)}::{q0} exists)",
+                          file=_short(r) if interp.module(r) is not None else _short(r0), function=q, line=None)
     for r, q in steps:
         interp.run_step(r, q)
     mentions = []
     for r, q in steps:
         mentions += [(r, ln) for ln in cv.clamp_mentions(interp.find(r, q))]
-    live = sorted({f"{r[11:]}:{ln}" for r, ln in mentions if (r, ln) in interp.live})
-    dead = sorted({f"{r[11:]}:{ln}" for r, ln in mentions if (r, ln) not in interp.live})
+    live = sorted({f"{_short(r)}:{ln}" for r, ln in mentions if (r, ln) in interp.live})
+    dead = sorted({f"{_short(r)}:{ln}" for r, ln in mentions if (r, ln) not in interp.live})
     extra = {"live_mentions": live, "dead_mentions": dead}
     refusals = [x for x in interp.refusals if x.mentions_clamp and x.certain]
     if refusals:
         x = refusals[0]
         return PathResult(**base, verdict=ClampVerdict.REFUSED, rule=f"raises when the limit is set: {x.text}",
-                          file=x.file[11:], function=x.function, line=x.line, **extra)
+                          file=_short(x.file), function=x.function, line=x.line, **extra)
     if "returns_clamp" in spec:
         r, q = steps[-1]
         fn = interp.find(r, q)
@@ -147,11 +210,11 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
         if vals and all(v is None for v in vals):
             return PathResult(**base, verdict=ClampVerdict.DROPPED,
                               rule=f"returns {key}=None for Ling (reads swiglu_limit, not gemm1_clamp_limit)",
-                              file=r[11:], function=q, line=fn.lineno, **extra)
+                              file=_short(r), function=q, line=fn.lineno, **extra)
         if vals and all(cv.has_limit(v) for v in vals):
             v = ClampVerdict.EXACT if spec.get("form") == "post" else ClampVerdict.APPROX
             return PathResult(**base, verdict=v, rule=f"returns {key}=limit ({spec.get('form')} form)",
-                              file=r[11:], function=q, line=fn.lineno, **extra)
+                              file=_short(r), function=q, line=fn.lineno, **extra)
     only = set(spec.get("sinks", sinks))
     judged = [(judge_hit(h, sinks[h.callee], tree, interp.origin), h) for h in interp.hits
               if h.callee in only]
@@ -163,12 +226,12 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
         blockers = [x for x in interp.refusals if not x.mentions_clamp and x.certain
                     and x.text.startswith("assert")]
         if blockers:
-            rule += f" | note: {blockers[0].text} fails for Ling ({blockers[0].file[11:]}:{blockers[0].line})"
+            rule += f" | note: {blockers[0].text} fails for Ling ({_short(blockers[0].file)}:{blockers[0].line})"
         if dead and verdict == ClampVerdict.DROPPED:
             rule += f" | gemm1_clamp_limit mentioned only where dead for Ling: {', '.join(dead[:3])}"
-        file, line, func = hit.file[11:], hit.line, hit.function
+        file, line, func = _short(hit.file), hit.line, hit.function
         if where is not None:
-            file, line, func = where[0][11:], where[1], _function_at(tree, where[0], where[1])
+            file, line, func = _short(where[0]), where[1], _function_at(tree, where[0], where[1])
         # only a verdict that rests on the kernel's form depends on the FlashInfer release
         fcheck = flashinfer_check(tree, hit.callee, sinks[hit.callee]) if verdict in (
             ClampVerdict.EXACT, ClampVerdict.APPROX, ClampVerdict.UNDECIDED) else None
@@ -181,9 +244,17 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
     if not live:
         why = "mentioned only in branches dead for Ling" if dead else "never reads gemm1_clamp_limit"
         return PathResult(**base, verdict=ClampVerdict.DROPPED, rule=f"no kernel receives it: {why}",
-                          file=r[11:], function=q, line=fn.lineno, **extra)
+                          file=_short(r), function=q, line=fn.lineno, **extra)
+    live_opaque = interp.opaque
+    if live_opaque:
+        name, orel, oline = live_opaque[0]
+        return PathResult(**base, verdict=ClampVerdict.UNDECIDED,
+                          rule=f"limit passed to {name}() at {_short(orel)}:{oline}, a kernel whose form the sink "
+                               "table does not hold", file=_short(orel), function=_function_at(tree, orel, oline),
+                          line=oline, **extra)
     return PathResult(**base, verdict=ClampVerdict.UNDECIDED, rule="limit read but no known sink reached",
-                      file=r[11:], function=q, line=fn.lineno, **extra)
+                      file=_short(r), function=q, line=fn.lineno, **extra)
+
 
 
 def _function_at(tree: SGLangTree, rel: str, line: int) -> str | None:
@@ -205,7 +276,10 @@ def _function_at(tree: SGLangTree, rel: str, line: int) -> str | None:
 
 
 def audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[PathResult]:
-    """Audit every catalogued path (or ``path_ids``) of one tree, the model side first.
+    """Audit every path of one tree (or only ``path_ids``), the model side first.
+
+    The paths are :func:`path_specs`': the catalogued ids first (in catalogue order), then every
+    other path the dispatch reaches (``catalogued`` False), all found by following the code.
 
     When BailingMoeV3 does not hand the routed-expert limit to its MoE layer
     (:func:`nvfp4study.sglang.model_side.model_side`), every path is DROPPED with that reason
@@ -222,13 +296,14 @@ def audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[Path
     if not side.present:
         raise NoBailingMoeV3(no_model_line(tree.version))
     out = []
-    for spec in catalog()["paths"]:
-        if path_ids and spec["id"] not in path_ids:
-            continue
-        try:
+    try:
+        specs = path_specs(tree)
+        for spec in specs:
+            if path_ids and spec["id"] not in path_ids:
+                continue
             out.append(audit_path(tree, spec))
-        except SyntaxError as exc:
-            raise AuditError(f"{tree.root}: cannot parse {exc.filename}: {exc.msg}") from exc
+    except SyntaxError as exc:
+        raise AuditError(f"{tree.root}: cannot parse {exc.filename}: {exc.msg}") from exc
     if not side.ok:
         out = [_model_dropped(r, side) for r in out]
     return out
@@ -240,8 +315,8 @@ def _model_dropped(r: PathResult, side: ModelSide) -> PathResult:
                       rule=(f"BailingMoeV3 does not hand the limit to the MoE layer: {h.reason} "
                             f"(the path alone: {r.verdict.value})"),
                       file=MODEL_FILE, function=h.function, line=h.line, sglang_version=r.sglang_version,
-                      sink=r.sink)
+                      sink=r.sink, catalogued=r.catalogued, found_by=r.found_by)
 
 
-__all__ = ["ClampVerdict", "PathResult", "audit_path", "audit_tree", "catalog",
-           "registered_fused_funcs", "resolve_step"]
+__all__ = ["ClampVerdict", "PathResult", "audit_path", "audit_tree", "catalog", "missing_reason",
+           "path_specs", "registered_fused_funcs", "resolve_step"]

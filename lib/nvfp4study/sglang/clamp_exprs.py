@@ -38,6 +38,9 @@ from .clamp_values import (
 )
 
 
+_KERNELISH = ("moe", "expert", "kernel", "gemm")
+
+
 class ExprEval:
     """Expression half of the interpreter; mixed into :class:`~nvfp4study.sglang.clamp_flow.Interp`,
     which sets the state below and provides ``module_for``, ``_bind`` and ``exec_body``."""
@@ -51,6 +54,7 @@ class ExprEval:
     hits: list[SinkHit]
     live: set[tuple[str, int]]
     entry_names: set[str]
+    opaque: list[tuple[str, str, int]]  # (callee, file, line): the limit passed where it cannot follow
 
     def attr_value(self, name: str, base: Any = UNK) -> Any:
         if name in self.assume:
@@ -86,6 +90,9 @@ class ExprEval:
             base_src = ast.unparse(node.value)
             if base_src.endswith("ActivationType"):
                 return Act(node.attr)
+            prop = self.property_value(node, frame)
+            if prop is not None:
+                return prop
             base = self.eval(node.value, frame)
             if isinstance(base, Payload):
                 return base.get(node.attr)
@@ -208,6 +215,8 @@ class ExprEval:
             self.eval(f.value, frame)
         if name in self.assume and not node.args and not node.keywords:
             return self.assume[name]
+        if f"{name}()" in self.assume:  # a call fact, whatever the arguments (use_intel_amx_backend(layer))
+            return self.assume[f"{name}()"]
         if name in self.sinks:
             origins = {}
             for k, kn in kw_nodes.items():
@@ -274,18 +283,39 @@ class ExprEval:
             mod, fn, cls = target
             carries = any(has_limit(v) or v is CONFIG for v in args + list(kwargs.values()))
             if fn.name not in self.entry_names and (carries or _relevant(fn)):
-                sub = Frame(mod, cls, f"{cls + '.' if cls else ''}{fn.name}", depth=frame.depth + 1)
-                sub.guards = list(frame.guards)
-                self._bind(fn, sub, args, kwargs, method_call=cls is not None)
-                self.exec_body(fn.body, sub)
-                out: Any = None
-                for r in sub.returns:
-                    out = r if out is None else join(out, r)
-                return UNK if not sub.returns else out
+                return self.invoke(mod, fn, cls, args, kwargs, frame)
         vals = args + list(kwargs.values())
         if any(has_limit(v) for v in vals):
+            text = ast.unparse(f)
+            # a call the interpreter cannot enter that looks like a kernel (a compiled op)
+            if target is None and (text.startswith("torch.ops.") or any(k in name.lower() for k in _KERNELISH)):
+                self.opaque.append((name, frame.module.rel, node.lineno))
             return Limit(f"{name}(...)")
         return UNK
+
+    def invoke(self, mod, fn: ast.FunctionDef, cls: str | None, args: list, kwargs: dict, frame: Frame) -> Any:
+        """Run ``fn`` one level deeper than ``frame``; the join of what it returns (UNK if nothing)."""
+        sub = Frame(mod, cls, f"{cls + '.' if cls else ''}{fn.name}", depth=frame.depth + 1)
+        sub.guards = list(frame.guards)
+        self._bind(fn, sub, args, kwargs, method_call=cls is not None)
+        self.exec_body(fn.body, sub)
+        out: Any = None
+        for r in sub.returns:
+            out = r if out is None else join(out, r)
+        return UNK if not sub.returns else out
+
+    def property_value(self, node: ast.Attribute, frame: Frame) -> Any:
+        """``self.x`` where the class defines ``x`` as a ``@property``: its body's value, so a
+        flag such as ``enable_flashinfer_cutlass_moe`` follows the backend facts. None when ``x``
+        is not a property of the frame's class (or was set or assumed)."""
+        if not (isinstance(node.value, ast.Name) and node.value.id == "self" and frame.cls) \
+                or node.attr in self.attrs or node.attr in self.assume or frame.depth >= self.MAX_DEPTH:
+            return None
+        fn = frame.module.classes.get(frame.cls, {}).get(node.attr)
+        if fn is None or not any(ast.unparse(d).split(".")[-1] in ("property", "cached_property")
+                                 for d in fn.decorator_list):
+            return None
+        return self.invoke(frame.module, fn, frame.cls, [], {}, frame)
 
     def resolve(self, f: ast.expr, frame: Frame):
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":

@@ -61,6 +61,7 @@ class Interp(ExprEval):
         self.hits: list[SinkHit] = []
         self.refusals: list[Refusal] = []
         self.live: set[tuple[str, int]] = set()
+        self.opaque: list[tuple[str, str, int]] = []
         self.steps_done = 0
         self.entry_names: set[str] = set()
         self._mods: dict[str, Module] = {}
