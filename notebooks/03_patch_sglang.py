@@ -52,9 +52,11 @@ s3.markdown(s3.describe_tree(tree))
 
 # %% [markdown]
 # ## The clamp audit of the stage's SGLang
-# One row per MoE runner / quantization-scheme path: verdict, the deciding `file:line`, and the
-# rule (the kernel sink and the form it computes, a literal `None`, a use that sits only in the
-# alpha-set branch, a `raise`).
+# The paths are found by following SGLang's dispatch: the `--quantization` registry, the MoE
+# methods its configs build, the `MoeRunner` backend each method picks, and the fused function or
+# runner core that backend runs. One row per catalogued (hand-read) path: verdict, the deciding
+# `file:line`, and the rule (the kernel sink and the form it computes, a literal `None`, a use
+# that sits only in the alpha-set branch, a `raise`, or where the trail was lost).
 
 # %%
 s3.audit_main(stage, tree)
@@ -71,6 +73,13 @@ s3.verdict_matrix(results)
 
 # %%
 Image(str(s3.matrix_png(stage, results)))
+
+# %% [markdown]
+# Every other path the dispatch reaches is audited too; their counts per release and verdict
+# (UNDECIDED says where the trail was lost, in the JSON rows):
+
+# %%
+s3.found_paths(results)
 
 # %% [markdown]
 # ## Other facts the card relies on

@@ -118,7 +118,8 @@ def test_alpha_branch_mention_is_dead_for_ling(audits):
 def test_json_cli(capsys):
     assert report.main([str(released("0.5.23").root), "--json"]) == 0
     rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
-    assert {tuple(sorted(r)) for r in rows} == {("file", "function", "line", "path", "rule", "sglang_version", "verdict")}
+    assert {tuple(sorted(r)) for r in rows} == {("catalogued", "file", "found_by", "function", "line", "path", "rule",
+                                                 "sglang_version", "verdict")}
     assert {r["path"]: r["verdict"] for r in rows}["nvfp4-w4a4-cutlass"] == "APPROX"
 
 

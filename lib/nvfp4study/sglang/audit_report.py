@@ -25,11 +25,29 @@ def results_frame(results: list[PathResult]):
     rows = [{"sglang": r.sglang_version, "path": r.path, "verdict": r.verdict.value,
              "where": f"{r.file}:{r.line}" if r.file else "", "function": r.function or "",
              "rule": r.rule} for r in results]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["sglang", "path", "verdict", "where", "function", "rule"])
+
+
+def catalogued(results: list[PathResult]) -> list[PathResult]:
+    """The rows of the paths the catalogue names (the hand-read ones)."""
+    return [r for r in results if r.catalogued]
+
+
+def dispatch_summary(results: list[PathResult]):
+    """The paths found by following the dispatch that the catalogue does not name: one row per
+    (release, verdict) with the count and the paths (pandas DataFrame)."""
+    import pandas as pd
+
+    rows: dict[tuple[str, str], list[str]] = {}
+    for r in results:
+        if not r.catalogued:
+            rows.setdefault((r.sglang_version, r.verdict.value), []).append(r.path)
+    return pd.DataFrame([{"sglang": v, "verdict": k, "paths": len(p), "which": ", ".join(sorted(p))}
+                         for (v, k), p in rows.items()], columns=["sglang", "verdict", "paths", "which"])
 
 
 def matrix_figure(results: list[PathResult], out: str | Path) -> Path:
-    """A version x path heatmap of verdicts (seaborn), written to ``out`` (PNG)."""
+    """A version x path heatmap of the catalogued paths' verdicts (seaborn), written to ``out`` (PNG)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -39,7 +57,7 @@ def matrix_figure(results: list[PathResult], out: str | Path) -> Path:
     order = [ClampVerdict.EXACT, ClampVerdict.APPROX, ClampVerdict.DROPPED, ClampVerdict.REFUSED,
              ClampVerdict.UNDECIDED, ClampVerdict.ABSENT]
     colors = ["#1a9850", "#fdae61", "#d73027", "#7b3294", "#999999", "#f0f0f0"]
-    df = results_frame(results)
+    df = results_frame(catalogued(results))
     paths = list(dict.fromkeys(df["path"]))
     versions = sorted(set(df["sglang"]), key=lambda v: [int(x) if x.isdigit() else x for x in v.split(".")])
     codes = df.assign(code=df["verdict"].map({v.value: i for i, v in enumerate(order)}))
@@ -76,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python", help="interpreter whose installed SGLang to audit (with --installed)")
     ap.add_argument("--json", action="store_true", help="one JSON object per path on stdout")
     ap.add_argument("--checks", action="store_true", help="also print the other checks (JSON)")
+    ap.add_argument("--all", action="store_true",
+                    help="list every path found by following the dispatch, not only the catalogued ones")
     a = ap.parse_args(argv)
     if a.installed:
         tree = installed_tree(a.python)
@@ -92,11 +112,17 @@ def main(argv: list[str] | None = None) -> int:
         for r in results:
             d = r.as_json()
             print(json.dumps({k: d[k] for k in ("path", "file", "function", "line", "verdict", "rule",
-                                                "sglang_version")}))
+                                                "sglang_version", "catalogued", "found_by")}))
     else:
-        df = results_frame(results)
         print(f"SGLang {tree.version} ({tree.origin}: {tree.root})")
-        print(df.drop(columns=["sglang"]).to_string(index=False, max_colwidth=90))
+        shown = results if a.all else catalogued(results)
+        print(results_frame(shown).drop(columns=["sglang"]).to_string(index=False, max_colwidth=90))
+        if not a.all:
+            rest = dispatch_summary(results)
+            if len(rest):
+                print(f"\n{int(rest['paths'].sum())} more paths found by following the dispatch "
+                      "(not catalogued; --all lists them):")
+                print(rest.drop(columns=["sglang", "which"]).to_string(index=False))
     if a.checks:
         from .checks import extra_checks
 
@@ -105,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["main", "matrix_figure", "results_frame"]
+__all__ = ["catalogued", "dispatch_summary", "main", "matrix_figure", "results_frame"]
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -436,19 +436,28 @@ def _runner_steps(backend: str, fused: dict, cores: dict, code: Code) -> tuple[l
                 steps.append(_step(m))
         trail.append(f"{RUNNER[len(SRT):]}:{line} MoeRunner.__init__ -> {core}")
     if not steps:
-        # MoeRunner has neither for this backend: the method's own code is all that runs
-        trail.append(f"{RUNNER[len(SRT):]}: no fused func and no runner core for {backend!r}"
-                     " (the method's own code runs)")
+        # MoeRunner.__init__ raises NotImplementedError then ("requires a fused func"), unless LoRA
+        # is on; whether the method builds a MoeRunner for it at all is not decided here
+        return [], trail, (f"{RUNNER[len(SRT):]}: no fused func and no runner core for {backend!r} "
+                           "(MoeRunner raises NotImplementedError for it unless LoRA is on)")
     return steps, trail, None
 
 
 def derive_paths(root: Path) -> list[DerivedPath]:
-    """Every MoE path of the tree at ``root`` (see the module docstring), in a stable order."""
-    return list(_derive(Path(root).resolve()))
+    """Every MoE path of the tree at ``root`` (see the module docstring), in a stable order.
+
+    Cached per state of the tree's files (path, size, mtime), so a tree patched in place between
+    two calls is derived again.
+    """
+    root = Path(root).resolve()
+    stamp = tuple((p.as_posix(), st.st_size, st.st_mtime_ns) for p in sorted((root / SRT).rglob("*.py"))
+                  if (st := p.stat()))
+    return [DerivedPath(p.key, list(p.steps), dict(p.assume), list(p.trail), p.lost, p.cls_file)
+            for p in _derive(root, hash(stamp))]
 
 
 @cache
-def _derive(root: Path) -> tuple[DerivedPath, ...]:
+def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
     code = Code(root)
     preds, fused, cores = predicates(code), fused_registry(code), runner_cores(code)
     out: list[DerivedPath] = []
@@ -458,6 +467,8 @@ def _derive(root: Path) -> tuple[DerivedPath, ...]:
         # (MultiPlatformOp.forward, layers/utils/multi_platform.py)
         entries = [_step(m) for s in ("forward_cuda", *APPLY_NAMES) if (m := code.method(rel, cls, s))][:1]
         backends, lost = method_backends(code, rel, cls)
+        if not entries:
+            lost = f"{rel[len(SRT):]}:{cls.lineno} {name} has no forward_cuda / apply / apply_weights"
         # forward_cpu first: a method aliases forward_native to it (unquant.py, end of the class)
         native = code.method(rel, cls, "forward_cpu") or code.method(rel, cls, "forward_native")
         if native and entries and entries[0].endswith(".forward_cuda"):

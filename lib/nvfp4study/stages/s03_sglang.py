@@ -31,7 +31,7 @@ from ..sglang import card_patches as cpt
 from ..sglang import clamp_numerics as cn
 from ..sglang import patch as sp
 from ..sglang.audit import PathResult, audit_tree
-from ..sglang.audit_report import matrix_figure, results_frame
+from ..sglang.audit_report import catalogued, dispatch_summary, matrix_figure, results_frame
 from ..sglang.checks import extra_checks
 from ..sglang.releases import expand_versions
 from ..sglang.source import SGLangTree, copy_tree, resolve_tree, unpack_wheel
@@ -65,7 +65,13 @@ def audit_main(stage: Stage, tree: SGLangTree):
     wrapped, so the deciding rule is readable without scrolling)."""
     results = audit_tree(tree)
     write_json(stage.paths.data("sglang_audit"), [r.as_json() for r in results])
-    return text_table(results_frame(results).drop(columns=["sglang"]))
+    return text_table(results_frame(catalogued(results)).drop(columns=["sglang"]))
+
+
+def found_paths(results: list[PathResult]):
+    """The paths found by following each release's dispatch that the catalogue does not name,
+    counted per release and verdict (their rows are in ``data/sglang_audit_versions.json``)."""
+    return text_table(dispatch_summary(results))
 
 
 def audit_versions(stage: Stage) -> list[PathResult]:
@@ -82,8 +88,8 @@ def audit_versions(stage: Stage) -> list[PathResult]:
 
 
 def verdict_matrix(results: list[PathResult]):
-    """Path x version table of verdicts."""
-    df = results_frame(results)
+    """Path x version table of the catalogued paths' verdicts."""
+    df = results_frame(catalogued(results))
     versions = list(dict.fromkeys(df["sglang"]))
     return df.pivot(index="path", columns="sglang", values="verdict").reindex(
         index=list(dict.fromkeys(df["path"])), columns=versions)

@@ -1,0 +1,133 @@
+"""The clamp audit's paths are found by following SGLang's dispatch, not by a list of names:
+checked on released trees against lines read by hand, and on copies edited to move the code."""
+
+from __future__ import annotations
+
+import pytest
+
+from nvfp4study.sglang import audit as sa
+from nvfp4study.sglang import dispatch as dp
+from nvfp4study.sglang.source import copy_tree
+from sglang_fixtures import VERSIONS, released
+
+SRT = "sglang/srt/"
+W4A4 = "layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4_moe.py"
+
+
+def _keys(tree) -> dict[str, dp.DerivedPath]:
+    return {p.key: p for p in dp.derive_paths(tree.root)}
+
+
+def test_the_cards_path_is_derived_step_by_step():
+    p = _keys(released("0.5.23"))["CompressedTensorsW4A4Nvfp4MoE/flashinfer_cutlass"]
+    # read by hand in 0.5.23: __init__ 38, process_weights_after_loading 169, create_moe_runner 294
+    # (MoeRunner(MoeRunnerBackend.FLASHINFER_CUTLASS) at 307), apply_weights 311, and the fused
+    # func registered for ("none", "flashinfer_cutlass") at moe_runner/flashinfer_cutlass.py:399
+    assert p.steps == [f"{W4A4}::CompressedTensorsW4A4Nvfp4MoE.{m}" for m in
+                       ("__init__", "process_weights_after_loading", "create_moe_runner", "apply_weights")] + [
+        "layers/moe/moe_runner/flashinfer_cutlass.py::fused_experts_none_to_flashinfer_cutlass"]
+    assert p.trail[0].startswith("layers/quantization/__init__.py:") and "'compressed-tensors' -> CompressedTensorsConfig" in p.trail[0]
+    assert "get_moe_scheme" in p.trail[0]
+    assert p.trail[1] == ("layers/moe/moe_runner/flashinfer_cutlass.py:399 @register_fused_func('none', "
+                          "'flashinfer_cutlass') -> fused_experts_none_to_flashinfer_cutlass")
+    assert p.lost is None
+    # the backend's facts: its own predicate true, the TRT-LLM one false
+    assert p.assume["is_flashinfer_cutlass"] is True and p.assume["is_flashinfer_trtllm"] is False
+
+
+def test_backend_predicates_are_read_from_the_enum():
+    # layers/moe/utils.py 0.5.23 133-139: is_flashinfer_trtllm is true for two members
+    preds = dp.predicates(dp.Code(released("0.5.23").root))
+    assert preds["is_flashinfer_trtllm"] == {"flashinfer_trtllm", "experimental_sgl_trtllm"}
+    assert preds["is_triton_kernels"] == {"triton_kernel"}
+
+
+def test_registry_and_cores():
+    code = dp.Code(released("0.5.23").root)
+    reg = dp.fused_registry(code)
+    assert reg[("none", "marlin")] == (SRT + "layers/moe/moe_runner/marlin.py", "fused_experts_none_to_marlin", 115)
+    assert reg[("flashinfer_megamoe", "flashinfer_megamoe")][0] == SRT + "layers/moe/flashinfer_megamoe.py"
+    cores = dp.runner_cores(code)
+    assert cores["triton"][1:] == ("TritonRunnerCore", 101)  # runner.py 100-101
+    assert cores["deep_gemm"][1] == "DeepGemmRunnerCore"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_wrappers_are_skipped_and_what_they_wrap_is_found(version):
+    methods = dp.moe_methods(dp.Code(released(version).root))
+    # CompressedTensorsFusedMoEMethod.apply forwards to layer.scheme.apply_weights
+    assert "CompressedTensorsFusedMoEMethod" not in methods
+    assert {"CompressedTensorsW4A4Nvfp4MoE", "UnquantizedFusedMoEMethod", "Fp8MoEMethod",
+            "ModelOptNvFp4FusedMoEMethod", "Mxfp4FlashinferCutlassMoEMethod"} <= set(methods)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_derived_path_is_audited_and_none_is_absent(version):
+    results = sa.audit_tree(released(version))
+    derived = {p.key for p in dp.derive_paths(released(version).root)}
+    named = {e["via"] for e in sa.catalog()["paths"] if "via" in e}
+    rows = {r.path: r for r in results}
+    assert derived - named <= {r.path for r in results if not r.catalogued}
+    # a path found in the code exists: it is never ABSENT
+    assert all(r.verdict.value != "ABSENT" for r in results if not r.catalogued)
+    assert all(r.found_by for r in results if not r.catalogued)
+    # a catalogued id is ABSENT only where its class or registry entry is not in the release
+    for e in sa.catalog()["paths"]:
+        if rows[e["id"]].verdict.value == "ABSENT" and "via" in e and "/" in e["via"] and ":" not in e["via"]:
+            assert dp.class_defined(released(version).root, e["via"].split("/")[0]) is None
+
+
+@pytest.fixture
+def copy23(tmp_path):
+    return copy_tree(released("0.5.23"), tmp_path / "t")
+
+
+def _edit(tree, rel: str, old: str, new: str, count: int = 1) -> None:
+    p = tree.file(SRT + rel)
+    text = p.read_text()
+    assert text.count(old) >= count, old
+    p.write_text(text.replace(old, new))
+
+
+def test_registered_function_renamed_is_still_followed(copy23):
+    _edit(copy23, "layers/moe/moe_runner/flashinfer_cutlass.py", "def fused_experts_none_to_flashinfer_cutlass(",
+          "def some_new_name(")
+    r = sa.audit_tree(copy23, ["nvfp4-w4a4-cutlass"])[0]
+    assert r.verdict.value == "APPROX"
+    assert any("-> some_new_name" in t for t in r.found_by)
+
+
+def test_method_routed_to_another_backend(copy23):
+    # the scheme's CUTLASS branch now builds a Triton runner: the catalogued CUTLASS path is not
+    # reached any more (UNDECIDED, with the class's file:line), and the new path is audited
+    _edit(copy23, W4A4, "MoeRunnerBackend.FLASHINFER_CUTLASS, moe_runner_config", "MoeRunnerBackend.TRITON, moe_runner_config")
+    rows = {r.path: r for r in sa.audit_tree(copy23)}
+    cut = rows["nvfp4-w4a4-cutlass"]
+    assert cut.verdict.value == "UNDECIDED"
+    assert cut.rule.startswith(f"trail lost: CompressedTensorsW4A4Nvfp4MoE exists ({W4A4}:")
+    assert "backend 'flashinfer_cutlass'" in cut.rule
+    new = rows["CompressedTensorsW4A4Nvfp4MoE/triton"]
+    assert not new.catalogued and new.verdict.value != "ABSENT"
+
+
+def test_scheme_no_longer_constructed(copy23):
+    # get_moe_scheme stops building the W4A4 scheme: the class is still there, so not ABSENT
+    _edit(copy23, "layers/quantization/compressed_tensors/compressed_tensors.py",
+          "return CompressedTensorsW4A4Nvfp4MoE(", "return CompressedTensorsW4A16Nvfp4MoE(", count=1)
+    r = sa.audit_tree(copy23, ["nvfp4-w4a4-cutlass"])[0]
+    assert r.verdict.value == "UNDECIDED" and "was not seen to run it" in r.rule
+
+
+def test_class_gone_is_absent(copy23):
+    rel = "layers/quantization/mxfp4_flashinfer_cutlass_moe.py"
+    _edit(copy23, rel, "class Mxfp4FlashinferCutlassMoEMethod", "class Mxfp4Renamed")
+    r = sa.audit_tree(copy23, ["mxfp4-cutlass"])[0]
+    assert (r.verdict.value, r.rule) == ("ABSENT", "no class Mxfp4FlashinferCutlassMoEMethod in this release")
+
+
+def test_derivation_follows_an_edit_in_place(copy23):
+    before = {p.key for p in dp.derive_paths(copy23.root)}
+    _edit(copy23, W4A4, "MoeRunnerBackend.FLASHINFER_CUTLASS, moe_runner_config", "MoeRunnerBackend.TRITON, moe_runner_config")
+    after = {p.key for p in dp.derive_paths(copy23.root)}
+    assert "CompressedTensorsW4A4Nvfp4MoE/flashinfer_cutlass" in before - after
+    assert "CompressedTensorsW4A4Nvfp4MoE/triton" in after - before
