@@ -37,7 +37,6 @@ from .clamp_values import (
     truth,
 )
 
-
 _KERNELISH = ("moe", "expert", "kernel", "gemm")
 
 
