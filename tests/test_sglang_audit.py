@@ -19,10 +19,10 @@ from sglang_fixtures import VERSIONS, mini_tree, released
 
 E, A, D, R, X = "EXACT", "APPROX", "DROPPED", "REFUSED", "ABSENT"
 
-# path -> verdicts on 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23. The 0.5.19 column was read by hand
-# for nvfp4-w4a4-cutlass (flashinfer_cutlass.py 234: no swiglu_limit), nvfp4-w4a4-trtllm
-# (compressed_tensors_w4a4_nvfp4_moe.py 332: literal None), mxfp4-cutlass and flashinfer-megamoe
-# (noted below); its other entries are the audit's reading, equal to 0.5.20's, not re-read by hand.
+# path -> verdicts on 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23. Each path is found by following the
+# dispatch (tests/test_sglang_dispatch.py); these are the verdicts read by hand. The 0.5.19 column
+# was read by hand for every path; its deciding lines (sglang/srt unless noted) are in the comments
+# marked "0.5.19:".
 EXPECTED = {
     # 0.5.20: FlashInferCutlassMoeQuantInfo has no clamp field, _run_flashinfer_cutlass passes no
     # swiglu_limit. 0.5.21+: materialize_swiglu_params_for_cutlass -> swiglu_limit with
@@ -31,46 +31,64 @@ EXPECTED = {
     # literal gemm1_clamp_limit=None in apply_weights (331 / 342 / 342 / 346).
     "nvfp4-w4a4-trtllm": (D, D, D, D, D),
     # the W4A16 scheme exists from 0.5.22; Marlin passes swiglu_limit unless alpha is set.
+    # 0.5.19: no such MoE scheme (compressed_tensors.py 782-904 raises RuntimeError at 902-904).
     "nvfp4-w4a16-marlin": (X, X, X, D, D),
     # _use_swiglu_step = limit set and alpha None -> ActivationType.SwigluStep. 0.5.19 makes the
     # cutlass_fused_moe call inline in the registry entry fused_experts_none_to_flashinfer_mxfp4
     # (flashinfer_cutlass.py 412-436; mxfp4_flashinfer_cutlass_moe.py 104-109); 0.5.20+ delegate it.
     "mxfp4-cutlass": (E, E, E, E, E),
-    # builds its limit tensor from swiglu_limit only.
+    # builds its limit tensor from swiglu_limit only (0.5.19: mxfp4_flashinfer_trtllm_moe.py 71-81, 357).
     "mxfp4-trtllm": (D, D, D, D, D),
-    # alpha None + gemm1_limit -> _swiglu_silu_clamp_mul (silu, then clamp).
+    # alpha None + gemm1_limit -> _swiglu_silu_clamp_mul (silu, then clamp). 0.5.19: triton.py 234 ->
+    # triton_utils/fused_moe.py 357, 691-694, 373-378. The MXFP8 branch (triton.py 188-194, ROCm
+    # gfx95) uses the GPT-OSS form (mxfp8_moe_amd_gfx95.py 408-409) and is not Ling's (assume).
     "triton": (E, E, E, E, E),
+    # 0.5.19: Swiglu and no swiglu_limit (unquant.py 823-826, 930-946; flashinfer_cutlass.py 234-252).
     "bf16-flashinfer-cutlass": (D, D, A, A, A),
+    # 0.5.19: the limit never reaches cutlass_fused_moe (modelopt_quant.py 3005-3031; flashinfer_cutlass.py 234-252).
     "modelopt-nvfp4-cutlass": (D, D, A, A, A),
-    # gemm1_clamp_limit / g1_alphas to trtllm-gen, whose Swiglu clamps before the sigmoid.
+    # gemm1_clamp_limit / g1_alphas to trtllm-gen, whose Swiglu clamps before the sigmoid
+    # (0.5.19: modelopt_quant.py 2599-2611, 2924, 2944; flashinfer_trtllm.py 1156 / 1197).
     "modelopt-nvfp4-trtllm": (A, A, A, A, A),
-    # block-scale kernels get it (pre-SiLU); the per-tensor FP8 kernel takes no clamp.
+    # block-scale kernels get it (pre-SiLU: APPROX); the per-tensor FP8 kernel takes no clamp, so
+    # the path is as bad as DROPPED. 0.5.19: create_moe_runner sets _owns_moe_runner (fp8.py 2393),
+    # process_weights_after_loading 2187-2191 -> setattr(layer, f"_flashinfer_trtllm_{name}") 2218,
+    # apply 2634; flashinfer_trtllm.py 763 (block_quant) -> 816 / 854; per-tensor 929.
     "fp8-trtllm": (D, D, D, D, D),
-    "trtllm-bf16": (D, D, D, D, D),
-    "flashinfer-cutedsl": (D, D, D, D, D),
+    "trtllm-bf16": (D, D, D, D, D),  # 0.5.19: no clamp argument (flashinfer_trtllm.py 1242-1250, 1314, 1340)
+    "flashinfer-cutedsl": (D, D, D, D, D),  # 0.5.19: no clamp argument on any entry (flashinfer_cutedsl.py 353-369, 656-668)
     # gate_up_clamp = moe_runner_config.swiglu_limit (None for Ling): flashinfer_megamoe.py 358
     # (0.5.20/0.5.21), 376 (0.5.22); 0.5.23 via _nvfp4_megamoe_activation_kwargs 350-352. No file in 0.5.19.
     "flashinfer-megamoe": (X, D, D, D, D),
-    # clamp_limit = gemm1_clamp_limit only if gemm1_alpha is set, else swiglu_limit.
+    # clamp_limit = gemm1_clamp_limit only if gemm1_alpha is set, else swiglu_limit (0.5.19: marlin.py
+    # 200-204; fused_marlin_moe.py 349-350).
     "marlin": (D, D, D, D, D),
-    "wna16-marlin": (D, D, D, D, D),
-    # passes gemm1_clamp_limit, but the kernel clamps only "if GEMM1_ALPHA > 0".
+    "wna16-marlin": (D, D, D, D, D),  # 0.5.19: clamp_limit=swiglu_limit (compressed_tensors_wNa16_moe.py 474, 494)
+    # passes gemm1_clamp_limit, but it is used only when alpha is set. 0.5.19: _run_masked_gemm 723 ->
+    # _varlen_deep_gemm_silu_mul_quant 1406, whose "if gemm1_alpha is not None" (1428) is skipped and
+    # the plain fused SiLU + quant runs (1504-1512); the contiguous GEMM's _legacy_silu_and_mul (478)
+    # takes no limit.
     "deep-gemm": (D, D, D, D, D),
     "deep-gemm-contiguous": (D, D, D, D, D),
-    "humming": (D, D, D, D, D),
-    "triton-kernels": (D, D, D, D, D),
-    # the clamp appears only in the alpha-set and SiTU branches.
+    "humming": (D, D, D, D, D),  # 0.5.19: reads only swiglu_limit (humming.py 155, 381-400)
+    "triton-kernels": (D, D, D, D, D),  # 0.5.19: Ling has no bias; that call takes no clamp (triton_kernels.py 133-138)
+    # the clamp appears only in the alpha-set and SiTU branches (0.5.19: fused_moe_native.py 39-40,
+    # 85-86, 131-141; reached from unquant.py forward_cpu 1021-1029).
     "fused-moe-native": (D, D, D, D, D),
     # the Intel AMX branch of UnquantizedFusedMoEMethod.forward_cpu passes gemm1_alpha and
     # gemm1_clamp_limit positionally to torch.ops.sgl_kernel.fused_experts_cpu (unquant.py 1000 /
     # 1131 / 1170 / 1205 / 1361), a compiled sgl-kernel op whose form the sink table does not hold.
     "cpu-amx": ("UNDECIDED",) * 5,
-    # NPUSwigluStepAndMul: silu(gate).clamp(max=L) * up.clamp(-L, L).
+    # NPUSwigluStepAndMul: silu(gate).clamp(max=L) * up.clamp(-L, L) on ascend_tp (0.5.19: ascend.py
+    # 128-133; npu/moe/activation.py 197-201). Its DeepEP, int8 and MXFP8 branches build kernels
+    # that take no limit (ascend.py 92-99, 114-123), which are not sinks: not judged here.
     "ascend": (E, E, E, E, E),
-    # passes gemm1_clamp_limit to trtllm_mxint4_block_scale_moe (pre-SiLU trtllm-gen form).
+    # passes gemm1_clamp_limit to trtllm_mxint4_block_scale_moe (pre-SiLU trtllm-gen form); an
+    # assert on routing_method_type fails first for Ling (0.5.19: compressed_tensors_w4a4_mxint4_moe.py
+    # 320-321, 340, 346-348).
     "mxint4-trtllm": (A, A, A, A, A),
-    "hpc-ops": (R, R, R, R, R),
-    "lora-moe": (X, X, X, X, R),
+    "hpc-ops": (R, R, R, R, R),  # 0.5.19: ValueError when the limit is set (hpc_ops.py 121, called at 155)
+    "lora-moe": (X, X, X, X, R),  # no lora/moe/ before 0.5.23 (entered by name: the dispatch does not reach it)
 }
 
 

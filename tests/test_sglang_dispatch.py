@@ -20,11 +20,12 @@ def _keys(tree) -> dict[str, dp.DerivedPath]:
 
 def test_the_cards_path_is_derived_step_by_step():
     p = _keys(released("0.5.23"))["CompressedTensorsW4A4Nvfp4MoE/flashinfer_cutlass"]
-    # read by hand in 0.5.23: __init__ 38, process_weights_after_loading 169, create_moe_runner 294
-    # (MoeRunner(MoeRunnerBackend.FLASHINFER_CUTLASS) at 307), apply_weights 311, and the fused
-    # func registered for ("none", "flashinfer_cutlass") at moe_runner/flashinfer_cutlass.py:399
+    # read by hand in 0.5.23: __init__ 38, create_moe_runner 294 (MoeRunner(MoeRunnerBackend.
+    # FLASHINFER_CUTLASS) at 307; FusedMoE.__init__ calls it at layer.py 576), then the loader's
+    # process_weights_after_loading 169, apply_weights 311, and the fused func registered for
+    # ("none", "flashinfer_cutlass") at moe_runner/flashinfer_cutlass.py:399
     assert p.steps == [f"{W4A4}::CompressedTensorsW4A4Nvfp4MoE.{m}" for m in
-                       ("__init__", "process_weights_after_loading", "create_moe_runner", "apply_weights")] + [
+                       ("__init__", "create_moe_runner", "process_weights_after_loading", "apply_weights")] + [
         "layers/moe/moe_runner/flashinfer_cutlass.py::fused_experts_none_to_flashinfer_cutlass"]
     assert p.trail[0].startswith("layers/quantization/__init__.py:") and "'compressed-tensors' -> CompressedTensorsConfig" in p.trail[0]
     assert "get_moe_scheme" in p.trail[0]
@@ -131,3 +132,12 @@ def test_derivation_follows_an_edit_in_place(copy23):
     after = {p.key for p in dp.derive_paths(copy23.root)}
     assert "CompressedTensorsW4A4Nvfp4MoE/flashinfer_cutlass" in before - after
     assert "CompressedTensorsW4A4Nvfp4MoE/triton" in after - before
+
+
+def test_setup_order_and_branch_facts_follow_the_code():
+    rows = {r.path: r for r in sa.audit_tree(released("0.5.19"), ["fp8-trtllm", "triton"])}
+    # create_moe_runner runs before process_weights_after_loading (it sets _owns_moe_runner, which
+    # guards the TRT-LLM parameter setup at fp8.py 2187-2191), so the block-scale kernels are judged
+    assert "trtllm_fp8_block_scale_moe() APPROX" in rows["fp8-trtllm"].rule
+    # the Triton call Ling takes, not the ROCm MXFP8 branch (triton.py 188-194)
+    assert (rows["triton"].line, rows["triton"].verdict.value) == (234, "EXACT")

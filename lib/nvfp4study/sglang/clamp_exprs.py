@@ -265,7 +265,10 @@ class ExprEval:
                 return Multi(tuple(o.items.get(args[0]) if isinstance(o, DictV) else UNK
                                    for o in base.options))
         if name.endswith("QuantInfo"):
-            fields = {fld: (False if fld == "use_swiglu_step" else None) for fld in CLAMP_FIELDS}
+            # the dataclass's own constant defaults first (use_mxfp8: bool = False), then the
+            # clamp fields' (None), then what the call passes
+            fields = {**self.dataclass_defaults(name, frame),
+                      **{fld: (False if fld == "use_swiglu_step" else None) for fld in CLAMP_FIELDS}}
             origin = {fld: (frame.module.rel, node.lineno, f"{name}() default") for fld in CLAMP_FIELDS}
             for k, v in kwargs.items():
                 fields[k] = v
@@ -302,6 +305,18 @@ class ExprEval:
         for r in sub.returns:
             out = r if out is None else join(out, r)
         return UNK if not sub.returns else out
+
+    def dataclass_defaults(self, name: str, frame: Frame) -> dict[str, Any]:
+        """``{field: constant}`` for the fields of class ``name`` (as imported where the frame's
+        code sees it) declared with a constant default; ``{}`` when the class is not found."""
+        src = frame.imports.get(name) or frame.module.imports.get(name)
+        mod = self.module_for(src[0]) if src else frame.module
+        cname = src[1] if src else name
+        cls = next((n for n in (mod.tree.body if mod else []) if isinstance(n, ast.ClassDef) and n.name == cname), None)
+        if cls is None:
+            return {}
+        return {st.target.id: st.value.value for st in cls.body if isinstance(st, ast.AnnAssign)
+                and isinstance(st.target, ast.Name) and isinstance(st.value, ast.Constant)}
 
     def property_value(self, node: ast.Attribute, frame: Frame) -> Any:
         """``self.x`` where the class defines ``x`` as a ``@property``: its body's value, so a

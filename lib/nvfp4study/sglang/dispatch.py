@@ -41,10 +41,11 @@ QUANT_REGISTRY = SRT + "layers/quantization/__init__.py"
 BACKEND_ENUM = SRT + "layers/moe/utils.py"
 RUNNER = SRT + "layers/moe/moe_runner/runner.py"
 FUSED_MOE_LAYER = SRT + "layers/moe/fused_moe_triton/layer.py"
-#: Method names that run once a layer's weights are loaded, in the order SGLang calls them
-#: (``FusedMoE.__init__`` -> ``create_weights``; loader -> ``process_weights_after_loading`` ->
-#: ``create_moe_runner``; forward -> ``apply`` / ``apply_weights``).
-SETUP_STEPS = ("__init__", "process_weights_after_loading", "create_moe_runner")
+#: The method's setup, in the order SGLang runs it: the method is built, ``FusedMoE.__init__``
+#: calls ``create_weights`` then ``create_moe_runner`` (fused_moe_triton/layer.py 484/499 in
+#: 0.5.19, 561/576 in 0.5.23), and the model loader calls ``process_weights_after_loading``
+#: once the weights are in (model_loader/loader.py); forward then runs ``apply`` / ``apply_weights``.
+SETUP_STEPS = ("__init__", "create_moe_runner", "process_weights_after_loading")
 APPLY_NAMES = ("apply", "apply_weights")
 #: What ``MoeRunner.run`` calls on a runner core: ``run`` after the pre-permute, or
 #: ``run_from_dispatch`` for a ``DispatchMoeRunnerCore`` (runner.py, ``MoeRunner.run``).
