@@ -120,8 +120,8 @@ def _others(r: dict) -> tuple[str, str]:
     n_drop = len(r["finding.runners-drop-clamp"]["measured"])
     s = (f"\"Every other MoE runner forwards the clamp\" does not hold on {row['checked_on']}: of the "
          f"{len(row['measured'])} runners the card names, {_join(by['EXACT'])} forward it exactly, "
-         f"{_join(by['APPROX'])} approximately and {_join(by['DROPPED'])} drop it; {n_drop} MoE paths "
-         f"drop it in all.")
+         f"{_join(by['APPROX'])} approximately and {_join(by['DROPPED'])} drop it; {n_drop} of the MoE "
+         f"paths found by following SGLang's dispatch drop it in all.")
     return s, row["verdict"]
 
 

@@ -421,10 +421,14 @@ def record_claims(stage: Stage, version: str):
          verdict="reproduced" if all(per[v]["literal_none"] for v in versions) else "partly",
          evidence=[d("sglang_audit_versions")], note=trt["rule"][:300])
     dropped = sorted(p for p, r in m.items() if r["verdict"] == "DROPPED")
+    named = [p for p in dropped if m[p].get("catalogued", True)]
     find("finding.runners-drop-clamp",
          claim="Several MoE runners / schemes silently drop Ling's clamp (limit set, alpha None).",
          measured={p: _where(m[p]) for p in dropped}, verdict="reproduced" if dropped else "contradicted",
-         evidence=[d("sglang_audit")], note="; ".join(f"{p}: {m[p]['rule']}" for p in dropped))
+         evidence=[d("sglang_audit")],
+         note="; ".join(f"{p}: {m[p]['rule']}" for p in named)
+         + (f"; and {len(dropped) - len(named)} more of the {len(m)} paths found by following the dispatch"
+            if len(dropped) > len(named) else ""))
     if card_rt:
         find("finding.card-patch-approx",
              claim=f"The card's patch as described, on SGLang {CARD_VERSION}, yields the pre-SiLU form, not Ling's.",
