@@ -97,7 +97,7 @@ def test_named_step_renamed_is_undecided_not_absent(copy23):
     r = sa.audit_tree(copy23, ["mxfp4-cutlass"])[0]
     assert r.verdict.value == "UNDECIDED"
     assert r.rule.startswith("trail lost at layers/quantization/mxfp4_flashinfer_cutlass_moe.py:")
-    assert r.rule.endswith("Mxfp4FlashinferCutlassMoEMethod has no forward_cuda / apply / apply_weights")
+    assert "Mxfp4FlashinferCutlassMoEMethod has no forward_cuda / apply / apply_weights" in r.rule
 
 
 def test_activation_changed_to_pre_silu_is_approx(copy23):

@@ -165,11 +165,19 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
     if "missing" in spec:
         verdict, why = spec["missing"]
         return PathResult(**base, verdict=verdict, rule=why, file=None, function=None, line=None)
-    if spec.get("lost"):
-        return PathResult(**base, verdict=ClampVerdict.UNDECIDED, rule=f"trail lost at {spec['lost']}",
-                          file=spec["lost"].split(":")[0], function=None, line=None)
     steps = [_split(s) for s in spec["steps"]]
     interp = Interp(tree.root, set(sinks), spec.get("assume"))
+    if spec.get("lost"):
+        rule = f"trail lost at {spec['lost']}"
+        # a method that refuses this backend itself says so before the runner is ever built
+        for r, q in steps:
+            if interp.find(r, q) is not None:
+                interp.run_step(r, q)
+        first = next((x for x in interp.refusals if x.certain), None)
+        if first is not None:
+            rule += f"; before it, {_short(first.file)}:{first.line} {first.function}: {first.text[:100]}"
+        return PathResult(**base, verdict=ClampVerdict.UNDECIDED, rule=rule,
+                          file=spec["lost"].split(":")[0], function=None, line=None)
     steps = [(r, resolve_step(interp, r, q)) for r, q in steps]
     interp.entry_names = {q.split(".")[-1] for _, q in steps}
     missing = [(r, q) for r, q in steps if interp.find(r, q) is None]
@@ -237,6 +245,8 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
             ClampVerdict.EXACT, ClampVerdict.APPROX, ClampVerdict.UNDECIDED) else None
         if fcheck:
             rule += f" | check: {fcheck}"
+        if verdict == ClampVerdict.UNDECIDED and spec["id"].startswith(("fused:", "core:")):
+            rule += " | a runner-level entry alone: the value comes from the quant info a method builds"
         return PathResult(**base, verdict=verdict, rule=rule, file=file, function=func,
                           line=line, sink=hit.callee, flashinfer_check=fcheck, **extra)
     r, q = steps[-1]
