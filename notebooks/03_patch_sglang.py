@@ -75,8 +75,10 @@ s3.verdict_matrix(results)
 Image(str(s3.matrix_png(stage, results)))
 
 # %% [markdown]
-# Every other path the dispatch reaches is audited too; their counts per release and verdict
-# (UNDECIDED says where the trail was lost, in the JSON rows):
+# Every other path the dispatch reaches is audited too, under its derived name (`Class/backend`,
+# `fused:a2a/runner`, `core:backend`). These are the audit's reading, not hand-read: a path is as
+# bad as its worst branch (an MXFP8 or ROCm branch included), and each row's rule, with where an
+# UNDECIDED trail was lost, is in `data/sglang_audit_versions.json`. Counts per release and verdict:
 
 # %%
 s3.found_paths(results)
