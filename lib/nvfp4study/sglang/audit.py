@@ -1,8 +1,9 @@
 """Clamp-plumbing audit of an SGLang source tree, read with Python's ``ast`` (nothing imported).
 
-For each MoE runner / quantization-scheme path (``data/sglang_clamp_paths.yaml``) it decides, for
-a model that sets ``gemm1_clamp_limit`` and no ``gemm1_alpha`` (Ling-3.0-flash), whether the
-routed-expert SwiGLU clamp is
+For each MoE path of the tree, found by following SGLang's dispatch
+(:mod:`nvfp4study.sglang.dispatch`; the hand-read ones are named in
+``data/sglang_clamp_paths.yaml``), it decides, for a model that sets ``gemm1_clamp_limit`` and
+no ``gemm1_alpha`` (Ling-3.0-flash), whether the routed-expert SwiGLU clamp is
 
 - ``EXACT``: it reaches a kernel in Ling's post-SiLU form ``min(silu(g), L) * clamp(u, -L, L)``;
 - ``APPROX``: it reaches a kernel in the GPT-OSS pre-SiLU form (``min(g, L)`` before the SiLU);
@@ -10,7 +11,7 @@ routed-expert SwiGLU clamp is
 - ``REFUSED``: the path raises when the limit is set;
 
 plus ``ABSENT`` (the path does not exist in this version) and ``UNDECIDED`` (the audit cannot
-tell; never expected for the catalogued paths). Every row carries file, function, line and the
+tell, with where it lost the trail). Every row carries file, function, line and the
 rule that decided. The values are traced by :mod:`nvfp4study.sglang.clamp_flow`; the kernel form comes
 from the hand-kept sink table in the same YAML file, with its sources.
 
@@ -72,32 +73,6 @@ def catalog() -> dict[str, Any]:
     """The sink table and path catalog (``data/sglang_clamp_paths.yaml``)."""
     text = resources.files(__package__).joinpath("data/sglang_clamp_paths.yaml").read_text()
     return yaml.safe_load(text)
-
-def registered_fused_funcs(mod: ast.Module) -> dict[tuple[str, ...], str]:
-    """``{(a2a backend, runner backend): function name}`` for the ``@register_fused_func(...)``
-    decorators of one module (SGLang's runner registry, ``layers/moe/moe_runner/base.py``)."""
-    out = {}
-    for n in mod.body:
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for d in n.decorator_list:
-                if isinstance(d, ast.Call) and ast.unparse(d.func).endswith("register_fused_func") \
-                        and all(isinstance(a, ast.Constant) for a in d.args):
-                    out[tuple(a.value for a in d.args)] = n.name
-    return out
-
-
-def resolve_step(interp: Interp, rel: str, qual: str) -> str:
-    """The function a step names: a qualname, or ``@fused_func(a2a,runner)``, the function the
-    runner registry dispatches to for that backend pair (found by its decorator, whatever its
-    name). An unresolvable registration is returned as written (then reported missing)."""
-    if not qual.startswith("@fused_func("):
-        return qual
-    key = tuple(x.strip() for x in qual[len("@fused_func("):-1].split(","))
-    mod = interp.module(rel)
-    if mod is None:
-        return qual
-    return registered_fused_funcs(mod.tree).get(key, qual)
-
 
 def _split(step: str) -> tuple[str, str]:
     """``"layers/x.py::Q"`` (relative to ``sglang/srt``) or ``"sglang/kernels/x.py::Q"`` (from
@@ -178,7 +153,6 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
             rule += f"; before it, {_short(first.file)}:{first.line} {first.function}: {first.text[:100]}"
         return PathResult(**base, verdict=ClampVerdict.UNDECIDED, rule=rule,
                           file=spec["lost"].split(":")[0], function=None, line=None)
-    steps = [(r, resolve_step(interp, r, q)) for r, q in steps]
     interp.entry_names = {q.split(".")[-1] for _, q in steps}
     missing = [(r, q) for r, q in steps if interp.find(r, q) is None]
     if missing:
@@ -329,4 +303,4 @@ def _model_dropped(r: PathResult, side: ModelSide) -> PathResult:
 
 
 __all__ = ["ClampVerdict", "PathResult", "audit_path", "audit_tree", "catalog", "missing_reason",
-           "path_specs", "registered_fused_funcs", "resolve_step"]
+           "path_specs"]
