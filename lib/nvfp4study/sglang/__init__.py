@@ -14,6 +14,7 @@ __all__ = [
     "clamp_flow",
     "clamp_numerics",
     "clamp_values",
+    "code_index",
     "dispatch",
     "flags",
     "model_side",

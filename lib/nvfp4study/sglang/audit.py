@@ -34,7 +34,8 @@ from ..core.errors import AuditError, NoBailingMoeV3
 from . import clamp_values as cv
 from .audit_sinks import ClampVerdict, flashinfer_check, judge_hit
 from .clamp_flow import Interp
-from .dispatch import Code, backend_values, class_defined, derive_paths
+from .code_index import Code, class_defined
+from .dispatch import backend_values, derive_paths
 from .model_side import MODEL_FILE, ModelSide, model_side, no_model_line
 from .source import SGLangTree
 

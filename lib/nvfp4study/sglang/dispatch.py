@@ -34,9 +34,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from .clamp_values import _imports, _parse
+from .code_index import SRT, Code, called_name, funcs, local_imports, step_name
 
-SRT = "sglang/srt/"
 QUANT_REGISTRY = SRT + "layers/quantization/__init__.py"
 BACKEND_ENUM = SRT + "layers/moe/utils.py"
 RUNNER = SRT + "layers/moe/moe_runner/runner.py"
@@ -74,89 +73,6 @@ class DerivedPath:
     cls_file: str | None = None
 
 
-class Code:
-    """Lazy, cached access to the modules and classes of one tree (``root`` holds ``sglang/``)."""
-
-    def __init__(self, root: Path):
-        self.root = Path(root)
-        self._mods: dict[str, ast.Module | None] = {}
-
-    def mod(self, rel: str) -> ast.Module | None:
-        if rel not in self._mods:
-            p = self.root / rel
-            self._mods[rel] = _parse(p) if p.is_file() else None
-        return self._mods[rel]
-
-    def rel_for(self, dotted: str) -> str | None:
-        base = dotted.replace(".", "/")
-        for rel in (base + ".py", base + "/__init__.py"):
-            if (self.root / rel).is_file():
-                return rel
-        return None
-
-    def top(self, rel: str, name: str) -> ast.AST | None:
-        m = self.mod(rel)
-        if m is None:
-            return None
-        for n in m.body:
-            if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name:
-                return n
-        return None
-
-    def resolve(self, rel: str, name: str, local: dict | None = None, hops: int = 3) -> tuple[str, ast.AST] | None:
-        """The top-level class or function ``name`` means in module ``rel`` (following imports,
-        re-exports included), with ``local`` the imports made inside the calling function."""
-        node = self.top(rel, name)
-        if node is not None:
-            return rel, node
-        m = self.mod(rel)
-        if m is None or hops == 0:
-            return None
-        src = (local or {}).get(name) or _imports(m.body, _pkg(rel)).get(name)
-        if src is None:
-            return None
-        target = self.rel_for(src[0])
-        return self.resolve(target, src[1], None, hops - 1) if target else None
-
-    def method(self, rel: str, cls: ast.ClassDef, name: str, depth: int = 4) -> tuple[str, str] | None:
-        """``(file, "Class.method")`` where ``cls`` or its nearest in-tree base defines ``name``."""
-        for n in cls.body:
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name:
-                return rel, f"{cls.name}.{name}"
-        if depth == 0:
-            return None
-        for b in cls.bases:
-            bname = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else None
-            hit = self.resolve(rel, bname) if bname else None
-            if hit and isinstance(hit[1], ast.ClassDef):
-                found = self.method(hit[0], hit[1], name, depth - 1)
-                if found:
-                    return found
-        return None
-
-
-def _step(where: tuple[str, str]) -> str:
-    """``"layers/x.py::Class.method"``: a step as the audit names it (relative to ``sglang/srt``)."""
-    rel = where[0][len(SRT):] if where[0].startswith(SRT) else where[0]
-    return f"{rel}::{where[1]}"
-
-
-def _pkg(rel: str) -> str:
-    return rel[:-3].replace("/", ".")
-
-
-def _local_imports(fn: ast.AST, rel: str) -> dict:
-    return _imports([n for n in ast.walk(fn) if isinstance(n, ast.ImportFrom)], _pkg(rel))
-
-
-def _funcs(cls: ast.ClassDef) -> list[ast.FunctionDef]:
-    return [n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-
-
-def _called_name(call: ast.Call) -> str | None:
-    return call.func.id if isinstance(call.func, ast.Name) else None
-
-
 # --- the runner backends ------------------------------------------------------------------------
 def backend_values(code: Code) -> dict[str, str]:
     """``{"FLASHINFER_CUTLASS": "flashinfer_cutlass", ...}``: the ``MoeRunnerBackend`` enum."""
@@ -179,7 +95,7 @@ def predicates(code: Code) -> dict[str, set[str]]:
         node = code.top(BACKEND_ENUM, cname)
         if not isinstance(node, ast.ClassDef):
             continue
-        for fn in _funcs(node):
+        for fn in funcs(node):
             if not fn.name.startswith("is_"):
                 continue
             names = {a.attr for a in ast.walk(fn) if isinstance(a, ast.Attribute)
@@ -223,10 +139,10 @@ def runner_cores(code: Code) -> dict[str, tuple[str, str, int]]:
     cls = code.top(RUNNER, "MoeRunner")
     if not isinstance(cls, ast.ClassDef):
         return {}
-    init = next((f for f in _funcs(cls) if f.name == "__init__"), None)
+    init = next((f for f in funcs(cls) if f.name == "__init__"), None)
     if init is None:
         return {}
-    preds, local = predicates(code), _local_imports(init, RUNNER)
+    preds, local = predicates(code), local_imports(init, RUNNER)
     out: dict[str, tuple[str, str, int]] = {}
     for node in ast.walk(init):
         if not isinstance(node, ast.If):
@@ -235,7 +151,7 @@ def runner_cores(code: Code) -> dict[str, tuple[str, str, int]]:
                   and isinstance(c.func, ast.Attribute) and c.func.attr in preds]
         for st in node.body:
             for call in ast.walk(st):
-                if isinstance(call, ast.Call) and (name := _called_name(call)) and name.endswith("RunnerCore"):
+                if isinstance(call, ast.Call) and (name := called_name(call)) and name.endswith("RunnerCore"):
                     hit = code.resolve(RUNNER, name, local)
                     if hit:
                         for p in tested:
@@ -269,7 +185,7 @@ def _is_moe_method(code: Code, rel: str, cls: ast.ClassDef) -> bool:
         m = code.method(rel, cls, name)
         if m:
             fn = code.top(m[0], m[1].split(".")[0])
-            f = next(x for x in _funcs(fn) if x.name == name)
+            f = next(x for x in funcs(fn) if x.name == name)
             if any(a.arg == "dispatch_output" for a in f.args.args + f.args.kwonlyargs):
                 return True
     return False
@@ -282,7 +198,7 @@ def _is_wrapper(code: Code, rel: str, cls: ast.ClassDef) -> bool:
         if not m:
             continue
         owner = code.top(m[0], m[1].split(".")[0])
-        fn = next(x for x in _funcs(owner) if x.name == name)
+        fn = next(x for x in funcs(owner) if x.name == name)
         held = {st.targets[0].id for st in ast.walk(fn) if isinstance(st, ast.Assign)
                 and isinstance(st.targets[0], ast.Name) and isinstance(st.value, ast.Attribute)}
         for c in ast.walk(fn):
@@ -309,11 +225,11 @@ def moe_methods(code: Code) -> dict[str, tuple[str, ast.ClassDef, str]]:
     todo: list[tuple[str, ast.AST, str, ast.ClassDef | None, int]] = []
     for qname, rel, cname, line in quant_configs(code):
         cls = code.top(rel, cname)
-        for fn in _funcs(cls):
+        for fn in funcs(cls):
             todo.append((rel, fn, f"{QUANT_REGISTRY[len(SRT):]}:{line} {qname!r} -> {cname}.{fn.name}", cls, 0))
     layer = code.top(FUSED_MOE_LAYER, "FusedMoE")
     if isinstance(layer, ast.ClassDef):
-        for fn in _funcs(layer):
+        for fn in funcs(layer):
             if fn.name == "__init__":
                 todo.append((FUSED_MOE_LAYER, fn, f"{FUSED_MOE_LAYER[len(SRT):]} FusedMoE.__init__", layer, 0))
     while todo:
@@ -322,7 +238,7 @@ def moe_methods(code: Code) -> dict[str, tuple[str, ast.ClassDef, str]]:
         if key in seen_fn:
             continue
         seen_fn.add(key)
-        local = _local_imports(fn, rel)
+        local = local_imports(fn, rel)
         for c in ast.walk(fn):
             if not isinstance(c, ast.Call):
                 continue
@@ -340,13 +256,13 @@ def moe_methods(code: Code) -> dict[str, tuple[str, ast.ClassDef, str]]:
                     todo.append((hrel, node, f"{how} -> {node.name}", None, depth + 1))
             elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and depth < 3:
                 if f.value.id in ("self", "cls") and owner is not None:
-                    target = next((x for x in _funcs(owner) if x.name == f.attr), None)
+                    target = next((x for x in funcs(owner) if x.name == f.attr), None)
                     if target is not None:
                         todo.append((rel, target, how, owner, depth + 1))
                     continue
                 hit = code.resolve(rel, f.value.id, local)
                 if hit and isinstance(hit[1], ast.ClassDef):
-                    target = next((x for x in _funcs(hit[1]) if x.name == f.attr), None)
+                    target = next((x for x in funcs(hit[1]) if x.name == f.attr), None)
                     if target is not None:
                         todo.append((hit[0], target, f"{how} -> {hit[1].name}.{f.attr}", hit[1], depth + 1))
     return found
@@ -359,11 +275,11 @@ def method_backends(code: Code, rel: str, cls: ast.ClassDef) -> tuple[list[str |
     """
     values, preds = backend_values(code), predicates(code)
     funcs = []
-    for name in {f.name for f in _funcs(cls)} | set(SETUP_STEPS) | set(APPLY_NAMES):
+    for name in {f.name for f in funcs(cls)} | set(SETUP_STEPS) | set(APPLY_NAMES):
         m = code.method(rel, cls, name)
         if m:
             owner = code.top(m[0], m[1].split(".")[0])
-            funcs += [(m[0], f) for f in _funcs(owner) if f.name == name]
+            funcs += [(m[0], f) for f in funcs(owner) if f.name == name]
     out: list[str] = []
     lost = None
     runtime = False
@@ -378,7 +294,7 @@ def method_backends(code: Code, rel: str, cls: ast.ClassDef) -> tuple[list[str |
                 else:
                     computed.add(st.targets[0].id)
         for c in ast.walk(fn):
-            if not (isinstance(c, ast.Call) and _called_name(c) == "MoeRunner" and c.args):
+            if not (isinstance(c, ast.Call) and called_name(c) == "MoeRunner" and c.args):
                 continue
             arg = c.args[0]
             members = _members(arg, values) or (assigned.get(arg.id) if isinstance(arg, ast.Name) else None)
@@ -404,20 +320,6 @@ def _members(node: ast.AST, values: dict[str, str]) -> set[str]:
             and isinstance(a.value, ast.Name) and a.value.id == "MoeRunnerBackend" and a.attr in values}
 
 
-def class_defined(root: Path, name: str) -> str | None:
-    """``"file:line"`` (relative to ``sglang/srt``) of the first ``class name`` in the tree, or None."""
-    needle = f"class {name}"
-    for path in sorted((Path(root) / SRT).rglob("*.py")):
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
-        for i, line in enumerate(text.splitlines(), 1):
-            if line.startswith(needle) and line[len(needle):len(needle) + 1] in ("(", ":"):
-                return f"{path.relative_to(Path(root) / SRT).as_posix()}:{i}"
-    return None
-
-
 # --- the paths ----------------------------------------------------------------------------------
 def _runner_steps(backend: str, fused: dict, cores: dict, code: Code) -> tuple[list[str], list[str], str | None]:
     steps, trail = [], []
@@ -426,7 +328,7 @@ def _runner_steps(backend: str, fused: dict, cores: dict, code: Code) -> tuple[l
         (a for a, r in sorted(fused) if r == backend and a == backend), None)
     if a2a is not None:
         rel, fn, line = fused[(a2a, backend)]
-        steps.append(_step((rel, fn)))
+        steps.append(step_name((rel, fn)))
         trail.append(f"{rel[len(SRT):]}:{line} @register_fused_func({a2a!r}, {backend!r}) -> {fn}")
     if backend in cores:
         rel, core, line = cores[backend]
@@ -434,7 +336,7 @@ def _runner_steps(backend: str, fused: dict, cores: dict, code: Code) -> tuple[l
         for name in CORE_STEPS:
             m = code.method(rel, cls, name) if isinstance(cls, ast.ClassDef) else None
             if m:
-                steps.append(_step(m))
+                steps.append(step_name(m))
         trail.append(f"{RUNNER[len(SRT):]}:{line} MoeRunner.__init__ -> {core}")
     if not steps:
         # MoeRunner.__init__ raises NotImplementedError then ("requires a fused func"), unless LoRA
@@ -463,17 +365,17 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
     preds, fused, cores = predicates(code), fused_registry(code), runner_cores(code)
     out: list[DerivedPath] = []
     for name, (rel, cls, how) in sorted(moe_methods(code).items()):
-        setup = [_step(m) for s in SETUP_STEPS if (m := code.method(rel, cls, s))]
+        setup = [step_name(m) for s in SETUP_STEPS if (m := code.method(rel, cls, s))]
         # a CustomOp method's apply calls self.forward, which runs forward_cuda on CUDA
         # (MultiPlatformOp.forward, layers/utils/multi_platform.py)
-        entries = [_step(m) for s in ("forward_cuda", *APPLY_NAMES) if (m := code.method(rel, cls, s))][:1]
+        entries = [step_name(m) for s in ("forward_cuda", *APPLY_NAMES) if (m := code.method(rel, cls, s))][:1]
         backends, lost = method_backends(code, rel, cls)
         if not entries:
             lost = f"{rel[len(SRT):]}:{cls.lineno} {name} has no forward_cuda / apply / apply_weights"
         # forward_cpu first: a method aliases forward_native to it (unquant.py, end of the class)
         native = code.method(rel, cls, "forward_cpu") or code.method(rel, cls, "forward_native")
         if native and entries and entries[0].endswith(".forward_cuda"):
-            out.append(DerivedPath(key=f"{name}/native", steps=setup + [_step(native)],
+            out.append(DerivedPath(key=f"{name}/native", steps=setup + [step_name(native)],
                                    trail=[how, f"{native[0][len(SRT):]} {native[1]} (CustomOp off CUDA)"],
                                    cls_file=rel))
         for b in backends:
@@ -486,15 +388,15 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
                 p.lost = p.lost or why
             out.append(p)
     for (a2a, runner), (rel, fn, line) in sorted(fused.items()):
-        out.append(DerivedPath(key=f"fused:{a2a}/{runner}", steps=[_step((rel, fn))], assume=facts_for(runner, preds),
+        out.append(DerivedPath(key=f"fused:{a2a}/{runner}", steps=[step_name((rel, fn))], assume=facts_for(runner, preds),
                                trail=[f"{rel[len(SRT):]}:{line} @register_fused_func({a2a!r}, {runner!r})"]))
     for backend, (rel, core, line) in sorted(cores.items()):
         cls = code.top(rel, core)
-        steps = [_step(m) for s in CORE_STEPS if (m := code.method(rel, cls, s))]
+        steps = [step_name(m) for s in CORE_STEPS if (m := code.method(rel, cls, s))]
         out.append(DerivedPath(key=f"core:{backend}", steps=steps, assume=facts_for(backend, preds),
                                trail=[f"{RUNNER[len(SRT):]}:{line} MoeRunner.__init__ -> {core}"]))
     return tuple(out)
 
 
-__all__ = ["DerivedPath", "backend_values", "class_defined", "derive_paths", "facts_for", "fused_registry",
+__all__ = ["DerivedPath", "backend_values", "derive_paths", "facts_for", "fused_registry",
            "method_backends", "moe_methods", "predicates", "quant_configs", "runner_cores"]
