@@ -274,16 +274,16 @@ def method_backends(code: Code, rel: str, cls: ast.ClassDef) -> tuple[list[str |
     ``[None]`` when the class builds no ``MoeRunner`` (it calls its kernels itself).
     """
     values, preds = backend_values(code), predicates(code)
-    funcs = []
+    bodies = []
     for name in {f.name for f in funcs(cls)} | set(SETUP_STEPS) | set(APPLY_NAMES):
         m = code.method(rel, cls, name)
         if m:
             owner = code.top(m[0], m[1].split(".")[0])
-            funcs += [(m[0], f) for f in funcs(owner) if f.name == name]
+            bodies += [(m[0], f) for f in funcs(owner) if f.name == name]
     out: list[str] = []
     lost = None
     runtime = False
-    for frel, fn in funcs:
+    for frel, fn in bodies:
         assigned: dict[str, set[str]] = {}
         computed: set[str] = set()  # locals also assigned from something else (the configured backend)
         for st in ast.walk(fn):
@@ -304,7 +304,7 @@ def method_backends(code: Code, rel: str, cls: ast.ClassDef) -> tuple[list[str |
                 runtime = True
                 lost = f"{frel[len(SRT):]}:{c.lineno} MoeRunner({ast.unparse(arg)}) (backend chosen at run time)"
     if runtime:
-        tested = {c.func.attr for _, fn in funcs for c in ast.walk(fn) if isinstance(c, ast.Call)
+        tested = {c.func.attr for _, fn in bodies for c in ast.walk(fn) if isinstance(c, ast.Call)
                   and isinstance(c.func, ast.Attribute) and c.func.attr in preds}
         extra = sorted({v for p in tested for v in preds[p]} - {"auto"})
         out += extra
