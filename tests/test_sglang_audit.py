@@ -87,6 +87,21 @@ EXPECTED = {
     # assert on routing_method_type fails first for Ling (0.5.19: compressed_tensors_w4a4_mxint4_moe.py
     # 320-321, 340, 346-348).
     "mxint4-trtllm": (A, A, A, A, A),
+    # the routed TRT-LLM FP4 kernel gets the limit (stored per expert), pre-SiLU: mq = modelopt_quant.py,
+    # mq 2599-2612 / 2673-2686 / 2766-2779 / 2778-2791 / 2848-2877 -> flashinfer_trtllm.py 1156 / 1423 /
+    # 1426 / 1493 / 1569 (the call at 1146 / 1413 / 1416 / 1483 / 1593).
+    "modelopt-nvfp4-trtllm-routed": (A, A, A, A, A),
+    # the CuTe-DSL wrapper takes no clamp: flashinfer_cutedsl.py 353-368 (built with Swiglu, 232),
+    # wrapper.run 493-508 (0.5.19) / 495-510 (0.5.20+).
+    "modelopt-nvfp4-cutedsl": (D, D, D, D, D),
+    # marlin.py 200-204 (205-209 in 0.5.23): clamp_limit = gemm1_clamp_limit only if alpha is set, else
+    # swiglu_limit (None); mq returns before the clamp setup (2527-2528 ... 2764-2765).
+    "modelopt-nvfp4-marlin": (D, D, D, D, D),
+    # SM100: the TRT-LLM-gen kernel gets the limit with GPT-OSS alpha 1.702 / beta 1.0 substituted
+    # (mxfp4.py 708-717): 0.5.19 inline in apply (mxfp4.py 1785, clamp 1795); 0.5.20+ the registry
+    # entry dispatches on the quant info type to _fused_experts_flashinfer_mxfp4_sm100_trtllm_gen
+    # (flashinfer_trtllm.py 1194 / 1195 / 1238 / 1306, the limit at 1204 / 1205 / 1248 / 1316).
+    "mxfp4-sm100-trtllm": (A, A, A, A, A),
     "hpc-ops": (R, R, R, R, R),  # 0.5.19: ValueError when the limit is set (hpc_ops.py 121, called at 155)
     "lora-moe": (X, X, X, X, R),  # no lora/moe/ before 0.5.23 (entered by name: the dispatch does not reach it)
 }

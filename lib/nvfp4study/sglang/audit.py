@@ -104,14 +104,14 @@ def path_specs(tree: SGLangTree) -> list[dict]:
             else:
                 named.add(p.key)
                 spec.update(steps=p.steps, assume={**p.assume, **entry.get("assume", {})},
-                            found_by=p.trail, lost=p.lost)
+                            found_by=p.trail, lost=p.lost, runner_at=p.runner_at)
         else:
             spec.update(steps=entry["entry"], found_by=["entered by name: the MoE dispatch does not reach it"])
         out.append(spec)
     for key, p in derived.items():
         if key not in named:
             out.append({"id": key, "label": key, "catalogued": False, "steps": p.steps, "assume": p.assume,
-                        "found_by": p.trail, "lost": p.lost})
+                        "found_by": p.trail, "lost": p.lost, "runner_at": p.runner_at})
     return out
 
 
@@ -169,8 +169,17 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
         return PathResult(**base, verdict=ClampVerdict.UNDECIDED,
                           rule=f"trail lost at {_short(r)}::{q} ({have}; the path's entry {_short(r0)}::{q0} exists)",
                           file=_short(r) if interp.module(r) is not None else _short(r0), function=q, line=None)
-    for r, q in steps:
+    skipped_runner = False
+    for i, (r, q) in enumerate(steps):
+        if i == spec.get("runner_at") and not interp.runner_calls:
+            # the method returns before MoeRunner.run on every branch Ling takes: its runner
+            # (fused func or core) never runs on this path
+            steps, skipped_runner = steps[:i], True
+            break
         interp.run_step(r, q)
+    if skipped_runner:
+        base["found_by"].append("the method returns before calling its MoeRunner on Ling's branches: "
+                                "the runner's steps were not run")
     mentions = []
     for r, q in steps:
         mentions += [(r, ln) for ln in cv.clamp_mentions(interp.find(r, q))]

@@ -54,6 +54,7 @@ class ExprEval:
     live: set[tuple[str, int]]
     entry_names: set[str]
     opaque: list[tuple[str, str, int]]  # (callee, file, line): the limit passed where it cannot follow
+    runner_calls: list[tuple[str, int]]  # (file, line) of each live ``...runner.run(...)``
 
     def attr_value(self, name: str, base: Any = UNK) -> Any:
         if name in self.assume:
@@ -212,6 +213,8 @@ class ExprEval:
                 kw_nodes[k.arg] = k.value
         if isinstance(f, ast.Attribute) and not isinstance(f.value, ast.Name | ast.Attribute):
             self.eval(f.value, frame)
+        if isinstance(f, ast.Attribute) and f.attr == "run" and ast.unparse(f.value).endswith("runner"):
+            self.runner_calls.append((frame.module.rel, node.lineno))  # self.runner.run(...): MoeRunner.run
         if name in self.assume and not node.args and not node.keywords:
             return self.assume[name]
         if f"{name}()" in self.assume:  # a call fact, whatever the arguments (use_intel_amx_backend(layer))

@@ -62,6 +62,7 @@ class Interp(ExprEval):
         self.refusals: list[Refusal] = []
         self.live: set[tuple[str, int]] = set()
         self.opaque: list[tuple[str, str, int]] = []
+        self.runner_calls: list[tuple[str, int]] = []
         self.steps_done = 0
         self.entry_names: set[str] = set()
         self._mods: dict[str, Module] = {}

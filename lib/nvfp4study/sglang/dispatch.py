@@ -63,6 +63,8 @@ class DerivedPath:
         assume: the facts this path implies (backend predicates), for the interpreter.
         trail: how it was reached, each ``"file:line what"``.
         lost: where the derivation stopped, or None.
+        runner_at: the index of the first runner step (what ``MoeRunner.run`` calls), for a method
+            path; those steps run only if the method's entry reaches a ``runner.run(...)`` call.
     """
 
     key: str
@@ -71,6 +73,7 @@ class DerivedPath:
     trail: list[str] = field(default_factory=list)
     lost: str | None = None
     cls_file: str | None = None
+    runner_at: int | None = None  # steps[runner_at:] run only when the method calls its runner
 
 
 # --- the runner backends ------------------------------------------------------------------------
@@ -355,7 +358,7 @@ def derive_paths(root: Path) -> list[DerivedPath]:
     root = Path(root).resolve()
     stamp = tuple((p.as_posix(), st.st_size, st.st_mtime_ns) for p in sorted((root / SRT).rglob("*.py"))
                   if (st := p.stat()))
-    return [DerivedPath(p.key, list(p.steps), dict(p.assume), list(p.trail), p.lost, p.cls_file)
+    return [DerivedPath(p.key, list(p.steps), dict(p.assume), list(p.trail), p.lost, p.cls_file, p.runner_at)
             for p in _derive(root, hash(stamp))]
 
 
@@ -383,6 +386,7 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
                             trail=[how], lost=lost, cls_file=rel)
             if b is not None:
                 steps, trail, why = _runner_steps(b, fused, cores, code)
+                p.runner_at = len(p.steps) if steps else None
                 p.steps += steps
                 p.trail += trail
                 p.lost = p.lost or why
