@@ -7,6 +7,7 @@ import pytest
 
 from nvfp4study.sglang import audit as sa
 from nvfp4study.sglang import dispatch as dp
+from nvfp4study.sglang import quant_methods as qm
 from nvfp4study.sglang.code_index import Code, class_defined
 from nvfp4study.sglang.source import copy_tree
 from sglang_fixtures import VERSIONS, released
@@ -47,8 +48,9 @@ def test_backend_predicates_are_read_from_the_enum():
 def test_registry_and_cores():
     code = Code(released("0.5.23").root)
     reg = dp.fused_registry(code)
-    assert reg[("none", "marlin")] == (SRT + "layers/moe/moe_runner/marlin.py", "fused_experts_none_to_marlin", 115)
-    assert reg[("flashinfer_megamoe", "flashinfer_megamoe")][0] == SRT + "layers/moe/flashinfer_megamoe.py"
+    assert reg[("none", "marlin")] == [(SRT + "layers/moe/moe_runner/marlin.py", "fused_experts_none_to_marlin", 115)]
+    assert reg[("flashinfer_megamoe", "flashinfer_megamoe")][0][0] == SRT + "layers/moe/flashinfer_megamoe.py"
+    assert all(len(v) == 1 for v in reg.values())  # no key registered twice in a release
     cores = dp.runner_cores(code)
     assert cores["triton"][1:] == ("TritonRunnerCore", 101)  # runner.py 100-101
     assert cores["deep_gemm"][1] == "DeepGemmRunnerCore"
@@ -56,7 +58,7 @@ def test_registry_and_cores():
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_wrappers_are_skipped_and_what_they_wrap_is_found(version):
-    methods = dp.moe_methods(Code(released(version).root))
+    methods = qm.moe_methods(Code(released(version).root))
     # CompressedTensorsFusedMoEMethod.apply forwards to layer.scheme.apply_weights
     assert "CompressedTensorsFusedMoEMethod" not in methods
     assert {"CompressedTensorsW4A4Nvfp4MoE", "UnquantizedFusedMoEMethod", "Fp8MoEMethod",

@@ -20,6 +20,7 @@ __all__ = [
     "model_side",
     "patch",
     "patch_journal",
+    "quant_methods",
     "releases",
     "source",
 ]

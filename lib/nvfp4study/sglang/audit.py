@@ -26,6 +26,7 @@ import ast
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -34,7 +35,7 @@ from ..core.errors import AuditError, NoBailingMoeV3
 from . import clamp_values as cv
 from .audit_sinks import ClampVerdict, flashinfer_check, judge_hit
 from .clamp_flow import Interp
-from .code_index import Code, class_defined
+from .code_index import Code, alias_target, class_defined, source_files
 from .dispatch import backend_values, derive_paths
 from .model_side import MODEL_FILE, ModelSide, model_side, no_model_line
 from .source import SGLangTree
@@ -98,9 +99,10 @@ def path_specs(tree: SGLangTree) -> list[dict]:
     for entry in catalog()["paths"]:
         spec = {**entry, "catalogued": True}
         if "via" in entry:
-            p = derived.get(entry["via"])
+            p = derived.get(entry["via"]) or derived.get(_aliased(tree, entry["via"]))
             if p is None:
-                spec["missing"] = missing_reason(tree, entry["via"])
+                unreadable = [d.lost for k, d in derived.items() if k.startswith("unreadable:")]
+                spec["missing"] = missing_reason(tree, entry["via"], unreadable)
             else:
                 named.add(p.key)
                 spec.update(steps=p.steps, assume={**p.assume, **entry.get("assume", {})},
@@ -115,14 +117,35 @@ def path_specs(tree: SGLangTree) -> list[dict]:
     return out
 
 
-def missing_reason(tree: SGLangTree, key: str) -> tuple[ClampVerdict, str]:
+def _aliased(tree: SGLangTree, key: str) -> str | None:
+    """``key`` with its class renamed to what a module-level alias (``Old = New``) points at."""
+    if ":" in key or "/" not in key:
+        return None
+    cls, rest = key.split("/", 1)
+    target = alias_target(tree.root, cls)
+    return f"{target}/{rest}" if target else None
+
+
+def missing_reason(tree: SGLangTree, key: str, unreadable: list[str] | None = None) -> tuple[ClampVerdict, str]:
     """Why the derived path ``key`` is not in ``tree``: ABSENT when its class, fused function or
-    backend does not exist in the release; UNDECIDED (with what exists) when it does but the
-    dispatch was not seen to reach it."""
+    backend does not exist in the release; UNDECIDED (with what exists, or the files that could
+    not be read, ``unreadable``) when it does or may exist but the dispatch was not seen to reach it."""
+    if unreadable:
+        return ClampVerdict.UNDECIDED, f"trail lost: not found, and the tree has files that cannot be read: {unreadable[0]}"
     if key.startswith(("fused:", "core:")):
         backend = key.split("/")[-1] if key.startswith("fused:") else key[5:]
-        if backend not in backend_values(Code(tree.root)).values():
+        values = backend_values(Code(tree.root))
+        if not values:
+            return ClampVerdict.UNDECIDED, "trail lost: no MoeRunnerBackend enum found (layers/moe/utils.py)"
+        if backend not in values.values():
             return ClampVerdict.ABSENT, f"no MoeRunnerBackend {backend!r} in this release"
+        # a registration or core written in a way the dispatch reader does not recognise is not absence
+        needle = "register_fused_func" if key.startswith("fused:") else "runner_core"
+        for path, text in source_files(tree.root):
+            if needle in text and (f'"{backend}"' in text or f"'{backend}'" in text
+                                   or f"is_{backend}(" in text or f"is_{backend}s(" in text):
+                return ClampVerdict.UNDECIDED, (f"trail lost: {path.relative_to(tree.srt).as_posix()} names "
+                                                f"{backend!r} beside {needle}, in a form not followed")
         kind = "@register_fused_func" if key.startswith("fused:") else "runner core"
         return ClampVerdict.ABSENT, f"no {kind} for {key.split(':', 1)[1]} in this release"
     cls, backend = key.split("/")
@@ -292,12 +315,21 @@ def audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[Path
     out = []
     try:
         specs = path_specs(tree)
-        for spec in specs:
-            if path_ids and spec["id"] not in path_ids:
-                continue
+    except (SyntaxError, RecursionError, MemoryError) as exc:
+        raise AuditError(f"{tree.root}: cannot follow the MoE dispatch: {getattr(exc, 'msg', None) or exc!r}") from exc
+    for spec in specs:
+        if path_ids and spec["id"] not in path_ids:
+            continue
+        try:
             out.append(audit_path(tree, spec))
-    except SyntaxError as exc:
-        raise AuditError(f"{tree.root}: cannot parse {exc.filename}: {exc.msg}") from exc
+        except (SyntaxError, RecursionError, MemoryError) as exc:
+            # one file that cannot be read, or code nested too deep to follow, costs this path only
+            why = (f"cannot read {_short(str(Path(exc.filename).resolve().relative_to(tree.root.resolve())))}: {exc.msg}"
+                   if isinstance(exc, SyntaxError) and exc.filename else "code nested too deep to follow")
+            out.append(PathResult(path=spec["id"], label=spec["label"], verdict=ClampVerdict.UNDECIDED,
+                                  rule=f"trail lost: {why}", file=None, function=None, line=None,
+                                  sglang_version=tree.version, catalogued=spec.get("catalogued", True),
+                                  found_by=list(spec.get("found_by", []))))
     if not side.ok:
         out = [_model_dropped(r, side) for r in out]
     return out

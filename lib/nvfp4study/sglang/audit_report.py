@@ -23,9 +23,22 @@ def results_frame(results: list[PathResult]):
     import pandas as pd
 
     rows = [{"sglang": r.sglang_version, "path": r.path, "verdict": r.verdict.value,
-             "where": f"{r.file}:{r.line}" if r.file else "", "function": r.function or "",
+             "where": f"{r.file}:{r.line}" if r.file and r.line else r.file or "", "function": r.function or "",
              "rule": r.rule} for r in results]
     return pd.DataFrame(rows, columns=["sglang", "path", "verdict", "where", "function", "rule"])
+
+
+def text_rows(df, width: int = 100) -> str:
+    """One block per row for a terminal: ``path  VERDICT  where  function``, then the whole rule
+    wrapped and indented (nothing cut off, so a lost trail's place is always shown)."""
+    import textwrap
+
+    out = []
+    for r in df.itertuples(index=False):
+        out.append(f"{r.path}  {r.verdict}  {r.where}  {r.function}".rstrip())
+        out += textwrap.wrap(r.rule, width=width, initial_indent="    ", subsequent_indent="    ",
+                             break_long_words=False, break_on_hyphens=False)
+    return "\n".join(out)
 
 
 def catalogued(results: list[PathResult]) -> list[PathResult]:
@@ -116,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"SGLang {tree.version} ({tree.origin}: {tree.root})")
         shown = results if a.all else catalogued(results)
-        print(results_frame(shown).drop(columns=["sglang"]).to_string(index=False, max_colwidth=90))
+        print(text_rows(results_frame(shown)))
         if not a.all:
             rest = dispatch_summary(results)
             if len(rest):
@@ -131,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["catalogued", "dispatch_summary", "main", "matrix_figure", "results_frame"]
+__all__ = ["catalogued", "dispatch_summary", "main", "matrix_figure", "results_frame", "text_rows"]
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -66,7 +66,7 @@ def sink_form_in_code(tree: SGLangTree, verify: dict) -> tuple[str | None, str]:
     path = tree.file(rel)
     if not path.is_file():
         return None, f"{verify['file']} missing"
-    mod = ast.parse(path.read_text(encoding="utf-8"))
+    mod = cv._parse(path)
     parts = verify["function"].split(".")
     fn: Any = mod
     for p in parts:

@@ -176,13 +176,32 @@ class Module:
 
 @cache
 def _parse_cached(path: Path, mtime_ns: int, size: int) -> ast.Module:
-    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    # bytes, so a PEP 263 coding line is honoured and bad bytes are a SyntaxError
+    return ast.parse(path.read_bytes(), filename=str(path))
 
 
 def _parse(path: Path) -> ast.Module:
-    """Parse a file once per version of its contents (keyed by mtime and size)."""
-    st = Path(path).stat()
-    return _parse_cached(Path(path), st.st_mtime_ns, st.st_size)
+    """Parse a file once per version of its contents (keyed by mtime and size).
+
+    Raises:
+        SyntaxError: the file does not parse, is not valid in its encoding, cannot be read (a
+            dangling link, no permission, not a regular file) or nests too deep for the parser;
+            ``filename`` names it.
+    """
+    path = Path(path)
+    try:
+        st = path.stat()
+        if not path.is_file():  # a FIFO or device named *.py would block the read
+            raise OSError("not a regular file")
+        return _parse_cached(path, st.st_mtime_ns, st.st_size)
+    except SyntaxError:
+        raise
+    except (OSError, ValueError, RecursionError, MemoryError) as exc:
+        why = "nests too deep to parse" if isinstance(exc, (RecursionError, MemoryError)) else \
+            (exc.strerror or str(exc)) if isinstance(exc, OSError) else str(exc)
+        err = SyntaxError(f"cannot read: {why}")
+        err.filename = str(path)
+        raise err from exc
 
 
 def _imports(body: list[ast.stmt], pkg: str) -> dict:

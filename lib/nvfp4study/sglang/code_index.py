@@ -7,6 +7,7 @@ dispatch.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from .clamp_values import _imports, _parse
@@ -20,11 +21,20 @@ class Code:
     def __init__(self, root: Path):
         self.root = Path(root)
         self._mods: dict[str, ast.Module | None] = {}
+        #: ``{file: why}`` for the files the dispatch needed and could not read or parse
+        self.unreadable: dict[str, str] = {}
 
     def mod(self, rel: str) -> ast.Module | None:
+        """The parsed module ``rel`` (from the root), or None if absent or unreadable (then
+        recorded in :attr:`unreadable`: one bad file does not stop the others being followed)."""
         if rel not in self._mods:
             p = self.root / rel
-            self._mods[rel] = _parse(p) if p.is_file() else None
+            try:
+                self._mods[rel] = _parse(p) if p.exists() or p.is_symlink() else None
+            except SyntaxError as exc:
+                self._mods[rel] = None
+                where = f":{exc.lineno}" if exc.lineno else ""
+                self.unreadable[rel] = f"{rel[len(SRT):] if rel.startswith(SRT) else rel}{where}: {exc.msg}"
         return self._mods[rel]
 
     def rel_for(self, dotted: str) -> str | None:
@@ -52,7 +62,20 @@ class Code:
         m = self.mod(rel)
         if m is None or hops == 0:
             return None
-        src = (local or {}).get(name) or _imports(m.body, _pkg(rel)).get(name)
+        # the module's last top-level binding of the name wins, as when Python runs it: an import
+        # or an alias ``Old = New`` (0.5.19's quantization/__init__.py binds a fallback first)
+        last = None
+        for st in m.body:
+            if isinstance(st, ast.ImportFrom) and name in _imports([st], module_name(rel)):
+                last = ("import", _imports([st], module_name(rel))[name])
+            elif isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in st.targets) \
+                    and isinstance(st.value, ast.Name) and st.value.id != name:
+                last = ("alias", st.value.id)
+        if local and name in local:
+            last = ("import", local[name])
+        if last and last[0] == "alias":
+            return self.resolve(rel, last[1], local, hops - 1)
+        src = last[1] if last else None
         if src is None:
             return None
         target = self.rel_for(src[0])
@@ -81,13 +104,13 @@ def step_name(where: tuple[str, str]) -> str:
     return f"{rel}::{where[1]}"
 
 
-def _pkg(rel: str) -> str:
+def module_name(rel: str) -> str:
     return rel[:-3].replace("/", ".")
 
 
 def local_imports(fn: ast.AST, rel: str) -> dict:
     """The ``from ... import`` names made inside ``fn`` (module ``rel``): ``{name: (module, attr)}``."""
-    return _imports([n for n in ast.walk(fn) if isinstance(n, ast.ImportFrom)], _pkg(rel))
+    return _imports([n for n in ast.walk(fn) if isinstance(n, ast.ImportFrom)], module_name(rel))
 
 
 def funcs(cls: ast.ClassDef) -> list[ast.FunctionDef]:
@@ -100,18 +123,45 @@ def called_name(call: ast.Call) -> str | None:
     return call.func.id if isinstance(call.func, ast.Name) else None
 
 
-def class_defined(root: Path, name: str) -> str | None:
-    """``"file:line"`` (relative to ``sglang/srt``) of the first ``class name`` in the tree, or None."""
-    needle = f"class {name}"
+def source_files(root: Path, unreadable: dict[str, str] | None = None) -> list[tuple[Path, str]]:
+    """``[(path, text)]`` for every regular ``*.py`` file under ``root/sglang/srt`` that reads as
+    UTF-8, sorted. Links that dangle or loop and FIFOs (a read would block) are passed over;
+    files that cannot be read or decoded are too, and recorded in ``unreadable`` (``{file: why}``,
+    file from the root) when given."""
+    out = []
     for path in sorted((Path(root) / SRT).rglob("*.py")):
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
+            if path.is_file():
+                out.append((path, path.read_bytes().decode("utf-8")))
+        except (OSError, UnicodeDecodeError) as exc:
+            if unreadable is not None:
+                rel = path.relative_to(root).as_posix()
+                why = "not valid UTF-8" if isinstance(exc, UnicodeDecodeError) else (exc.strerror or str(exc))
+                unreadable[rel] = f"{rel[len(SRT):]}: cannot read: {why}"
+    return out
+
+
+def class_defined(root: Path, name: str) -> str | None:
+    """``"file:line"`` (relative to ``sglang/srt``) of the first ``class name`` (or a module-level
+    alias ``name = Other``) in the tree, or None."""
+    needle, alias = f"class {name}", re.compile(rf"{re.escape(name)}\s*=\s*[A-Za-z_][\w.]*\s*$")
+    for path, text in source_files(root):
         for i, line in enumerate(text.splitlines(), 1):
-            if line.startswith(needle) and line[len(needle):len(needle) + 1] in ("(", ":"):
+            if (line.startswith(needle) and line[len(needle):len(needle) + 1] in ("(", ":")) or alias.match(line):
                 return f"{path.relative_to(Path(root) / SRT).as_posix()}:{i}"
     return None
 
 
-__all__ = ["SRT", "Code", "called_name", "class_defined", "funcs", "local_imports", "step_name"]
+def alias_target(root: Path, name: str) -> str | None:
+    """``Other`` when the tree has no ``class name`` but a module-level ``name = Other``."""
+    alias = re.compile(rf"{re.escape(name)}\s*=\s*(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)\s*$")
+    hit = class_defined(root, name)
+    if hit is None:
+        return None
+    path, line = hit.rsplit(":", 1)
+    m = alias.match((Path(root) / SRT / path).read_text(encoding="utf-8").splitlines()[int(line) - 1])
+    return m.group(1) if m else None
+
+
+__all__ = ["SRT", "Code", "alias_target", "called_name", "class_defined", "funcs", "local_imports", "module_name",
+           "source_files", "step_name"]

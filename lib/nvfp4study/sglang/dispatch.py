@@ -4,13 +4,10 @@ The clamp audit (:mod:`nvfp4study.sglang.audit`) needs, for every way a routed-e
 can run, the functions the clamp limit travels through. This module derives them from the code a
 server runs, not from a list of names:
 
-1. **Quantization methods.** ``layers/quantization/__init__.py`` maps each ``--quantization``
-   name to a config class (``BASE_QUANTIZATION_METHODS``); the MoE methods are the classes those
-   configs construct (in ``get_quant_method`` and the helpers it calls, such as compressed-tensors'
-   ``get_moe_scheme``), plus what ``FusedMoE.__init__`` builds without a config (the unquantized
-   method). A class is an MoE method when it has ``create_moe_runner`` or an ``apply`` /
-   ``apply_weights`` taking ``dispatch_output``; a wrapper that only forwards to another method
-   (``self.scheme.apply_weights(...)``) is skipped, since what it wraps is found itself.
+1. **Quantization methods** (:mod:`nvfp4study.sglang.quant_methods`): the classes the configs of
+   the ``--quantization`` registry construct, plus what ``FusedMoE.__init__`` builds without a
+   config (the unquantized method). A wrapper that forwards ``apply`` to a method object it holds
+   is not a path itself; what it holds is.
 2. **Runner backends.** The backends a method builds ``MoeRunner(MoeRunnerBackend.X, ...)`` with
    (directly or through a local), or, when it passes the configured backend through, those whose
    predicates (``is_flashinfer_trtllm()`` ...) it tests. The predicates' meaning is read from
@@ -23,8 +20,9 @@ server runs, not from a list of names:
    own, so kernels reached only from another dispatch (DeepEP, MegaMoE) are audited too.
 
 Where the trail is lost (a backend computed at run time with no predicate tested, no fused function
-and no core for a backend) the path carries ``lost`` with the file and line, and the audit says
-UNDECIDED there, never ABSENT.
+and no core for a backend, two functions registered for one key, a registry entry or a file that
+cannot be read) the path carries ``lost`` with the file and line, and the audit says UNDECIDED
+there, never ABSENT. Every file is read as bytes and parsed, never imported or run.
 """
 
 from __future__ import annotations
@@ -34,18 +32,26 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from .code_index import SRT, Code, called_name, funcs, local_imports, step_name
+from .clamp_values import _imports
+from .code_index import (
+    SRT,
+    Code,
+    called_name,
+    funcs,
+    local_imports,
+    module_name,
+    source_files,
+    step_name,
+)
+from .quant_methods import APPLY_NAMES, QUANT_REGISTRY, moe_methods, quant_configs
 
-QUANT_REGISTRY = SRT + "layers/quantization/__init__.py"
 BACKEND_ENUM = SRT + "layers/moe/utils.py"
 RUNNER = SRT + "layers/moe/moe_runner/runner.py"
-FUSED_MOE_LAYER = SRT + "layers/moe/fused_moe_triton/layer.py"
 #: The method's setup, in the order SGLang runs it: the method is built, ``FusedMoE.__init__``
 #: calls ``create_weights`` then ``create_moe_runner`` (fused_moe_triton/layer.py 484/499 in
 #: 0.5.19, 561/576 in 0.5.23), and the model loader calls ``process_weights_after_loading``
 #: once the weights are in (model_loader/loader.py); forward then runs ``apply`` / ``apply_weights``.
 SETUP_STEPS = ("__init__", "create_moe_runner", "process_weights_after_loading")
-APPLY_NAMES = ("apply", "apply_weights")
 #: What ``MoeRunner.run`` calls on a runner core: ``run`` after the pre-permute, or
 #: ``run_from_dispatch`` for a ``DispatchMoeRunnerCore`` (runner.py, ``MoeRunner.run``).
 CORE_STEPS = ("__init__", "run", "run_from_dispatch")
@@ -77,27 +83,34 @@ class DerivedPath:
 
 
 # --- the runner backends ------------------------------------------------------------------------
+def _enum(code: Code) -> tuple[str, ast.ClassDef] | None:
+    """``MoeRunnerBackend``'s file and class (``layers/moe/utils.py``, or wherever it re-exports from)."""
+    hit = code.resolve(BACKEND_ENUM, "MoeRunnerBackend")
+    return hit if hit and isinstance(hit[1], ast.ClassDef) else None
+
+
 def backend_values(code: Code) -> dict[str, str]:
     """``{"FLASHINFER_CUTLASS": "flashinfer_cutlass", ...}``: the ``MoeRunnerBackend`` enum."""
-    node = code.top(BACKEND_ENUM, "MoeRunnerBackend")
+    hit = _enum(code)
     out = {}
-    if isinstance(node, ast.ClassDef):
-        for st in node.body:
-            if isinstance(st, ast.Assign) and isinstance(st.value, ast.Constant) \
-                    and isinstance(st.targets[0], ast.Name):
-                out[st.targets[0].id] = st.value.value
+    for st in hit[1].body if hit else []:
+        if isinstance(st, ast.Assign) and isinstance(st.value, ast.Constant) and isinstance(st.targets[0], ast.Name):
+            out[st.targets[0].id] = st.value.value
     return out
 
 
 def predicates(code: Code) -> dict[str, set[str]]:
     """``{"is_flashinfer_trtllm": {"flashinfer_trtllm", "experimental_sgl_trtllm"}, ...}``: for each
-    predicate of ``MoeRunnerBackend``, the backend values it is true for (the members it names)."""
-    values = backend_values(code)
+    predicate of ``MoeRunnerBackend`` (its own or its in-tree bases', ``_MoeRunnerBackendPredicates``
+    in 0.5.23), the backend values it is true for (the members it names)."""
+    values, hit = backend_values(code), _enum(code)
     out: dict[str, set[str]] = {}
-    for cname in ("_MoeRunnerBackendPredicates", "MoeRunnerBackend"):
-        node = code.top(BACKEND_ENUM, cname)
-        if not isinstance(node, ast.ClassDef):
-            continue
+    classes = [hit] if hit else []
+    for b in hit[1].bases if hit else []:
+        base = code.resolve(hit[0], b.id) if isinstance(b, ast.Name) else None
+        if base and isinstance(base[1], ast.ClassDef):
+            classes.append(base)
+    for _, node in classes:
         for fn in funcs(node):
             if not fn.name.startswith("is_"):
                 continue
@@ -114,38 +127,59 @@ def facts_for(backend: str | None, preds: dict[str, set[str]]) -> dict[str, bool
     return {p: backend in vals for p, vals in preds.items()}
 
 
-def fused_registry(code: Code) -> dict[tuple[str, str], tuple[str, str, int]]:
-    """``{(a2a, runner): (file, function, line)}`` for every ``@register_fused_func`` in the tree."""
-    out = {}
-    for path in sorted((code.root / SRT).rglob("*.py")):
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
-        if "register_fused_func(" not in text:
+def fused_registry(code: Code) -> dict[tuple[str, str], list[tuple[str, str, int]]]:
+    """``{(a2a, runner): [(file, function, line), ...]}`` for every ``register_fused_func`` in the
+    tree: as a decorator or called on a function (``register_fused_func(a, b)(fn)``), with its two
+    names given as strings, keywords or module-level string constants. More than one entry for a
+    key means the winner depends on import order (``FusedOpPool``, moe_runner/base.py)."""
+    out: dict[tuple[str, str], list[tuple[str, str, int]]] = {}
+    for path, text in source_files(code.root, code.unreadable):
+        if "register_fused_func" not in text:
             continue
         rel = path.relative_to(code.root).as_posix()
         mod = code.mod(rel)
-        for n in mod.body if mod else []:
-            if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            for d in n.decorator_list:
-                if isinstance(d, ast.Call) and ast.unparse(d.func).endswith("register_fused_func") \
-                        and len(d.args) == 2 and all(isinstance(a, ast.Constant) for a in d.args):
-                    out.setdefault((d.args[0].value, d.args[1].value), (rel, n.name, d.lineno))
+        if mod is None:
+            continue
+        consts = {t.id: st.value.value for st in mod.body if isinstance(st, ast.Assign)
+                  and isinstance(st.value, ast.Constant) and isinstance(st.value.value, str)
+                  for t in st.targets if isinstance(t, ast.Name)}
+        for n in mod.body:
+            regs = []
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                regs = [(d, n.name) for d in n.decorator_list]
+            elif isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Call) \
+                    and len(n.value.args) == 1 and isinstance(n.value.args[0], ast.Name):
+                regs = [(n.value.func, n.value.args[0].id)]
+            for d, fname in regs:
+                key = _registration_key(d, consts)
+                if key is not None:
+                    out.setdefault(key, []).append((rel, fname, d.lineno))
     return out
 
 
+def _registration_key(d: ast.AST, consts: dict[str, str]) -> tuple[str, str] | None:
+    if not (isinstance(d, ast.Call) and ast.unparse(d.func).split(".")[-1] == "register_fused_func"):
+        return None
+    vals = list(d.args) + [k.value for k in d.keywords if k.arg]
+    names = [v.value if isinstance(v, ast.Constant) else consts.get(v.id) if isinstance(v, ast.Name) else None
+             for v in vals]
+    if len(names) != 2 or not all(isinstance(x, str) for x in names):
+        return None
+    return names[0], names[1]
+
+
 def runner_cores(code: Code) -> dict[str, tuple[str, str, int]]:
-    """``{backend value: (file, CoreClass, line)}`` from the ``runner_backend.is_x()`` chain of
-    ``MoeRunner.__init__`` (``layers/moe/moe_runner/runner.py``)."""
-    cls = code.top(RUNNER, "MoeRunner")
-    if not isinstance(cls, ast.ClassDef):
+    """``{backend value: (file, CoreClass, line)}``: what ``MoeRunner.__init__``
+    (``layers/moe/moe_runner/runner.py``, or wherever ``MoeRunner`` re-exports from) assigns to
+    ``self.runner_core`` under each ``runner_backend.is_x()`` test."""
+    hit = code.resolve(RUNNER, "MoeRunner")
+    if not (hit and isinstance(hit[1], ast.ClassDef)):
         return {}
+    rel, cls = hit
     init = next((f for f in funcs(cls) if f.name == "__init__"), None)
     if init is None:
         return {}
-    preds, local = predicates(code), local_imports(init, RUNNER)
+    preds, local = predicates(code), local_imports(init, rel)
     out: dict[str, tuple[str, str, int]] = {}
     for node in ast.walk(init):
         if not isinstance(node, ast.If):
@@ -153,128 +187,23 @@ def runner_cores(code: Code) -> dict[str, tuple[str, str, int]]:
         tested = [c.func.attr for c in ast.walk(node.test) if isinstance(c, ast.Call)
                   and isinstance(c.func, ast.Attribute) and c.func.attr in preds]
         for st in node.body:
-            for call in ast.walk(st):
-                if isinstance(call, ast.Call) and (name := called_name(call)) and name.endswith("RunnerCore"):
-                    hit = code.resolve(RUNNER, name, local)
-                    if hit:
+            for a in ast.walk(st):
+                if isinstance(a, ast.Assign) and any(ast.unparse(t) == "self.runner_core" for t in a.targets) \
+                        and isinstance(a.value, ast.Call) and (name := called_name(a.value)):
+                    core = code.resolve(rel, name, local)
+                    if core and isinstance(core[1], ast.ClassDef):
                         for p in tested:
                             for v in preds[p]:
-                                out.setdefault(v, (hit[0], name, call.lineno))
+                                out.setdefault(v, (core[0], core[1].name, a.value.lineno))
     return out
-
-
-# --- the quantization methods -------------------------------------------------------------------
-def quant_configs(code: Code) -> list[tuple[str, str, str, int]]:
-    """``[(quantization name, file, ConfigClass, line)]`` from ``BASE_QUANTIZATION_METHODS``."""
-    mod = code.mod(QUANT_REGISTRY)
-    out = []
-    for st in mod.body if mod else []:
-        target = st.target if isinstance(st, ast.AnnAssign) else st.targets[0] if isinstance(st, ast.Assign) else None
-        if not (isinstance(target, ast.Name) and "QUANTIZATION_METHODS" in target.id
-                and isinstance(st.value, ast.Dict)):
-            continue
-        for k, v in zip(st.value.keys, st.value.values, strict=False):
-            if isinstance(k, ast.Constant) and isinstance(v, ast.Name):
-                hit = code.resolve(QUANT_REGISTRY, v.id)
-                if hit and isinstance(hit[1], ast.ClassDef):
-                    out.append((k.value, hit[0], v.id, v.lineno))
-    return out
-
-
-def _is_moe_method(code: Code, rel: str, cls: ast.ClassDef) -> bool:
-    if code.method(rel, cls, "create_moe_runner"):
-        return True
-    for name in APPLY_NAMES:
-        m = code.method(rel, cls, name)
-        if m:
-            fn = code.top(m[0], m[1].split(".")[0])
-            f = next(x for x in funcs(fn) if x.name == name)
-            if any(a.arg == "dispatch_output" for a in f.args.args + f.args.kwonlyargs):
-                return True
-    return False
-
-
-def _is_wrapper(code: Code, rel: str, cls: ast.ClassDef) -> bool:
-    """True when ``apply`` only forwards to a method object it holds (``self.scheme.apply...``)."""
-    for name in APPLY_NAMES:
-        m = code.method(rel, cls, name)
-        if not m:
-            continue
-        owner = code.top(m[0], m[1].split(".")[0])
-        fn = next(x for x in funcs(owner) if x.name == name)
-        held = {st.targets[0].id for st in ast.walk(fn) if isinstance(st, ast.Assign)
-                and isinstance(st.targets[0], ast.Name) and isinstance(st.value, ast.Attribute)}
-        for c in ast.walk(fn):
-            if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in APPLY_NAMES \
-                    and isinstance(c.func.value, ast.Name) and c.func.value.id in held:
-                return True  # scheme = layer.scheme; scheme.apply_weights(...)
-            # ``self.scheme.apply_weights(...)`` / ``layer.scheme.apply_weights(...)``: the
-            # method object held on the method or on the layer does the work
-            if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in APPLY_NAMES \
-                    and isinstance(c.func.value, ast.Attribute) and isinstance(c.func.value.value, ast.Name) \
-                    and c.func.value.value.id in ("self", "layer"):
-                return True
-    return False
-
-
-def moe_methods(code: Code) -> dict[str, tuple[str, ast.ClassDef, str]]:
-    """``{Class: (file, ClassDef, how it was reached)}``: every MoE method the dispatch constructs.
-
-    Follows the classes constructed in each quantization config's methods and in the functions
-    and class methods they call (up to three calls deep), and in ``FusedMoE.__init__``.
-    """
-    seen_fn: set[tuple[str, str]] = set()
-    found: dict[str, tuple[str, ast.ClassDef, str]] = {}
-    todo: list[tuple[str, ast.AST, str, ast.ClassDef | None, int]] = []
-    for qname, rel, cname, line in quant_configs(code):
-        cls = code.top(rel, cname)
-        for fn in funcs(cls):
-            todo.append((rel, fn, f"{QUANT_REGISTRY[len(SRT):]}:{line} {qname!r} -> {cname}.{fn.name}", cls, 0))
-    layer = code.top(FUSED_MOE_LAYER, "FusedMoE")
-    if isinstance(layer, ast.ClassDef):
-        for fn in funcs(layer):
-            if fn.name == "__init__":
-                todo.append((FUSED_MOE_LAYER, fn, f"{FUSED_MOE_LAYER[len(SRT):]} FusedMoE.__init__", layer, 0))
-    while todo:
-        rel, fn, how, owner, depth = todo.pop(0)
-        key = (rel, f"{owner.name if owner else ''}.{fn.name}")
-        if key in seen_fn:
-            continue
-        seen_fn.add(key)
-        local = local_imports(fn, rel)
-        for c in ast.walk(fn):
-            if not isinstance(c, ast.Call):
-                continue
-            f = c.func
-            if isinstance(f, ast.Name):
-                hit = code.resolve(rel, f.id, local)
-                if hit is None:
-                    continue
-                hrel, node = hit
-                if isinstance(node, ast.ClassDef):
-                    if node.name not in found and _is_moe_method(code, hrel, node) \
-                            and not _is_wrapper(code, hrel, node):
-                        found[node.name] = (hrel, node, f"{how} -> {hrel[len(SRT):]}:{c.lineno} {node.name}")
-                elif depth < 3:
-                    todo.append((hrel, node, f"{how} -> {node.name}", None, depth + 1))
-            elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and depth < 3:
-                if f.value.id in ("self", "cls") and owner is not None:
-                    target = next((x for x in funcs(owner) if x.name == f.attr), None)
-                    if target is not None:
-                        todo.append((rel, target, how, owner, depth + 1))
-                    continue
-                hit = code.resolve(rel, f.value.id, local)
-                if hit and isinstance(hit[1], ast.ClassDef):
-                    target = next((x for x in funcs(hit[1]) if x.name == f.attr), None)
-                    if target is not None:
-                        todo.append((hit[0], target, f"{how} -> {hit[1].name}.{f.attr}", hit[1], depth + 1))
-    return found
 
 
 def method_backends(code: Code, rel: str, cls: ast.ClassDef) -> tuple[list[str | None], str | None]:
     """The runner backends ``cls`` can run with, and where the trail was lost (or None).
 
-    ``[None]`` when the class builds no ``MoeRunner`` (it calls its kernels itself).
+    ``[None]`` when the class neither builds a ``MoeRunner`` nor calls one (it calls its kernels
+    itself). A class that calls ``...runner.run(...)`` while no ``MoeRunner(...)`` construction was
+    recognised gives ``[None]`` with the call's place as the lost trail, never a silent "direct".
     """
     values, preds = backend_values(code), predicates(code)
     bodies = []
@@ -285,22 +214,26 @@ def method_backends(code: Code, rel: str, cls: ast.ClassDef) -> tuple[list[str |
             bodies += [(m[0], f) for f in funcs(owner) if f.name == name]
     out: list[str] = []
     lost = None
-    runtime = False
+    runtime = built = False
     for frel, fn in bodies:
+        enum = _enum_names(code, frel, fn)
         assigned: dict[str, set[str]] = {}
         computed: set[str] = set()  # locals also assigned from something else (the configured backend)
         for st in ast.walk(fn):
             if isinstance(st, ast.Assign) and isinstance(st.targets[0], ast.Name):
-                members = _members(st.value, values)
+                members = _members(st.value, values, enum)
                 if members:
                     assigned.setdefault(st.targets[0].id, set()).update(members)
                 else:
                     computed.add(st.targets[0].id)
         for c in ast.walk(fn):
-            if not (isinstance(c, ast.Call) and called_name(c) == "MoeRunner" and c.args):
+            if not (isinstance(c, ast.Call) and ast.unparse(c.func).split(".")[-1] == "MoeRunner"):
                 continue
-            arg = c.args[0]
-            members = _members(arg, values) or (assigned.get(arg.id) if isinstance(arg, ast.Name) else None)
+            arg = c.args[0] if c.args else next((k.value for k in c.keywords if k.arg == "runner_backend"), None)
+            if arg is None:
+                continue
+            built = True
+            members = _members(arg, values, enum) or (assigned.get(arg.id) if isinstance(arg, ast.Name) else None)
             if members:
                 out += sorted(members)
             if not members or (isinstance(arg, ast.Name) and arg.id in computed):
@@ -314,13 +247,28 @@ def method_backends(code: Code, rel: str, cls: ast.ClassDef) -> tuple[list[str |
         if out:  # the backends it can end up with are known: the ones it names or tests
             lost = None
     if not out and not runtime:
+        calls = [(frel, c.lineno) for frel, fn in bodies for c in ast.walk(fn) if isinstance(c, ast.Call)
+                 and isinstance(c.func, ast.Attribute) and c.func.attr == "run"
+                 and ast.unparse(c.func.value).endswith("runner")]
+        if calls and not built:
+            frel, line = calls[0]
+            return [None], (f"{frel[len(SRT):]}:{line} calls its runner, but where that MoeRunner is built "
+                            "was not followed")
         return [None], None
     return sorted(set(out), key=out.index), lost
 
 
-def _members(node: ast.AST, values: dict[str, str]) -> set[str]:
+def _enum_names(code: Code, rel: str, fn: ast.AST) -> set[str]:
+    """The names ``MoeRunnerBackend`` goes by in ``fn`` (its module's imports and the function's own,
+    an ``as`` alias included)."""
+    mod = code.mod(rel)
+    imports = {**(_imports(mod.body, module_name(rel)) if mod else {}), **local_imports(fn, rel)}
+    return {"MoeRunnerBackend"} | {k for k, (_, attr) in imports.items() if attr == "MoeRunnerBackend"}
+
+
+def _members(node: ast.AST, values: dict[str, str], enum: set[str] = frozenset({"MoeRunnerBackend"})) -> set[str]:
     return {values[a.attr] for a in ast.walk(node) if isinstance(a, ast.Attribute)
-            and isinstance(a.value, ast.Name) and a.value.id == "MoeRunnerBackend" and a.attr in values}
+            and isinstance(a.value, ast.Name) and a.value.id in enum and a.attr in values}
 
 
 # --- the paths ----------------------------------------------------------------------------------
@@ -330,9 +278,14 @@ def _runner_steps(backend: str, fused: dict, cores: dict, code: Code) -> tuple[l
     a2a = "none" if ("none", backend) in fused else next(
         (a for a, r in sorted(fused) if r == backend and a == backend), None)
     if a2a is not None:
-        rel, fn, line = fused[(a2a, backend)]
+        regs = fused[(a2a, backend)]
+        rel, fn, line = regs[0]
         steps.append(step_name((rel, fn)))
         trail.append(f"{rel[len(SRT):]}:{line} @register_fused_func({a2a!r}, {backend!r}) -> {fn}")
+        if len(regs) > 1:
+            return steps, trail, (f"{len(regs)} functions registered for ({a2a!r}, {backend!r}): "
+                                  + ", ".join(f"{r[len(SRT):]}:{ln} {f}" for r, f, ln in regs)
+                                  + " (which one wins depends on import order)")
     if backend in cores:
         rel, core, line = cores[backend]
         cls = code.top(rel, core)
@@ -356,10 +309,17 @@ def derive_paths(root: Path) -> list[DerivedPath]:
     two calls is derived again.
     """
     root = Path(root).resolve()
-    stamp = tuple((p.as_posix(), st.st_size, st.st_mtime_ns) for p in sorted((root / SRT).rglob("*.py"))
-                  if (st := p.stat()))
+    stamp = tuple(_stamp(p) for p in sorted((root / SRT).rglob("*.py")))
     return [DerivedPath(p.key, list(p.steps), dict(p.assume), list(p.trail), p.lost, p.cls_file, p.runner_at)
             for p in _derive(root, hash(stamp))]
+
+
+def _stamp(p: Path) -> tuple[str, int, int]:
+    try:
+        st = p.stat()
+        return p.as_posix(), st.st_size, st.st_mtime_ns
+    except OSError:  # a dangling or looping link: part of the state all the same
+        return p.as_posix(), -1, -1
 
 
 @cache
@@ -391,16 +351,27 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
                 p.trail += trail
                 p.lost = p.lost or why
             out.append(p)
-    for (a2a, runner), (rel, fn, line) in sorted(fused.items()):
+    for qname, rel, cname, line in quant_configs(code):
+        if rel is None:
+            out.append(DerivedPath(key=f"quantization:{qname}", steps=[], trail=[f"{QUANT_REGISTRY[len(SRT):]}:{line}"],
+                                   lost=f"{QUANT_REGISTRY[len(SRT):]}:{line} {qname!r} names {cname}, not found in the tree"))
+    for (a2a, runner), regs in sorted(fused.items()):
+        rel, fn, line = regs[0]
         out.append(DerivedPath(key=f"fused:{a2a}/{runner}", steps=[step_name((rel, fn))], assume=facts_for(runner, preds),
-                               trail=[f"{rel[len(SRT):]}:{line} @register_fused_func({a2a!r}, {runner!r})"]))
+                               trail=[f"{r[len(SRT):]}:{ln} @register_fused_func({a2a!r}, {runner!r}) -> {f}"
+                                      for r, f, ln in regs],
+                               lost=None if len(regs) == 1 else f"{len(regs)} functions registered for "
+                               f"({a2a!r}, {runner!r}) (which one wins depends on import order)"))
     for backend, (rel, core, line) in sorted(cores.items()):
         cls = code.top(rel, core)
         steps = [step_name(m) for s in CORE_STEPS if (m := code.method(rel, cls, s))]
         out.append(DerivedPath(key=f"core:{backend}", steps=steps, assume=facts_for(backend, preds),
                                trail=[f"{RUNNER[len(SRT):]}:{line} MoeRunner.__init__ -> {core}"]))
+    for rel, why in sorted(code.unreadable.items()):  # files the dispatch needed and could not read
+        out.append(DerivedPath(key=f"unreadable:{rel[len(SRT):] if rel.startswith(SRT) else rel}", steps=[],
+                               lost=f"{why} (the paths through this file were not followed)"))
     return tuple(out)
 
 
 __all__ = ["DerivedPath", "backend_values", "derive_paths", "facts_for", "fused_registry",
-           "method_backends", "moe_methods", "predicates", "quant_configs", "runner_cores"]
+           "method_backends", "predicates", "runner_cores"]

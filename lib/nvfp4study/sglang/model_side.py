@@ -24,6 +24,7 @@ import ast
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .clamp_values import _parse
 from .source import SGLangTree
 
 MODEL_FILE = "models/bailing_moe_v3.py"
@@ -200,12 +201,12 @@ def model_side(tree: SGLangTree) -> ModelSide:
     ``models/bailing_moe_v3.py`` (Ling-3.0-flash does not load on that release).
 
     Raises:
-        SyntaxError: the model file does not parse.
+        SyntaxError: the model file does not parse or cannot be read.
     """
     path = tree.file("sglang/srt/" + MODEL_FILE)
-    if not path.is_file():
+    if not (path.exists() or path.is_symlink()):
         return ModelSide(present=False)
-    mod = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    mod = _parse(path)  # SyntaxError names the file, also for one that cannot be read
     scope = _Scope(mod)
     calls = [n for n in ast.walk(mod) if isinstance(n, ast.Call)]
     moe = sorted((c for c in calls if _is_moe_construction(c)), key=lambda c: c.lineno)
