@@ -189,3 +189,107 @@ def test_the_input_tree_is_not_modified(t):
     before = digest(t.root)
     sa.audit_tree(t)
     assert digest(t.root) == before
+
+
+# --- second round: the same code in other statements -------------------------------------------
+def _wrap_body(tree, rel: str, func: str, head: list[str], depth: int, tail: list[str] = ()) -> None:
+    """Re-indent ``func``'s body ``depth`` levels under the ``head`` lines (and ``tail`` after)."""
+    import ast
+
+    p = tree.file(SRT + rel)
+    lines = p.read_text().splitlines()
+    fn = next(n for n in ast.walk(ast.parse("\n".join(lines))) if isinstance(n, ast.FunctionDef) and n.name == func)
+    first, last = fn.body[0].lineno - 1, fn.end_lineno
+    if isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant):  # keep the docstring
+        first = fn.body[0].end_lineno
+    ind = " " * (fn.body[0].col_offset)
+    body = [(" " * 4 * depth + ln) if ln.strip() else ln for ln in lines[first:last]]
+    new = [ind + h for h in head] + body + [ind + t for t in tail]
+    p.write_text("\n".join(lines[:first] + new + lines[last:]) + "\n")
+
+
+@pytest.mark.parametrize("head,depth,tail", [
+    (["match 0:", "    case _:"], 2, []),
+    (["try:", "    pass", "except ImportError:", "    raise", "else:"], 1, []),
+    (["for _ in ():", "    pass", "else:"], 1, []),
+    (["def _inner():"], 1, ["return _inner()"]),
+], ids=["match", "try-else", "for-else", "nested-def"])
+def test_body_under_other_statements(t, baseline, head, depth, tail):
+    _wrap_body(t, TRITON, "fused_experts_none_to_triton", head, depth, tail)
+    assert _verdicts(t)["triton"] == baseline["triton"]
+
+
+def test_too_long_to_follow_is_undecided(t):
+    from nvfp4study.sglang.clamp_flow import Interp
+
+    _wrap_body(t, TRITON, "fused_experts_none_to_triton", ["_pad = 0"] * (Interp.MAX_STEPS + 1), 0)
+    r = sa.audit_tree(t, ["triton"])[0]
+    assert r.verdict.value == "UNDECIDED" and "too long to follow" in r.rule
+
+
+def test_method_bound_by_name(t, baseline):
+    _sub(t, W4A4, r"^    def apply_weights\(", "    def _apply_weights_impl(")
+    p = t.file(SRT + W4A4)
+    text = p.read_text()
+    i = text.index("    def _apply_weights_impl(")
+    j = text.index("\n    def ", i + 10) if "\n    def " in text[i + 10:] else len(text)
+    p.write_text(text[:j] + "\n\n    apply_weights = _apply_weights_impl\n" + text[j:])
+    assert _verdicts(t) == baseline
+
+
+def test_limit_bound_by_partial(t, baseline):
+    rel = "layers/moe/moe_runner/flashinfer_cutlass.py"
+    p = t.file(SRT + rel)
+    text = p.read_text()
+    assert "swiglu_limit=quant_info.swiglu_limit," in text and "= flashinfer_cutlass_fused_moe(" in text
+    text = text.replace("swiglu_limit=quant_info.swiglu_limit,", "", 1)
+    text = text.replace("= flashinfer_cutlass_fused_moe(", "= functools.partial(flashinfer_cutlass_fused_moe, "
+                        "swiglu_limit=quant_info.swiglu_limit)(", 1)
+    p.write_text("import functools\n" + text)
+    assert _verdicts(t)["nvfp4-w4a4-cutlass"] == baseline["nvfp4-w4a4-cutlass"]
+
+
+def test_class_under_a_top_level_if(t, baseline):
+    p = t.file(SRT + W4A4)
+    lines = p.read_text().splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("class CompressedTensorsW4A4Nvfp4MoE"))
+    lines[start:] = ["if True:"] + [("    " + ln) if ln.strip() else ln for ln in lines[start:]]
+    p.write_text("\n".join(lines) + "\n")
+    assert _verdicts(t) == baseline
+
+
+def test_linked_package_folder(t, baseline, tmp_path):
+    d = t.file(SRT + "layers/moe/moe_runner")
+    moved = tmp_path / "moved_moe_runner"
+    d.rename(moved)
+    d.symlink_to(moved, target_is_directory=True)
+    assert _verdicts(t) == baseline
+
+
+def test_registry_filled_otherwise(t, baseline):
+    p = t.file(SRT + "layers/quantization/__init__.py")
+    text = p.read_text()
+    line = '    "compressed-tensors": CompressedTensorsConfig,\n'
+    p.write_text(text.replace(line, "") + '\nif True:\n    BASE_QUANTIZATION_METHODS |= {"compressed-tensors": '
+                 "CompressedTensorsConfig}\n")
+    assert _verdicts(t)["nvfp4-w4a4-cutlass"] == baseline["nvfp4-w4a4-cutlass"]
+
+
+def test_registrar_aliased_or_built_ahead(t, baseline):
+    _sub(t, TRITON, r'^@register_fused_func\("none", "triton"\)',
+         '_triton = register_fused_func("none", "triton")\n@_triton')
+    assert _verdicts(t)["triton"] == baseline["triton"]
+
+
+def test_missing_registry_is_named(t):
+    t.file(SRT + "layers/quantization/__init__.py").unlink()
+    rows = {r.path: r for r in sa.audit_tree(t)}
+    assert "quantization/__init__.py is missing" in rows["quantization:registry"].rule
+
+
+@pytest.mark.parametrize("version", ["", "1" * 5000, "0.5.23 "])
+def test_bad_release_number_is_a_named_error(version):
+    from nvfp4study.core.errors import SGLangSourceError
+    from nvfp4study.sglang import audit_report
+    with pytest.raises(SGLangSourceError, match="is not an SGLang release number"):
+        audit_report.main(["--version", version])

@@ -200,6 +200,11 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
             steps, skipped_runner = steps[:i], True
             break
         interp.run_step(r, q)
+    if interp.exhausted:
+        r0, q0 = steps[-1] if steps else (None, None)
+        return PathResult(**base, verdict=ClampVerdict.UNDECIDED,
+                          rule=f"trail lost: the code is too long to follow ({Interp.MAX_STEPS} statements run)",
+                          file=_short(r0) if r0 else None, function=q0, line=None)
     if skipped_runner:
         base["found_by"].append("the method returns before calling its MoeRunner on Ling's branches: "
                                 "the runner's steps were not run")

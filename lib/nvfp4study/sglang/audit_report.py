@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.installed:
         tree = installed_tree(a.python)
-    elif a.version:
+    elif a.version is not None:  # --version "" is a bad release number, not "no version"
         tree = unpack_wheel(a.version)
     else:
         tree = open_tree(a.path)

@@ -28,6 +28,7 @@ from .clamp_values import (
     Frame,
     FuncRef,
     Limit,
+    LocalFunc,
     Multi,
     Payload,
     SinkHit,
@@ -195,13 +196,22 @@ class ExprEval:
     def call(self, node: ast.Call, frame: Frame) -> Any:
         f = node.func
         name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+        bound = None
+        if isinstance(f, ast.Call):  # functools.partial(sink, ...)(...) called at once
+            ref = self.eval(f, frame)
+            if isinstance(ref, FuncRef):
+                name, bound = ref.name, ref
         if isinstance(f, ast.Name) and f.id in frame.locals:
             ref = frame.locals[f.id]
             refs = ref.options if isinstance(ref, Multi) else (ref,)
             if refs and all(isinstance(r, FuncRef) for r in refs):
                 name = refs[0].name
+                bound = refs[0]
         args = [self.eval(a, frame) for a in node.args if not isinstance(a, ast.Starred)]
         kwargs, kw_nodes = {}, {}
+        if bound is not None:  # what a partial bound comes first; the call's own arguments after
+            args = list(bound.args) + args
+            kwargs, kw_nodes = dict(bound.kwargs), dict(bound.nodes)
         for k in node.keywords:
             v = self.eval(k.value, frame)
             if k.arg is None:
@@ -230,6 +240,11 @@ class ExprEval:
             self.hits.append(SinkHit(name, frame.module.rel, frame.qualname, node.lineno,
                                      kwargs, args, kw_nodes, origins))
             return UNK
+        if name == "partial" and args and (isinstance(args[0], FuncRef) or (
+                isinstance(node.args[0], ast.Name) and node.args[0].id in self.sinks)):
+            # functools.partial(sink, swiglu_limit=x): the bound arguments travel with the function
+            fname = args[0].name if isinstance(args[0], FuncRef) else node.args[0].id
+            return FuncRef(fname, tuple(args[1:]), tuple(kwargs.items()), tuple(kw_nodes.items()))
         if name == "isinstance" and len(args) == 2 and isinstance(node.args[1], ast.Name):
             # a payload's class is known: decide the registry's isinstance dispatch
             objs = args[0].options if isinstance(args[0], Multi) else (args[0],)
@@ -283,6 +298,16 @@ class ExprEval:
             key = f"<payload:{name}>"
             self.attrs[key] = p
             return p
+        if isinstance(f, ast.Name) and isinstance(frame.locals.get(f.id), LocalFunc) and frame.depth < self.MAX_DEPTH:
+            inner = frame.locals[f.id].node  # a closure: it sees the enclosing frame's names
+            sub = Frame(frame.module, frame.cls, f"{frame.qualname}.{inner.name}", depth=frame.depth + 1)
+            sub.guards, sub.locals, sub.imports = list(frame.guards), dict(frame.locals), dict(frame.imports)
+            self._bind(inner, sub, args, kwargs, method_call=False)
+            self.exec_body(inner.body, sub)
+            out: Any = None
+            for r in sub.returns:
+                out = r if out is None else join(out, r)
+            return UNK if not sub.returns else out
         target = self.resolve(f, frame)
         if target is not None and frame.depth < self.MAX_DEPTH:
             mod, fn, cls = target

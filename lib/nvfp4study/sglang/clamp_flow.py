@@ -29,6 +29,7 @@ from .clamp_values import (
     UNK,
     Frame,
     Limit,
+    LocalFunc,
     Module,
     Multi,
     Refusal,
@@ -39,6 +40,7 @@ from .clamp_values import (
     join,
     truth,
 )
+from .code_index import class_methods, module_level
 
 
 class Interp(ExprEval):
@@ -62,6 +64,7 @@ class Interp(ExprEval):
         self.refusals: list[Refusal] = []
         self.live: set[tuple[str, int]] = set()
         self.opaque: list[tuple[str, str, int]] = []
+        self.exhausted = False
         self.runner_calls: list[tuple[str, int]] = []
         self.steps_done = 0
         self.entry_names: set[str] = set()
@@ -75,11 +78,11 @@ class Interp(ExprEval):
         if not path.is_file():
             return None
         tree = _parse(path)
-        funcs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        classes = {n.name: {m.name: m for m in n.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
-                   for n in tree.body if isinstance(n, ast.ClassDef)}
+        body = module_level(tree.body)
+        funcs = {n.name: n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        classes = {n.name: class_methods(n) for n in body if isinstance(n, ast.ClassDef)}
         pkg = rel[:-3].replace("/", ".")
-        mod = Module(path, rel, tree, funcs, classes, _imports(tree.body, pkg))
+        mod = Module(path, rel, tree, funcs, classes, _imports(body, pkg))
         self._mods[rel] = mod
         return mod
 
@@ -188,6 +191,7 @@ class Interp(ExprEval):
     def exec_stmt(self, st: ast.stmt, frame: Frame) -> None:
         self.steps_done += 1
         if self.steps_done > self.MAX_STEPS:
+            self.exhausted = True  # the audit says UNDECIDED, not what the cut-off run saw
             frame.stopped = True
             return
         if isinstance(st, ast.Assign):
@@ -226,16 +230,40 @@ class Interp(ExprEval):
                 for item in it:
                     self.assign(st.target, item, frame)
                     self.exec_body(st.body, frame)
+                if st.orelse and not frame.stopped:  # no break is followed: else runs after
+                    self.exec_body(st.orelse, frame)
                 return
             if isinstance(st, (ast.For, ast.AsyncFor)):
                 self.assign(st.target, UNK, frame)
             self._branch(frame, [st.body, []])
             frame.stopped = False
+            if st.orelse:  # runs when the loop ends without break
+                self._branch(frame, [st.orelse, []])
+                frame.stopped = False
         elif isinstance(st, (ast.With, ast.AsyncWith)):
             self.exec_body(st.body, frame)
-        elif isinstance(st, ast.Try):
-            self.exec_body(st.body, frame)
-            self.exec_body(st.finalbody, frame)
+        elif isinstance(st, (ast.Try, ast.TryStar)):
+            if st.handlers:
+                # no exception (body, then else) or one of the handlers: not decidable here, so
+                # every way is followed and a raise in any of them is not certain
+                frame.guards.append(("try/except", False))
+                self._branch(frame, [st.body + st.orelse] + [h.body for h in st.handlers])
+                frame.guards.pop()
+            else:
+                self.exec_body(st.body + st.orelse, frame)
+            if not frame.stopped:
+                self.exec_body(st.finalbody, frame)
+        elif isinstance(st, ast.Match):
+            self.eval(st.subject, frame)
+            frame.guards.append(("match", False))
+            bodies = [c.body for c in st.cases]
+            if not any(isinstance(c.pattern, ast.MatchAs) and c.pattern.pattern is None and c.guard is None
+                       for c in st.cases):
+                bodies.append([])  # no catch-all case: nothing may match
+            self._branch(frame, bodies)
+            frame.guards.pop()
+        elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            frame.locals[st.name] = LocalFunc(st)  # a nested function, called later by name
         elif isinstance(st, ast.Raise):
             self.refusals.append(Refusal(frame.module.rel, frame.qualname, st.lineno,
                                          frame.guard_mentions_clamp(), ast.unparse(st)[:160],

@@ -73,11 +73,22 @@ class Payload:
         return None
 
 
+@dataclass(frozen=True, eq=False)
+class LocalFunc:
+    """A function defined inside the function being run (``def _inner(): ...``)."""
+
+    node: ast.FunctionDef
+
+
 @dataclass(frozen=True)
 class FuncRef:
-    """A sink function held in a variable (``moe_call = trtllm_fp4_block_scale_moe``)."""
+    """A sink function held in a variable (``moe_call = trtllm_fp4_block_scale_moe``), with the
+    arguments a ``functools.partial`` bound to it (``args``, ``kwargs``: tuples of values / pairs)."""
 
     name: str
+    args: tuple = ()
+    kwargs: tuple = ()
+    nodes: tuple = ()  # (keyword, ast node) of the bound keywords, for the evidence
 
 
 @dataclass

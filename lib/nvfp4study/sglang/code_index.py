@@ -45,13 +45,16 @@ class Code:
         return None
 
     def top(self, rel: str, name: str) -> ast.AST | None:
+        """The module-level class or function ``name`` of ``rel`` (one inside a top-level ``if`` /
+        ``try`` / ``with`` counts), the last definition winning."""
         m = self.mod(rel)
         if m is None:
             return None
-        for n in m.body:
+        hit = None
+        for n in module_level(m.body):
             if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name:
-                return n
-        return None
+                hit = n
+        return hit
 
     def resolve(self, rel: str, name: str, local: dict | None = None, hops: int = 3) -> tuple[str, ast.AST] | None:
         """The top-level class or function ``name`` means in module ``rel`` (following imports,
@@ -65,7 +68,7 @@ class Code:
         # the module's last top-level binding of the name wins, as when Python runs it: an import
         # or an alias ``Old = New`` (0.5.19's quantization/__init__.py binds a fallback first)
         last = None
-        for st in m.body:
+        for st in module_level(m.body):
             if isinstance(st, ast.ImportFrom) and name in _imports([st], module_name(rel)):
                 last = ("import", _imports([st], module_name(rel))[name])
             elif isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in st.targets) \
@@ -76,16 +79,44 @@ class Code:
         if last and last[0] == "alias":
             return self.resolve(rel, last[1], local, hops - 1)
         src = last[1] if last else None
+        if src is None:  # from x import *: the name may come from any starred module
+            for st in module_level(m.body):
+                if isinstance(st, ast.ImportFrom) and any(a.name == "*" for a in st.names):
+                    base = _imports([ast.ImportFrom(module=st.module, names=[ast.alias(name="_")], level=st.level)],
+                                    module_name(rel))["_"][0]
+                    target = self.rel_for(base)
+                    hit = self.resolve(target, name, None, hops - 1) if target else None
+                    if hit:
+                        return hit
         if src is None:
             return None
         target = self.rel_for(src[0])
         return self.resolve(target, src[1], None, hops - 1) if target else None
 
+    def resolve_attr(self, rel: str, node: ast.Attribute) -> tuple[str, ast.AST] | None:
+        """What ``mod.Name`` means in ``rel`` when ``mod`` is an imported module (``import a.b as
+        mod`` or ``from a import b``)."""
+        m = self.mod(rel)
+        if m is None or not isinstance(node.value, ast.Name):
+            return None
+        alias = node.value.id
+        for st in module_level(m.body):
+            if isinstance(st, ast.Import):
+                for a in st.names:
+                    if (a.asname or a.name.split(".")[0]) == alias:
+                        target = self.rel_for(a.name if a.asname else a.name.split(".")[0])
+                        return self.resolve(target, node.attr) if target else None
+            elif isinstance(st, ast.ImportFrom):
+                src = _imports([st], module_name(rel)).get(alias)
+                if src:
+                    target = self.rel_for(f"{src[0]}.{src[1]}")
+                    return self.resolve(target, node.attr) if target else None
+        return None
+
     def method(self, rel: str, cls: ast.ClassDef, name: str, depth: int = 4) -> tuple[str, str] | None:
         """``(file, "Class.method")`` where ``cls`` or its nearest in-tree base defines ``name``."""
-        for n in cls.body:
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name:
-                return rel, f"{cls.name}.{name}"
+        if name in class_methods(cls):
+            return rel, f"{cls.name}.{name}"
         if depth == 0:
             return None
         for b in cls.bases:
@@ -113,14 +144,79 @@ def local_imports(fn: ast.AST, rel: str) -> dict:
     return _imports([n for n in ast.walk(fn) if isinstance(n, ast.ImportFrom)], module_name(rel))
 
 
+def module_level(body: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements that run at module (or class) level, in order: those of ``body`` and of the
+    blocks of its ``if`` / ``try`` / ``with`` statements, recursively (a class defined under
+    ``if TYPE_CHECKING:`` or ``try:`` is still defined at module level)."""
+    out: list[ast.stmt] = []
+    for st in body:
+        out.append(st)
+        if isinstance(st, ast.If):
+            out += module_level(st.body) + module_level(st.orelse)
+        elif isinstance(st, ast.Try):
+            out += module_level(st.body) + [x for h in st.handlers for x in module_level(h.body)] \
+                + module_level(st.orelse) + module_level(st.finalbody)
+        elif isinstance(st, (ast.With, ast.AsyncWith)):
+            out += module_level(st.body)
+    return out
+
+
+def class_methods(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
+    """``{name: function}`` for the methods of ``cls``'s own body, including names bound to one of
+    them (``apply_weights = _impl``, ``x = property(_impl)``); the last binding wins."""
+    out: dict[str, ast.FunctionDef] = {}
+    for st in module_level(cls.body):
+        if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[st.name] = st
+        elif isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+            v = st.value
+            if isinstance(v, ast.Call) and ast.unparse(v.func).split(".")[-1] in ("property", "cached_property") \
+                    and v.args:
+                v = v.args[0]
+            if isinstance(v, ast.Name) and v.id in out:
+                out[st.targets[0].id] = out[v.id]
+    return out
+
+
 def funcs(cls: ast.ClassDef) -> list[ast.FunctionDef]:
-    """The methods defined in ``cls``'s own body."""
-    return [n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    """The methods of ``cls``'s own body, under the names they are bound to (see :func:`class_methods`);
+    each carries its bound name in ``bound_name`` when that differs from its ``def`` name."""
+    out = []
+    for name, fn in class_methods(cls).items():
+        if fn.name != name:
+            fn = _renamed(fn, name)
+        out.append(fn)
+    return out
+
+
+def _renamed(fn: ast.FunctionDef, name: str) -> ast.FunctionDef:
+    """A shallow copy of ``fn`` named ``name`` (an alias binding), its body shared."""
+    import copy
+
+    new = copy.copy(fn)
+    new.name = name
+    return new
 
 
 def called_name(call: ast.Call) -> str | None:
     """``f`` for a call ``f(...)``; None for ``a.f(...)`` and anything else."""
     return call.func.id if isinstance(call.func, ast.Name) else None
+
+
+def py_files(root: Path) -> list[Path]:
+    """Every ``*.py`` under ``root/sglang/srt``, sorted, following linked folders (a package moved
+    and linked back is still part of the tree) but entering each real folder once (no loops)."""
+    import os
+
+    seen, out = set(), []
+    for folder, dirs, files in os.walk(Path(root) / SRT, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        out += [Path(folder) / f for f in files if f.endswith(".py")]
+    return sorted(out)
 
 
 def source_files(root: Path, unreadable: dict[str, str] | None = None) -> list[tuple[Path, str]]:
@@ -129,7 +225,7 @@ def source_files(root: Path, unreadable: dict[str, str] | None = None) -> list[t
     files that cannot be read or decoded are too, and recorded in ``unreadable`` (``{file: why}``,
     file from the root) when given."""
     out = []
-    for path in sorted((Path(root) / SRT).rglob("*.py")):
+    for path in py_files(root):
         try:
             if path.is_file():
                 out.append((path, path.read_bytes().decode("utf-8")))
@@ -144,10 +240,11 @@ def source_files(root: Path, unreadable: dict[str, str] | None = None) -> list[t
 def class_defined(root: Path, name: str) -> str | None:
     """``"file:line"`` (relative to ``sglang/srt``) of the first ``class name`` (or a module-level
     alias ``name = Other``) in the tree, or None."""
-    needle, alias = f"class {name}", re.compile(rf"{re.escape(name)}\s*=\s*[A-Za-z_][\w.]*\s*$")
+    cls = re.compile(rf"\s*class {re.escape(name)}\s*[(:]")  # indented too: under a top-level if/try
+    alias = re.compile(rf"{re.escape(name)}\s*=\s*[A-Za-z_][\w.]*\s*$")
     for path, text in source_files(root):
         for i, line in enumerate(text.splitlines(), 1):
-            if (line.startswith(needle) and line[len(needle):len(needle) + 1] in ("(", ":")) or alias.match(line):
+            if cls.match(line) or alias.match(line):
                 return f"{path.relative_to(Path(root) / SRT).as_posix()}:{i}"
     return None
 
@@ -163,5 +260,6 @@ def alias_target(root: Path, name: str) -> str | None:
     return m.group(1) if m else None
 
 
-__all__ = ["SRT", "Code", "alias_target", "called_name", "class_defined", "funcs", "local_imports", "module_name",
-           "source_files", "step_name"]
+__all__ = ["SRT", "Code", "alias_target", "called_name", "class_defined", "class_methods", "funcs",
+           "local_imports", "module_level", "module_name",
+           "py_files", "source_files", "step_name"]

@@ -39,7 +39,9 @@ from .code_index import (
     called_name,
     funcs,
     local_imports,
+    module_level,
     module_name,
+    py_files,
     source_files,
     step_name,
 )
@@ -140,25 +142,34 @@ def fused_registry(code: Code) -> dict[tuple[str, str], list[tuple[str, str, int
         mod = code.mod(rel)
         if mod is None:
             continue
-        consts = {t.id: st.value.value for st in mod.body if isinstance(st, ast.Assign)
+        body = module_level(mod.body)
+        consts = {t.id: st.value.value for st in body if isinstance(st, ast.Assign)
                   and isinstance(st.value, ast.Constant) and isinstance(st.value.value, str)
                   for t in st.targets if isinstance(t, ast.Name)}
-        for n in mod.body:
+        # other names for the registrar (_reg = register_fused_func) and decorators built ahead
+        # (_triton = register_fused_func("none", "triton"))
+        names = {"register_fused_func"} | {t.id for st in body if isinstance(st, ast.Assign)
+                                           and ast.unparse(st.value).split(".")[-1] == "register_fused_func"
+                                           for t in st.targets if isinstance(t, ast.Name)}
+        built = {t.id: st.value for st in body if isinstance(st, ast.Assign) and isinstance(st.value, ast.Call)
+                 and ast.unparse(st.value.func).split(".")[-1] in names for t in st.targets if isinstance(t, ast.Name)}
+        for n in body:
             regs = []
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                regs = [(d, n.name) for d in n.decorator_list]
-            elif isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Call) \
-                    and len(n.value.args) == 1 and isinstance(n.value.args[0], ast.Name):
-                regs = [(n.value.func, n.value.args[0].id)]
+                regs = [(built.get(d.id, d) if isinstance(d, ast.Name) else d, n.name) for d in n.decorator_list]
+            elif isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and len(n.value.args) == 1 \
+                    and isinstance(n.value.args[0], ast.Name):
+                f = n.value.func
+                regs = [(built.get(f.id, f) if isinstance(f, ast.Name) else f, n.value.args[0].id)]
             for d, fname in regs:
-                key = _registration_key(d, consts)
+                key = _registration_key(d, consts, names)
                 if key is not None:
                     out.setdefault(key, []).append((rel, fname, d.lineno))
     return out
 
 
-def _registration_key(d: ast.AST, consts: dict[str, str]) -> tuple[str, str] | None:
-    if not (isinstance(d, ast.Call) and ast.unparse(d.func).split(".")[-1] == "register_fused_func"):
+def _registration_key(d: ast.AST, consts: dict[str, str], names: set[str]) -> tuple[str, str] | None:
+    if not (isinstance(d, ast.Call) and ast.unparse(d.func).split(".")[-1] in names):
         return None
     vals = list(d.args) + [k.value for k in d.keywords if k.arg]
     names = [v.value if isinstance(v, ast.Constant) else consts.get(v.id) if isinstance(v, ast.Name) else None
@@ -309,7 +320,7 @@ def derive_paths(root: Path) -> list[DerivedPath]:
     two calls is derived again.
     """
     root = Path(root).resolve()
-    stamp = tuple(_stamp(p) for p in sorted((root / SRT).rglob("*.py")))
+    stamp = tuple(_stamp(p) for p in py_files(root))
     return [DerivedPath(p.key, list(p.steps), dict(p.assume), list(p.trail), p.lost, p.cls_file, p.runner_at)
             for p in _derive(root, hash(stamp))]
 
@@ -351,6 +362,9 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
                 p.trail += trail
                 p.lost = p.lost or why
             out.append(p)
+    if code.mod(QUANT_REGISTRY) is None and QUANT_REGISTRY not in code.unreadable:
+        out.append(DerivedPath(key="quantization:registry", steps=[],
+                               lost=f"{QUANT_REGISTRY[len(SRT):]} is missing: no --quantization method followed"))
     for qname, rel, cname, line in quant_configs(code):
         if rel is None:
             out.append(DerivedPath(key=f"quantization:{qname}", steps=[], trail=[f"{QUANT_REGISTRY[len(SRT):]}:{line}"],

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from .code_index import SRT, Code, funcs, local_imports
+from .code_index import SRT, Code, funcs, local_imports, module_level
 
 QUANT_REGISTRY = SRT + "layers/quantization/__init__.py"
 FUSED_MOE_LAYER = SRT + "layers/moe/fused_moe_triton/layer.py"
@@ -20,29 +20,59 @@ APPLY_NAMES = ("apply", "apply_weights")
 
 
 def quant_configs(code: Code) -> list[tuple[str, str | None, str, int]]:
-    """``[(quantization name, file, ConfigClass, line)]`` from ``BASE_QUANTIZATION_METHODS`` (its
-    dict literal, ``.update({...})`` calls and ``X["name"] = Config`` lines at module level). An
-    entry whose class is not found in the tree has ``file`` None (reported as a lost trail)."""
+    """``[(quantization name, file, ConfigClass, line)]`` from the ``*QUANTIZATION_METHODS`` tables
+    of ``layers/quantization/__init__.py``, however they are filled at module level (also under
+    ``if`` / ``try``): a dict literal (``**`` spreads skipped), ``|=``, ``X["name"] = Config``,
+    ``.update({...})`` / ``.update(name=Config)`` / ``.update(dict(...))`` and ``.setdefault``.
+    An entry whose class is not found in the tree has ``file`` None (reported as a lost trail)."""
     mod = code.mod(QUANT_REGISTRY)
     pairs: list[tuple[ast.expr, ast.expr]] = []
-    for st in mod.body if mod else []:
-        target = st.target if isinstance(st, ast.AnnAssign) else st.targets[0] if isinstance(st, ast.Assign) else None
-        if isinstance(target, ast.Name) and "QUANTIZATION_METHODS" in target.id and isinstance(st.value, ast.Dict):
-            pairs += zip(st.value.keys, st.value.values, strict=False)
-        elif isinstance(target, ast.Subscript) and "QUANTIZATION_METHODS" in ast.unparse(target.value):
-            pairs.append((target.slice, st.value))
+
+    def table(node: ast.AST) -> bool:
+        return "QUANTIZATION_METHODS" in ast.unparse(node)
+
+    def entries(node: ast.AST) -> list[tuple[ast.expr, ast.expr]]:
+        if isinstance(node, ast.Dict):
+            return [(k, v) for k, v in zip(node.keys, node.values, strict=False) if k is not None]
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "dict":
+            out = [(ast.Constant(k.arg), k.value) for k in node.keywords if k.arg]
+            if node.args and isinstance(node.args[0], (ast.List, ast.Tuple)):
+                out += [tuple(e.elts) for e in node.args[0].elts if isinstance(e, ast.Tuple) and len(e.elts) == 2]
+            return out
+        return []
+
+    for st in module_level(mod.body) if mod else []:
+        if isinstance(st, (ast.Assign, ast.AnnAssign)) and st.value is not None:
+            for t in (st.targets if isinstance(st, ast.Assign) else [st.target]):
+                if isinstance(t, ast.Name) and table(t):
+                    pairs += entries(st.value)
+                elif isinstance(t, ast.Subscript) and table(t.value):
+                    pairs.append((t.slice, st.value))
+        elif isinstance(st, ast.AugAssign) and table(st.target):
+            pairs += entries(st.value)
         elif isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and isinstance(st.value.func, ast.Attribute) \
-                and st.value.func.attr == "update" and "QUANTIZATION_METHODS" in ast.unparse(st.value.func.value) \
-                and st.value.args and isinstance(st.value.args[0], ast.Dict):
-            pairs += zip(st.value.args[0].keys, st.value.args[0].values, strict=False)
+                and table(st.value.func.value):
+            call = st.value
+            if call.func.attr == "update":
+                for arg in call.args:
+                    pairs += entries(arg)
+                pairs += [(ast.Constant(k.arg), k.value) for k in call.keywords if k.arg]
+            elif call.func.attr == "setdefault" and len(call.args) == 2:
+                pairs.append((call.args[0], call.args[1]))
     out: list[tuple[str, str | None, str, int]] = []
     for k, v in pairs:
-        if isinstance(k, ast.Constant) and isinstance(v, ast.Name):
-            hit = code.resolve(QUANT_REGISTRY, v.id)
-            if hit and isinstance(hit[1], ast.ClassDef):
-                out.append((k.value, hit[0], hit[1].name, v.lineno))
-            else:
-                out.append((k.value, None, v.id, v.lineno))
+        if not (isinstance(k, ast.Constant) and isinstance(k.value, str)):
+            continue
+        name = v.id if isinstance(v, ast.Name) else v.attr if isinstance(v, ast.Attribute) else None
+        if name is None:
+            continue
+        hit = code.resolve(QUANT_REGISTRY, name)
+        if hit is None and isinstance(v, ast.Attribute):  # mod.Config
+            hit = code.resolve_attr(QUANT_REGISTRY, v)
+        if hit and isinstance(hit[1], ast.ClassDef):
+            out.append((k.value, hit[0], hit[1].name, v.lineno))
+        else:
+            out.append((k.value, None, name, v.lineno))
     return out
 
 

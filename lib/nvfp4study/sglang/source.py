@@ -128,6 +128,16 @@ def open_tree(path: str | Path, origin: str = "path") -> SGLangTree:
     return SGLangTree(root=root, version=read_version(root), origin=origin)
 
 
+def check_release(version: object) -> str:
+    """``version`` if it reads as an SGLang release number (``0.5.23``, ``0.5.10rc1``,
+    ``0.5.3.post1``; at most 32 characters), else :class:`SGLangSourceError` naming it."""
+    if not (isinstance(version, str) and len(version) <= 32
+            and re.fullmatch(r"\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?", version)):
+        shown = repr(version) if len(repr(version)) <= 40 else repr(version)[:37] + "..."
+        raise SGLangSourceError(f"{shown} is not an SGLang release number (e.g. 0.5.23)")
+    return version
+
+
 def wheel_path(version: str, *, download: bool = True) -> Path:
     """The cached wheel ``sglang-<version>-*.whl``; downloads it with pip when absent.
 
@@ -137,8 +147,7 @@ def wheel_path(version: str, *, download: bool = True) -> Path:
     Raises:
         SGLangSourceError: absent and ``download`` is False, or pip failed.
     """
-    if not re.fullmatch(r"\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?", version):
-        raise SGLangSourceError(f"{version!r} is not an SGLang release number (e.g. 0.5.23)")
+    check_release(version)
     wheels = cache_dir() / "wheels"
     found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
     if found:
@@ -167,6 +176,7 @@ def unpack_wheel(version: str, *, download: bool = True) -> SGLangTree:
         SGLangSourceError: no wheel (and no download), a corrupt wheel, or an unwritable cache.
         NotAnSGLangTree: the wheel does not contain an SGLang package.
     """
+    check_release(version)
     target = cache_dir() / "src" / f"sglang-{version}"
     if (target / _MARKER).is_file():
         return SGLangTree(root=target, version=read_version(target), origin="wheel")
