@@ -80,7 +80,6 @@ class DerivedPath:
     assume: dict = field(default_factory=dict)
     trail: list[str] = field(default_factory=list)
     lost: str | None = None
-    cls_file: str | None = None
     runner_at: int | None = None  # steps[runner_at:] run only when the method calls its runner
 
 
@@ -321,7 +320,7 @@ def derive_paths(root: Path) -> list[DerivedPath]:
     """
     root = Path(root).resolve()
     stamp = tuple(_stamp(p) for p in py_files(root))
-    return [DerivedPath(p.key, list(p.steps), dict(p.assume), list(p.trail), p.lost, p.cls_file, p.runner_at)
+    return [DerivedPath(p.key, list(p.steps), dict(p.assume), list(p.trail), p.lost, p.runner_at)
             for p in _derive(root, hash(stamp))]
 
 
@@ -350,11 +349,10 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
         native = code.method(rel, cls, "forward_cpu") or code.method(rel, cls, "forward_native")
         if native and entries and entries[0].endswith(".forward_cuda"):
             out.append(DerivedPath(key=f"{name}/native", steps=setup + [step_name(native)],
-                                   trail=[how, f"{native[0][len(SRT):]} {native[1]} (CustomOp off CUDA)"],
-                                   cls_file=rel))
+                                   trail=[how, f"{native[0][len(SRT):]} {native[1]} (CustomOp off CUDA)"]))
         for b in backends:
             p = DerivedPath(key=f"{name}/{b or 'direct'}", steps=setup + entries, assume=facts_for(b, preds),
-                            trail=[how], lost=lost, cls_file=rel)
+                            trail=[how], lost=lost)
             if b is not None:
                 steps, trail, why = _runner_steps(b, fused, cores, code)
                 p.runner_at = len(p.steps) if steps else None
