@@ -293,3 +293,12 @@ def test_bad_release_number_is_a_named_error(version):
     from nvfp4study.sglang import audit_report
     with pytest.raises(SGLangSourceError, match="is not an SGLang release number"):
         audit_report.main(["--version", version])
+
+
+def test_unrecognised_registration_names_its_file(t):
+    _sub(t, TRITON, r'^@register_fused_func\("none", "triton"\)\n', "")
+    p = t.file(SRT + TRITON)
+    p.write_text(p.read_text() + '\n_r = getattr(__import__("builtins"), "register_fused_func", None)\n'
+                 'REG = {"register_fused_func": ("none", "triton")}\n')
+    r = sa.audit_tree(t, ["triton"])[0]
+    assert r.verdict.value == "UNDECIDED" and r.rule.startswith(f"trail lost: {TRITON} names 'triton'")

@@ -141,11 +141,15 @@ def missing_reason(tree: SGLangTree, key: str, unreadable: list[str] | None = No
             return ClampVerdict.ABSENT, f"no MoeRunnerBackend {backend!r} in this release"
         # a registration or core written in a way the dispatch reader does not recognise is not absence
         needle = "register_fused_func" if key.startswith("fused:") else "runner_core"
-        for path, text in source_files(tree.root):
-            if needle in text and (f'"{backend}"' in text or f"'{backend}'" in text
-                                   or f"is_{backend}(" in text or f"is_{backend}s(" in text):
-                return ClampVerdict.UNDECIDED, (f"trail lost: {path.relative_to(tree.srt).as_posix()} names "
-                                                f"{backend!r} beside {needle}, in a form not followed")
+        names = (f'"{backend}"', f"'{backend}'", f"is_{backend}(", f"is_{backend}s(")
+        # a file naming the backend on the registering line itself first, then one naming it anywhere
+        candidates = [(path, text) for path, text in source_files(tree.root)
+                      if needle in text and any(n in text for n in names)]
+        same_line = [(p, t) for p, t in candidates
+                     if any(needle in ln and any(n in ln for n in names) for ln in t.splitlines())]
+        for path, _ in same_line[:1] or candidates[:1]:
+            return ClampVerdict.UNDECIDED, (f"trail lost: {path.relative_to(tree.srt).as_posix()} names "
+                                            f"{backend!r} beside {needle}, in a form not followed")
         kind = "@register_fused_func" if key.startswith("fused:") else "runner core"
         return ClampVerdict.ABSENT, f"no {kind} for {key.split(':', 1)[1]} in this release"
     cls, backend = key.split("/")
