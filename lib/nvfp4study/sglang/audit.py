@@ -95,13 +95,13 @@ def path_specs(tree: SGLangTree) -> list[dict]:
     A spec whose derived path is not in this tree carries ``missing`` (why) instead of steps.
     """
     derived = {p.key: p for p in derive_paths(tree.root)}
+    unreadable = [d.lost for k, d in derived.items() if k.startswith("unreadable:")]
     out, named = [], set()
     for entry in catalog()["paths"]:
         spec = {**entry, "catalogued": True}
         if "via" in entry:
             p = derived.get(entry["via"]) or derived.get(_aliased(tree, entry["via"]))
             if p is None:
-                unreadable = [d.lost for k, d in derived.items() if k.startswith("unreadable:")]
                 spec["missing"] = missing_reason(tree, entry["via"], unreadable)
             else:
                 named.add(p.key)

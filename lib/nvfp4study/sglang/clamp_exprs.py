@@ -299,15 +299,8 @@ class ExprEval:
             self.attrs[key] = p
             return p
         if isinstance(f, ast.Name) and isinstance(frame.locals.get(f.id), LocalFunc) and frame.depth < self.MAX_DEPTH:
-            inner = frame.locals[f.id].node  # a closure: it sees the enclosing frame's names
-            sub = Frame(frame.module, frame.cls, f"{frame.qualname}.{inner.name}", depth=frame.depth + 1)
-            sub.guards, sub.locals, sub.imports = list(frame.guards), dict(frame.locals), dict(frame.imports)
-            self._bind(inner, sub, args, kwargs, method_call=False)
-            self.exec_body(inner.body, sub)
-            out: Any = None
-            for r in sub.returns:
-                out = r if out is None else join(out, r)
-            return UNK if not sub.returns else out
+            # a closure: it sees the enclosing frame's names
+            return self.invoke(frame.module, frame.locals[f.id].node, frame.cls, args, kwargs, frame, closure=True)
         target = self.resolve(f, frame)
         if target is not None and frame.depth < self.MAX_DEPTH:
             mod, fn, cls = target
@@ -323,11 +316,17 @@ class ExprEval:
             return Limit(f"{name}(...)")
         return UNK
 
-    def invoke(self, mod, fn: ast.FunctionDef, cls: str | None, args: list, kwargs: dict, frame: Frame) -> Any:
-        """Run ``fn`` one level deeper than ``frame``; the join of what it returns (UNK if nothing)."""
-        sub = Frame(mod, cls, f"{cls + '.' if cls else ''}{fn.name}", depth=frame.depth + 1)
+    def invoke(self, mod, fn: ast.FunctionDef, cls: str | None, args: list, kwargs: dict, frame: Frame,
+               closure: bool = False) -> Any:
+        """Run ``fn`` one level deeper than ``frame``; the join of what it returns (UNK if nothing).
+        ``closure``: ``fn`` is defined inside ``frame``'s function and sees its names."""
+        if closure:
+            sub = Frame(mod, cls, f"{frame.qualname}.{fn.name}", depth=frame.depth + 1)
+            sub.locals, sub.imports = dict(frame.locals), dict(frame.imports)
+        else:
+            sub = Frame(mod, cls, f"{cls + '.' if cls else ''}{fn.name}", depth=frame.depth + 1)
         sub.guards = list(frame.guards)
-        self._bind(fn, sub, args, kwargs, method_call=cls is not None)
+        self._bind(fn, sub, args, kwargs, method_call=cls is not None and not closure)
         self.exec_body(fn.body, sub)
         out: Any = None
         for r in sub.returns:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
+from functools import lru_cache
 from pathlib import Path
 
 from .clamp_values import _imports, _parse
@@ -223,18 +224,39 @@ def source_files(root: Path, unreadable: dict[str, str] | None = None) -> list[t
     """``[(path, text)]`` for every regular ``*.py`` file under ``root/sglang/srt`` that reads as
     UTF-8, sorted. Links that dangle or loop and FIFOs (a read would block) are passed over;
     files that cannot be read or decoded are too, and recorded in ``unreadable`` (``{file: why}``,
-    file from the root) when given."""
+    file from the root) when given. Read once per state of the files (path, size, mtime): the
+    audit asks several times per tree."""
+    texts, bad = _read_sources(Path(root), tree_stamp(root))
+    if unreadable is not None:
+        unreadable.update(bad)
+    return list(texts)
+
+
+def tree_stamp(root: Path) -> tuple[tuple[str, int, int], ...]:
+    """``((path, size, mtime_ns), ...)`` for every ``*.py`` of :func:`py_files`: the state of the
+    tree's sources, for caches that must see a tree patched in place (-1 for a bad link)."""
     out = []
-    for path in py_files(root):
+    for p in py_files(root):
+        try:
+            st = p.stat()
+            out.append((p.as_posix(), st.st_size, st.st_mtime_ns))
+        except OSError:  # a dangling or looping link: part of the state all the same
+            out.append((p.as_posix(), -1, -1))
+    return tuple(out)
+
+
+@lru_cache(maxsize=2)  # a tree's text is tens of MB: keep the last two
+def _read_sources(root: Path, stamp: tuple) -> tuple[tuple, dict[str, str]]:
+    out, bad = [], {}
+    for path in (Path(x[0]) for x in stamp):
         try:
             if path.is_file():
                 out.append((path, path.read_bytes().decode("utf-8")))
         except (OSError, UnicodeDecodeError) as exc:
-            if unreadable is not None:
-                rel = path.relative_to(root).as_posix()
-                why = "not valid UTF-8" if isinstance(exc, UnicodeDecodeError) else (exc.strerror or str(exc))
-                unreadable[rel] = f"{rel[len(SRT):]}: cannot read: {why}"
-    return out
+            rel = path.relative_to(root).as_posix()
+            why = "not valid UTF-8" if isinstance(exc, UnicodeDecodeError) else (exc.strerror or str(exc))
+            bad[rel] = f"{rel[len(SRT):]}: cannot read: {why}"
+    return tuple(out), bad
 
 
 def class_defined(root: Path, name: str) -> str | None:
@@ -262,4 +284,4 @@ def alias_target(root: Path, name: str) -> str | None:
 
 __all__ = ["SRT", "Code", "alias_target", "called_name", "class_defined", "class_methods", "funcs",
            "local_imports", "module_level", "module_name",
-           "py_files", "source_files", "step_name"]
+           "py_files", "source_files", "step_name", "tree_stamp"]

@@ -41,9 +41,9 @@ from .code_index import (
     local_imports,
     module_level,
     module_name,
-    py_files,
     source_files,
     step_name,
+    tree_stamp,
 )
 from .quant_methods import APPLY_NAMES, QUANT_REGISTRY, moe_methods, quant_configs
 
@@ -319,17 +319,9 @@ def derive_paths(root: Path) -> list[DerivedPath]:
     two calls is derived again.
     """
     root = Path(root).resolve()
-    stamp = tuple(_stamp(p) for p in py_files(root))
+    stamp = tree_stamp(root)
     return [DerivedPath(p.key, list(p.steps), dict(p.assume), list(p.trail), p.lost, p.runner_at)
             for p in _derive(root, hash(stamp))]
-
-
-def _stamp(p: Path) -> tuple[str, int, int]:
-    try:
-        st = p.stat()
-        return p.as_posix(), st.st_size, st.st_mtime_ns
-    except OSError:  # a dangling or looping link: part of the state all the same
-        return p.as_posix(), -1, -1
 
 
 @cache
