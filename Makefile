@@ -5,6 +5,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PARAMS ?= params/default.yaml
+# Where pip finds torch's CPU build (torch==2.13.0 / 2.13.0+cpu). Empty: pip's own configuration
+# (on the project's machines the wheel lies on disk and pip's find-links names it). Elsewhere:
+# `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu` (the PyTorch CPU wheel index).
+TORCH_INDEX ?=
+PIP_TORCH := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 # The real_sglang tests' own environment (SGLang 0.5.23's HTTP layer over a stub engine).
 SGL_VENV  := .venv-sglang
 SGL_REQ   := tests/real_sglang/requirements.txt
@@ -21,7 +26,7 @@ $(STAMP): pyproject.toml
 	@{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq chromium chromium-driver) || echo "warning: chromium/chromedriver missing; the report's browser test will fail (apt-get install chromium chromium-driver)"; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q $(PIP_TORCH) -e '.[dev]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (nvfp4study)" >/dev/null
 	rm -f $(VENV)/.installed-* && touch $@
 
@@ -30,7 +35,7 @@ sglang-env: $(SGL_STAMP)
 
 $(SGL_STAMP): $(SGL_REQ)
 	test -x $(SGL_VENV)/bin/python || $(PYTHON) -m venv $(SGL_VENV)
-	$(SGL_VENV)/bin/python -m pip install -q --no-deps -r $(SGL_REQ)
+	$(SGL_VENV)/bin/python -m pip install -q --no-deps $(PIP_TORCH) -r $(SGL_REQ)
 	rm -f $(SGL_VENV)/.installed-* && touch $@
 
 study: $(STAMP)
