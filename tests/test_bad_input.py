@@ -266,3 +266,68 @@ def test_cli_subprocess_internal_error_has_no_traceback(tmp_path):
             "from nvfp4study.cli import main; sys.exit(main(['audit-checkpoint', 'x']))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 3 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+# --- every number SGLang's config class reads: finite, and integral where it sizes tensors ---------
+def _sglang_config_numbers() -> tuple[set[str], set[str]]:
+    """(integer fields, float fields) of ``BailingHybridConfig.__init__`` in SGLang 0.5.23's released
+    source, read from its keyword defaults (an int default: an integer field; a float default: a
+    real-valued one): an independent list against which the study's checks are compared."""
+    import ast
+
+    from sglang_fixtures import released
+
+    src = released("0.5.23").file("sglang/srt/configs/bailing_hybrid.py").read_text()
+    cls = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ClassDef) and n.name == "BailingHybridConfig")
+    init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    args = init.args.args[-len(init.args.defaults):]
+    ints, floats = set(), set()
+    for a, d in zip(args, init.args.defaults, strict=True):
+        if isinstance(d, ast.Constant) and type(d.value) is int:
+            ints.add(a.arg)
+        elif isinstance(d, ast.Constant) and type(d.value) is float:
+            floats.add(a.arg)
+    return ints, floats
+
+
+def test_every_number_of_sglangs_config_class_is_checked():
+    from nvfp4study.checkpoint import validate as V
+
+    ints, floats = _sglang_config_numbers()
+    assert {"vocab_size", "hidden_size", "num_experts", "eos_token_id", "layer_group_size"} <= ints  # the reading works
+    checked_ints = set(V.CONFIG_INTS) | set(V.SGLANG_CONFIG_INTS) | set(V.CONFIG_TOKEN_IDS)
+    assert ints - checked_ints - set(V.CONFIG_FLOATS) == set()  # mtp_loss_scaling_factor=0 is a real number
+    assert floats - set(V.CONFIG_FLOATS) == set()
+
+
+@pytest.mark.parametrize("raw", ["NaN", "1e400", "-Infinity"])
+@pytest.mark.parametrize("field", ["num_experts", "hidden_size", "vocab_size", "num_attention_heads",
+                                   "eos_token_id", "rms_norm_eps", "rope_theta", "routed_scaling_factor"])
+def test_a_non_finite_config_number_is_a_named_error(ck, capsys, field, raw):
+    path = ck / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg[field] = "@@"
+    path.write_text(json.dumps(cfg).replace('"@@"', raw))  # JSON text as a damaged file has it
+    capsys.readouterr()
+    assert cli_main(["audit-checkpoint", str(ck)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ConfigFieldInvalid" in err[0] and field in err[0], err
+
+
+@pytest.mark.parametrize("field", ["num_attention_heads", "kv_lora_rank", "head_dim", "pad_token_id"])
+def test_a_fractional_integer_field_is_a_named_error(ck, field):
+    path = ck / "config.json"
+    cfg = json.loads(path.read_text()) | {field: 4.5}
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ConfigFieldInvalid, match=field):
+        audit_checkpoint(ck)
+
+
+def test_a_token_id_outside_the_vocabulary_is_a_named_error(ck):
+    path = ck / "config.json"
+    cfg = json.loads(path.read_text())
+    path.write_text(json.dumps(cfg | {"vocab_size": 512, "eos_token_id": [1, 511]}))
+    audit_checkpoint(ck)  # the last id of the vocabulary is inside it
+    path.write_text(json.dumps(cfg | {"vocab_size": 512, "eos_token_id": [1, 512]}))
+    with pytest.raises(ConfigFieldInvalid, match="outside the vocabulary"):
+        audit_checkpoint(ck)

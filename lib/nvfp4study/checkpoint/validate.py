@@ -193,6 +193,23 @@ CONFIG_INTS = ("num_hidden_layers", "num_experts", "num_nextn_predict_layers", "
                "num_experts_per_tok", "num_shared_experts", "moe_shared_expert_intermediate_size",
                "max_position_embeddings")
 REQUIRED_INTS = ("num_hidden_layers",)
+#: every other integer SGLang 0.5.23's config class and model read: ``BailingHybridConfig.__init__``
+#: arguments (``configs/bailing_hybrid.py`` 52-101) and the model's ``config.*`` reads
+#: (``models/bailing_moe_v3.py``, ``bailing_moe_nextn.py``); a float there breaks tensor shapes.
+SGLANG_CONFIG_INTS = ("vocab_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+                      "max_window_layers", "head_dim", "group_norm_size", "kv_lora_rank", "q_lora_rank",
+                      "qk_rope_head_dim", "v_head_dim", "qk_nope_head_dim", "short_conv_kernel_size",
+                      "rotary_dim")
+#: token ids (an integer, or a list of integers for ``eos_token_id``), ``configs/bailing_hybrid.py`` 74-75.
+CONFIG_TOKEN_IDS = ("pad_token_id", "eos_token_id", "bos_token_id")
+#: real-valued fields of the same class and model: finite numbers (JSON ``NaN``, ``Infinity`` and
+#: ``1e400`` parse as non-finite floats in Python's ``json``).
+CONFIG_FLOATS = ("rms_norm_eps", "embedding_dropout", "attention_dropout", "output_dropout",
+                 "initializer_range", "rope_theta", "mtp_loss_scaling_factor", "routed_scaling_factor",
+                 "kda_lower_bound", "partial_rotary_factor")
+#: objects whose numbers SGLang reads (RoPE parameters, ``layers/rotary_embedding`` via
+#: ``config.rope_parameters``): every number inside must be finite.
+CONFIG_NUMBER_OBJECTS = ("rope_scaling", "rope_parameters")
 #: per-layer SwiGLU clamp limits (numbers), indexed by layer id in SGLang.
 CONFIG_LIMIT_LISTS = ("expert_swiglu_limit_list", "share_expert_swiglu_limit_list")
 
@@ -225,7 +242,8 @@ def check_config_fields(path: str | Path, cfg: dict[str, Any], *, required: tupl
     """Type and range of every ``config.json`` field the study reads.
 
     Integers (:data:`CONFIG_INTS`): absent/null or an integer >= 0 (``required`` ones must be
-    present); limit lists: absent/null or a list of finite numbers; ``quantization_config``:
+    present); every other number SGLang's config class and model read (:func:`_check_sglang_fields`);
+    limit lists: absent/null or a list of finite numbers; ``quantization_config``:
     absent/null or an object checked by :func:`check_quantization_config`.
 
     Raises:
@@ -241,11 +259,47 @@ def check_config_fields(path: str | Path, cfg: dict[str, Any], *, required: tupl
         v = cfg.get(key)
         if v is not None and (type(v) is not list or not all(_is_number(x) for x in v)):
             raise ConfigFieldInvalid(path, f"{key} must be a list of finite numbers, got {_short(v)}")
+    _check_sglang_fields(path, cfg)
     qc = cfg.get("quantization_config")
     if qc is not None:
         if not isinstance(qc, dict):
             raise ConfigFieldInvalid(path, f"quantization_config must be an object, got {_short(qc)}")
         check_quantization_config(path, qc)
+
+
+def _check_sglang_fields(path: str | Path, cfg: dict[str, Any]) -> None:
+    """The fields of :data:`SGLANG_CONFIG_INTS`, :data:`CONFIG_TOKEN_IDS`, :data:`CONFIG_FLOATS` and
+    :data:`CONFIG_NUMBER_OBJECTS`: absent/null, or integral / finite as SGLang needs them; a token
+    id must lie inside ``vocab_size`` when both are given (the embedding has ``vocab_size`` rows).
+
+    Raises:
+        ConfigFieldInvalid: names the field, what it holds and what it must hold.
+    """
+    for key in SGLANG_CONFIG_INTS:
+        v = cfg.get(key)
+        if v is not None and (not _is_int(v) or v < 0):
+            raise ConfigFieldInvalid(path, f"{key} must be an integer >= 0 (SGLang sizes tensors by it), got {_short(v)}")
+    for key in CONFIG_TOKEN_IDS:
+        v = cfg.get(key)
+        ids = v if type(v) is list else [v]
+        if v is not None and (not ids or not all(_is_int(x) and x >= 0 for x in ids)):
+            raise ConfigFieldInvalid(path, f"{key} must be a token id (integer >= 0) or a list of them, got {_short(v)}")
+        vocab = cfg.get("vocab_size")
+        if v is not None and vocab is not None and max(ids) >= vocab:
+            raise ConfigFieldInvalid(path, f"{key} {_short(v)} is outside the vocabulary (vocab_size {vocab})")
+    for key in CONFIG_FLOATS:
+        v = cfg.get(key)
+        if v is not None and not _is_number(v):
+            raise ConfigFieldInvalid(path, f"{key} must be a finite number, got {_short(v)}")
+    for key in CONFIG_NUMBER_OBJECTS:
+        v = cfg.get(key)
+        if v is None:
+            continue
+        if type(v) is not dict:
+            raise ConfigFieldInvalid(path, f"{key} must be an object or null, got {_short(v)}")
+        bad = [k for k, x in v.items() if type(x) is float and not math.isfinite(x)]
+        if bad:
+            raise ConfigFieldInvalid(path, f"{key}.{bad[0]} must be a finite number, got {_short(v[bad[0]])}")
 
 
 _ARG_STRS = ("type", "strategy", "observer", "scale_dtype", "zp_dtype", "actorder")

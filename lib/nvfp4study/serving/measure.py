@@ -353,7 +353,9 @@ def model_config_for(stage: Stage, model_path: str | None) -> dict[str, Any]:
             "expert_swiglu_limit_list", "share_expert_swiglu_limit_list")
     cfg = Path(model_path or "") / "config.json"
     if model_path and cfg.is_file():
-        data = json.loads(cfg.read_text())
+        from ..checkpoint.validate import config_from_bytes  # types and ranges, named errors
+
+        data = config_from_bytes(cfg, cfg.read_bytes())
         return {k: data.get(k) for k in keys} | {"source": str(cfg)}
     sh = params_of(stage).checkpoint.shape
     n = sh.num_hidden_layers
