@@ -134,9 +134,10 @@ def test_write_is_deterministic_and_hub_like(tmp_path):
     strip = lambda d: {k: v.split(":")[0] for k, v in d.items()}  # noqa: E731
     assert strip(da) == strip(db)
     assert strip(da)["model-00002-of-00003.safetensors"] != strip(dc)["model-00002-of-00003.safetensors"]
-    assert sorted(os.listdir(a)) == ["README.md", "config.json", "model-00001-of-00003.safetensors",
+    assert sorted(os.listdir(a)) == ["README.md", "config.json", "generation_config.json",
+                                     "model-00001-of-00003.safetensors",
                                      "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors",
-                                     "model.safetensors.index.json"]
+                                     "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json"]
     assert "RANDOM WEIGHTS" in (a / "README.md").read_text()
     assert json.loads((a / "config.json").read_text()) == json.loads(json.dumps(L.config_dict(TINY, seed=5)))
     index = json.loads((a / "model.safetensors.index.json").read_text())

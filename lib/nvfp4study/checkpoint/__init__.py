@@ -1,7 +1,8 @@
 """Checkpoints in the Ling-3.0-flash layout: describe, generate, quantize, audit, round-trip.
 
 The layout and the card's NVFP4 recipe as data, a safetensors header reader, llmcompressor's
-``model_free_ptq`` with the serving rewrite, and the header audit (precision, counts, scales).
+``model_free_ptq`` with the serving rewrite, the header audit (precision, counts, scales), the
+generated tokenizer and the all-MLA checkpoint SGLang serves on a CPU (draft acceptance by construction).
 """
 
 __all__ = [
@@ -24,5 +25,7 @@ __all__ = [
     "recipe",
     "remote",
     "roundtrip",
+    "served",
+    "tokenizer",
     "validate",
 ]

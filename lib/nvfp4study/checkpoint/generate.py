@@ -18,6 +18,7 @@ import struct
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from .layout import (
     spec_nbytes,
     tensor_specs,
 )
+from .tokenizer import token_ids, write_tokenizer
 
 
 # --- writing -------------------------------------------------------------------------------
@@ -126,6 +128,8 @@ def write_checkpoint(
     header_only: bool = False,
     layout: str = "bf16",
     progress: bool = False,
+    edit: Callable[[str, Any], Any] | None = None,
+    config_extra: dict[str, Any] | None = None,
 ) -> Path:
     """Write a Ling-layout checkpoint folder like a hub repo (random weights).
 
@@ -141,14 +145,20 @@ def write_checkpoint(
         layout: ``"bf16"`` (the source checkpoint) or ``"nvfp4"`` (what :mod:`nvfp4study.checkpoint.quantize`
             writes with the card's ignore list and the serving rewrite; header_only only).
         progress: print one line per shard to stderr.
+        edit: ``edit(name, tensor) -> tensor`` replaces a tensor after it is drawn (same shape and
+            dtype; the random stream is drawn as without it, so the other tensors keep their
+            values); real data only. :mod:`.served` uses it for its draft constructions.
+        config_extra: keys merged into ``config.json``'s ``_nvfp4study`` block.
 
     Returns:
-        ``out_dir`` as a Path. The folder holds ``config.json``, the shards,
-        ``model.safetensors.index.json`` and a README saying the weights are random.
+        ``out_dir`` as a Path. The folder holds ``config.json``, ``generation_config.json`` (the
+        token ids), the tokenizer (:mod:`.tokenizer`: ``tokenizer.json``, ``tokenizer_config.json``),
+        the shards, ``model.safetensors.index.json`` and a README saying the weights are random.
 
     Raises:
         OutputExists: ``out_dir`` exists.
-        LayoutError: invalid shape, shard count or layout.
+        LayoutError: invalid shape (ShapeInvalid), shard count or layout, an ``edit`` with
+            ``header_only`` or one that changes a tensor's shape or dtype.
     """
     out = Path(out_dir)
     if out.exists() or out.is_symlink():
@@ -157,8 +167,12 @@ def write_checkpoint(
         raise LayoutError(f"layout must be 'bf16' or 'nvfp4', got {layout!r}")
     if layout == "nvfp4" and not header_only:
         raise LayoutError("layout 'nvfp4' is header-only (real NVFP4 files come from `nvfp4study quantize`)")
+    if edit is not None and header_only:
+        raise LayoutError("edit needs real data (header_only writes no values)")
     specs = tensor_specs(shape)
     config = config_dict(shape, seed=seed)
+    if config_extra:
+        config["_nvfp4study"].update(config_extra)
     if layout == "nvfp4":
         specs, config = recipe.nvfp4_layout(shape, specs, config)
     groups = split_shards(specs, shards)
@@ -183,6 +197,8 @@ def write_checkpoint(
                 write_safetensors_header_only(tmp / fname, group, small)
             else:
                 tensors = {spec[0]: _random_tensor(spec, gen) for spec in group}
+                if edit is not None:
+                    tensors = {n: _edited(n, t, edit) for n, t in tensors.items()}
                 save_file(tensors, str(tmp / fname), metadata={"format": "pt"})
                 del tensors
             for spec in group:
@@ -195,6 +211,9 @@ def write_checkpoint(
                  "weight_map": dict(sorted(weight_map.items()))}
         (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
         (tmp / "config.json").write_text(json.dumps(config, indent=2))
+        (tmp / "generation_config.json").write_text(json.dumps(
+            {**token_ids(shape.vocab_size), "_from_model_config": False}, indent=2))
+        write_tokenizer(tmp, shape.vocab_size)
         (tmp / "README.md").write_text(
             f"# {RANDOM_WEIGHTS_NOTE}\n\nLayout: {layout}{' (header-only, sparse data)' if header_only else ''}; "
             f"seed {seed}; {len(specs)} tensors in {len(groups)} shards.\n")
@@ -204,6 +223,13 @@ def write_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def _edited(name: str, t: Any, edit: Callable[[str, Any], Any]) -> Any:
+    new = edit(name, t)
+    if tuple(new.shape) != tuple(t.shape) or new.dtype != t.dtype:
+        raise LayoutError(f"edit changed {name}: {tuple(t.shape)} {t.dtype} -> {tuple(new.shape)} {new.dtype}")
+    return new.contiguous()
 
 
 def _nvfp4_small_bytes(spec: Spec, seed: int) -> bytes:

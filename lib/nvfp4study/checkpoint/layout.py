@@ -33,8 +33,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import LayoutError
+from ..core.errors import LayoutError, ShapeInvalid
 from ..core.params import LingShape
+from ..core.shape_rules import shape_problems
+from .tokenizer import token_ids
 
 Spec = tuple[str, tuple[int, ...], str]
 
@@ -56,39 +58,17 @@ LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.")
 
 # --- schedule ------------------------------------------------------------------------------
 def check_shape(shape: LingShape) -> None:
-    """Reject shapes the layout, the router or NVFP4 (group size 16) cannot take.
+    """Reject shapes the layout, the router, NVFP4 (group size 16) or SGLang 0.5.23's model cannot
+    take: the rules of :func:`nvfp4study.core.shape_rules.shape_problems` (with their SGLang file:line).
+    :class:`LingShape` checks them on construction; this catches a shape built without validation
+    (``model_copy(update=...)``).
 
     Raises:
-        LayoutError: names the key and the rule it breaks.
+        ShapeInvalid (a LayoutError): names every rule broken.
     """
-    s = shape
-    rules = [
-        (s.num_hidden_layers >= 1, "num_hidden_layers must be >= 1"),
-        (s.layer_group_size >= 1, "layer_group_size must be >= 1"),
-        (0 <= s.first_k_dense_replace <= s.num_hidden_layers,
-         "first_k_dense_replace must be in [0, num_hidden_layers]"),
-        (s.num_experts >= 1 and s.n_group >= 1 and s.num_experts % s.n_group == 0,
-         "num_experts must be a positive multiple of n_group"),
-        (1 <= s.topk_group <= s.n_group, "topk_group must be in [1, n_group]"),
-        (1 <= s.num_experts_per_tok <= s.num_experts, "num_experts_per_tok must be in [1, num_experts]"),
-        (s.num_shared_experts >= 0, "num_shared_experts must be >= 0"),
-        (s.num_nextn_predict_layers >= 0, "num_nextn_predict_layers must be >= 0"),
-        # NVFP4 groups 16 input features (compressed-tensors tensor_group, group_size 16)
-        (s.hidden_size % 16 == 0, "hidden_size must be a multiple of 16 (NVFP4 group size)"),
-        (s.moe_intermediate_size % 16 == 0,
-         "moe_intermediate_size must be a multiple of 16 (NVFP4 group size)"),
-        (min(s.vocab_size, s.intermediate_size, s.num_attention_heads, s.head_dim, s.kv_lora_rank,
-             s.qk_nope_head_dim, s.qk_rope_head_dim, s.v_head_dim, s.short_conv_kernel_size,
-             s.moe_shared_expert_intermediate_size) >= 1, "every size must be >= 1"),
-    ]
-    for ok, msg in rules:
-        if not ok:
-            raise LayoutError(f"invalid Ling shape: {msg}")
-    for key in ("expert_swiglu_limits", "share_expert_swiglu_limits"):
-        bad = [k for k in getattr(s, key) if not 0 <= k < s.num_hidden_layers]
-        if bad:
-            raise LayoutError(f"invalid Ling shape: {key} names layers {bad} outside "
-                              f"0..{s.num_hidden_layers - 1}")
+    problems = shape_problems(shape)
+    if problems:
+        raise ShapeInvalid("invalid Ling shape: " + "; ".join(problems))
 
 
 def mtp_layers(shape: LingShape) -> list[int]:
@@ -134,7 +114,9 @@ def config_dict(shape: LingShape, *, seed: int | None = None) -> dict[str, Any]:
     is 262144 with ``rope_scaling: null`` (the model card's statement; the loaders disagree:
     131072 with a YaRN override to 262144 in the vendor's serving recipes, 262144 elsewhere). ``gated_attention_proj_granularity_type: "head_wise"`` is what
     SGLang/vLLM read to build the MLA ``g_proj`` [num_heads, hidden]. The ``_nvfp4study`` key
-    says the weights are random.
+    says the weights are random. ``bos_token_id`` / ``eos_token_id`` / ``pad_token_id`` are the
+    generated tokenizer's (:func:`.tokenizer.token_ids`, inside the vocabulary: SGLang 0.5.23's
+    ``configs/bailing_hybrid.py:74-75`` would otherwise default pad and eos to 156892).
     """
     s = shape
     return {
@@ -189,6 +171,7 @@ def config_dict(shape: LingShape, *, seed: int | None = None) -> dict[str, Any]:
         "mtp_use_kda": False,
         "expert_swiglu_limit_list": _clamp_list(s.expert_swiglu_limits, s.num_hidden_layers),
         "share_expert_swiglu_limit_list": _clamp_list(s.share_expert_swiglu_limits, s.num_hidden_layers),
+        **token_ids(s.vocab_size),
         "_nvfp4study": {"weights": "random", "note": RANDOM_WEIGHTS_NOTE, "seed": seed,
                         "shape": s.model_dump(mode="json")},
     }

@@ -16,5 +16,6 @@ __all__ = [
     "paths",
     "runlock",
     "runner",
+    "shape_rules",
     "stage",
 ]

@@ -48,6 +48,18 @@ class LayoutError(StudyError):
     """A Ling shape that cannot be built or quantized (e.g. experts not divisible by n_group)."""
 
 
+class ShapeInvalid(ParamsError, LayoutError):
+    """A Ling shape that breaks a rule of the layout, NVFP4 or SGLang 0.5.23's BailingMoeV3 model
+    (e.g. ``num_hidden_layers`` not a multiple of ``layer_group_size``); names every broken rule.
+    Raised by :class:`~nvfp4study.core.params.LingShape` itself, so it is both a params error and a
+    layout error."""
+
+
+class ServedCheckpointError(LayoutError):
+    """Bad input to the served-checkpoint writer (an unknown draft construction, a shape without
+    exactly one MTP layer); nothing was written."""
+
+
 class OutputExists(StudyError):
     """The output folder of a generator/quantizer already exists (names it); nothing written."""
 

@@ -17,9 +17,10 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .errors import ParamsError
+from .errors import ParamsError, ShapeInvalid
 from .files import atomic_write
 from .params_yaml import apply_override, read_yaml_mapping
+from .shape_rules import shape_problems
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 PARAMS_DIR = REPO_ROOT / "params"
@@ -57,7 +58,13 @@ _Limit = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
 class LingShape(_Strict):
     """Ling-3.0-flash sizes. The defaults are the real model's, as the code that loads it reads
     them (SGLang 0.5.23 ``srt/models/bailing_moe_v3.py``, ``srt/configs/bailing_hybrid.py``);
-    a checkpoint's own ``config.json`` overrides them wherever the study reads one."""
+    a checkpoint's own ``config.json`` overrides them wherever the study reads one.
+
+    Validated as a whole on construction and on assignment (:func:`.shape_rules.shape_problems`).
+
+    Raises:
+        ShapeInvalid: a rule of :func:`shape_problems` is broken (every broken rule named).
+    """
 
     vocab_size: int = _int(157184, 1, _SIZE)
     hidden_size: int = _int(2560, 1, _SIZE)
@@ -91,11 +98,11 @@ class LingShape(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> LingShape:
-        if self.num_experts_per_tok > self.num_experts:
-            raise ValueError(f"num_experts_per_tok ({self.num_experts_per_tok}) exceeds "
-                             f"num_experts ({self.num_experts})")
-        if self.topk_group > self.n_group:
-            raise ValueError(f"topk_group ({self.topk_group}) exceeds n_group ({self.n_group})")
+        # ShapeInvalid is not a ValueError: pydantic lets it through unwrapped (load_params adds
+        # the file and key).
+        problems = shape_problems(self)
+        if problems:
+            raise ShapeInvalid("invalid Ling shape: " + "; ".join(problems))
         return self
 
 
@@ -397,6 +404,8 @@ def load_params(path: str | Path | None = None, overrides: list[str] | tuple[str
         The validated :class:`Params`.
 
     Raises:
+        ShapeInvalid (a ParamsError): the checkpoint shape breaks a rule of
+            :func:`.shape_rules.shape_problems` (names the file or override).
         ParamsError: missing/unreadable file, bytes that are not UTF-8, invalid YAML, a duplicate
             key (with its line), unknown key, wrong type or out-of-range value; the message names
             the file (or the ``-p`` override) and the key.
@@ -415,6 +424,10 @@ def load_params(path: str | Path | None = None, overrides: list[str] | tuple[str
         apply_override(raw, o)
     try:
         return Params.model_validate(raw)
+    except ShapeInvalid as exc:
+        over = [o for o in overrides if o.split("=", 1)[0].strip().startswith("checkpoint")]
+        where = f"-p {over[0].split('=', 1)[0].strip()}" if over else str(p)
+        raise ShapeInvalid(f"{where}: key 'checkpoint.shape': {exc}") from None
     except ValidationError as exc:
         keys = tuple(o.split("=", 1)[0].strip() for o in overrides)
         raise ParamsError(_explain(exc, str(p), keys)) from None

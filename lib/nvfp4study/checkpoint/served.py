@@ -1,0 +1,165 @@
+"""The checkpoint SGLang's real engine serves on a CPU: BF16, every layer MLA, one MTP layer,
+and a draft whose acceptance is known by construction.
+
+Why all MLA: SGLang 0.5.23's KDA (linear attention) prefill has no CPU path
+(``layers/attention/linear/kda_backend.py:1031`` always calls the Triton ``causal_conv1d_fn``;
+paths relative to ``sglang/srt/`` of the 0.5.23 wheel), so the served shape is the given shape
+with ``layer_group_size: 1`` (``(layer + 1) % 1 == 0`` on every layer,
+``models/bailing_moe_v3.py:241`` ``is_linear_layer``). Everything else is kept: the layer count,
+dense layers, experts, groups, shared expert, router bias, both clamp lists, the MTP layer, and
+``short_conv_kernel_size`` in ``config.json`` (SGLang treats the model as Ling-V3 only with it:
+``configs/bailing_hybrid.py:158`` ``use_kda``, read by ``models/bailing_moe_nextn.py:66``).
+
+How SGLang computes the two predictions (0.5.23):
+
+- target: ``lm_head(RMSNorm(h, model.norm.weight))``: ``models/bailing_moe_v3.py:1365``
+  (``final_norm`` with ``self.norm``) and ``:1770`` (``logits_processor`` with ``self.lm_head``);
+- MTP draft (``models/bailing_moe_nextn.py``): ``x = eh_proj(cat(enorm(embed(token)),
+  hnorm(target hidden)))`` (:152-163), one MLA + MoE decoder layer with residuals (:176),
+  ``RMSNorm(., final_layernorm.weight)`` (:187), then the TARGET's ``lm_head`` and embeddings (the
+  EAGLE worker shares them: ``speculative/eagle_worker_v2.py:378`` ``set_embed_and_head``);
+  the MTP layer's own ``shared_head``/``embed_tokens`` are skipped (``models/bailing_moe_v3.py:275``).
+- RMSNorm is ``x / rms(x) * weight`` (no ``1 + weight``); greedy picks the first maximal logit.
+
+Draft constructions (``draft=``):
+
+- ``"agree"``: ``model.norm.weight = 0`` and the MTP ``final_layernorm.weight = 0``: both logit
+  vectors are exactly 0, both argmaxes are token 0 (``!``, never a special token: :mod:`.tokenizer`
+  puts those at the top). Every draft token is accepted: accept length k + 1 with k draft steps.
+- ``"disagree"``: the target as in "agree" (always token 0); the draft always proposes token
+  :data:`DISAGREE_TOKEN` (1): ``word_embeddings[:, 0] > 0`` and ``enorm.weight[0] = 1`` make the
+  first input feature positive for every token; ``eh_proj`` keeps only that feature
+  (``eh_proj[0, 0] = 1``, else 0), the MTP layer adds nothing to the residual stream
+  (``attention.dense`` and every ``down_proj`` of its experts and shared expert are 0), so after
+  ``final_layernorm`` (weight 1) the hidden state is ``c * e_0`` with ``c > 0``; ``lm_head[:, 0]`` is
+  0 except ``lm_head[1, 0] = 1``, so the draft logits are ``c`` at token 1 and 0 elsewhere. The
+  target's logits do not depend on ``lm_head`` (its input is 0). Accept length 1.00, rate 0.00.
+- ``"random"``: the generator's random weights (:mod:`.generate`), all-MLA shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import ServedCheckpointError
+from ..core.params import LingShape
+from .generate import write_checkpoint
+
+DRAFTS = ("agree", "disagree", "random")
+#: the token every target of the "agree"/"disagree" constructions picks (first of equal logits).
+TARGET_TOKEN = 0
+#: the token the "disagree" draft always proposes.
+DISAGREE_TOKEN = 1
+
+
+def served_shape(shape: LingShape | None = None) -> LingShape:
+    """``shape`` (default: ``params/default.yaml``'s ``checkpoint.shape``, no overlay) with
+    ``layer_group_size`` 1: every layer MLA.
+
+    Raises:
+        ServedCheckpointError: the shape has no MTP layer (``num_nextn_predict_layers`` != 1).
+        ShapeInvalid: the served shape breaks a rule of ``shape_problems``.
+    """
+    if shape is None:
+        from ..core.params import load_params
+
+        shape = load_params(None, overlay=False).checkpoint.shape
+    if shape.num_nextn_predict_layers != 1:
+        raise ServedCheckpointError(f"the served checkpoint needs exactly one MTP layer "
+                                    f"(num_nextn_predict_layers is {shape.num_nextn_predict_layers})")
+    return LingShape.model_validate({**shape.model_dump(), "layer_group_size": 1})
+
+
+def _editor(shape: LingShape, draft: str) -> Any:
+    """The ``edit(name, tensor)`` of :func:`write_checkpoint` for ``draft`` (None for random)."""
+    if draft == "random":
+        return None
+    mtp = f"model.layers.{shape.num_hidden_layers}."
+
+    def edit(name: str, t: Any) -> Any:
+        if name == "model.norm.weight" or (draft == "agree" and name == mtp + "final_layernorm.weight"):
+            return t.zero_()
+        if draft != "disagree":
+            return t
+        if name == "model.word_embeddings.weight":
+            t[:, 0] = t[:, 0].abs() + 0.02
+        elif name == mtp + "enorm.weight":
+            t.zero_()[0] = 1
+        elif name == mtp + "eh_proj.weight":
+            t.zero_()[0, 0] = 1
+        elif name == mtp + "attention.dense.weight" or (name.startswith(mtp + "mlp.")
+                                                        and name.endswith("down_proj.weight")):
+            t.zero_()
+        elif name == mtp + "final_layernorm.weight":
+            t.fill_(1)
+        elif name == "lm_head.weight":
+            t[:, 0] = 0
+            t[DISAGREE_TOKEN, 0] = 1
+        return t
+
+    return edit
+
+
+def write_served_checkpoint(out_dir: Path, shape: LingShape | None = None, *, seed: int = 0,
+                            draft: str = "random") -> Path:
+    """Write the checkpoint the CPU engine serves (module docstring): BF16, all layers MLA, the
+    MTP (NEXTN) layer, the generated tokenizer, one shard.
+
+    Args:
+        out_dir: folder to create; must not exist (written beside it in a temporary folder and
+            renamed at the end: a failure leaves nothing).
+        shape: sizes; default ``params/default.yaml``'s shape. Not modified: the served shape is a
+            copy with ``layer_group_size`` 1 (:func:`served_shape`).
+        seed: random seed of every tensor the construction does not set.
+        draft: ``"agree"`` (accept length k + 1), ``"disagree"`` (accept length 1, rate 0) or
+            ``"random"``; recorded in ``config.json`` under ``_nvfp4study.served``.
+
+    Returns:
+        ``out_dir`` as a Path. Tensors: BF16 except ``A_log``/``dt_bias`` (none here: no KDA) and
+        the router ``expert_bias`` (F32), shapes as :func:`.layout.tensor_specs`.
+
+    Raises:
+        ServedCheckpointError: unknown ``draft``, or a shape without exactly one MTP layer.
+        ShapeInvalid: the served shape breaks a rule of ``shape_problems``.
+        OutputExists: ``out_dir`` exists.
+    """
+    if draft not in DRAFTS:
+        raise ServedCheckpointError(f"draft must be one of {', '.join(DRAFTS)}, got {draft!r} "
+                                    "(nothing was written)")
+    s = served_shape(shape)
+    extra = {"served": {"draft": draft, "layer_group_size": 1,
+                        "target_token": TARGET_TOKEN if draft != "random" else None,
+                        "draft_token": {"agree": TARGET_TOKEN, "disagree": DISAGREE_TOKEN}.get(draft)}}
+    return write_checkpoint(s, out_dir, shards=1, seed=seed, edit=_editor(s, draft), config_extra=extra)
+
+
+# --- CLI -----------------------------------------------------------------------------------
+def main(argv: list[str]) -> int:
+    """``nvfp4study make-served-checkpoint OUT [--draft agree|disagree|random] [--params FILE] [--seed N]``"""
+    ap = argparse.ArgumentParser(
+        prog="nvfp4study make-served-checkpoint",
+        description="Write the BF16 all-MLA checkpoint with an MTP layer that SGLang serves on a CPU, "
+                    "with a draft of known acceptance.",
+        epilog="example: nvfp4study make-served-checkpoint /tmp/ling-served --draft agree",
+    )
+    ap.add_argument("out", help="folder to create (must not exist)")
+    ap.add_argument("--draft", choices=DRAFTS, default="random",
+                    help="agree: accept length k+1; disagree: accept length 1; random: random weights")
+    ap.add_argument("--params", help="params YAML whose checkpoint.shape/seed are used "
+                    "(default: params/default.yaml)")
+    ap.add_argument("--seed", type=int, help="random seed (default: from params)")
+    args = ap.parse_args(argv)
+    from ..core.params import load_params
+
+    cp = load_params(args.params, overlay=False).checkpoint
+    out = write_served_checkpoint(Path(args.out), cp.shape, seed=cp.seed if args.seed is None else args.seed,
+                                  draft=args.draft)
+    print(f"wrote {out}: served checkpoint, draft {args.draft}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
