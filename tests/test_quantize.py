@@ -87,6 +87,11 @@ def test_layout_written(ckpts):
     assert set(idx["weight_map"]) == set(q)
 
 
+def test_tokenizer_copied_through(ckpts):
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        assert (ckpts["root"] / "shared" / name).read_bytes() == (ckpts["src"] / name).read_bytes()
+
+
 def test_config_is_the_cards_serving_layout(ckpts):
     cfg = json.loads((ckpts["root"] / "shared" / "config.json").read_text())
     qc = cfg["quantization_config"]

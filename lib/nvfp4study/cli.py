@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("nvfp4study.workstation.plan", "server launches, requests and estimated time: nvfp4study plan --params params/ling3-flash.yaml"),
     "decode-log": ("nvfp4study.serving.decode_log", "parse SGLang's Decode batch log lines: nvfp4study decode-log LOG --json"),
     "make-checkpoint": ("nvfp4study.checkpoint.generate", "write a Ling-layout BF16 checkpoint: nvfp4study make-checkpoint OUT"),
+    "make-served-checkpoint": ("nvfp4study.checkpoint.served", "write the all-MLA BF16 checkpoint with MTP that SGLang serves on a CPU: nvfp4study make-served-checkpoint OUT --draft agree"),
     "quantize": ("nvfp4study.checkpoint.quantize", "NVFP4-quantize a checkpoint: nvfp4study quantize SRC DST"),
     "audit-checkpoint": ("nvfp4study.checkpoint.audit", "audit a checkpoint from its headers: nvfp4study audit-checkpoint PATH --json"),
     "audit-sglang": ("nvfp4study.sglang.audit_report", "audit SGLang's clamp plumbing: nvfp4study audit-sglang --version 0.5.23"),
