@@ -10,7 +10,7 @@ PARAMS ?= params/default.yaml
 # `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu` (the PyTorch CPU wheel index).
 TORCH_INDEX ?=
 PIP_TORCH := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
-# The real_sglang tests' own environment (SGLang 0.5.23's HTTP layer over a stub engine).
+# SGLang 0.5.23 for the CPU engine of stages 04-07 (make study) and the real_sglang tests.
 SGL_VENV  := .venv-sglang
 SGL_REQ   := tests/real_sglang/requirements.txt
 SGL_STAMP := $(SGL_VENV)/.installed-$(shell cat $(SGL_REQ) | cksum | cut -d' ' -f1)
@@ -38,7 +38,7 @@ $(SGL_STAMP): $(SGL_REQ)
 	$(SGL_VENV)/bin/python -m pip install -q --no-deps $(PIP_TORCH) -r $(SGL_REQ)
 	rm -f $(SGL_VENV)/.installed-* && touch $@
 
-study: $(STAMP)
+study: $(STAMP) $(SGL_STAMP)
 	$(BIN)/nvfp4study run --params $(PARAMS)
 
 test: $(STAMP) $(SGL_STAMP)

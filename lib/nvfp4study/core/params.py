@@ -185,9 +185,23 @@ class DockerParams(_Strict):
     container_name_prefix: str = Field("nvfp4study-sglang", pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,100}$")
 
 
+class CpuEngineParams(_Strict):
+    # what the CPU engine (server.engine: cpu) serves and asks; the GPU profile ignores it
+    standin_seed: int = _int(0, 0, 2**31 - 1)  # seed of the served stand-in's random weights
+    corruption_tasks: int = _int(2, 0, 100_000)  # 05 on the CPU engine: first N tasks sent per sampling config
+    # 06 on the CPU engine: stand-ins whose draft acceptance is known by construction, served at
+    # control_depth: "agree" (accept length k+1), "disagree" (1.00, rate 0.00: the broken-draft signature)
+    control_drafts: list[Literal["agree", "disagree"]] = Field(default_factory=lambda: ["agree", "disagree"])
+    control_depth: int = _int(3, 1, 64)
+
+
 class ServerParams(_Strict):
     enabled: bool = _bool(False)  # False: stages 04/06/07 record "not run" (no NVFP4-capable GPU)
-    python: str | None = None  # interpreter of the SGLang environment
+    # gpu: the card's NVFP4 checkpoint on a GPU; cpu: SGLang's real engine on this CPU
+    # (serving/cpu_engine: its flags and environment), serving the stand-in of checkpoint/served.py
+    engine: Literal["gpu", "cpu"] = "gpu"
+    cpu: CpuEngineParams = Field(default_factory=CpuEngineParams)
+    python: str | None = None  # interpreter of the SGLang environment (a relative path is from the repo root)
     model_path: str | None = None  # served checkpoint; None = this run's quantized checkpoint
     host: str = "127.0.0.1"
     port: int = _int(30013, 1, 65535)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -40,8 +41,11 @@ from ..core.files import atomic_write
 from ..core.stage import Stage
 from . import client
 from .server import (
+    STANDIN_NOTE,
     ServerConfig,
+    engine_description,
     gpu_refusal,
+    is_cpu_engine,
     process_for,
     served_model_path,
     serving,
@@ -167,6 +171,8 @@ class Mode:
     source: Path | None = None
 
     stage: str = ""
+    engine: str = "gpu"  # server.engine of a live run: "cpu" = SGLang's engine on this CPU, a stand-in served
+    engine_summary: str = ""  # cpu_engine.summary() of a live CPU-engine run
 
     def markdown(self):
         """What the notebook shows once, under "How this stage runs here": for "not run" one box
@@ -188,6 +194,12 @@ class Mode:
         if self.kind == "replay":
             return markdown(f"**Replay** of the recorded run `{self.source}`: its raw files are copied "
                             "into this run and analysed; no server is started.")
+        if self.engine == "cpu":
+            return markdown(f"**Live on the CPU engine**: {self.engine_summary}. Each configuration below "
+                            f"is launched with the study's own command, lifecycle and client; {STANDIN_NOTE}. "
+                            "Every answer is appended to `data/serve-raw-*.jsonl` as it arrives. The card's rows "
+                            "stay *not run* (they need the real model on an NVFP4 GPU); what this run measures "
+                            "are study findings about the serving pipeline and its estimators.")
         return markdown("**Live**: SGLang is launched for each configuration below; every answer is "
                         "appended to `data/serve-raw-*.jsonl` as it arrives.")
 
@@ -215,7 +227,11 @@ def resolve_mode(stage: Stage) -> Mode:
             src = (Path.cwd() / src)
         return Mode("replay", source=src.resolve(), stage=stage.name)
     reason = gpu_refusal(p)
-    return Mode("not run", reason=reason, stage=stage.name) if reason else Mode("live", stage=stage.name)
+    if reason:
+        return Mode("not run", reason=reason, stage=stage.name)
+    if is_cpu_engine(p):
+        return Mode("live", stage=stage.name, engine="cpu", engine_summary=engine_description(p)["summary"])
+    return Mode("live", stage=stage.name)
 
 
 def params_of(stage: Stage):
@@ -343,8 +359,47 @@ def collect(stage: Stage):
             rows.append({"config": c.key, "launched": False, "sent": 0, "failed": 0,
                          "note": "all requests already recorded"})
             continue
+        if c.deterministic and is_cpu_engine(stage.params):
+            rows.append(_refusable_session(stage, c, pending))
+            continue
         rows.append(_session(stage, c, pending))
     return pd.DataFrame(rows)
+
+
+REFUSAL_LINE = re.compile(r"^\s*(?:\w+\.)*\w*(?:Error|Exception): .+")
+
+
+def refusal_message(log_path: Path) -> str | None:
+    """SGLang's own error message in a server log: the last ``SomeError: message`` line (the
+    exception that ended the launch), or None when there is none."""
+    if not Path(log_path).is_file():
+        return None
+    hits = [ln.strip() for ln in Path(log_path).read_text(errors="replace").splitlines() if REFUSAL_LINE.match(ln)]
+    return hits[-1] if hits else None
+
+
+def _refusable_session(stage: Stage, config: ServerConfig, pending: list[RequestSpec]) -> dict[str, Any]:
+    """A launch SGLang may refuse on the CPU engine (deterministic mode with this attention
+    backend): a refusal (:class:`~nvfp4study.core.errors.ServerExitedDuringLoad`) is kept in the
+    launch record (``status`` "refused", ``refusal`` = SGLang's message from the log) instead of
+    stopping the stage; a launch that comes up is an ordinary session."""
+    from ..core.errors import ServerExitedDuringLoad
+
+    try:
+        return _session(stage, config, pending)
+    except ServerExitedDuringLoad:
+        rows = launches(stage.paths, config)
+        rec = rows[-1]
+        rec["refusal"] = refusal_message(stage.run_dir / rec["log"]) if rec.get("log") else None
+        rec["status"] = "refused"
+        _rewrite_last(launch_path(stage.paths, config), rec)
+        return {"config": config.key, "launched": True, "sent": 0, "failed": 0, "load_s": None,
+                "note": f"refused by SGLang: {rec['refusal']}"}
+
+
+def _rewrite_last(path: Path, row: dict[str, Any]) -> None:
+    rows = read_jsonl(path)[:-1] + [row]
+    atomic_write(path, lambda tmp: tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in rows)))
 
 
 def model_config_for(stage: Stage, model_path: str | None) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import NoCapableGPU, StageInputMissing, WrongInterpreter
-from ..core.params import Params
+from ..core.params import REPO_ROOT, Params
 from ..core.stage import Stage
 from ..sglang.flags import FLAG_SOURCES, cached_wheel, sglang_cli_flags  # noqa: F401
 from .process import (  # noqa: F401
@@ -127,7 +127,10 @@ def stage_configs(params: Params) -> dict[str, list[ServerConfig]]:
 
     04: the card's configuration. 05: the card's per ``corruption.clamp_modes`` (its own launch
     with ``--max-running-requests corruption.concurrency`` when that is above 1).
-    06: one per ``mtp.depths`` (0 = off), again on ``mtp.broken_model_path`` when set.
+    06: one per ``mtp.depths`` (0 = off), again on ``mtp.broken_model_path`` when set; on the CPU
+    engine also one per ``server.cpu.control_drafts`` at ``server.cpu.control_depth`` (the
+    stand-ins of :func:`nvfp4study.checkpoint.served.write_served_checkpoint` whose draft agrees
+    or disagrees with the target by construction).
     07: speculation off and at ``determinism.spec_depth``, then both with deterministic mode.
     """
     clamp = params.server.clamp_mode
@@ -137,11 +140,17 @@ def stage_configs(params: Params) -> dict[str, list[ServerConfig]]:
     if params.mtp.broken_model_path:
         mtp += [ServerConfig(clamp=clamp, spec_depth=depth(d), model_path=params.mtp.broken_model_path,
                              model_label="broken-draft") for d in params.mtp.depths]
+    if params.server.engine == "cpu":  # stand-ins with acceptance known by construction
+        cpu = params.server.cpu
+        mtp += [ServerConfig(clamp=clamp, spec_depth=cpu.control_depth, model_label=CONTROL_LABELS[d])
+                for d in cpu.control_drafts]
     det_depth = params.determinism.spec_depth
     conc = params.corruption.concurrency if params.corruption.concurrency > 1 else None
     det = [ServerConfig(clamp=clamp, spec_depth=None), ServerConfig(clamp=clamp, spec_depth=det_depth)]
     if params.determinism.deterministic_mode:
-        det += [replace(c, deterministic=True) for c in det]
+        # the CPU engine refuses deterministic mode at argument checking, whatever the depth:
+        # one launch records SGLang's message for both (stages.s07_determinism)
+        det += [replace(c, deterministic=True) for c in (det[:1] if is_cpu_engine(params) else det)]
     return {
         "04_launch_server": [card],
         "05_corruption": [replace(card, clamp=m, max_running_requests=conc) for m in params.corruption.clamp_modes],
@@ -174,6 +183,40 @@ def plan_table(params: Params):
         rows.append({"config": c.key, "stages": ", ".join(s for s, cs in users.items() if c in cs),
                      "flags": " ".join(_config_flags(params, c)) or "(card's base flags only)"})
     return pd.DataFrame(rows)
+
+
+# --- the CPU engine --------------------------------------------------------------------------
+#: model labels of the CPU engine's control stand-ins -> ``write_served_checkpoint(draft=...)``.
+CONTROL_LABELS = {"agree": "agree-draft", "disagree": "broken-draft"}
+STANDIN_DRAFTS = {"study": "random", **{v: k for k, v in CONTROL_LABELS.items()}}
+#: what the CPU engine serves, said wherever its results show.
+STANDIN_NOTE = ("served stand-in: BF16 all-MLA random-weight model in Ling's layout, not the NVFP4 "
+                "hybrid checkpoint of 01-03")
+
+
+def is_cpu_engine(params: Params) -> bool:
+    """Whether ``server.engine`` is ``cpu``: SGLang's real engine on this CPU (``serving/cpu_engine``)."""
+    return params.server.engine == "cpu"
+
+
+def server_python(params: Params) -> str | None:
+    """``server.python`` with a relative path (one holding ``/``) resolved against the repo root
+    (notebooks run in ``notebooks/``; tracked params never name an absolute path); a bare name
+    (``python3``) is left for ``PATH``; None when unset."""
+    py = params.server.python
+    if not py or "/" not in py or Path(py).expanduser().is_absolute():
+        return str(Path(py).expanduser()) if py and "/" in py else py
+    return str(REPO_ROOT / py)
+
+
+def engine_description(params: Params) -> dict[str, Any] | None:
+    """The CPU engine's :func:`nvfp4study.serving.cpu_engine.describe` plus its ``summary`` and
+    the served stand-in's note; None for the GPU engine."""
+    if not is_cpu_engine(params):
+        return None
+    from . import cpu_engine
+
+    return {**cpu_engine.describe(), "summary": cpu_engine.summary(), "served_model": STANDIN_NOTE}
 
 
 # --- the command -----------------------------------------------------------------------------
@@ -213,6 +256,9 @@ def build_command(params: Params, config: ServerConfig, model_path: str | None =
 
     Returns:
         The argument list (no shell). Flags and their 0.5.23 definitions: :data:`FLAG_SOURCES`.
+        With ``server.engine: cpu`` the CPU engine's flags
+        (:func:`nvfp4study.serving.cpu_engine.engine_flags`) follow the card's, before
+        ``server.extra_args``; nothing else differs.
 
     Raises:
         WrongInterpreter: ``server.python`` is not set.
@@ -225,7 +271,7 @@ def build_command(params: Params, config: ServerConfig, model_path: str | None =
     path = model_path or config.model_path or s.model_path
     if not path:
         raise StageInputMissing("no model path: set server.model_path or run 01_quantize first")
-    cmd = [s.python, "-c", SERVE_CODE, "serve", "--model-path", str(path)]
+    cmd = [server_python(params) or s.python, "-c", SERVE_CODE, "serve", "--model-path", str(path)]
     if s.trust_remote_code:
         cmd.append("--trust-remote-code")
     cmd += ["--host", s.host, "--port", str(s.port),
@@ -243,6 +289,10 @@ def build_command(params: Params, config: ServerConfig, model_path: str | None =
     cmd += _config_flags(params, config)
     if s.enable_metrics:
         cmd.append("--enable-metrics")
+    if is_cpu_engine(params):
+        from . import cpu_engine
+
+        cmd += cpu_engine.engine_flags(config.spec_depth)
     cmd += list(s.extra_args)
     return cmd
 
@@ -334,7 +384,7 @@ def gpu_refusal(params: Params) -> str | None:
     """Why stages 04-07 cannot serve here (a "needs an NVFP4-capable GPU (...)" sentence) or None."""
     if not params.server.enabled:
         return "needs an NVFP4-capable GPU (server.enabled is false in the params: no GPU on this machine)"
-    if not params.server.require_gpu:
+    if not params.server.require_gpu or is_cpu_engine(params):
         return None
     cap = gpu_capability(probe_python(params))
     if cap is None:
@@ -342,6 +392,16 @@ def gpu_refusal(params: Params) -> str | None:
     if not nvfp4_w4a4_supported(cap):
         return f"needs an NVFP4-capable GPU (compute capability {cap[0]}.{cap[1]} < 10.0)"
     return None
+
+
+def card_refusal(params: Params) -> str | None:
+    """Why the card's rows of 04-07 cannot be settled by this run even when it serves: the CPU
+    engine serves a stand-in, never the NVFP4 checkpoint; None when the run serves on a GPU (or
+    :func:`gpu_refusal`'s reason when it does not serve at all)."""
+    if is_cpu_engine(params) and params.server.enabled:
+        return ("needs the real model on an NVFP4 GPU (this run served SGLang's engine on CPU with a "
+                + STANDIN_NOTE + ")")
+    return gpu_refusal(params)
 
 
 # --- the process -----------------------------------------------------------------------------
@@ -355,14 +415,17 @@ def _next_log(paths, config: ServerConfig) -> Path:
 
 
 def served_model_path(stage: Stage, config: ServerConfig) -> str:
-    """The checkpoint to serve: ``config.model_path``, ``server.model_path``, or the quantized
-    checkpoint 01 recorded in ``data/quantize.json`` of the run.
+    """The checkpoint to serve: ``config.model_path``, ``server.model_path``, on the CPU engine
+    the run's stand-in (:func:`standin_path`), else the quantized checkpoint 01 recorded in
+    ``data/quantize.json`` of the run.
 
     Raises:
         StageInputMissing: none of them is available.
     """
     if config.model_path or stage.params.server.model_path:
         return str(config.model_path or stage.params.server.model_path)
+    if is_cpu_engine(stage.params):
+        return str(standin_path(stage, config.model_label))
     q = stage.paths.data("quantize")
     if q.is_file():
         data = json.loads(q.read_text())
@@ -372,6 +435,28 @@ def served_model_path(stage: Stage, config: ServerConfig) -> str:
     raise StageInputMissing(f"no model to serve: set server.model_path or run 01_quantize ({q} missing)")
 
 
+def standin_path(stage: Stage, label: str = "study") -> Path:
+    """The CPU engine's served stand-in for a model label, written once into the run's work folder
+    (``work/served-<draft>``) by :func:`nvfp4study.checkpoint.served.write_served_checkpoint`
+    with the profile's ``checkpoint.shape`` and ``server.cpu.standin_seed``; label "study" is the
+    random-weight model, "agree-draft" / "broken-draft" the draft constructions "agree" /
+    "disagree".
+
+    Raises:
+        StageInputMissing: an unknown label.
+    """
+    if label not in STANDIN_DRAFTS:
+        raise StageInputMissing(f"no stand-in for model label {label!r} (known: {', '.join(STANDIN_DRAFTS)})")
+    from ..checkpoint.served import write_served_checkpoint
+
+    draft = STANDIN_DRAFTS[label]
+    out = stage.paths.work(f"served-{draft}")
+    if not (out / "config.json").is_file():
+        write_served_checkpoint(out, stage.params.checkpoint.shape, seed=stage.params.server.cpu.standin_seed,
+                                draft=draft)
+    return out
+
+
 def install_mode(stack: contextlib.ExitStack, stage, config: ServerConfig) -> str:
     """Put the serving install in ``config.clamp`` mode (and the ``MIN_DEEPGEMM_DIM`` edit for
     deterministic mode) for the server's lifetime, when ``sglang.apply_to_install`` is true.
@@ -379,7 +464,9 @@ def install_mode(stack: contextlib.ExitStack, stage, config: ServerConfig) -> st
     Uses the SGLang patcher's :func:`nvfp4study.sglang.patch.serving_mode` entered on
     ``stack``: the install returns to its previous state when the stack closes, after the server
     has stopped; the state is recorded in ``data/sglang_patch_state.json``. The install is
-    ``sglang.path`` when ``sglang.source`` is "path", else the one ``server.python`` imports.
+    ``sglang.path`` when ``sglang.source`` is "path", else the one ``server.python`` imports; on
+    the CPU engine it is the run's overlay of that install (:func:`install_overlay`, first on the
+    server's ``PYTHONPATH``), so the shared environment's files are never edited.
     Returns a sentence saying what was done (the launch's clamp log lines are the evidence).
     """
     p = stage.params
@@ -389,15 +476,92 @@ def install_mode(stack: contextlib.ExitStack, stage, config: ServerConfig) -> st
     from ..sglang import patch as sglang_patch
     from ..sglang import source as sglang_source
 
-    if p.sglang.source == "path" and p.sglang.path:
+    if is_cpu_engine(p):
+        tree = sglang_source.open_tree(install_overlay(stage))
+    elif p.sglang.source == "path" and p.sglang.path:
         tree = sglang_source.open_tree(p.sglang.path)
     else:
-        tree = sglang_source.installed_tree(p.server.python)
+        tree = sglang_source.installed_tree(server_python(p))
     st = stack.enter_context(sglang_patch.serving_mode(
         tree, config.clamp, det=True if config.deterministic else None,
         state_file=stage.paths.data("sglang_patch_state")))
     return (f"install {tree.root} (SGLang {tree.version}) in clamp mode {st['clamp_mode']!r}, "
             f"MIN_DEEPGEMM_DIM edit {'on' if st['det'] else 'off'}, for this launch; restored afterwards")
+
+
+def install_overlay(stage: Stage) -> Path:
+    """A private copy of the ``sglang`` package ``server.python`` imports, in the run's
+    ``work/sglang-install/`` (made once per run): every file hard-linked (copied where linking
+    fails), except the files any patch mode of the release edits, which are real copies, so
+    patching the overlay never writes through to the environment. Returns the folder that holds
+    ``sglang/`` (put first on the server's ``PYTHONPATH``).
+
+    Raises:
+        SGLangNotInstalled: ``server.python`` has no importable sglang.
+    """
+    import os
+    import shutil
+
+    from ..sglang import patch as sglang_patch
+    from ..sglang import source as sglang_source
+
+    root = stage.paths.work("sglang-install")
+    if (root / "sglang" / "__init__.py").is_file():
+        return root
+    src = sglang_source.installed_tree(server_python(stage.params))
+    tmp = root.with_name(root.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+    def link(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    shutil.copytree(src.root / "sglang", tmp / "sglang", copy_function=link,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    edited = {e["path"] for m in sglang_patch.modes_for(src.version) if m != "stock"
+              for e in sglang_patch._files(src.version, m)}
+    for rel in edited:
+        f = tmp / rel
+        if f.is_file():
+            data = f.read_bytes()
+            f.unlink()
+            f.write_bytes(data)
+    tmp.rename(root)
+    return root
+
+
+def _server_env(stage: Stage, install_root: Path | None) -> dict[str, str]:
+    """The server's extra environment: ``server.env``; on the CPU engine
+    :func:`nvfp4study.serving.cpu_engine.engine_env` of it, with the patched overlay
+    (``install_root``) first on ``PYTHONPATH``."""
+    s = stage.params.server
+    if not is_cpu_engine(stage.params):
+        return dict(s.env)
+    import os
+
+    from . import cpu_engine
+
+    env = cpu_engine.engine_env(dict(s.env))
+    if install_root is not None:
+        env["PYTHONPATH"] = os.pathsep.join(x for x in (str(install_root), env.get("PYTHONPATH", "")) if x)
+    return env
+
+
+def process_tree(sp: ServerProcess) -> list[dict[str, Any]]:
+    """The live processes of a launch (:meth:`ServerProcess.group_members`): pid, parent pid,
+    process name (SGLang titles its children ``sglang::scheduler`` etc. with ``setproctitle``)
+    and resident memory in MB (1e6 bytes)."""
+    import psutil
+
+    rows = []
+    for p in sorted(sp.group_members(), key=lambda p: p.pid):
+        with contextlib.suppress(psutil.Error):
+            cmd = p.cmdline()
+            rows.append({"pid": p.pid, "ppid": p.ppid(), "name": p.name(),
+                         "title": " ".join(cmd[:1]) if cmd else "", "rss_mb": round(p.memory_info().rss / 1e6, 1)})
+    return rows
 
 
 @contextlib.contextmanager
@@ -436,7 +600,7 @@ def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | No
     elif not s.python:
         raise WrongInterpreter("server.python is not set: name the SGLang environment's interpreter")
     else:
-        version = check_interpreter(s.python, params.sglang.version if s.check_version else None)
+        version = check_interpreter(server_python(params), params.sglang.version if s.check_version else None)
     gpu = gpu_info(probe_python(params))
     if s.require_gpu and not nvfp4_w4a4_supported(None if gpu is None else gpu["capability"]):
         raise NoCapableGPU(gpu_refusal(params) or "needs an NVFP4-capable GPU")
@@ -463,13 +627,21 @@ def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | No
             rec.update(container=name, image=s.docker.image)
         else:
             rec["install"] = install_mode(install, stage, config)
-            sp = ServerProcess(cmd, log_path, s.host, s.port, env=dict(s.env), grace_s=s.shutdown_grace_s)
+            overlay = (stage.paths.work("sglang-install") if is_cpu_engine(params)
+                       and params.sglang.apply_to_install else None)
+            sp = ServerProcess(cmd, log_path, s.host, s.port, env=_server_env(stage, overlay),
+                               grace_s=s.shutdown_grace_s)
+            if is_cpu_engine(params):
+                rec["engine"] = engine_description(params)
+                rec["env"] = {k: v for k, v in sp.env.items() if k != "PYTHONPATH"}
         rec["command"] = cmd
         try:
             sp.start()
             rec["load_s"] = round(sp.wait_healthy(startup_timeout_s or s.startup_timeout_s, s.health_poll_s), 3)
+            rec["process_tree"] = process_tree(sp)
             yield sp.base_url
             sp.check_alive()
         finally:
             sp.stop()
             rec["returncode"] = sp.returncode
+            rec["left_after_stop"] = process_tree(sp)
