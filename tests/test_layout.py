@@ -175,6 +175,7 @@ def test_each_wing_says_what_it_is_for_and_lists_its_names(pkg):
     assert names, f"{init}: no __all__"
     listed = ast.literal_eval(names[0].value)
     on_disk = {p.stem for p in (PKG / pkg).glob("*.py") if p.stem != "__init__"}
+    on_disk |= {p.parent.name for p in (PKG / pkg).glob("*/__init__.py")}  # subpackages
     assert set(listed) == on_disk, f"{init}: __all__ {sorted(listed)} != modules {sorted(on_disk)}"
 
 

@@ -1,12 +1,14 @@
 """A running SGLang server and the requests the study sends it.
 
 The launch command, the process lifecycle (health, log capture, teardown), the OpenAI-compatible
-HTTP client that keeps raw records, and request sessions with per-request metrics.
+HTTP client that keeps raw records, and request sessions with per-request metrics;
+``cpu_engine``: SGLang's real engine on a CPU (stand-in kernels, in-memory patches, flags).
 """
 
 __all__ = [
     "acceptance",
     "client",
+    "cpu_engine",
     "decode_log",
     "docker",
     "measure",

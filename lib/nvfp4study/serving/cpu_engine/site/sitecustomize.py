@@ -1,0 +1,193 @@
+"""Boot hook of the CPU engine's server processes (this folder is first on their PYTHONPATH).
+
+It changes nothing on disk: SGLang's installed files stay as released. It installs
+
+- :class:`_TorchvisionStub`: ``import torchvision`` gives inert modules. PyPI's torchvision is
+  built for CUDA torch (``operator torchvision::nms does not exist`` on the CPU build) and
+  SGLang's multimodal code imports it at module level; nothing a text model runs uses it. It is
+  switched on only after transformers has cached that torchvision is absent
+  (``transformers/utils/import_utils.py`` ``is_torchvision_available``), so transformers never
+  takes the stand-in for a real torchvision.
+- :data:`PATCHES`: in-memory monkeypatches applied right after the SGLang module they change is
+  imported (a post-import hook, :class:`_PatchFinder`). Each names the SGLang 0.5.23 file:line
+  (relative to ``sglang/srt/``) it works around and why.
+
+The list is mirrored, for reports, by ``nvfp4study.serving.cpu_engine.describe()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import types
+
+if os.environ.get("SGLANG_USE_CPU_ENGINE") == "1":  # only the server processes run the hook
+    os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+
+
+# --- torchvision ------------------------------------------------------------------------------
+class _Anything:
+    def __init__(self, *a, **k):
+        pass
+
+    def __call__(self, *a, **k):
+        return _Anything()
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Anything()
+
+    def __mro_entries__(self, bases):
+        return (object,)
+
+
+class _StubModule(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Anything()
+
+
+class _TorchvisionStub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torchvision" or name.startswith("torchvision."):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        m = _StubModule(spec.name)
+        m.__path__ = []
+        return m
+
+    def exec_module(self, module):
+        pass
+
+
+def _after_transformers_import_utils(mod) -> None:
+    mod.is_torchvision_available()  # lru_cache: False now (no torchvision installed)
+    if not any(isinstance(f, _TorchvisionStub) for f in sys.meta_path):
+        sys.meta_path.insert(0, _TorchvisionStub())
+
+
+# --- SGLang patches ---------------------------------------------------------------------------
+@contextlib.contextmanager
+def _no_cuda_sync():
+    import torch
+
+    saved = torch.cuda.synchronize
+    torch.cuda.synchronize = lambda *a, **k: None
+    try:
+        yield
+    finally:
+        torch.cuda.synchronize = saved
+
+
+def _patch_bailing_nextn(mod) -> None:
+    # models/bailing_moe_nextn.py 289: set_embed_and_head() calls torch.cuda.synchronize()
+    # unconditionally; on a CPU-only torch that raises "Torch not compiled with CUDA enabled"
+    # when the EAGLE worker shares the target's embedding and head with the draft.
+    cls = mod.BailingMoeForCausalLMNextN
+    orig = cls.set_embed_and_head
+
+    @functools.wraps(orig)
+    def set_embed_and_head(self, embed, head):
+        with _no_cuda_sync():
+            return orig(self, embed, head)
+
+    cls.set_embed_and_head = set_embed_and_head
+
+
+def _patch_mla_dispatch(mod) -> None:
+    # models/deepseek_common/attention_backend_handler.py 46-52, 254-265: "torch_native" has no
+    # registered handler, so get_handler() falls back to the Triton one, which sends an extend
+    # without prefix to the MHA branch; torch-native attention then reads the MLA pool's
+    # compressed latent as if it held full K/V ("Expected size [4, 48] but got [4, 80]").
+    # Register torch_native to the absorbed-MLA branch (_dispatch_mla_subtype, 61-72), the
+    # one it can serve (decode always goes there already).
+    reg = mod.AttentionBackendRegistry
+    if "torch_native" not in reg._handlers:
+        reg.register("torch_native", lambda attn, fb: mod._dispatch_mla_subtype(attn, fb))
+
+
+class _AmxPlatform:
+    """Forwards to SGLang's platform facts, except ``has_amx``, which it answers True."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        return True if name == "has_amx" else getattr(self._real, name)
+
+
+def _patch_amx_fallback(mod) -> None:
+    # arg_groups/overrides.py 1300-1310 (run from arg_groups/attention_hook.py 272):
+    # _attention_backend_platform_fallbacks swaps --attention-backend intel_amx for
+    # torch_native unless get_platform().has_amx, and torch_native cannot run EAGLE/NEXTN
+    # (speculative/draft_utils.py 64: "EAGLE is not supported in decode attention backend
+    # torch_native"). intel_amx's attention calls only the stand-in torch ops
+    # (decode/extend_attention_cpu). The module's get_platform() answers has_amx=True: line
+    # 1305 is the only has_amx read in overrides.py, so this claims AMX for that check only;
+    # every other AMX probe (utils/common.py cpu_has_amx_support, weight packing) still sees
+    # the machine as it is.
+    real = mod.get_platform
+    mod.get_platform = lambda: _AmxPlatform(real())
+
+
+#: module -> (patch function, SGLang file:line it works around). ``NVFP4STUDY_CPU_ENGINE_SKIP``
+#: (comma-separated module names) leaves patches out, to show what each one answers.
+PATCHES = {
+    "transformers.utils.import_utils": (_after_transformers_import_utils,
+                                        "transformers/utils/import_utils.py is_torchvision_available"),
+    "sglang.srt.models.bailing_moe_nextn": (_patch_bailing_nextn, "models/bailing_moe_nextn.py:289"),
+    "sglang.srt.models.deepseek_common.attention_backend_handler": (
+        _patch_mla_dispatch, "models/deepseek_common/attention_backend_handler.py:46"),
+    "sglang.srt.arg_groups.overrides": (_patch_amx_fallback, "arg_groups/overrides.py:1300"),
+}
+for _name in filter(None, os.environ.get("NVFP4STUDY_CPU_ENGINE_SKIP", "").split(",")):
+    PATCHES.pop(_name.strip(), None)
+
+
+class _PatchFinder(importlib.abc.MetaPathFinder):
+    """Finds a patched module with the other finders and runs its patch after it executes."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in PATCHES:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        exec_module = loader.exec_module
+        patch = PATCHES[name][0]
+
+        def exec_and_patch(module):
+            exec_module(module)
+            patch(module)
+
+        loader.exec_module = exec_and_patch
+        return spec
+
+
+def install() -> None:
+    """Install the finder (once); a patched module imported before this is patched now."""
+    if os.environ.get("SGLANG_USE_CPU_ENGINE") != "1":
+        return
+    if not any(isinstance(f, _PatchFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchFinder())
+    for name, (patch, _) in PATCHES.items():
+        if name in sys.modules:
+            patch(sys.modules[name])
+
+
+install()
