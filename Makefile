@@ -15,7 +15,7 @@ SGL_VENV  := .venv-sglang
 SGL_REQ   := tests/real_sglang/requirements.txt
 SGL_STAMP := $(SGL_VENV)/.installed-$(shell cat $(SGL_REQ) | cksum | cut -d' ' -f1)
 
-.PHONY: setup sglang-env study test lint notebooks bench jupyter clean-outputs workstation-envs
+.PHONY: setup sglang-env study test lint notebooks bench jupyter clean-outputs workstation-envs gpu-clamp-check
 
 setup: $(STAMP)
 
@@ -74,3 +74,9 @@ jupyter: $(STAMP)
 
 clean-outputs:
 	find outputs -mindepth 1 -maxdepth 1 ! -name .gitkeep -exec rm -rf {} +
+
+# On a machine with a CUDA GPU (SM90 for the FlashInfer part), nvcc >= 12.8, ninja, torch and triton
+# in $(PYTHON): builds FlashInfer 0.7.2's BF16 SM90 fused-MoE subset and measures the SwiGLU clamp
+# forms (gpu/clamp_kernels/README.md). CLAMP_WHEELS=<folder> takes the wheels from there (offline).
+gpu-clamp-check:
+	PYTHON=$(PYTHON) bash gpu/clamp_kernels/run.sh

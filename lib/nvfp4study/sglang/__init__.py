@@ -13,6 +13,7 @@ __all__ = [
     "clamp_exprs",
     "clamp_flow",
     "clamp_numerics",
+    "kernel_evidence",
     "clamp_values",
     "code_index",
     "dispatch",
