@@ -41,6 +41,16 @@ stage = s4.open_stage(params_file, run_dir)
 s4.resolve_mode(stage).markdown()
 
 # %% [markdown]
+# ## What the CPU engine replaces
+#
+# On the CPU engine (`server.engine: cpu`) the kernel ops SGLang would take from `sgl_kernel`'s CUDA
+# build are torch code, a few SGLang calls are patched in memory (each names the file and line it
+# works around) and a few flags are added; nothing else differs from the GPU command. Empty on a GPU.
+
+# %%
+s4.engine_table(stage)
+
+# %% [markdown]
 # ## The command
 #
 # `sglang serve` run with the interpreter named in `server.python`; every flag checked against

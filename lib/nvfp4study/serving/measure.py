@@ -433,7 +433,7 @@ def _session(stage: Stage, config: ServerConfig, pending: list[RequestSpec]) -> 
             rec["model_info"] = client.model_info(url)
             rec["metrics_start"] = _counters(url, p.server.enable_metrics)
             for i in range(p.mtp.warmup_requests if pending else 0):
-                ask(stage, url, config, RequestSpec(f"warmup-{i}", 0, 64), launch=n, warmup=True,
+                ask(stage, url, config, RequestSpec(f"warmup-{i}", 0, min(64, p.mtp.max_tokens)), launch=n, warmup=True,
                     text="Say hello in one short sentence.")
             for spec in pending:
                 row = ask(stage, url, config, spec, launch=n)

@@ -292,9 +292,20 @@ def build_command(params: Params, config: ServerConfig, model_path: str | None =
     if is_cpu_engine(params):
         from . import cpu_engine
 
-        cmd += cpu_engine.engine_flags(config.spec_depth)
+        cmd += _new_flags(cmd, cpu_engine.engine_flags(config.spec_depth))
     cmd += list(s.extra_args)
     return cmd
+
+
+def _new_flags(cmd: list[str], extra: list[str]) -> list[str]:
+    """``extra`` less the switches (flags without a value, e.g. ``--enable-metrics``) ``cmd``
+    already has; flags with values are kept as given (the card's flags come first)."""
+    out = []
+    for i, a in enumerate(extra):
+        switch = a.startswith("--") and (i + 1 == len(extra) or extra[i + 1].startswith("--"))
+        if not (switch and a in cmd):
+            out.append(a)
+    return out
 
 
 def command_flags(cmd: list[str]) -> list[str]:
@@ -564,6 +575,53 @@ def process_tree(sp: ServerProcess) -> list[dict[str, Any]]:
     return rows
 
 
+LIFECYCLE_STEM = "serve-lifecycle"
+
+
+def _lifecycle_row(stage: Stage, rec: dict[str, Any]) -> None:
+    """Append one row per launch, whichever stage made it, to ``data/serve-lifecycle.jsonl``:
+    stage, configuration, log, launch-to-healthy seconds (None: never healthy), the process
+    names seen while healthy, the processes left after :meth:`ServerProcess.stop` (pids and
+    names) and the exit status."""
+    import os
+
+    row = {"stage": stage.name, "config_key": rec.get("config_key"), "clamp": (rec.get("config") or {}).get("clamp"),
+           "log": rec.get("log"), "load_s": rec.get("load_s"),
+           "processes": [p["name"] for p in rec.get("process_tree") or []],
+           "left_after_stop": rec.get("left_after_stop") or [], "returncode": rec.get("returncode"),
+           "engine": "cpu" if is_cpu_engine(stage.params) else "gpu"}
+    path = stage.paths.data(LIFECYCLE_STEM, "jsonl")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(row, default=str) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def lifecycle(stage: Stage) -> list[dict[str, Any]]:
+    """The rows :func:`serving` appended to ``data/serve-lifecycle.jsonl`` (every launch of the run)."""
+    path = stage.paths.data(LIFECYCLE_STEM, "jsonl")
+    if not path.is_file():
+        return []
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def sglang_processes() -> list[dict[str, Any]]:
+    """Every live SGLang server process on this machine, whoever started it: titles
+    ``sglang::*`` (SGLang's children, ``setproctitle``) or a command running
+    :data:`SERVE_CODE` / ``sglang.launch_server`` (pid, name, user)."""
+    import psutil
+
+    out = []
+    for p in psutil.process_iter(["pid", "name", "cmdline", "username", "status"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if p.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        if (p.info["name"] or "").startswith("sglang::") or SERVE_CODE in cmd or "sglang.launch_server" in cmd:
+            out.append({"pid": p.info["pid"], "name": p.info["name"], "user": p.info["username"]})
+    return out
+
+
 @contextlib.contextmanager
 def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | None = None,
             launch_record: dict | None = None) -> Iterator[str]:
@@ -645,3 +703,4 @@ def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | No
             sp.stop()
             rec["returncode"] = sp.returncode
             rec["left_after_stop"] = process_tree(sp)
+            _lifecycle_row(stage, rec)

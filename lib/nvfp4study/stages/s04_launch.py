@@ -30,7 +30,7 @@ from ..core.ledger import Verdict
 from ..core.stage import Stage, open_stage_named
 from ..serving import measure
 from ..serving.measure import collect, model_config_for, resolve_mode  # noqa: F401  (notebook 04)
-from ..serving.server import card_config, command_table, plan_table  # noqa: F401  (notebook 04)
+from ..serving.server import STANDIN_NOTE, card_config, card_refusal, command_table, plan_table  # noqa: F401  (notebook 04)
 
 NOTEBOOK = "04_launch_server"
 
@@ -349,6 +349,8 @@ def record_claims(stage: Stage):
 
     if (nr := _not_run(stage)) is not None:
         return nr
+    if measure.resolve_mode(stage).engine == "cpu":
+        return record_cpu_engine(stage)
     rec, text = _launch(stage)
     replay = measure.params_of(stage).replay_from
     checked = f"sglang {rec.get('sglang_version')}" + (f" (replay of {replay})" if replay else "")
@@ -408,3 +410,79 @@ def _cmd_value(cmd: list[str] | None, flag: str) -> str | None:
     if not cmd or flag not in cmd:
         return None
     return cmd[cmd.index(flag) + 1]
+
+
+# --- the CPU engine --------------------------------------------------------------------------
+#: SGLang 0.5.23's server processes (``setproctitle`` names, ``srt/entrypoints/engine.py``):
+#: the launcher runs the HTTP server and tokenizer manager; scheduler and detokenizer are children.
+ENGINE_CHILDREN = ("sglang::scheduler", "sglang::detokenizer")
+
+
+def launch_result(rec: dict[str, Any]) -> dict[str, Any]:
+    """The ``serve.cpu-engine-launch`` finding from one launch record (pure).
+
+    Reproduced when the launch became healthy, its process tree held the launcher and every
+    process of :data:`ENGINE_CHILDREN`, and no process of the launch was alive after the stop.
+
+    Returns:
+        ``{"measured", "verdict", "note"}``.
+    """
+    tree = rec.get("process_tree") or []
+    names = [p["name"] for p in tree]
+    left = rec.get("left_after_stop") or []
+    children = all(c in names for c in ENGINE_CHILDREN)
+    ok = rec.get("load_s") is not None and children and not left and len(tree) >= 1 + len(ENGINE_CHILDREN)
+    measured = {"launch_to_healthy_s": rec.get("load_s"), "processes": names,
+                "resident_mb": {p["name"]: p["rss_mb"] for p in tree},
+                "left_after_stop": len(left), "returncode": rec.get("returncode")}
+    missing = [c for c in ENGINE_CHILDREN if c not in names]
+    note = (f"{len(tree)} processes while healthy ({', '.join(names) or 'none'}); "
+            f"{len(left)} left after the stop (SIGTERM to the process group, SIGKILL after "
+            "server.shutdown_grace_s, marked and adopted processes included)"
+            + (f"; missing: {', '.join(missing)}" if missing else ""))
+    return {"measured": measured, "verdict": Verdict.REPRODUCED if ok else Verdict.CONTRADICTED, "note": note}
+
+
+def record_cpu_engine(stage: Stage):
+    """On the CPU engine: the card's 04 rows "not run" (:func:`card_refusal`), and the study
+    finding ``serve.cpu-engine-launch`` (:func:`launch_result`) from the card configuration's
+    launch. Returns this stage's ledger rows."""
+    import pandas as pd
+
+    params = measure.params_of(stage)
+    stage.not_run(card_refusal(params))
+    rec, _ = _launch(stage)
+    engine = rec.get("engine") or {}
+    res = launch_result(rec)
+    stage.add_finding(
+        "serve.cpu-engine-launch",
+        claim="SGLang 0.5.23's real engine (tokenizer manager, scheduler, detokenizer) launches from the "
+              "study's own command builder and lifecycle, answers /health_generate, and is torn down as a "
+              "whole process tree: 0 processes left after the stop.",
+        evidence=[measure.launch_path(stage.paths, card_config(params)), stage.run_dir / rec["log"]],
+        checked_on=f"{engine.get('summary', 'SGLang ' + str(rec.get('sglang_version')))}",
+        **{**res, "note": res["note"] + f"; {STANDIN_NOTE}"})
+    rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims() or r["stage"] == stage.name]
+    return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
+
+
+def engine_table(stage: Stage):
+    """What the CPU engine replaces and why (:func:`nvfp4study.serving.cpu_engine.describe`): one
+    row per replaced kernel op, runtime patch and CPU flag. Nothing on the GPU engine."""
+    import pandas as pd
+
+    if (nr := _not_run(stage)) is not None:
+        return nr
+    if measure.resolve_mode(stage).engine != "cpu":
+        return measure.Quiet("GPU engine: nothing replaced")
+    from ..serving.server import engine_description
+
+    d = engine_description(measure.params_of(stage))
+    rows = [{"kind": "kernel op (torch code)", "name": op, "why": "sgl_kernel's CPU build is not on the package index"}
+            for op in d.get("replaced_ops", [])]
+    for p in d.get("patches", []):
+        rows.append({"kind": "runtime patch", "name": p.get("target", ""),
+                     "why": p.get("why", "")})
+    for f in d.get("flags", []):
+        rows.append({"kind": "CPU flag", "name": f.get("flag", ""), "why": f.get("why", "")})
+    return pd.DataFrame(rows)

@@ -33,7 +33,15 @@ from ..serving import acceptance, decode_log, measure
 from ..serving.acceptance import BROKEN_LEN, BROKEN_RATE, WORKING_RATE, broken_draft  # noqa: F401 (tests, notebook)
 from ..serving.acceptance import median as _med
 from ..serving.measure import collect, resolve_mode  # noqa: F401  (notebook 06)
-from ..serving.server import ServerConfig, num_draft_tokens, stage_configs
+from ..serving.server import (
+    CONTROL_LABELS,
+    STANDIN_NOTE,
+    ServerConfig,
+    card_refusal,
+    engine_description,
+    num_draft_tokens,
+    stage_configs,
+)
 
 NOTEBOOK = "06_mtp_sweep"
 
@@ -377,6 +385,8 @@ def record_claims(stage: Stage):
     ev = [stage.paths.data("mtp-summary"), stage.paths.data("mtp-requests"), stage.paths.data("mtp-estimators")]
     params = measure.params_of(stage)
     ev += [measure.raw_path(stage.paths, c) for _, _, c in sweep_configs(params)]
+    if measure.resolve_mode(stage).engine == "cpu":
+        return record_cpu_engine(stage, ev)
     replay = params.replay_from
     checked = "sglang " + params.sglang.version + (f" (replay of {replay})" if replay else "")
     card = card_marks()
@@ -451,3 +461,163 @@ def summary_json(stage: Stage) -> dict[str, Any]:
     if not p.is_file():
         raise StageInputMissing(f"{p} missing: run 06_mtp_sweep")
     return {"rows": json.loads(p.read_text())}
+
+
+# --- the CPU engine: estimators against acceptance known by construction ---------------------
+#: what each control stand-in's draft must give (``checkpoint/served.py``): rate, accept length
+#: of a decode-log line as a function of the depth k.
+KNOWN = {CONTROL_LABELS["agree"]: {"rate": 1.0, "log_len": lambda k: float(k + 1)},
+         CONTROL_LABELS["disagree"]: {"rate": 0.0, "log_len": lambda k: 1.0}}
+LOG_EST = "SGLang decode log"
+
+
+def known_acceptance_rows(requests: list[dict[str, Any]], log_lines: list[dict[str, Any]], model: str,
+                          depth: int) -> list[dict[str, Any]]:
+    """Every estimator of one control stand-in beside the value its construction fixes (pure).
+
+    Args:
+        requests: :func:`nvfp4study.serving.measure.request_metrics` of its timed requests.
+        log_lines: its parsed ``Decode batch`` lines inside our request windows.
+        model: ``agree-draft`` or ``broken-draft`` (:data:`KNOWN`).
+        depth: NEXTN depth k (k draft tokens proposed per verify pass, top-k 1).
+
+    Expected values: accept rate 1 ("agree": target and draft both predict token 0) or 0
+    ("disagree"); a decode-log line's accept length k+1 or 1 (it counts decode verify passes
+    only); per request, ``spec_accept_length`` = completion tokens / verify passes
+    (``managers/tokenizer_manager.py`` 3138-3172: the prefill token is counted, so it exceeds the
+    log's by up to 1/verify passes) and the Prometheus deltas of ``generation_tokens_total`` /
+    ``spec_verify_calls_total`` must give the same ratio.
+
+    Returns:
+        Rows ``{"model", "depth", "estimator", "quantity", "expected", "measured", "match"}``.
+    """
+    want = KNOWN[model]
+    ok = [m for m in requests if m["status"] == "ok" and m.get("verify_ct")]
+    rows = []
+
+    def add(est: str, qty: str, expected: float, measured: float | None, tol: float = 1e-9) -> None:
+        rows.append({"model": model, "depth": depth, "estimator": est, "quantity": qty, "expected": expected,
+                     "measured": measured, "match": measured is not None and abs(measured - expected) <= tol})
+
+    for i, m in enumerate(ok):
+        add(f"response spec_tokens_details (request {i})", "accept rate", want["rate"], m["accept_rate"])
+        add(f"response spec_tokens_details (request {i})", "accept length = completion tokens / verify passes",
+            m["completion_tokens"] / m["verify_ct"], m["accept_len"])
+        if m.get("d_verify"):
+            add(f"/metrics deltas (request {i})", "generation tokens / verify calls",
+                m["completion_tokens"] / m["verify_ct"], m["d_gen"] / m["d_verify"])
+    lens = [ln["accept_len"] for ln in log_lines if ln.get("accept_len") is not None]
+    rates = [ln["accept_rate"] for ln in log_lines if ln.get("accept_rate") is not None]
+    # the log prints two decimals: a line matches when it rounds to the expected value
+    add(f"{LOG_EST} ({len(lens)} lines)", "accept len, every line", want["log_len"](depth),
+        None if not lens else max(lens, key=lambda x: abs(x - want["log_len"](depth))), tol=0.005)
+    add(f"{LOG_EST} ({len(rates)} lines)", "accept rate, every line", want["rate"],
+        None if not rates else max(rates, key=lambda x: abs(x - want["rate"])), tol=0.005)
+    return rows
+
+
+def known_acceptance_table(stage: Stage):
+    """For each control stand-in (``server.cpu.control_drafts``), every estimator beside the value
+    its construction fixes (:func:`known_acceptance_rows`). Writes ``data/mtp-known-acceptance.json``."""
+    import pandas as pd
+
+    if (nr := _nr(stage)) is not None:
+        return nr
+    if measure.resolve_mode(stage).engine != "cpu":
+        return measure.Quiet("GPU engine: no control stand-ins")
+    _, raw = _requests(stage)
+    params = measure.params_of(stage)
+    rows = []
+    for model, depth, c in sweep_configs(params):
+        if model not in KNOWN:
+            continue
+        lines = decode_log.study_lines(stage.run_dir, measure.launches(stage.paths, c), raw[(model, depth)])
+        rows += known_acceptance_rows([measure.request_metrics(r) for r in raw[(model, depth)]], lines, model, depth)
+    df = pd.DataFrame(rows)
+    _dump(stage, "mtp-known-acceptance", df)
+    return df
+
+
+def estimator_spread(est_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per depth of the random-weight sweep: each estimator's accept length and rate, and the
+    largest difference between estimators (pure). ``est_rows`` are :func:`estimator_table` rows."""
+    out: dict[str, Any] = {}
+    for r in est_rows:
+        if r["model"] != "study":
+            continue
+        d = out.setdefault(f"k={r['depth']}", {"accept_len": {}, "accept_rate": {}})
+        d["accept_len"][r["estimator"]] = acceptance.round4(r["accept_len"])
+        d["accept_rate"][r["estimator"]] = acceptance.round4(r["accept_rate"])
+    for d in out.values():
+        for q in ("accept_len", "accept_rate"):
+            vals = [v for v in d[q].values() if v is not None]
+            d[f"{q}_spread"] = acceptance.round4(max(vals) - min(vals)) if vals else None
+    return out
+
+
+def record_cpu_engine(stage: Stage, ev: list) -> Any:
+    """On the CPU engine: the card's 06 rows "not run" (:func:`card_refusal`); study findings
+    ``mtp.cpu-known-acceptance`` (every estimator equals the acceptance the control stand-ins
+    fix), ``mtp.cpu-broken-draft-signature`` (the disagreeing draft gives the card's broken-draft
+    log line, accept len 1.00 and accept rate 0.00, and 06's F-08 flag) and
+    ``mtp.cpu-estimators`` (the three estimators side by side on the random-weight sweep; toy
+    scale, never compared with the card's table). Returns this stage's ledger rows."""
+    import pandas as pd
+
+    params = measure.params_of(stage)
+    stage.not_run(card_refusal(params), [c for c in stage.claims() if c != "mtp.bandwidth-ceiling"])
+    checked = engine_description(params)["summary"]
+    known = _records(known_acceptance_table(stage))
+    kev = [stage.paths.data("mtp-known-acceptance"), *ev]
+    if known:
+        bad = [r for r in known if not r["match"]]
+        stage.add_finding(
+            "mtp.cpu-known-acceptance",
+            claim="On SGLang's real engine, every acceptance estimator (decode-log line, response "
+                  "spec_tokens_details, /metrics deltas) gives the value a draft of known acceptance fixes: "
+                  "accept length k+1 and rate 1 when target and draft always agree, 1 and 0 when they never do.",
+            measured={m: {"depth": next(r["depth"] for r in known if r["model"] == m),
+                          "checks": sum(1 for r in known if r["model"] == m),
+                          "matching": sum(1 for r in known if r["model"] == m and r["match"])}
+                      for m in dict.fromkeys(r["model"] for r in known)},
+            verdict=Verdict.CONTRADICTED if bad else Verdict.REPRODUCED, evidence=kev, checked_on=checked,
+            note=("all match" if not bad else "mismatches: " + "; ".join(
+                f"{r['model']} {r['estimator']} {r['quantity']}: {r['measured']} (expected {r['expected']})"
+                for r in bad[:4])) + f"; {STANDIN_NOTE} with the draft constructions of checkpoint/served.py")
+    _record_signature(stage, kev, checked)
+    est = _records(estimator_table(stage))
+    spread = estimator_spread(est)
+    if spread:
+        stage.add_finding(
+            "mtp.cpu-estimators",
+            claim="The NEXTN sweep runs on SGLang's real engine at every depth of mtp.depths, and the three "
+                  "acceptance estimators (decode log, response meta_info, /metrics) are measured side by side "
+                  "on one data set.",
+            measured=spread, verdict=Verdict.REPRODUCED, evidence=ev, checked_on=checked,
+            note="toy scale (random weights, a few short prompts): these numbers describe the pipeline and its "
+                 "estimators, never the card's table; per-request lengths count the prefill token, the log's "
+                 f"do not; {STANDIN_NOTE}")
+    rows = [r for r in ledger.read_ledger(stage.run_dir) if r["stage"] == stage.name]
+    return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
+
+
+def _record_signature(stage: Stage, ev: list, checked: str) -> None:
+    label = CONTROL_LABELS["disagree"]
+    rows = [r for r in _records(summary_table(stage)) if r["model"] == label]
+    if not rows:
+        return
+    r = rows[0]
+    log_len, log_rate = r.get("log accept len median"), r.get("log accept rate median")
+    sig = log_len is not None and log_rate is not None and f"{log_len:.2f}" == "1.00" and f"{log_rate:.2f}" == "0.00"
+    stage.add_finding(
+        "mtp.cpu-broken-draft-signature",
+        claim="A draft head that never agrees with the target gives, on SGLang's real engine, the card's "
+              "broken-draft signature in the decode log (accept len: 1.00, accept rate: 0.00), and the study's "
+              "F-08 check flags it.",
+        measured={"depth": r["depth"], "log_accept_len": acceptance.round4(log_len),
+                  "log_accept_rate": acceptance.round4(log_rate), "log_lines": r.get("log lines"),
+                  "token_weighted_rate": acceptance.round4(r["accept rate (token-weighted)"]),
+                  "flag": r["flag"]},
+        verdict=Verdict.REPRODUCED if sig and r["flag"] else Verdict.CONTRADICTED, evidence=ev, checked_on=checked,
+        note=f"the stand-in's draft always proposes token 1, its target always picks token 0 (checkpoint/served.py "
+             f"'disagree'); {STANDIN_NOTE}")

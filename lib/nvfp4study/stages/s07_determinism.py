@@ -31,7 +31,14 @@ from ..core.ledger import Verdict
 from ..core.stage import Stage, open_stage_named
 from ..serving import acceptance, decode_log, measure
 from ..serving.measure import collect, resolve_mode  # noqa: F401  (notebook 07)
-from ..serving.server import ServerConfig, stage_configs
+from ..serving.server import (
+    STANDIN_NOTE,
+    ServerConfig,
+    card_refusal,
+    engine_description,
+    lifecycle,
+    stage_configs,
+)
 
 NOTEBOOK = "07_determinism"
 
@@ -51,17 +58,32 @@ def _nr(stage: Stage):
 
 
 def configs(params) -> dict[str, ServerConfig]:
-    """``{"spec-off": .., "spec-on": .., "det spec-off": .., "det spec-on": ..}`` (det only if on)."""
+    """``{"spec-off": .., "spec-on": .., "det spec-off": .., "det spec-on": ..}`` (det only if on;
+    on the CPU engine only "det spec-off" is launched: SGLang refuses the mode before any depth matters)."""
     cs = stage_configs(params)[STAGE]
     names = ["spec-off", "spec-on", "det spec-off", "det spec-on"]
     return dict(zip(names, cs, strict=False))
 
 
+def refusals(stage: Stage) -> dict[str, str]:
+    """``{configuration name: SGLang's message}`` for the configurations whose last launch SGLang
+    refused (``status`` "refused" in the launch record, :func:`nvfp4study.serving.measure.collect`)."""
+    out = {}
+    for name, c in configs(measure.params_of(stage)).items():
+        rows = measure.launches(stage.paths, c)
+        if rows and rows[-1].get("status") == "refused":
+            out[name] = rows[-1].get("refusal") or "the server exited while loading (no message in its log)"
+    return out
+
+
 def _rows(stage: Stage) -> dict[str, dict[tuple[str, int], dict[str, Any]]]:
     params = measure.params_of(stage)
     specs = measure.det_requests(params)
+    refused = refusals(stage)
     out = {}
     for name, c in configs(params).items():
+        if name in refused:
+            continue
         out[name] = {(r["prompt_id"], r["repeat"]): r for r in measure.rows_for(stage, c, specs)}
     return out
 
@@ -206,7 +228,7 @@ def throughput_table(stage: Stage):
     rows, params = _rows(stage), measure.params_of(stage)
     logs = {name: acceptance.log_summary(decode_log.study_lines(stage.run_dir, measure.launches(stage.paths, c),
                                                                 list(rows[name].values())))
-            for name, c in configs(params).items()}
+            for name, c in configs(params).items() if name in rows}
     df = pd.DataFrame(throughput_rows(rows, _pairs(stage), logs))
     atomic_write(stage.paths.data("det-throughput"), lambda tmp: tmp.write_text(df.to_json(orient="records", indent=1, double_precision=10)))
     return df
@@ -292,6 +314,8 @@ def record_claims(stage: Stage):
 
     if (nr := _nr(stage)) is not None:
         return nr
+    if measure.resolve_mode(stage).engine == "cpu":
+        return record_cpu_engine(stage)
     pairs = _pairs(stage)
     counts = {r["comparison"]: r for r in identity_counts(pairs)}
     thr = {r["row"]: r for r in throughput_rows(_rows(stage), pairs)}
@@ -310,4 +334,83 @@ def record_claims(stage: Stage):
         else:
             stage.record(cid, evidence=ev, checked_on=checked, **res)
     rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims()]
+    return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
+
+
+# --- the CPU engine --------------------------------------------------------------------------
+def teardown_result(launches: list[dict[str, Any]]) -> dict[str, Any]:
+    """``serve.cpu-engine-teardown`` from every launch of the run (``data/serve-lifecycle.jsonl``,
+    pure): reproduced when every launch left 0 processes after its stop. Returns
+    ``{"measured", "verdict", "note"}``."""
+    left = sum(len(r.get("left_after_stop") or []) for r in launches)
+    healthy = sum(1 for r in launches if r.get("load_s") is not None)
+    by_stage: dict[str, int] = {}
+    for r in launches:
+        by_stage[r["stage"]] = by_stage.get(r["stage"], 0) + 1
+    return {"measured": {"launches": len(launches), "healthy": healthy, "processes_left": left, "by_stage": by_stage},
+            "verdict": Verdict.REPRODUCED if launches and not left else Verdict.CONTRADICTED,
+            "note": f"{len(launches)} launches ({healthy} healthy, the others refused or failed while loading), "
+                    f"{left} processes left after their stops"}
+
+
+def patched_modes_result(launches: list[dict[str, Any]], modes: list[str]) -> dict[str, Any]:
+    """``serve.cpu-engine-patched-modes`` (pure): every clamp mode in ``modes`` had a launch that
+    became healthy from the run's patched overlay of the install. Returns ``{"measured", "verdict", "note"}``."""
+    ok = {m: sum(1 for r in launches if r.get("clamp") == m and r.get("load_s") is not None) for m in modes}
+    return {"measured": {"healthy_launches_per_mode": ok},
+            "verdict": Verdict.REPRODUCED if all(ok.values()) else Verdict.CONTRADICTED,
+            "note": "the overlay is patched to each launch's clamp mode and restored after it "
+                    "(data/sglang_patch_state.json); on the CPU the patched NVFP4 files are imported, not run"}
+
+
+def record_cpu_engine(stage: Stage):
+    """On the CPU engine: the card's 07 rows "not run" (:func:`card_refusal`); findings
+    ``det.cpu-spec-off-self``, ``det.cpu-spec-on-vs-off`` (greedy token-for-token identity),
+    ``det.cpu-deterministic-mode`` ("not run" with SGLang's own refusal) and, over every launch of
+    the run, ``serve.cpu-engine-teardown`` and ``serve.cpu-engine-patched-modes``. Returns this
+    stage's ledger rows."""
+    import pandas as pd
+
+    params = measure.params_of(stage)
+    stage.not_run(card_refusal(params))
+    checked = engine_description(params)["summary"]
+    counts = {r["comparison"]: r for r in identity_counts(_pairs(stage))}
+    ev = [stage.paths.data("det-pairs"), stage.paths.data("det-identity")]
+    ev += [measure.raw_path(stage.paths, c) for n, c in configs(params).items() if n not in refusals(stage)]
+    d = params.determinism
+    for fid, label, claim in (
+        ("det.cpu-spec-off-self", "spec-off self-reproducibility",
+         f"Greedy output without speculation is token-for-token identical across {d.repeats} repeats on SGLang's real engine."),
+        ("det.cpu-spec-on-vs-off", "spec-on vs spec-off",
+         f"Greedy output with NEXTN k={d.spec_depth} is token-for-token identical to greedy output without speculation "
+         "on SGLang's real engine (fp32 on the CPU)."),
+    ):
+        c = counts.get(label)
+        if not c or not c["prompts compared"]:
+            stage.add_finding(fid, claim=claim, measured=None, verdict=Verdict.NOT_RUN, note=_no_pair(c))
+            continue
+        same = c["identical prompts"] == c["prompts compared"]
+        stage.add_finding(fid, claim=claim, measured={"identical": c["identical prompts"], "n": c["prompts compared"],
+                                                      "first_divergence": c["first divergence (min..max)"]},
+                          verdict=Verdict.REPRODUCED if same else Verdict.CONTRADICTED, evidence=ev, checked_on=checked,
+                          note=f"output token ids compared, lengths first; {STANDIN_NOTE}")
+    ref = refusals(stage)
+    if d.deterministic_mode:
+        msg = "; ".join(f"{k}: {v}" for k, v in ref.items()) or "SGLang did not refuse it (see the det rows)"
+        stage.add_finding("det.cpu-deterministic-mode",
+                          claim="--enable-deterministic-inference on SGLang's real engine on this CPU.",
+                          measured=None, verdict=Verdict.NOT_RUN,
+                          evidence=[measure.launch_path(stage.paths, c) for n, c in configs(params).items() if n in ref],
+                          note=f"SGLang refuses it with this attention backend: {msg}")
+    launches = lifecycle(stage)
+    life = [stage.paths.data("serve-lifecycle", "jsonl")]
+    stage.add_finding("serve.cpu-engine-teardown",
+                      claim="Every SGLang launch of the run (04-07), refused ones included, leaves 0 processes after "
+                            "the study stops it.", evidence=life, checked_on=checked, **teardown_result(launches))
+    modes = list(dict.fromkeys([params.server.clamp_mode, *params.corruption.clamp_modes]))
+    stage.add_finding("serve.cpu-engine-patched-modes",
+                      claim="The study's SGLang install patched to each clamp mode the params name imports and serves "
+                            "on the real engine.", evidence=life, checked_on=checked,
+                      **patched_modes_result(launches, modes))
+    rows = [r for r in ledger.read_ledger(stage.run_dir) if r["stage"] == stage.name]
     return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])

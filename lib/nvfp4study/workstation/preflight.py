@@ -81,10 +81,12 @@ def gpu_checks(p: Params, smi: dict | None, probe: dict | None, resident: int) -
 
     ``smi`` is :func:`.probes.nvidia_smi`; ``probe`` the SGLang (or quantizer) interpreter's
     :func:`.probes.probe_interpreter` answer (its torch sees the GPUs too)."""
-    need_serve, need_cuda = _serving(p), _quantizing(p) and p.quantize.device.startswith("cuda")
+    need_serve = _serving(p) and p.server.engine != "cpu"  # the CPU engine serves without a GPU
+    need_cuda = _quantizing(p) and p.quantize.device.startswith("cuda")
     names = ["GPU present", "GPU compute capability", "GPU free memory", "driver / CUDA"]
     if not (need_serve or need_cuda):
-        why = "server.enabled is false and quantize.device is not cuda"
+        why = ("server.engine is cpu (SGLang's engine on this CPU)" if _serving(p) else "server.enabled is false") \
+            + " and quantize.device is not cuda"
         return [Check(n, NA, why) for n in names]
     gpus = (smi or {}).get("gpus") or [
         {"name": g["name"], "capability": tuple(g["capability"]), "total_mib": g["total_bytes"] / 2**20,
@@ -243,7 +245,10 @@ def sglang_checks(p: Params, probe: dict | None) -> list[Check]:
                 Check(names[1], BLOCKER, "interpreter not usable", "see 'SGLang interpreter'")]
     pk = probe["packages"]
     out = [Check(names[0], OK, f"{probe['executable']} (Python {probe['python']})")]
-    pins, where = probes.sglang_pins(p.sglang.version)
+    # the CPU engine runs without SGLang's CUDA pins (flashinfer, sglang-kernel, CUDA torch): its
+    # closure is tests/real_sglang/requirements.txt (make sglang-env)
+    pins, where = ({}, "server.engine cpu: make sglang-env") if p.server.engine == "cpu" else \
+        probes.sglang_pins(p.sglang.version)
     want = {"sglang": f"=={p.sglang.version}"} if p.server.check_version else {}
     want.update(pins)
     bad = [f"{n} {pk.get(n) or 'missing'} (wants {s})" for n, s in want.items() if not probes.version_ok(pk.get(n), s)]
