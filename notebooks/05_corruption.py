@@ -112,7 +112,7 @@ s5.record_detector_claims(stage, result)
 
 # %%
 served = s5.run_served_study(stage)
-s5.served.describe(served)
+s5.describe_served(served)
 
 # %% [markdown]
 # ### Clean completions per clamp mode and sampling configuration

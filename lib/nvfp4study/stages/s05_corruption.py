@@ -323,9 +323,10 @@ def _record_probe(stage: Stage, params, probe, probe_file, checked_on):
                         checked_on=checked_on)
 
 
-def analyse_served(stage: Stage, params: Params, mode: str) -> dict[str, Any]:
+def analyse_served(stage: Stage, params: Params, mode: str, *, record: bool = True) -> dict[str, Any]:
     """Classify the raw files in this run's ``data/``, write the tables and the figure, record
-    the ledger rows. Reads nothing but those files (and the task data)."""
+    the ledger rows (the card's, unless ``record`` is false: the CPU engine's stand-in settles
+    none of them). Reads nothing but those files (and the task data)."""
     c = params.corruption
     tasks = {t.task_id: t for t in load_tasks(c.humaneval_count, c.card_tasks)}
     raws, probe_file = expected_files(stage.paths, params)
@@ -363,7 +364,7 @@ def analyse_served(stage: Stage, params: Params, mode: str) -> dict[str, Any]:
     })
     evidence = [out["summary"], out["classified"], out["figure"], *raws]
     ledger = record_served_claims(stage, params, df, summary, probe, evidence, probe_file,
-                                  checked_on=f"sglang {params.sglang.version}")
+                                  checked_on=f"sglang {params.sglang.version}") if record else []
     return {"status": mode, "reason": "", "params": params, "classified": df, "summary": summary,
             "junk": junk, "probe": probe, "files": out, "ledger": ledger, "sets": sets}
 
@@ -397,9 +398,76 @@ def run_served_study(stage: Stage) -> dict[str, Any]:
         stage.not_run(refusal, ids)
         return {"status": "not run", "reason": refusal, "claims": ids}
     tasks = load_tasks(params.corruption.humaneval_count, params.corruption.card_tasks)
+    if params.server.engine == "cpu":
+        return run_served_cpu_engine(stage, tasks, ids)
     collect(stage, tasks)
     collect_probe(stage, tasks)
     return analyse_served(stage, params, "live")
+
+
+def pipeline_result(df: pd.DataFrame) -> dict[str, Any]:
+    """``corruption.cpu-pipeline`` from the classified rows of a CPU-engine run (pure): how many
+    answers came back, how many had code extracted, the detector's verdicts, and how many programs
+    ran in the sandbox with their outcomes. Reproduced when every request was answered and every
+    answer was classified (the stand-in's random weights rarely give code: 0 executed is no fault).
+
+    Returns:
+        ``{"measured", "verdict", "note"}``.
+    """
+    answered = df[df.detector != "request_failed"] if "detector" in df else df.iloc[0:0]
+    outcomes = Counter(answered.exec_outcome.dropna()) if "exec_outcome" in answered else Counter()
+    measured = {"requests": len(df), "answered": len(answered),
+                "detector": {str(k): int(v) for k, v in Counter(answered.detector.fillna("none")).items()},
+                "code_extracted": int((answered.detector != "no_code").sum()) if len(answered) else 0,
+                "executed": int(sum(outcomes.values())), "exec_outcomes": {str(k): int(v) for k, v in outcomes.items()}}
+    ok = len(df) > 0 and len(answered) == len(df)
+    return {"measured": measured, "verdict": Verdict.REPRODUCED if ok else Verdict.CONTRADICTED,
+            "note": f"{len(answered)}/{len(df)} requests answered by the engine and classified "
+                    "(chat -> extraction -> detector -> sandbox)"}
+
+
+def run_served_cpu_engine(stage: Stage, tasks: list, ids: list[str]) -> dict[str, Any]:
+    """The served pipeline on SGLang's real engine on this CPU (``server.engine: cpu``): the first
+    ``server.cpu.corruption_tasks`` claim tasks per sampling configuration and clamp mode, streamed
+    chat, extraction, detector and sandbox on the engine's real answers; the reasoning-parser
+    probe is not launched. The card's rows stay "not run" (the stand-in settles none of them);
+    the finding ``corruption.cpu-pipeline`` (:func:`pipeline_result`) says what ran.
+
+    Returns:
+        :func:`analyse_served`'s dict with ``engine`` (the engine's summary and the stand-in note).
+    """
+    from ..serving.server import card_refusal, engine_description
+
+    params: Params = stage.params
+    keep = set(claim_task_ids(params, params.server.cpu.corruption_tasks))
+    collect(stage, [t for t in tasks if t.task_id in keep])
+    out = analyse_served(stage, params, "live", record=False)
+    stage.not_run(card_refusal(params), ids)
+    engine = engine_description(params)
+    res = pipeline_result(out["classified"])
+    stage.add_finding(
+        "corruption.cpu-pipeline",
+        claim="The served corruption pipeline runs end to end on SGLang's real engine: streamed chat "
+              "completions, code extraction, the junk detector and the sandbox on the engine's own answers.",
+        evidence=[out["files"]["classified"], out["files"]["summary"]], checked_on=engine["summary"],
+        **{**res, "note": res["note"] + f"; clamp modes {', '.join(params.corruption.clamp_modes)}; "
+                                         f"{engine['served_model']}"})
+    out["engine"] = engine
+    return out
+
+
+def describe_served(result: dict[str, Any]):
+    """Markdown: what the served study did. On the CPU engine: the engine, the stand-in and the
+    pipeline's counts (never beside the card's numbers); else :func:`served_display.describe`."""
+    if "engine" not in result:
+        return served.describe(result)
+    m = pipeline_result(result["classified"])["measured"]
+    e = result["engine"]
+    return markdown(f"**Served live on the CPU engine** ({e['summary']}; {e['served_model']}): "
+                    f"{m['answered']}/{m['requests']} answers classified, code extracted from "
+                    f"{m['code_extracted']}, {m['executed']} run in the sandbox; detector verdicts "
+                    + ", ".join(f"{k} {v}" for k, v in m["detector"].items())
+                    + ". The card's before/after rows are not run: they need the real model on an NVFP4 GPU.")
 
 
 def served_ledger_rows(stage: Stage) -> pd.DataFrame:
