@@ -278,3 +278,31 @@ def test_write_all_oserror_is_named(tmp_path, monkeypatch):
     with pytest.raises(PatchTargetReadOnly):
         patch_journal.write_all(tmp_path, new, old)
     assert {p: p.read_bytes() for p in old} == old
+
+
+# --- finding.clamp-kernels-measured: the stored GPU measurement, as evidence ----------------------
+def test_kernel_measurement_is_a_finding_with_its_machine(tmp_path):
+    rows = _run(tmp_path, _inputs())
+    row = rows["finding.clamp-kernels-measured"]
+    assert row["verdict"] == "reproduced" and row["origin"] == "study"
+    assert row["measured"] == {"flashinfer_cutlass/sglang_swiglu": "pre_silu",
+                               "flashinfer_cutlass/swiglu_step": "post_silu", "sglang_triton/clamp": "post_silu"}
+    assert "NVIDIA H200" in row["checked_on"] and "not made by this run" in row["checked_on"]
+    copy = tmp_path / "run" / row["evidence"][0]
+    assert json.loads(copy.read_text())["environment"]["gpu"] == "NVIDIA H200"
+
+
+def test_kernel_measurement_that_disagrees_contradicts(tmp_path, monkeypatch):
+    from nvfp4study.sglang import kernel_evidence as ke
+
+    doc = ke.load()
+    for key, run in doc["sglang_triton"]["runs"].items():  # as if Triton computed the pre-SiLU form
+        if key.startswith("clamp/L=") and "error" not in run:
+            for rounding in ("once", "bf16ops"):
+                pre, post = run[f"pre_silu/{rounding}"], run[f"post_silu/{rounding}"]
+                pre["share_exact_separating"], post["share_exact_separating"] = (
+                    post["share_exact_separating"], pre["share_exact_separating"])
+                pre["n_separating"], post["n_separating"] = post["n_separating"], pre["n_separating"]
+    monkeypatch.setattr(ke, "load", lambda path=None: doc)
+    row = _run(tmp_path, _inputs())["finding.clamp-kernels-measured"]
+    assert row["verdict"] == "contradicted" and row["measured"]["sglang_triton/clamp"] == "pre_silu"

@@ -189,6 +189,10 @@ class NoBailingMoeV3(AuditError):
     so no clamp path can be judged."""
 
 
+class KernelEvidenceError(AuditError):
+    """The stored GPU measurement of the clamp forms is missing, malformed or does not decide a form."""
+
+
 class PatchError(StudyError):
     """Base of every refusal of ``nvfp4study patch``; when raised, no file was changed."""
 

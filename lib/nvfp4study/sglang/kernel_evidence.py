@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from nvfp4study.core.errors import StudyError
+from ..core.errors import KernelEvidenceError
 
 DATA = "clamp_kernels_h200.json"
 FORMS = ("pre_silu", "post_silu", "unclamped")
@@ -36,10 +36,6 @@ RUNS = {
     ("sglang_triton", "clamp"): "SGLang 0.5.23's Triton MoE with gemm1_clamp_limit",
     ("sglang_triton", "clamp_alpha"): "SGLang's Triton MoE with gemm1_clamp_limit and gemm1_alpha",
 }
-
-
-class KernelEvidenceError(StudyError):
-    """The stored GPU measurement is missing, malformed or does not decide a form."""
 
 
 @dataclass(frozen=True)

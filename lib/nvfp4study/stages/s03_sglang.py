@@ -243,6 +243,33 @@ def _where(r: dict) -> str:
     return f"{r['file']}:{r['line']}" if r.get("file") else "-"
 
 
+#: the forms the audit reads from the code (README, "The SwiGLU clamp"), which the GPU run tests
+READ_FORMS = {"flashinfer_cutlass/sglang_swiglu": "pre_silu", "flashinfer_cutlass/swiglu_step": "post_silu",
+              "sglang_triton/clamp": "post_silu"}
+
+
+def _record_kernel_measurement(stage: Stage, find) -> None:
+    """``finding.clamp-kernels-measured``: the stored GPU measurement of the clamp forms
+    (:mod:`nvfp4study.sglang.kernel_evidence`, made on an NVIDIA H200 by ``make gpu-clamp-check``,
+    not by this run), copied into the run's ``data/`` as evidence; reproduced when the kernels
+    compute the forms the audit reads from the code (:data:`READ_FORMS`)."""
+    from ..sglang import kernel_evidence as ke
+
+    doc = ke.load()
+    summ = ke.summary(doc)
+    copy = stage.paths.data("clamp_kernels_h200")
+    write_json(copy, doc)
+    got = {k: summ["forms"].get(k) for k in READ_FORMS}
+    agree = all(got[k] == v for k, v in READ_FORMS.items())
+    find("finding.clamp-kernels-measured",
+         claim="On a GPU, SGLang 0.5.23's NVFP4 CUTLASS call (FlashInfer 0.7.2, Swiglu + limit) computes the "
+               "pre-SiLU form, FlashInfer's SwigluStep and SGLang's Triton MoE the post-SiLU (Ling) form.",
+         measured=got, verdict="reproduced" if agree else "contradicted", evidence=[copy],
+         checked_on=f"{summ['machine']}, {summ['date']} (stored measurement, not made by this run)",
+         note=summ["sentence"] + ". Probe inputs make each output one SwiGLU value; a form is the kernel's when "
+              f">= {ke.MATCH:.0%} of the elements that separate the forms match it bit for bit.")
+
+
 def record_claims(stage: Stage, version: str):
     """Record every stage-03 claim of the card and the study's own findings, from the data
     files written above; returns the recorded rows as a table."""
@@ -442,6 +469,7 @@ def record_claims(stage: Stage, version: str):
              measured={k: exact_rt[k] for k in ("cutlass_verdict", "verify_ok", "idempotent", "byte_identical_after_revert")},
              verdict="reproduced" if exact_rt["cutlass_verdict"] == "EXACT" and exact_rt["byte_identical_after_revert"] else "contradicted",
              evidence=[d("sglang_patch_roundtrip")])
+    _record_kernel_measurement(stage, find)
     pp = [r for r in num["rows"] if r["pair"] == "pre vs post"]
     gaps = {f"L={r['limit']:g}": {"max_gate_gap_g_le_L": r.get("gate_gap_le_L"),
                                   "max_gate_gap_g_gt_L": r.get("gate_gap_gt_L"),
