@@ -74,6 +74,17 @@ def ling_model_dir(folder: Path, layers: int = 42) -> Path:
     return folder
 
 
+#: the default profile serves on the CPU engine with small request sets; the fakes and the stub
+#: stand for the GPU engine's server, so their runs take the GPU engine and the params' own
+#: request sizes (what these tests were written against), the install served as found.
+GPU_ENGINE = ("server.engine=gpu", "sglang.apply_to_install=false", "server.context_length=32768",
+              "server.chunked_prefill_size=2048", "mtp.prompts=10", "mtp.max_tokens=512",
+              "determinism.prompts=5", "determinism.max_tokens=512", "corruption.clamp_modes=[none, exact]",
+              "corruption.sampling=[{name: t0-off-a, temperature: 0.0}, {name: t0-off-b, temperature: 0.0}, "
+              "{name: t06-on, temperature: 0.6, top_p: 0.95, top_k: 20, thinking: true}, "
+              "{name: t06-off, temperature: 0.6, top_p: 0.95, top_k: 20}]")
+
+
 def live_params(tmp_path: Path, exe: Path, timing: list[str], overrides: tuple[str, ...],
                 port: int | None = None):
     """Params for a live run of interpreter ``exe`` (a fake or the real layer) on a free port, with
@@ -83,7 +94,7 @@ def live_params(tmp_path: Path, exe: Path, timing: list[str], overrides: tuple[s
     run.mkdir(exist_ok=True)
     p = load_params(None, [f"server.python={exe}", "server.enabled=true", f"server.model_path={model}",
                            f"server.port={port or free_port()}", "server.require_gpu=false",
-                           *timing, *overrides])
+                           *GPU_ENGINE, *timing, *overrides])
     pf = run / "params.yaml"
     dump_params(p, pf)
     return p, pf, run

@@ -12,10 +12,11 @@ def test_every_profile_validates(name):
     assert p.profile == Path(name).stem
 
 
-def test_default_is_cpu_without_server():
+def test_default_is_cpu_with_the_cpu_engine():
     p = load_params()
-    assert p.server.enabled is False and p.quantize.device == "cpu"
-    assert p.checkpoint.source == "generate"
+    assert p.server.enabled is True and p.server.engine == "cpu" and p.server.require_gpu is False
+    assert p.server.python == ".venv-sglang/bin/python"  # relative to the repo root, never absolute
+    assert p.quantize.device == "cpu" and p.checkpoint.source == "generate"
 
 
 def test_unknown_key_names_key_file_and_suggestion(tmp_path):

@@ -29,6 +29,7 @@ from nvfp4study.core.params import load_params
 from nvfp4study.serving import client, serve_cli, server
 from nvfp4study.serving.server import ServerConfig, build_command, card_config
 from serving_fixtures import (  # noqa: F401
+    GPU_ENGINE,
     fake_params,
     fake_processes,
     free_port,
@@ -41,7 +42,24 @@ pytestmark = pytest.mark.usefixtures("no_leftover")
 
 
 def _params(*over):
-    return load_params(None, ["server.python=/opt/sglang/bin/python", "server.model_path=/m", *over])
+    return load_params(None, ["server.python=/opt/sglang/bin/python", "server.model_path=/m", *GPU_ENGINE, *over])
+
+
+def test_cpu_engine_command_is_the_card_command_plus_the_engine_flags():
+    """server.engine cpu: the same builder, the card's flags first, then exactly the flags
+    cpu_engine.engine_flags names (a switch the card's part already has is not repeated)."""
+    from nvfp4study.serving import cpu_engine
+
+    cpu = load_params(None, ["server.model_path=/m"])
+    gpu = load_params(None, ["server.model_path=/m", "server.engine=gpu"])
+    for depth in (None, 2):
+        c = ServerConfig(clamp="exact", spec_depth=depth)
+        a, b = build_command(cpu, c), build_command(gpu, c)
+        assert a[:len(b)] == b
+        extra = [x for x in cpu_engine.engine_flags(depth) if not (x == "--enable-metrics" and x in b)]
+        assert a[len(b):] == extra
+        assert a[0] == str(server.REPO_ROOT / ".venv-sglang/bin/python")
+    assert server.gpu_refusal(cpu) is None and "NVFP4 GPU" in server.card_refusal(cpu)
 
 
 def _pairs(cmd):
@@ -85,11 +103,11 @@ def test_spec_off_deterministic_upstream_and_parsers():
 
 def test_command_needs_interpreter_and_model():
     with pytest.raises(WrongInterpreter):
-        build_command(load_params(), card_config(load_params()))
+        build_command(load_params(None, ["server.python="]), card_config(load_params()))
     from nvfp4study.core.errors import StageInputMissing
 
     with pytest.raises(StageInputMissing):
-        build_command(load_params(None, ["server.python=/x"]), card_config(load_params()))
+        build_command(load_params(None, ["server.python=/x", "server.model_path="]), card_config(load_params()))
 
 
 def test_every_flag_is_defined_in_sglang_0_5_23():
@@ -120,7 +138,7 @@ def test_command_table_verifies_against_the_wheel():
 
 # --- the plan --------------------------------------------------------------------------------
 def test_plan_launches_each_configuration_once():
-    p = load_params()
+    p = load_params(None, list(GPU_ENGINE))
     plan = server.plan_servers(p)
     assert len(plan) == len(set(plan)) == 7
     needed = {c for cs in server.stage_configs(p).values() for c in cs}
@@ -135,7 +153,7 @@ def test_plan_launches_each_configuration_once():
 
 
 def test_plan_adds_broken_checkpoint():
-    p = load_params(None, ["mtp.broken_model_path=/broken", "determinism.deterministic_mode=false"])
+    p = load_params(None, ["mtp.broken_model_path=/broken", "determinism.deterministic_mode=false", *GPU_ENGINE])
     plan = server.plan_servers(p)
     broken = [c for c in plan if c.model_label == "broken-draft"]
     assert len(broken) == 4 and all(c.model_path == "/broken" for c in broken)
@@ -157,11 +175,13 @@ def test_gpu_probe_and_refusal(tmp_path):
     assert server.gpu_capability(str(none)) is None
     assert server.gpu_info(str(blackwell)) == {"capability": (10, 0), "name": "NVIDIA Fake Blackwell",
                                                "memory_gb": 128.0}
-    refuse = lambda exe: server.gpu_refusal(load_params(None, ["server.enabled=true", f"server.python={exe}"]))  # noqa: E731
+    refuse = lambda exe: server.gpu_refusal(load_params(None, ["server.enabled=true", f"server.python={exe}",  # noqa: E731
+                                                               "server.engine=gpu", "server.require_gpu=true"]))
     assert refuse(hopper) == "needs an NVFP4-capable GPU (compute capability 9.0 < 10.0)"
     assert refuse(none) == "needs an NVFP4-capable GPU (no CUDA GPU visible)"
     assert refuse(blackwell) is None
-    assert "server.enabled is false" in server.gpu_refusal(load_params())
+    assert "server.enabled is false" in server.gpu_refusal(load_params(None, ["server.enabled=false"]))
+    assert server.gpu_refusal(load_params()) is None  # the default profile's CPU engine needs no GPU
 
 
 # --- lifecycle -------------------------------------------------------------------------------

@@ -410,7 +410,7 @@ def card_refusal(params: Params) -> str | None:
     engine serves a stand-in, never the NVFP4 checkpoint; None when the run serves on a GPU (or
     :func:`gpu_refusal`'s reason when it does not serve at all)."""
     if is_cpu_engine(params) and params.server.enabled:
-        return ("needs the real model on an NVFP4 GPU (this run served SGLang's engine on CPU with a "
+        return ("needs the real model on an NVFP4-capable GPU (this run served SGLang's engine on CPU with a "
                 + STANDIN_NOTE + ")")
     return gpu_refusal(params)
 

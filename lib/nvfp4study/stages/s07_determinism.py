@@ -401,7 +401,8 @@ def record_cpu_engine(stage: Stage):
                           claim="--enable-deterministic-inference on SGLang's real engine on this CPU.",
                           measured=None, verdict=Verdict.NOT_RUN,
                           evidence=[measure.launch_path(stage.paths, c) for n, c in configs(params).items() if n in ref],
-                          note=f"SGLang refuses it with this attention backend: {msg}")
+                          note=f"needs an NVFP4-capable GPU (on this CPU SGLang refuses it with the CPU engine's "
+                               f"attention backend: {msg})")
     launches = lifecycle(stage)
     life = [stage.paths.data("serve-lifecycle", "jsonl")]
     stage.add_finding("serve.cpu-engine-teardown",

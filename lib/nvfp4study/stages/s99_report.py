@@ -261,6 +261,23 @@ def notebook_links(run_dir: str | Path) -> str:
     return '<div class="nv"><ul>' + "".join(items) + "</ul></div>"
 
 
+def _engine_fact(run_dir: str | Path) -> str:
+    """What stages 04-07 served on, from the run's ``params.yaml``: on the CPU engine
+    :func:`nvfp4study.serving.cpu_engine.summary` (what the stand-in replaces) and the served
+    stand-in; else the GPU engine, or "no server"."""
+    from ..core.params import load_params
+    from ..serving.server import engine_description
+
+    f = Path(run_dir) / "params.yaml"
+    if not f.is_file():
+        return "unknown (no params.yaml)"
+    params = load_params(f, overlay=False)
+    if not params.server.enabled:
+        return "no server (server.enabled is false)"
+    d = engine_description(params)
+    return f"{d['summary']}; {d['served_model']}" if d else "SGLang on a GPU (server.engine: gpu)"
+
+
 def manifest_summary(run_dir: str | Path) -> pd.DataFrame:
     """Key facts of the manifest as a two-column table (item, value)."""
     m = read_manifest(run_dir)
@@ -274,6 +291,7 @@ def manifest_summary(run_dir: str | Path) -> pd.DataFrame:
         "CPU": (m.get("cpu") or {}).get("model"),
         "GPU": ", ".join(f"{g['name']} (cc {g['capability']})" for g in gpus) or "none",
         "NVFP4 GPU check": m.get("nvfp4_gpu"),
+        "serving engine": _engine_fact(run_dir),
         **{k: v for k, v in (m.get("packages") or {}).items() if v},
     }
     return pd.DataFrame({"item": list(facts), "value": [str(v) for v in facts.values()]})
