@@ -24,6 +24,10 @@
 # (bytes / 2^30); the ledger's GB are 10^9 bytes. Without an NVFP4-capable GPU (compute
 # capability 10.x-12.x) nothing is launched and the claims are recorded as not run; with
 # `-p replay_from=<run dir>` a recorded run's log and launch record are analysed instead.
+#
+# On the CPU engine (the default profile) the same command, lifecycle and log reading run on SGLang's
+# real engine with a served stand-in (BF16 all-MLA random weights in Ling's layout): the card's rows
+# stay not run, and the launch, its process tree and its teardown are recorded as a study finding.
 
 # %% tags=["parameters"]
 params_file: str = "../params/default.yaml"  # study params; the runner passes the run's resolved copy

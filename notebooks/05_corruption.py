@@ -108,7 +108,9 @@ s5.record_detector_claims(stage, result)
 # of n. The card's claim sets are the first 15 / 10 of the study's card-style tasks
 # (`corruption.claim_tasks`). "Before" is the clamp removed (`none`), "after" the exact clamp.
 # Without a GPU this section records "not run"; `-p replay_from=<run dir>` re-analyses a
-# recorded run's raw files instead.
+# recorded run's raw files instead. On the CPU engine (the default profile) a few tasks are served
+# by SGLang's real engine with a stand-in model (random weights: it seldom writes code), so the
+# pipeline runs end to end on real answers; the card's before/after rows stay not run.
 
 # %%
 served = s5.run_served_study(stage)

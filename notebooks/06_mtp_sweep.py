@@ -26,6 +26,12 @@
 # Every table names its estimator; medians come with the range over requests. A speedup between
 # depths whose texts differ compares different texts, and the table says so. The card's values
 # appear only as marks labelled "card".
+#
+# On the CPU engine (the default profile) the sweep runs on SGLang's real engine with a served
+# stand-in (random weights), plus two stand-ins whose acceptance is fixed by construction: a draft
+# that always agrees with the target (accept length k+1, rate 1) and one that never does (the
+# card's broken-draft line, 1.00 / 0.00). Their tok/s and acceptance test the pipeline and the
+# estimators; they are never set beside the card's numbers, whose rows stay not run.
 
 # %% tags=["parameters"]
 params_file: str = "../params/default.yaml"  # study params; the runner passes the run's resolved copy
@@ -71,6 +77,15 @@ mtp.broken_draft_report(stage)
 
 # %%
 mtp.estimator_table(stage)
+
+# %% [markdown]
+# ## Estimators against acceptance known by construction (CPU engine)
+#
+# For each control stand-in, every estimator beside the value its draft construction fixes; empty
+# on a GPU run.
+
+# %%
+mtp.known_acceptance_table(stage)
 
 # %% [markdown]
 # ## Every request

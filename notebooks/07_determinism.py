@@ -22,6 +22,11 @@
 # passes as equal). A throughput ratio between configurations whose texts differ compares
 # different texts (different text, different acceptance): the table labels it and gives the
 # identical-pairs-only ratio beside it.
+#
+# On the CPU engine (the default profile) the comparisons run on SGLang's real engine with a served
+# stand-in (random weights): study findings, not the card's rows (those stay not run). SGLang refuses
+# deterministic mode with the CPU engine's attention backend; its own message is recorded as not run.
+# The last cell also checks every launch of the run: its processes are gone, and each clamp mode served.
 
 # %% tags=["parameters"]
 params_file: str = "../params/default.yaml"  # study params; the runner passes the run's resolved copy

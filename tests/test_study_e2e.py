@@ -9,6 +9,9 @@ import pytest
 from nvfp4study.core.ledger import card_claims
 from nvfp4study.core.params import REPO_ROOT
 
+#: 05's served rows (the card's before/after table, executed tests, the reasoning-parser probe)
+SERVED_05 = ("corruption.t0-off-15", "corruption.t0-off-10", "corruption.t06-on", "corruption.t06-off",
+             "corruption.executed", "serve.reasoning-parser")
 STAGES = ["00_environment", "01_quantize", "02_inspect_checkpoint", "03_patch_sglang",
           "04_launch_server", "05_corruption", "06_mtp_sweep", "07_determinism", "99_report"]
 
@@ -40,12 +43,21 @@ def test_report_has_every_card_claim(study_run):
         assert claim["id"] in ids and claim["id"] in html
     # every stage ran, so no card claim is left with the initial placeholder note
     assert [row["id"] for row in ledger if row["note"] == "stage did not run"] == []
-    # GPU stages say why they did not run
-    gpu = [row for row in ledger if row["stage"] in ("04_launch_server", "06_mtp_sweep", "07_determinism")
-           and row["id"] != "mtp.bandwidth-ceiling"]
-    # ... except 06's bandwidth ceiling: arithmetic on the card's numbers and the layout, no GPU needed
+    # the served stages ran on SGLang's real engine on the CPU: the card's rows say what settles them
+    gpu = [row for row in ledger if row.get("origin", "card") == "card" and (
+        row["stage"] in ("04_launch_server", "06_mtp_sweep", "07_determinism") or row["id"] in SERVED_05)]
     assert next(r for r in ledger if r["id"] == "mtp.bandwidth-ceiling")["verdict"] == "reproduced"
-    assert gpu and all(row["verdict"] == "not run" and "GPU" in row["note"] for row in gpu)
+    assert gpu and all(row["verdict"] == "not run" and "NVFP4-capable GPU" in row["note"] for row in gpu)
+    # ... and the study's findings from the real engine, each with evidence in the run
+    by_id = {r["id"]: r for r in ledger}
+    for fid in ("serve.cpu-engine-launch", "corruption.cpu-pipeline", "mtp.cpu-known-acceptance",
+                "mtp.cpu-broken-draft-signature", "mtp.cpu-estimators", "det.cpu-spec-off-self",
+                "serve.cpu-engine-teardown", "serve.cpu-engine-patched-modes"):
+        assert by_id[fid]["verdict"] == "reproduced", (fid, by_id[fid]["note"])
+        assert "SGLang 0.5.23 engine on CPU" in by_id[fid]["checked_on"], fid
+    assert by_id["det.cpu-deterministic-mode"]["verdict"] == "not run"
+    assert "refuses" in by_id["det.cpu-deterministic-mode"]["note"]
+    assert by_id["serve.cpu-engine-teardown"]["measured"]["processes_left"] == 0
     # ours is never the card's: a row not run carries no value; every measured row names
     # evidence files that exist in the run folder and a value that is not the card's own
     for row in ledger:
@@ -109,4 +121,28 @@ def test_report_in_a_browser(study_run):
     for im in imgs:
         assert im["complete"] and im["width"] > 0 and im["alt"] and len(im["caption"]) > 40, im
     assert seen["index_headers"] == 0  # no pandas index column anywhere
-    assert "Not run: needs an NVFP4-capable GPU" in seen["text"]
+    assert "needs the real model on an NVFP4-capable GPU" in seen["text"]
+    assert "SGLang 0.5.23 engine on CPU" in seen["text"]  # what served 04-07, and what it replaced
+
+
+def test_no_sglang_process_outlives_the_study(study_run):
+    """Every process any launch of the run had while healthy is gone (psutil), and each launch's
+    record says 0 were left after its stop."""
+    import psutil
+
+    run, _ = study_run
+    rows = [json.loads(x) for x in (run / "data" / "serve-lifecycle.jsonl").read_text().splitlines() if x.strip()]
+    assert rows and all(r["left_after_stop"] == [] for r in rows)
+    pids = [p["pid"] for f in (run / "data").glob("serve-launch-*.jsonl") for ln in f.read_text().splitlines()
+            if ln.strip() for p in json.loads(ln).get("process_tree") or []]
+    assert pids
+    live = []
+    for pid in pids:  # a reused pid is not ours: SGLang's titles, or a command naming this run
+        try:
+            proc = psutil.Process(pid)
+            if proc.status() != psutil.STATUS_ZOMBIE and (
+                    proc.name().startswith("sglang::") or str(run) in " ".join(proc.cmdline())):
+                live.append(pid)
+        except psutil.Error:
+            continue
+    assert live == []
