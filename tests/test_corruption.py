@@ -43,6 +43,9 @@ from nvfp4study.stages import s05_corruption as s5
 from nvfp4study.stages.s05_corruption import run_served_study
 
 OVERRIDES = [
+    # the GPU profile's served study without a server (the default profile's CPU engine runs in
+    # tests/test_real_engine.py and the end-to-end study)
+    "server.enabled=false", "corruption.clamp_modes=[none, exact]",
     "corruption.humaneval_count=0",
     "corruption.sampling=[{name: t0-off-a, temperature: 0.0}, {name: t06-on, temperature: 0.6, "
     "top_p: 0.95, top_k: 20, thinking: true}]",
@@ -325,11 +328,14 @@ def test_raw_file_robustness(tmp_path):
 
 
 def test_claim_sets_from_params():
-    params = load_params(None, ["corruption.humaneval_count=3"])
+    from serving_fixtures import GPU_ENGINE
+
+    card = [o for o in GPU_ENGINE if o.startswith("corruption.sampling=")]  # the card's four configurations
+    params = load_params(None, ["corruption.humaneval_count=3", *card])
     sets = served_data.claim_sets(params)
     ids = [t.task_id for t in card_tasks()]
     assert sets == {"t0-off-a": ids[:15], "t0-off-b": ids[:10], "t06-on": ids[:10], "t06-off": ids[:10]}
-    params = load_params(None, ["corruption.card_tasks=false", "corruption.humaneval_count=20"])
+    params = load_params(None, ["corruption.card_tasks=false", "corruption.humaneval_count=20", *card])
     assert served_data.claim_sets(params)["t0-off-b"] == [f"HumanEval/{i}" for i in range(10)]
     params = load_params(None, ["corruption.claim_tasks=[HumanEval/3, card/dedupe]"])
     assert served_data.claim_task_ids(params, 15) == ["HumanEval/3", "card/dedupe"]
