@@ -606,22 +606,6 @@ def lifecycle(stage: Stage) -> list[dict[str, Any]]:
     return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
 
 
-def sglang_processes() -> list[dict[str, Any]]:
-    """Every live SGLang server process on this machine, whoever started it: titles
-    ``sglang::*`` (SGLang's children, ``setproctitle``) or a command running
-    :data:`SERVE_CODE` / ``sglang.launch_server`` (pid, name, user)."""
-    import psutil
-
-    out = []
-    for p in psutil.process_iter(["pid", "name", "cmdline", "username", "status"]):
-        cmd = " ".join(p.info["cmdline"] or [])
-        if p.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        if (p.info["name"] or "").startswith("sglang::") or SERVE_CODE in cmd or "sglang.launch_server" in cmd:
-            out.append({"pid": p.info["pid"], "name": p.info["name"], "user": p.info["username"]})
-    return out
-
-
 @contextlib.contextmanager
 def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | None = None,
             launch_record: dict | None = None) -> Iterator[str]:

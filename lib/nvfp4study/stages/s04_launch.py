@@ -433,7 +433,7 @@ def launch_result(rec: dict[str, Any]) -> dict[str, Any]:
     children = all(c in names for c in ENGINE_CHILDREN)
     ok = rec.get("load_s") is not None and children and not left and len(tree) >= 1 + len(ENGINE_CHILDREN)
     measured = {"launch_to_healthy_s": rec.get("load_s"), "processes": names,
-                "resident_mb": {p["name"]: p["rss_mb"] for p in tree},
+                "resident_mb": {f"{p['name']} (pid {p['pid']})": p["rss_mb"] for p in tree},
                 "left_after_stop": len(left), "returncode": rec.get("returncode")}
     missing = [c for c in ENGINE_CHILDREN if c not in names]
     note = (f"{len(tree)} processes while healthy ({', '.join(names) or 'none'}); "
