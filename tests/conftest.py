@@ -35,3 +35,38 @@ def run_dir(tmp_path: Path) -> Path:
     dump_params(load_params(), d / "params.yaml")
     init_ledger(d)
     return d
+
+
+# --- memory: the SGLang audit's per-file caches ----------------------------------------------------
+# The audit caches every parsed file and every derived path per (path, mtime, size), unbounded: right
+# for a study run (a handful of trees), but the suite audits dozens of copied trees (each test edits
+# its own copy under tmp_path), about 150 MB of ASTs each, and they stay until exit: the process
+# grew to 5.8 GB, every full garbage collection walked all of it (slow tests) and the final one at
+# interpreter exit took minutes. After each test, once the caches hold more than about five trees,
+# they are emptied (the released trees are parsed again by the next test that reads them).
+TREE_CACHE_MODULES = ("nvfp4study.sglang.",)
+TREE_CACHE_FILES = 800  # parsed files kept (a release's MoE-relevant sources are about 160)
+
+
+def _tree_caches() -> list:
+    out = []
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not name.startswith(TREE_CACHE_MODULES):
+            continue
+        for obj in vars(mod).values():
+            if callable(getattr(obj, "cache_clear", None)) and getattr(obj, "__module__", None) == name:
+                out.append(obj)
+    return out
+
+
+def clear_tree_caches() -> None:
+    for fn in _tree_caches():
+        fn.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def _bounded_tree_caches():
+    yield
+    parse = getattr(sys.modules.get("nvfp4study.sglang.clamp_values"), "_parse_cached", None)
+    if parse is not None and parse.cache_info().currsize > TREE_CACHE_FILES:
+        clear_tree_caches()
