@@ -27,7 +27,10 @@ from pathlib import Path
 #: the folder put first on the server's PYTHONPATH (``sgl_kernel/``, ``sitecustomize.py``).
 SITE_DIR: Path = Path(__file__).resolve().parent / "site"
 
-#: the engine's CPU flags: (flags, why). ``engine_flags`` adds the attention backend.
+#: the engine's CPU flags: (flags, why). ``engine_flags`` adds the attention backend and dtype.
+#: Not needed: CUDA-graph flags (on the CPU a graph is captured only with --enable-torch-compile,
+#: ``srt/model_executor/model_runner_components/cuda_graph_setup.py`` 735) and
+#: ``--max-running-requests`` (the study's params set it).
 FLAGS: list[tuple[list[str], str]] = [
     (["--device", "cpu"], "no GPU: SGLang's CPU device (with SGLANG_USE_CPU_ENGINE=1)"),
     (["--mamba-radix-cache-strategy", "no_buffer"],
@@ -50,9 +53,11 @@ FLAGS: list[tuple[list[str], str]] = [
 #: the in-memory patches ``site/sitecustomize.py`` applies (same order and targets).
 PATCHES: list[dict[str, str]] = [
     {"target": "transformers/utils/import_utils.py is_torchvision_available",
-     "why": "PyPI's torchvision is built for CUDA torch (`torchvision::nms does not exist`); "
-            "SGLang's multimodal code imports it at module level: an inert stand-in is switched "
-            "on after transformers cached that torchvision is absent"},
+     "why": "server-args resolution imports torchvision at module level (srt/arg_groups/"
+            "kv_shard_hook.py:17 -> ... -> srt/multimodal/internvl_utils.py:5: `No module named "
+            "'torchvision'`), and PyPI's torchvision is built for CUDA torch (`torchvision::nms "
+            "does not exist`): an inert stand-in, switched on after transformers cached that "
+            "torchvision is absent"},
     {"target": "srt/models/bailing_moe_nextn.py:289",
      "why": "set_embed_and_head() calls torch.cuda.synchronize() unconditionally (fails on a "
             "CPU-only torch when the EAGLE worker shares embedding and head with the draft): a "
@@ -60,7 +65,8 @@ PATCHES: list[dict[str, str]] = [
     {"target": "srt/models/deepseek_common/attention_backend_handler.py:46",
      "why": "torch_native has no MLA handler and falls back to the Triton one, which sends a "
             "prefill to the MHA branch; torch-native attention then reads the compressed MLA "
-            "cache as full K/V: torch_native is registered to the absorbed-MLA branch"},
+            "cache as full K/V (`Expected size ... [4, 32] but got: [4, 48]`, kv_lora_rank 32 + "
+            "rope 16): torch_native is registered to the absorbed-MLA branch"},
     {"target": "srt/arg_groups/overrides.py:1305",
      "why": "intel_amx falls back to torch_native unless get_platform().has_amx, and "
             "torch_native cannot run EAGLE/NEXTN (srt/speculative/draft_utils.py 64): AMX is "
@@ -140,7 +146,9 @@ def describe() -> dict:
         "limits": [
             "all-MLA models only (layer_group_size 1): KDA prefill is Triton-only",
             "EAGLE top-k 1 tested; the stand-in ops are unoptimised torch loops",
-            "--enable-deterministic-inference refuses torch-native attention (not answered)",
+            "--enable-deterministic-inference: for absorbed-MLA models SGLang allows only the "
+            "ascend/fa3/fa4/triton backends (srt/arg_groups/attention_hook.py 639-648); not "
+            "answered",
         ],
     }
 

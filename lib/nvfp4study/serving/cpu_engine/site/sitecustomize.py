@@ -2,12 +2,14 @@
 
 It changes nothing on disk: SGLang's installed files stay as released. It installs
 
-- :class:`_TorchvisionStub`: ``import torchvision`` gives inert modules. PyPI's torchvision is
-  built for CUDA torch (``operator torchvision::nms does not exist`` on the CPU build) and
-  SGLang's multimodal code imports it at module level; nothing a text model runs uses it. It is
-  switched on only after transformers has cached that torchvision is absent
-  (``transformers/utils/import_utils.py`` ``is_torchvision_available``), so transformers never
-  takes the stand-in for a real torchvision.
+- :class:`_TorchvisionStub`: ``import torchvision`` gives inert modules. Server-args resolution
+  imports it at module level (``srt/arg_groups/kv_shard_hook.py`` 17 -> ``srt/configs/__init__.py``
+  71 -> ``srt/configs/nano_nemotron_vl.py`` 22 -> ``srt/multimodal/internvl_utils.py`` 5), so the
+  launch dies with ``No module named 'torchvision'`` without it, and PyPI's torchvision is built
+  for CUDA torch (``operator torchvision::nms does not exist`` on the CPU build); nothing a text
+  model runs uses it. It is switched on only after transformers has cached that torchvision is
+  absent (``transformers/utils/import_utils.py`` ``is_torchvision_available``), so transformers
+  never takes the stand-in for a real torchvision.
 - :data:`PATCHES`: in-memory monkeypatches applied right after the SGLang module they change is
   imported (a post-import hook, :class:`_PatchFinder`). Each names the SGLang 0.5.23 file:line
   (relative to ``sglang/srt/``) it works around and why.
