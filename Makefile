@@ -41,9 +41,12 @@ $(SGL_STAMP): $(SGL_REQ)
 study: $(STAMP) $(SGL_STAMP)
 	$(BIN)/nvfp4study run --params $(PARAMS)
 
+# Two workers (pytest-xdist), one test file per worker at a time (a file's module fixtures are built
+# once); PYTEST_ARGS= for one serial process.
+PYTEST_ARGS ?= -n 2 --dist loadfile
 test: $(STAMP) $(SGL_STAMP)
 	$(BIN)/ruff check lib tests benchmarks
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check lib tests benchmarks

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import sys
 import uuid
@@ -11,7 +12,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 # Every process this test session starts inherits this marker, so the leftover-process checks
-# (serving_fixtures.fake_processes) look only at our own processes, not at another test run's.
+# (serving_fixtures.fake_processes) look only at our own processes, not at another test run's
+# (nor, under pytest-xdist, at another worker's: each worker imports this file and draws its own).
 SESSION_ENV = "NVFP4STUDY_TEST_SESSION"
 os.environ[SESSION_ENV] = uuid.uuid4().hex
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # test helpers (e.g. fake_sglang)
@@ -70,3 +72,28 @@ def _bounded_tree_caches():
     parse = getattr(sys.modules.get("nvfp4study.sglang.clamp_values"), "_parse_cached", None)
     if parse is not None and parse.cache_info().currsize > TREE_CACHE_FILES:
         clear_tree_caches()
+
+
+# --- order: the longest files first -----------------------------------------------------------------
+# `make test` runs two workers, a whole file each at a time (pytest-xdist --dist loadfile): the
+# files that take minutes start first, so that neither worker is left with one of them at the end.
+# Within a file the order is unchanged. A pattern names files by fnmatch; earlier runs first.
+SLOW_FIRST = ("test_study_e2e.py", "test_real_engine*.py", "test_cpu_engine*.py", "test_real_sglang*.py",
+              "test_sglang_dispatch_hostile.py", "test_sglang_model_side.py", "test_corruption_served.py",
+              "test_serving_replay.py", "test_real_vs_fake.py", "test_sglang_audit.py",
+              "test_checkpoint_audit.py", "test_sandbox.py", "test_sglang_dispatch.py",
+              "test_card_files_profile.py", "test_quantize*.py", "test_sglang_patch.py",
+              "test_sglang_stage.py", "test_server.py")
+
+
+def _slow_rank(item) -> int:
+    name = item.path.name
+    return next((i for i, pat in enumerate(SLOW_FIRST) if fnmatch.fnmatch(name, pat)), len(SLOW_FIRST))
+
+
+def pytest_collection_modifyitems(items) -> None:
+    items.sort(key=_slow_rank)  # stable: files and tests keep their order within a rank
+
+
+def pytest_sessionfinish() -> None:
+    clear_tree_caches()  # nothing big left for the interpreter's last collection at exit

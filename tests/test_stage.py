@@ -1,5 +1,7 @@
 """open_stage: what a notebook does first, run by papermill or opened by hand in Jupyter."""
 
+import os
+
 import pytest
 
 from nvfp4study.core import ledger
@@ -49,7 +51,7 @@ def test_a_complete_run_wins_over_the_exploration_run(outputs, monkeypatch):
 
 
 def test_env_var_chooses_the_run_for_every_notebook_from_the_repo_root(outputs, monkeypatch, capsys):
-    rel = f"outputs-test-{id(outputs)}"
+    rel = f"outputs-test-{os.getpid()}-{id(outputs)}"  # unique across xdist workers too
     monkeypatch.setenv(stage_mod.RUN_ENV, rel)
     target = stage_mod.REPO_ROOT / rel
     try:
@@ -69,7 +71,7 @@ def test_env_var_chooses_the_run_for_every_notebook_from_the_repo_root(outputs, 
 
 
 def test_relative_run_dir_parameter_is_taken_from_the_repo_root(outputs, monkeypatch):
-    rel = f"outputs-test-param-{id(outputs)}"
+    rel = f"outputs-test-param-{os.getpid()}-{id(outputs)}"
     try:
         st = stage_mod.open_stage("01_quantize", str(DEFAULT_PARAMS), rel)
         assert st.run_dir == stage_mod.REPO_ROOT / rel
