@@ -24,20 +24,40 @@ normal exit, on exceptions and on KeyboardInterrupt; an ``atexit`` hook is the l
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import functools
 import json
-import subprocess
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import NoCapableGPU, StageInputMissing, WrongInterpreter
-from ..core.params import REPO_ROOT, Params
+from ..core.params import REPO_ROOT, Params  # noqa: F401  (REPO_ROOT: tests)
 from ..core.stage import Stage
 from ..sglang.flags import FLAG_SOURCES, cached_wheel, sglang_cli_flags  # noqa: F401
+from .gpu_probe import (  # noqa: F401  (re-exported)
+    GPU_PROBE,
+    NVFP4_CAPABILITY_MAJORS,
+    gpu_capability,
+    gpu_info,
+    nvfp4_w4a4_supported,
+    probe_python,
+)
+from .launch_env import (  # noqa: F401  (re-exported: stages and tests name them here)
+    CONTROL_LABELS,
+    LIFECYCLE_STEM,
+    STANDIN_DRAFTS,
+    STANDIN_NOTE,
+    engine_description,
+    install_overlay,
+    is_cpu_engine,
+    lifecycle,
+    lifecycle_row,
+    process_tree,
+    server_env,
+    server_python,
+    standin_path,
+)
 from .process import (  # noqa: F401
     VERSION_PROBE,
     ServerProcess,
@@ -49,16 +69,7 @@ from .process import (  # noqa: F401
 
 # ``sglang serve`` == console script ``sglang = sglang.cli.main:main`` (entry_points.txt).
 SERVE_CODE = "import sys; from sglang.cli.main import main; sys.argv[0] = 'sglang'; sys.exit(main())"
-GPU_PROBE = (
-    "import torch; c = torch.cuda.get_device_capability(0) if torch.cuda.is_available() else None; "
-    "p = torch.cuda.get_device_properties(0) if c else None; "
-    "print(repr((c[0], c[1], p.name, p.total_memory) if c else None))"
-)
 
-# NVFP4 W4A4 MoE needs Blackwell: ``is_blackwell`` = compute capability major in {10, 11, 12}
-# and CUDA >= 12.8 (sglang/srt/utils/common.py 297-303), checked by
-# ``CompressedTensorsW4A4Nvfp4MoE.__init__`` (compressed_tensors_w4a4_nvfp4_moe.py 38-43).
-NVFP4_CAPABILITY_MAJORS = (10, 11, 12)
 
 
 # --- configurations --------------------------------------------------------------------------
@@ -185,40 +196,6 @@ def plan_table(params: Params):
     return pd.DataFrame(rows)
 
 
-# --- the CPU engine --------------------------------------------------------------------------
-#: model labels of the CPU engine's control stand-ins -> ``write_served_checkpoint(draft=...)``.
-CONTROL_LABELS = {"agree": "agree-draft", "disagree": "broken-draft"}
-STANDIN_DRAFTS = {"study": "random", **{v: k for k, v in CONTROL_LABELS.items()}}
-#: what the CPU engine serves, said wherever its results show.
-STANDIN_NOTE = ("served stand-in: BF16 all-MLA random-weight model in Ling's layout, not the NVFP4 "
-                "hybrid checkpoint of 01-03")
-
-
-def is_cpu_engine(params: Params) -> bool:
-    """Whether ``server.engine`` is ``cpu``: SGLang's real engine on this CPU (``serving/cpu_engine``)."""
-    return params.server.engine == "cpu"
-
-
-def server_python(params: Params) -> str | None:
-    """``server.python`` with a relative path (one holding ``/``) resolved against the repo root
-    (notebooks run in ``notebooks/``; tracked params never name an absolute path); a bare name
-    (``python3``) is left for ``PATH``; None when unset."""
-    py = params.server.python
-    if not py or "/" not in py or Path(py).expanduser().is_absolute():
-        return str(Path(py).expanduser()) if py and "/" in py else py
-    return str(REPO_ROOT / py)
-
-
-def engine_description(params: Params) -> dict[str, Any] | None:
-    """The CPU engine's :func:`nvfp4study.serving.cpu_engine.describe` plus its ``summary`` and
-    the served stand-in's note; None for the GPU engine."""
-    if not is_cpu_engine(params):
-        return None
-    from . import cpu_engine
-
-    return {**cpu_engine.describe(), "summary": cpu_engine.summary(), "served_model": STANDIN_NOTE}
-
-
 # --- the command -----------------------------------------------------------------------------
 def _config_flags(params: Params, config: ServerConfig) -> list[str]:
     s = params.server
@@ -338,59 +315,7 @@ def command_table(params: Params, config: ServerConfig | None = None):
     return pd.DataFrame(rows)
 
 
-# --- GPU -------------------------------------------------------------------------------------
-def gpu_capability(python: str | tuple[str, ...] | None = None) -> tuple[int, int] | None:
-    """Compute capability of GPU 0, or None when no CUDA GPU is visible.
-
-    With ``python`` (the SGLang environment's interpreter) the probe runs there, because the
-    study's own environment may hold a CPU-only torch; otherwise this process's torch is asked.
-    """
-    info = gpu_info(python)
-    return None if info is None else (info["capability"][0], info["capability"][1])
-
-
-@functools.lru_cache(maxsize=8)
-def gpu_info(python: str | tuple[str, ...] | None = None) -> dict[str, Any] | None:
-    """``{"capability": (major, minor), "name": str, "memory_gb": float (1e9 bytes)}`` of GPU 0
-    (cached per interpreter: the probe imports torch, which takes seconds). ``python`` may be an
-    argv prefix (:func:`probe_python`: ``docker run ... python3`` for the docker launcher)."""
-    if python:
-        prefix = [python] if isinstance(python, str) else list(python)
-        try:
-            out = subprocess.run([*prefix, "-c", GPU_PROBE], capture_output=True, text=True, timeout=120)
-            val = ast.literal_eval(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else None
-        except (OSError, subprocess.TimeoutExpired, ValueError, SyntaxError):
-            val = None
-    else:
-        try:
-            import torch
-        except ImportError:
-            return None
-        if not torch.cuda.is_available():
-            return None
-        c = torch.cuda.get_device_capability(0)
-        prop = torch.cuda.get_device_properties(0)
-        val = (c[0], c[1], prop.name, prop.total_memory)
-    if not val:
-        return None
-    return {"capability": (int(val[0]), int(val[1])), "name": val[2], "memory_gb": round(val[3] / 1e9, 2)}
-
-
-def probe_python(params: Params) -> str | tuple[str, ...] | None:
-    """What runs the GPU probe: ``server.python``, or for ``server.launcher: docker`` the image
-    (``docker run --rm --gpus ... --entrypoint python3 IMAGE``; None when no image is set)."""
-    if params.server.launcher == "docker":
-        from . import docker as dk
-
-        return tuple(dk.probe_prefix(params)) if params.server.docker.image else None
-    return params.server.python
-
-
-def nvfp4_w4a4_supported(capability: tuple[int, int] | None) -> bool:
-    """Whether SGLang's NVFP4 W4A4 MoE scheme can run: compute capability 10.x, 11.x or 12.x."""
-    return capability is not None and capability[0] in NVFP4_CAPABILITY_MAJORS
-
-
+# --- GPU (probes in serving/gpu_probe.py) ---------------------------------------------------
 def gpu_refusal(params: Params) -> str | None:
     """Why stages 04-07 cannot serve here (a "needs an NVFP4-capable GPU (...)" sentence) or None."""
     if not params.server.enabled:
@@ -446,28 +371,6 @@ def served_model_path(stage: Stage, config: ServerConfig) -> str:
     raise StageInputMissing(f"no model to serve: set server.model_path or run 01_quantize ({q} missing)")
 
 
-def standin_path(stage: Stage, label: str = "study") -> Path:
-    """The CPU engine's served stand-in for a model label, written once into the run's work folder
-    (``work/served-<draft>``) by :func:`nvfp4study.checkpoint.served.write_served_checkpoint`
-    with the profile's ``checkpoint.shape`` and ``server.cpu.standin_seed``; label "study" is the
-    random-weight model, "agree-draft" / "broken-draft" the draft constructions "agree" /
-    "disagree".
-
-    Raises:
-        StageInputMissing: an unknown label.
-    """
-    if label not in STANDIN_DRAFTS:
-        raise StageInputMissing(f"no stand-in for model label {label!r} (known: {', '.join(STANDIN_DRAFTS)})")
-    from ..checkpoint.served import write_served_checkpoint
-
-    draft = STANDIN_DRAFTS[label]
-    out = stage.paths.work(f"served-{draft}")
-    if not (out / "config.json").is_file():
-        write_served_checkpoint(out, stage.params.checkpoint.shape, seed=stage.params.server.cpu.standin_seed,
-                                draft=draft)
-    return out
-
-
 def install_mode(stack: contextlib.ExitStack, stage, config: ServerConfig) -> str:
     """Put the serving install in ``config.clamp`` mode (and the ``MIN_DEEPGEMM_DIM`` edit for
     deterministic mode) for the server's lifetime, when ``sglang.apply_to_install`` is true.
@@ -498,112 +401,6 @@ def install_mode(stack: contextlib.ExitStack, stage, config: ServerConfig) -> st
         state_file=stage.paths.data("sglang_patch_state")))
     return (f"install {tree.root} (SGLang {tree.version}) in clamp mode {st['clamp_mode']!r}, "
             f"MIN_DEEPGEMM_DIM edit {'on' if st['det'] else 'off'}, for this launch; restored afterwards")
-
-
-def install_overlay(stage: Stage) -> Path:
-    """A private copy of the ``sglang`` package ``server.python`` imports, in the run's
-    ``work/sglang-install/`` (made once per run): every file hard-linked (copied where linking
-    fails), except the files any patch mode of the release edits, which are real copies, so
-    patching the overlay never writes through to the environment. Returns the folder that holds
-    ``sglang/`` (put first on the server's ``PYTHONPATH``).
-
-    Raises:
-        SGLangNotInstalled: ``server.python`` has no importable sglang.
-    """
-    import os
-    import shutil
-
-    from ..sglang import patch as sglang_patch
-    from ..sglang import source as sglang_source
-
-    root = stage.paths.work("sglang-install")
-    if (root / "sglang" / "__init__.py").is_file():
-        return root
-    src = sglang_source.installed_tree(server_python(stage.params))
-    tmp = root.with_name(root.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-
-    def link(a: str, b: str) -> None:
-        try:
-            os.link(a, b)
-        except OSError:
-            shutil.copy2(a, b)
-
-    shutil.copytree(src.root / "sglang", tmp / "sglang", copy_function=link,
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    edited = {e["path"] for m in sglang_patch.modes_for(src.version) if m != "stock"
-              for e in sglang_patch._files(src.version, m)}
-    for rel in edited:
-        f = tmp / rel
-        if f.is_file():
-            data = f.read_bytes()
-            f.unlink()
-            f.write_bytes(data)
-    tmp.rename(root)
-    return root
-
-
-def _server_env(stage: Stage, install_root: Path | None) -> dict[str, str]:
-    """The server's extra environment: ``server.env``; on the CPU engine
-    :func:`nvfp4study.serving.cpu_engine.engine_env` of it, with the patched overlay
-    (``install_root``) first on ``PYTHONPATH``."""
-    s = stage.params.server
-    if not is_cpu_engine(stage.params):
-        return dict(s.env)
-    import os
-
-    from . import cpu_engine
-
-    env = cpu_engine.engine_env(dict(s.env))
-    if install_root is not None:
-        env["PYTHONPATH"] = os.pathsep.join(x for x in (str(install_root), env.get("PYTHONPATH", "")) if x)
-    return env
-
-
-def process_tree(sp: ServerProcess) -> list[dict[str, Any]]:
-    """The live processes of a launch (:meth:`ServerProcess.group_members`): pid, parent pid,
-    process name (SGLang titles its children ``sglang::scheduler`` etc. with ``setproctitle``)
-    and resident memory in MB (1e6 bytes)."""
-    import psutil
-
-    rows = []
-    for p in sorted(sp.group_members(), key=lambda p: p.pid):
-        with contextlib.suppress(psutil.Error):
-            cmd = p.cmdline()
-            rows.append({"pid": p.pid, "ppid": p.ppid(), "name": p.name(),
-                         "title": " ".join(cmd[:1]) if cmd else "", "rss_mb": round(p.memory_info().rss / 1e6, 1)})
-    return rows
-
-
-LIFECYCLE_STEM = "serve-lifecycle"
-
-
-def _lifecycle_row(stage: Stage, rec: dict[str, Any]) -> None:
-    """Append one row per launch, whichever stage made it, to ``data/serve-lifecycle.jsonl``:
-    stage, configuration, log, launch-to-healthy seconds (None: never healthy), the process
-    names seen while healthy, the processes left after :meth:`ServerProcess.stop` (pids and
-    names) and the exit status."""
-    import os
-
-    row = {"stage": stage.name, "config_key": rec.get("config_key"), "clamp": (rec.get("config") or {}).get("clamp"),
-           "log": rec.get("log"), "load_s": rec.get("load_s"),
-           "processes": [p["name"] for p in rec.get("process_tree") or []],
-           "left_after_stop": rec.get("left_after_stop") or [], "returncode": rec.get("returncode"),
-           "engine": "cpu" if is_cpu_engine(stage.params) else "gpu"}
-    path = stage.paths.data(LIFECYCLE_STEM, "jsonl")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(row, default=str) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def lifecycle(stage: Stage) -> list[dict[str, Any]]:
-    """The rows :func:`serving` appended to ``data/serve-lifecycle.jsonl`` (every launch of the run)."""
-    path = stage.paths.data(LIFECYCLE_STEM, "jsonl")
-    if not path.is_file():
-        return []
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
 
 
 @contextlib.contextmanager
@@ -671,7 +468,7 @@ def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | No
             rec["install"] = install_mode(install, stage, config)
             overlay = (stage.paths.work("sglang-install") if is_cpu_engine(params)
                        and params.sglang.apply_to_install else None)
-            sp = ServerProcess(cmd, log_path, s.host, s.port, env=_server_env(stage, overlay),
+            sp = ServerProcess(cmd, log_path, s.host, s.port, env=server_env(stage, overlay),
                                grace_s=s.shutdown_grace_s)
             if is_cpu_engine(params):
                 rec["engine"] = engine_description(params)
@@ -687,4 +484,4 @@ def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | No
             sp.stop()
             rec["returncode"] = sp.returncode
             rec["left_after_stop"] = process_tree(sp)
-            _lifecycle_row(stage, rec)
+            lifecycle_row(stage, rec)

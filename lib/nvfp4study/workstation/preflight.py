@@ -245,10 +245,8 @@ def sglang_checks(p: Params, probe: dict | None) -> list[Check]:
                 Check(names[1], BLOCKER, "interpreter not usable", "see 'SGLang interpreter'")]
     pk = probe["packages"]
     out = [Check(names[0], OK, f"{probe['executable']} (Python {probe['python']})")]
-    # the CPU engine runs without SGLang's CUDA pins (flashinfer, sglang-kernel, CUDA torch): its
-    # closure is tests/real_sglang/requirements.txt (make sglang-env)
-    pins, where = ({}, "server.engine cpu: make sglang-env") if p.server.engine == "cpu" else \
-        probes.sglang_pins(p.sglang.version)
+    # the CPU engine runs without SGLang's CUDA pins: its closure is tests/real_sglang/requirements.txt
+    pins, where = ({}, "server.engine cpu: make sglang-env") if p.server.engine == "cpu" else probes.sglang_pins(p.sglang.version)
     want = {"sglang": f"=={p.sglang.version}"} if p.server.check_version else {}
     want.update(pins)
     bad = [f"{n} {pk.get(n) or 'missing'} (wants {s})" for n, s in want.items() if not probes.version_ok(pk.get(n), s)]

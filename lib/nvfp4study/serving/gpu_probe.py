@@ -1,0 +1,76 @@
+"""Which GPU the SGLang environment sees: compute capability, name and memory of GPU 0, probed in
+that environment's interpreter (the study's own may hold a CPU-only torch), and whether SGLang's
+NVFP4 W4A4 MoE scheme can run on it. :mod:`nvfp4study.serving.server` re-exports these names.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import subprocess
+from typing import Any
+
+from ..core.params import Params
+
+GPU_PROBE = (
+    "import torch; c = torch.cuda.get_device_capability(0) if torch.cuda.is_available() else None; "
+    "p = torch.cuda.get_device_properties(0) if c else None; "
+    "print(repr((c[0], c[1], p.name, p.total_memory) if c else None))"
+)
+
+# NVFP4 W4A4 MoE needs Blackwell: ``is_blackwell`` = compute capability major in {10, 11, 12}
+# and CUDA >= 12.8 (sglang/srt/utils/common.py 297-303), checked by
+# ``CompressedTensorsW4A4Nvfp4MoE.__init__`` (compressed_tensors_w4a4_nvfp4_moe.py 38-43).
+NVFP4_CAPABILITY_MAJORS = (10, 11, 12)
+
+
+def gpu_capability(python: str | tuple[str, ...] | None = None) -> tuple[int, int] | None:
+    """Compute capability of GPU 0, or None when no CUDA GPU is visible.
+
+    With ``python`` (the SGLang environment's interpreter) the probe runs there, because the
+    study's own environment may hold a CPU-only torch; otherwise this process's torch is asked.
+    """
+    info = gpu_info(python)
+    return None if info is None else (info["capability"][0], info["capability"][1])
+
+
+@functools.lru_cache(maxsize=8)
+def gpu_info(python: str | tuple[str, ...] | None = None) -> dict[str, Any] | None:
+    """``{"capability": (major, minor), "name": str, "memory_gb": float (1e9 bytes)}`` of GPU 0
+    (cached per interpreter: the probe imports torch, which takes seconds). ``python`` may be an
+    argv prefix (:func:`probe_python`: ``docker run ... python3`` for the docker launcher)."""
+    if python:
+        prefix = [python] if isinstance(python, str) else list(python)
+        try:
+            out = subprocess.run([*prefix, "-c", GPU_PROBE], capture_output=True, text=True, timeout=120)
+            val = ast.literal_eval(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else None
+        except (OSError, subprocess.TimeoutExpired, ValueError, SyntaxError):
+            val = None
+    else:
+        try:
+            import torch
+        except ImportError:
+            return None
+        if not torch.cuda.is_available():
+            return None
+        c = torch.cuda.get_device_capability(0)
+        prop = torch.cuda.get_device_properties(0)
+        val = (c[0], c[1], prop.name, prop.total_memory)
+    if not val:
+        return None
+    return {"capability": (int(val[0]), int(val[1])), "name": val[2], "memory_gb": round(val[3] / 1e9, 2)}
+
+
+def probe_python(params: Params) -> str | tuple[str, ...] | None:
+    """What runs the GPU probe: ``server.python``, or for ``server.launcher: docker`` the image
+    (``docker run --rm --gpus ... --entrypoint python3 IMAGE``; None when no image is set)."""
+    if params.server.launcher == "docker":
+        from . import docker as dk
+
+        return tuple(dk.probe_prefix(params)) if params.server.docker.image else None
+    return params.server.python
+
+
+def nvfp4_w4a4_supported(capability: tuple[int, int] | None) -> bool:
+    """Whether SGLang's NVFP4 W4A4 MoE scheme can run: compute capability 10.x, 11.x or 12.x."""
+    return capability is not None and capability[0] in NVFP4_CAPABILITY_MAJORS

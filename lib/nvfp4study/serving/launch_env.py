@@ -1,0 +1,185 @@
+"""What a launch on SGLang's real CPU engine adds to the study's one serving path
+(:func:`nvfp4study.serving.server.serving`), and the per-launch records every engine keeps.
+
+- ``server.engine``: :func:`is_cpu_engine`; ``server.python`` resolved from the repo root
+  (:func:`server_python`); the engine's description (:func:`engine_description`, from
+  :mod:`nvfp4study.serving.cpu_engine`).
+- The served stand-in (:func:`standin_path`: :func:`nvfp4study.checkpoint.served.write_served_checkpoint`
+  into the run's ``work/``), the patched overlay of the install (:func:`install_overlay`) and the
+  server's environment (:func:`server_env`).
+- Per launch: the process tree while healthy (:func:`process_tree`) and one row in
+  ``data/serve-lifecycle.jsonl`` (:func:`lifecycle_row`, read back by :func:`lifecycle`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import StageInputMissing
+from ..core.params import REPO_ROOT, Params
+from ..core.stage import Stage
+from .process import ServerProcess
+
+#: model labels of the CPU engine's control stand-ins -> ``write_served_checkpoint(draft=...)``.
+CONTROL_LABELS = {"agree": "agree-draft", "disagree": "broken-draft"}
+STANDIN_DRAFTS = {"study": "random", **{v: k for k, v in CONTROL_LABELS.items()}}
+#: what the CPU engine serves, said wherever its results show.
+STANDIN_NOTE = ("served stand-in: BF16 all-MLA random-weight model in Ling's layout, not the NVFP4 "
+                "hybrid checkpoint of 01-03")
+
+
+def is_cpu_engine(params: Params) -> bool:
+    """Whether ``server.engine`` is ``cpu``: SGLang's real engine on this CPU (``serving/cpu_engine``)."""
+    return params.server.engine == "cpu"
+
+
+def server_python(params: Params) -> str | None:
+    """``server.python`` with a relative path (one holding ``/``) resolved against the repo root
+    (notebooks run in ``notebooks/``; tracked params never name an absolute path); a bare name
+    (``python3``) is left for ``PATH``; None when unset."""
+    py = params.server.python
+    if not py or "/" not in py or Path(py).expanduser().is_absolute():
+        return str(Path(py).expanduser()) if py and "/" in py else py
+    return str(REPO_ROOT / py)
+
+
+def engine_description(params: Params) -> dict[str, Any] | None:
+    """The CPU engine's :func:`nvfp4study.serving.cpu_engine.describe` plus its ``summary`` and
+    the served stand-in's note; None for the GPU engine."""
+    if not is_cpu_engine(params):
+        return None
+    from . import cpu_engine
+
+    return {**cpu_engine.describe(), "summary": cpu_engine.summary(), "served_model": STANDIN_NOTE}
+
+
+
+def standin_path(stage: Stage, label: str = "study") -> Path:
+    """The CPU engine's served stand-in for a model label, written once into the run's work folder
+    (``work/served-<draft>``) by :func:`nvfp4study.checkpoint.served.write_served_checkpoint`
+    with the profile's ``checkpoint.shape`` and ``server.cpu.standin_seed``; label "study" is the
+    random-weight model, "agree-draft" / "broken-draft" the draft constructions "agree" /
+    "disagree".
+
+    Raises:
+        StageInputMissing: an unknown label.
+    """
+    if label not in STANDIN_DRAFTS:
+        raise StageInputMissing(f"no stand-in for model label {label!r} (known: {', '.join(STANDIN_DRAFTS)})")
+    from ..checkpoint.served import write_served_checkpoint
+
+    draft = STANDIN_DRAFTS[label]
+    out = stage.paths.work(f"served-{draft}")
+    if not (out / "config.json").is_file():
+        write_served_checkpoint(out, stage.params.checkpoint.shape, seed=stage.params.server.cpu.standin_seed,
+                                draft=draft)
+    return out
+
+
+def install_overlay(stage: Stage) -> Path:
+    """A private copy of the ``sglang`` package ``server.python`` imports, in the run's
+    ``work/sglang-install/`` (made once per run): every file hard-linked (copied where linking
+    fails), except the files any patch mode of the release edits, which are real copies, so
+    patching the overlay never writes through to the environment. Returns the folder that holds
+    ``sglang/`` (put first on the server's ``PYTHONPATH``).
+
+    Raises:
+        SGLangNotInstalled: ``server.python`` has no importable sglang.
+    """
+    import os
+    import shutil
+
+    from ..sglang import patch as sglang_patch
+    from ..sglang import source as sglang_source
+
+    root = stage.paths.work("sglang-install")
+    if (root / "sglang" / "__init__.py").is_file():
+        return root
+    src = sglang_source.installed_tree(server_python(stage.params))
+    tmp = root.with_name(root.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+    def link(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    shutil.copytree(src.root / "sglang", tmp / "sglang", copy_function=link,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    edited = {e["path"] for m in sglang_patch.modes_for(src.version) if m != "stock"
+              for e in sglang_patch._files(src.version, m)}
+    for rel in edited:
+        f = tmp / rel
+        if f.is_file():
+            data = f.read_bytes()
+            f.unlink()
+            f.write_bytes(data)
+    tmp.rename(root)
+    return root
+
+
+def server_env(stage: Stage, install_root: Path | None) -> dict[str, str]:
+    """The server's extra environment: ``server.env``; on the CPU engine
+    :func:`nvfp4study.serving.cpu_engine.engine_env` of it, with the patched overlay
+    (``install_root``) first on ``PYTHONPATH``."""
+    s = stage.params.server
+    if not is_cpu_engine(stage.params):
+        return dict(s.env)
+    import os
+
+    from . import cpu_engine
+
+    env = cpu_engine.engine_env(dict(s.env))
+    if install_root is not None:
+        env["PYTHONPATH"] = os.pathsep.join(x for x in (str(install_root), env.get("PYTHONPATH", "")) if x)
+    return env
+
+
+def process_tree(sp: ServerProcess) -> list[dict[str, Any]]:
+    """The live processes of a launch (:meth:`ServerProcess.group_members`): pid, parent pid,
+    process name (SGLang titles its children ``sglang::scheduler`` etc. with ``setproctitle``)
+    and resident memory in MB (1e6 bytes)."""
+    import psutil
+
+    rows = []
+    for p in sorted(sp.group_members(), key=lambda p: p.pid):
+        with contextlib.suppress(psutil.Error):
+            cmd = p.cmdline()
+            rows.append({"pid": p.pid, "ppid": p.ppid(), "name": p.name(),
+                         "title": " ".join(cmd[:1]) if cmd else "", "rss_mb": round(p.memory_info().rss / 1e6, 1)})
+    return rows
+
+
+LIFECYCLE_STEM = "serve-lifecycle"
+
+
+def lifecycle_row(stage: Stage, rec: dict[str, Any]) -> None:
+    """Append one row per launch, whichever stage made it, to ``data/serve-lifecycle.jsonl``:
+    stage, configuration, log, launch-to-healthy seconds (None: never healthy), the process
+    names seen while healthy, the processes left after :meth:`ServerProcess.stop` (pids and
+    names) and the exit status."""
+    import os
+
+    row = {"stage": stage.name, "config_key": rec.get("config_key"), "clamp": (rec.get("config") or {}).get("clamp"),
+           "log": rec.get("log"), "load_s": rec.get("load_s"),
+           "processes": [p["name"] for p in rec.get("process_tree") or []],
+           "left_after_stop": rec.get("left_after_stop") or [], "returncode": rec.get("returncode"),
+           "engine": "cpu" if is_cpu_engine(stage.params) else "gpu"}
+    path = stage.paths.data(LIFECYCLE_STEM, "jsonl")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(row, default=str) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def lifecycle(stage: Stage) -> list[dict[str, Any]]:
+    """The rows :func:`serving` appended to ``data/serve-lifecycle.jsonl`` (every launch of the run)."""
+    path = stage.paths.data(LIFECYCLE_STEM, "jsonl")
+    if not path.is_file():
+        return []
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
