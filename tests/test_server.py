@@ -59,7 +59,7 @@ def test_cpu_engine_command_is_the_card_command_plus_the_engine_flags():
         extra = [x for x in cpu_engine.engine_flags(depth) if not (x == "--enable-metrics" and x in b)]
         assert a[len(b):] == extra
         assert a[0] == str(server.REPO_ROOT / ".venv-sglang/bin/python")
-    assert server.gpu_refusal(cpu) is None and "NVFP4 GPU" in server.card_refusal(cpu)
+    assert server.gpu_refusal(cpu) is None and "NVFP4-capable GPU" in server.card_refusal(cpu)
 
 
 def _pairs(cmd):
@@ -382,3 +382,14 @@ def test_daemon_that_left_the_session_is_ended(tmp_path, way, daemon):
     assert not left, [q.cmdline() for q in left]
     zombies = [c for c in psutil.Process().children() if c.status() == psutil.STATUS_ZOMBIE]
     assert not zombies
+
+
+def test_cpu_engine_without_its_environment_names_the_build_command(tmp_path):
+    """A missing .venv-sglang is a named error with `make sglang-env`, before anything starts."""
+    from nvfp4study.core.errors import WrongInterpreter
+
+    params = load_params(None, [f"server.python={tmp_path / 'no-venv' / 'bin' / 'python'}", "server.model_path=/m"])
+    stage = stage_for(params, tmp_path / "run")
+    with pytest.raises(WrongInterpreter, match="make sglang-env"), server.serving(stage, card_config(params)):
+        pass
+    assert not (tmp_path / "run" / "logs").exists()

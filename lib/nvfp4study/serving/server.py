@@ -439,7 +439,12 @@ def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | No
     elif not s.python:
         raise WrongInterpreter("server.python is not set: name the SGLang environment's interpreter")
     else:
-        version = check_interpreter(server_python(params), params.sglang.version if s.check_version else None)
+        try:
+            version = check_interpreter(server_python(params), params.sglang.version if s.check_version else None)
+        except WrongInterpreter as exc:
+            if not is_cpu_engine(params):
+                raise
+            raise WrongInterpreter(f"{exc}; the CPU engine's environment is built by `make sglang-env`") from None
     gpu = gpu_info(probe_python(params))
     if s.require_gpu and not nvfp4_w4a4_supported(None if gpu is None else gpu["capability"]):
         raise NoCapableGPU(gpu_refusal(params) or "needs an NVFP4-capable GPU")
