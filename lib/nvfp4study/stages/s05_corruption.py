@@ -422,8 +422,10 @@ def pipeline_result(df: pd.DataFrame) -> dict[str, Any]:
                 "executed": int(sum(outcomes.values())), "exec_outcomes": {str(k): int(v) for k, v in outcomes.items()}}
     ok = len(df) > 0 and len(answered) == len(df)
     return {"measured": measured, "verdict": Verdict.REPRODUCED if ok else Verdict.CONTRADICTED,
-            "note": f"{len(answered)}/{len(df)} requests answered by the engine and classified "
-                    "(chat -> extraction -> detector -> sandbox)"}
+            "note": f"{len(answered)}/{len(df)} requests answered by the engine and classified (chat -> "
+                    f"extraction -> detector); {measured['executed']} programs reached the sandbox"
+                    + (" (the random-weight stand-in's answers hold no code: the sandbox step is exercised by "
+                       "the detector validation above, not by these answers)" if not measured["executed"] else "")}
 
 
 def run_served_cpu_engine(stage: Stage, tasks: list, ids: list[str]) -> dict[str, Any]:
@@ -447,8 +449,8 @@ def run_served_cpu_engine(stage: Stage, tasks: list, ids: list[str]) -> dict[str
     res = pipeline_result(out["classified"])
     stage.add_finding(
         "corruption.cpu-pipeline",
-        claim="The served corruption pipeline runs end to end on SGLang's real engine: streamed chat "
-              "completions, code extraction, the junk detector and the sandbox on the engine's own answers.",
+        claim="The served corruption pipeline runs on SGLang's real engine's own answers: streamed chat "
+              "completions, code extraction and the junk detector, and the sandbox for every answer with code.",
         evidence=[out["files"]["classified"], out["files"]["summary"]], checked_on=engine["summary"],
         **{**res, "note": res["note"] + f"; clamp modes {', '.join(params.corruption.clamp_modes)}; "
                                          f"{engine['served_model']}"})
