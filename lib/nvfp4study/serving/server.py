@@ -403,6 +403,20 @@ def install_mode(stack: contextlib.ExitStack, stage, config: ServerConfig) -> st
             f"MIN_DEEPGEMM_DIM edit {'on' if st['det'] else 'off'}, for this launch; restored afterwards")
 
 
+def _interpreter_version(params: Params) -> str:
+    """``server.python``'s sglang version (:func:`check_interpreter`); on the CPU engine a missing
+    environment names its build command."""
+    s = params.server
+    if not s.python:
+        raise WrongInterpreter("server.python is not set: name the SGLang environment's interpreter")
+    try:
+        return check_interpreter(server_python(params), params.sglang.version if s.check_version else None)
+    except WrongInterpreter as exc:
+        if not is_cpu_engine(params):
+            raise
+        raise WrongInterpreter(f"{exc}; the CPU engine's environment is built by `make sglang-env`") from None
+
+
 @contextlib.contextmanager
 def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | None = None,
             launch_record: dict | None = None) -> Iterator[str]:
@@ -436,15 +450,8 @@ def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | No
         if s.check_version and version != params.sglang.version:
             raise dk.DockerUnavailable(f"image {s.docker.image!r} has sglang {version}, the params want "
                                        f"{params.sglang.version} (set sglang.version or server.check_version=false)")
-    elif not s.python:
-        raise WrongInterpreter("server.python is not set: name the SGLang environment's interpreter")
     else:
-        try:
-            version = check_interpreter(server_python(params), params.sglang.version if s.check_version else None)
-        except WrongInterpreter as exc:
-            if not is_cpu_engine(params):
-                raise
-            raise WrongInterpreter(f"{exc}; the CPU engine's environment is built by `make sglang-env`") from None
+        version = _interpreter_version(params)
     gpu = gpu_info(probe_python(params))
     if s.require_gpu and not nvfp4_w4a4_supported(None if gpu is None else gpu["capability"]):
         raise NoCapableGPU(gpu_refusal(params) or "needs an NVFP4-capable GPU")
