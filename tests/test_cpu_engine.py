@@ -5,8 +5,8 @@ A tiny all-MLA BailingMoeV3 checkpoint with an MTP layer (the project's served c
 ``sglang serve`` with the CPU engine's environment and flags, launched and stopped by the
 project's :class:`~nvfp4study.serving.process.ServerProcess`. Two servers are shared by the
 module (no speculation: torch-native attention; NEXTN k=2: intel_amx attention over the stand-in
-ops); k=1 and k=3 launch once each, first (while no other server takes the CPU), on a checkpoint
-whose draft agrees with the target by construction. Missing ``.venv-sglang`` FAILS with ``make sglang-env``.
+ops); k=1 and k=3 (chains) and a top-2 tree launch once each, first (while no other server takes
+the CPU), on a checkpoint whose draft agrees with the target by construction. Missing ``.venv-sglang`` FAILS with ``make sglang-env``.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import pytest
 
 from cpu_engine_fixtures import (
     REPO,
-    SGL_PYTHON,
     no_engine_processes,
     require_sglang_env,
     write_tiny_checkpoint,
 )
+from nvfp4study.checkpoint.served import TARGET_TOKEN
 from nvfp4study.serving import cpu_engine
 from nvfp4study.serving.process import ServerProcess
 
@@ -47,19 +47,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def spec_flags(k: int) -> list[str]:
+def spec_flags(k: int, topk: int = 1) -> list[str]:
+    draft = k + 1 if topk == 1 else 2 * k  # chain: k drafts + the root; tree: a 2k-node tree
     return ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", str(k),
-            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(k + 1)]
+            "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens", str(draft)]
 
 
-def launch(ckpt: Path, folder: Path, spec_depth: int | None) -> tuple[ServerProcess, Path]:
+def launch(ckpt: Path, folder: Path, spec_depth: int | None, topk: int = 1) -> tuple[ServerProcess, Path]:
     """Start ``sglang serve`` on the CPU engine and wait until /health_generate is 200.
     Returns the server and the file the stand-in ops record their first call in."""
     py = require_sglang_env()
     port = _free_port()
     trace = folder / f"ops-{port}.txt"
     cmd = [str(py), "-c", SERVE_CODE, "serve", "--model-path", str(ckpt), "--host", "127.0.0.1",
-           "--port", str(port), *(spec_flags(spec_depth) if spec_depth else []),
+           "--port", str(port), *(spec_flags(spec_depth, topk) if spec_depth else []),
            *cpu_engine.engine_flags(spec_depth)]
     env = cpu_engine.engine_env({"NVFP4STUDY_CPU_ENGINE_TRACE": str(trace)})
     sp = ServerProcess(command=cmd, log_path=folder / f"server-{port}.log", host="127.0.0.1",
@@ -188,7 +189,24 @@ def test_nextn_depth_k_accepts_every_agreeing_draft(agree_ckpt, tmp_path, k):
         assert float(last.group(1)) == k + 1 and float(last.group(2)) == 1.0
     finally:
         stop_and_check(sp)
-    assert SGL_PYTHON.is_file()
+
+
+def test_nextn_tree_draft_topk_2(agree_ckpt, tmp_path):
+    """A top-2 tree (2 steps, 4 draft tokens): the agreeing draft's first choice is the target's
+    token, so every verify pass accepts at least one draft; with all-equal draft scores which
+    second-level node is kept is a tie, so more is not asserted. Tree drafts call the tenth op,
+    fill_accept_out_cache_loc_cpu, and the verify attention gets SGLang's CPU (QLEN_ONLY) tree
+    mask."""
+    sp, trace = launch(agree_ckpt, tmp_path, 2, topk=2)
+    try:
+        out = generate(sp, "agree", 13)
+        meta = out["meta_info"]
+        assert set(out["output_ids"]) == {TARGET_TOKEN}  # the construction's target token
+        assert meta["spec_verify_ct"] >= 1
+        assert meta["spec_num_correct_drafts"] >= meta["spec_verify_ct"], meta
+        assert set(trace.read_text().split()) == set(cpu_engine.replaced_ops())
+    finally:
+        stop_and_check(sp)
 
 
 # --- no speculation: torch-native attention --------------------------------------------------------

@@ -142,8 +142,9 @@ def test_extend_attention_causal_matches_sdpa(h, hkv):
                                    rtol=1e-5, atol=1e-5)
 
 
-def test_extend_attention_tree_mask_and_no_prefix_mha_beside_a_latent_cache():
-    # tree mask: per request an [e, seq_len] block, prefix columns visible
+@pytest.mark.parametrize("layout", ["qlen_only", "full"])
+def test_extend_attention_tree_mask_and_no_prefix_mha_beside_a_latent_cache(layout):
+    # tree mask: per request an [e, e] block (QLEN_ONLY, the CPU's) or an [e, seq_len] block
     prefix_lens, ext_lens = [4, 2], [3, 3]
     k_buf, v_buf, r2t, q, k, v, starts, seq_lens = _extend_case(2, 2, 8, 8, prefix_lens, ext_lens, 3)
     blocks, masks = [], []
@@ -151,7 +152,7 @@ def test_extend_attention_tree_mask_and_no_prefix_mha_beside_a_latent_cache():
         m = torch.ones(e, p + e, dtype=torch.bool)
         m[:, p:] = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool)  # 2 branches
         masks.append(m)
-        blocks.append(m.reshape(-1))
+        blocks.append((m[:, p:] if layout == "qlen_only" else m).reshape(-1))
     out = torch.empty(q.shape[0], 2, 8)
     ops.extend_attention_cpu(q, k, v, out, k_buf, v_buf, 1.0, 1.0, r2t, torch.arange(2), seq_lens,
                              torch.tensor(ext_lens), starts, 3, 0.3, 0.0, False, 0, None, None,

@@ -52,7 +52,7 @@ FLAGS: list[tuple[list[str], str]] = [
 
 #: the in-memory patches ``site/sitecustomize.py`` applies (same order and targets).
 PATCHES: list[dict[str, str]] = [
-    {"target": "transformers/utils/import_utils.py is_torchvision_available",
+    {"target": "srt/multimodal/internvl_utils.py:5",
      "why": "server-args resolution imports torchvision at module level (srt/arg_groups/"
             "kv_shard_hook.py:17 -> ... -> srt/multimodal/internvl_utils.py:5: `No module named "
             "'torchvision'`), and PyPI's torchvision is built for CUDA torch (`torchvision::nms "

@@ -145,7 +145,7 @@ def _patch_amx_fallback(mod) -> None:
 #: (comma-separated module names) leaves patches out, to show what each one answers.
 PATCHES = {
     "transformers.utils.import_utils": (_after_transformers_import_utils,
-                                        "transformers/utils/import_utils.py is_torchvision_available"),
+                                        "multimodal/internvl_utils.py:5"),
     "sglang.srt.models.bailing_moe_nextn": (_patch_bailing_nextn, "models/bailing_moe_nextn.py:289"),
     "sglang.srt.models.deepseek_common.attention_backend_handler": (
         _patch_mla_dispatch, "models/deepseek_common/attention_backend_handler.py:46"),

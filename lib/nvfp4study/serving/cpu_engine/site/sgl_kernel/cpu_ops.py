@@ -108,8 +108,10 @@ def extend_attention_cpu(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buf
     not written: the backend stored the new K/V before the call; with no prefix they are not
     read, so DeepSeek-style MLA's MHA prefill may pass full-head K/V beside a latent cache). The prefix is fully visible;
     the new tokens see each other causally when ``is_causal``, or as ``tree_mask`` says: a flat
-    bool tensor holding, per request in batch order, an ``[e, seq_lens[b]]`` row-major block
-    (True = visible; the layout ``build_tree_kernel_efficient_cpu`` writes in FULL_MASK mode).
+    bool tensor holding, per request in batch order, an ``[e, e]`` row-major block over the new
+    tokens (QLEN_ONLY, what SGLang builds on the CPU: ``srt/speculative/eagle_utils.py`` 132-135;
+    the prefix stays visible) or an ``[e, seq_lens[b]]`` block (FULL_MASK); True = visible. The
+    layout is told apart by the mask's size.
 
     Raises:
         NotImplementedError: cross-attention.
@@ -117,6 +119,10 @@ def extend_attention_cpu(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buf
     if is_cross_attention:
         raise NotImplementedError("extend_attention_cpu stand-in: cross-attention")
     mask_off = 0
+    qlen_only = False
+    if tree_mask is not None:  # which layout: [e, e] per request (QLEN_ONLY) or [e, seq_len]
+        e_all = [int(x) for x in extend_seq_lens]
+        qlen_only = tree_mask.numel() == sum(e * e for e in e_all)
     for b in range(int(seq_lens.shape[0])):
         e = int(extend_seq_lens[b])
         total = int(seq_lens[b])
@@ -130,7 +136,11 @@ def extend_attention_cpu(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buf
             v = torch.cat([v_buffer[slots].float() * float(v_scale), v])
         q_pos = torch.arange(prefix, total)
         k_pos = torch.arange(total)
-        if tree_mask is not None:
+        if tree_mask is not None and qlen_only:
+            mask = torch.ones(e, total, dtype=torch.bool)
+            mask[:, prefix:] = tree_mask.reshape(-1)[mask_off:mask_off + e * e].view(e, e).bool()
+            mask_off += e * e
+        elif tree_mask is not None:
             mask = tree_mask.reshape(-1)[mask_off:mask_off + e * total].view(e, total).bool()
             mask_off += e * total
         elif is_causal:
