@@ -133,7 +133,8 @@ def engine_flags(spec_depth: int | None, *, dtype: str = "float32") -> list[str]
 def describe() -> dict:
     """What the CPU engine is, for the ledger and the report: ``engine``, ``replaced_ops``
     (names), ``patches`` (``target`` file:line, ``why``), ``flags`` (``flag``, ``why``),
-    ``env`` (the variables :func:`engine_env` sets), ``limits`` (what it cannot serve)."""
+    ``called_ops`` (per configuration, the stand-in ops the engine was seen calling), ``env``
+    (the variables :func:`engine_env` sets), ``limits`` (what it cannot serve)."""
     return {
         "engine": "SGLang 0.5.23 engine on CPU",
         "replaced_ops": replaced_ops(),
@@ -141,6 +142,12 @@ def describe() -> dict:
         "flags": [{"flag": " ".join(group), "why": why} for group, why in FLAGS]
         + [{"flag": "--attention-backend torch_native | intel_amx",
             "why": "torch_native without speculation; intel_amx (stand-in torch ops) with NEXTN"}],
+        "called_ops": {  # what the engine was seen calling (tests/test_cpu_engine.py)
+            "no speculation (torch_native)": [],
+            "NEXTN top-k 1 (intel_amx)": [o for o in replaced_ops()
+                                          if o != "fill_accept_out_cache_loc_cpu"],
+            "NEXTN tree, top-k 2 (intel_amx)": replaced_ops(),
+        },
         "env": {"SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1",
                 "PYTHONPATH": "the stand-in site folder first"},
         "limits": [
