@@ -42,8 +42,9 @@ study: $(STAMP) $(SGL_STAMP)
 	$(BIN)/nvfp4study run --params $(PARAMS)
 
 # Two workers (pytest-xdist), one test file per worker at a time (a file's module fixtures are built
-# once); PYTEST_ARGS= for one serial process.
-PYTEST_ARGS ?= -n 2 --dist loadfile
+# once), in the order tests/conftest.py gives, longest first (without --no-loadscope-reorder xdist
+# sorts the files by their number of tests). PYTEST_ARGS= for one serial process.
+PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 test: $(STAMP) $(SGL_STAMP)
 	$(BIN)/ruff check lib tests benchmarks
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

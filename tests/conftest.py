@@ -75,7 +75,8 @@ def _bounded_tree_caches():
 
 
 # --- order: the longest files first -----------------------------------------------------------------
-# `make test` runs two workers, a whole file each at a time (pytest-xdist --dist loadfile): the
+# `make test` runs two workers, a whole file each at a time (pytest-xdist --dist loadfile, with
+# --no-loadscope-reorder: xdist keeps this order instead of sorting files by their number of tests): the
 # files that take minutes start first, so that neither worker is left with one of them at the end.
 # Within a file the order is unchanged. A pattern names files by fnmatch; earlier runs first.
 SLOW_FIRST = ("test_study_e2e.py", "test_real_engine*.py", "test_cpu_engine*.py", "test_real_sglang*.py",
