@@ -86,7 +86,7 @@ def test_digest_changes_with_params():
     ("corruption.humaneval_count=-5", "corruption.humaneval_count"),
     ("corruption.humaneval_count=165", "corruption.humaneval_count"),
     ("server.port=99999", "server.port"),
-    ("server.port=0", "server.port"),
+    ("server.port=-1", "server.port"),
     ("server.mem_fraction_static=1.5", "server.mem_fraction_static"),
     ("checkpoint.shape.num_experts=true", "checkpoint.shape.num_experts"),
     ("checkpoint.shape.hidden_size=2.0", "checkpoint.shape.hidden_size"),

@@ -42,7 +42,8 @@ pytestmark = pytest.mark.usefixtures("no_leftover")
 
 
 def _params(*over):
-    return load_params(None, ["server.python=/opt/sglang/bin/python", "server.model_path=/m", *GPU_ENGINE, *over])
+    return load_params(None, ["server.python=/opt/sglang/bin/python", "server.model_path=/m", "server.port=30013",
+                              *GPU_ENGINE, *over])
 
 
 def test_cpu_engine_command_is_the_card_command_plus_the_engine_flags():

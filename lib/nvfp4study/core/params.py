@@ -204,7 +204,7 @@ class ServerParams(_Strict):
     python: str | None = None  # interpreter of the SGLang environment (a relative path is from the repo root)
     model_path: str | None = None  # served checkpoint; None = this run's quantized checkpoint
     host: str = "127.0.0.1"
-    port: int = _int(30013, 1, 65535)
+    port: int = _int(30013, 0, 65535)  # 0: a free port chosen at each launch (recorded in the launch record)
     tp_size: int = _int(1, 1, 1024)
     ep_size: int = _int(1, 1, 1024)
     mem_fraction_static: float = _float(0.75, gt=0, le=1)

@@ -403,6 +403,15 @@ def install_mode(stack: contextlib.ExitStack, stage, config: ServerConfig) -> st
             f"MIN_DEEPGEMM_DIM edit {'on' if st['det'] else 'off'}, for this launch; restored afterwards")
 
 
+def free_port(host: str) -> int:
+    """A TCP port nothing listens on at ``host`` now (the kernel's choice for port 0)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
 def _interpreter_version(params: Params) -> str:
     """``server.python``'s sglang version (:func:`check_interpreter`); on the CPU engine a missing
     environment names its build command."""
@@ -455,6 +464,9 @@ def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | No
     gpu = gpu_info(probe_python(params))
     if s.require_gpu and not nvfp4_w4a4_supported(None if gpu is None else gpu["capability"]):
         raise NoCapableGPU(gpu_refusal(params) or "needs an NVFP4-capable GPU")
+    if s.port == 0:  # a free port chosen now (a shared machine: no fixed port to collide on)
+        s = s.model_copy(update={"port": free_port(s.host)})
+        params = params.model_copy(update={"server": s})
     check_port_free(s.host, s.port)
     model = served_model_path(stage, config)
     p = params if s.python else params.model_copy(
@@ -464,7 +476,7 @@ def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | No
     rec = launch_record if launch_record is not None else {}
     rec.update(config=config.to_dict(), config_key=config.key, launcher=s.launcher,
                log=str(log_path.relative_to(stage.run_dir)), sglang_version=version, gpu=gpu,
-               model_path=model)
+               model_path=model, port=s.port)
     with contextlib.ExitStack() as install:  # closes (restores the install) after sp.stop()
         if docker:
             name = dk.container_name(s.docker.container_name_prefix)
