@@ -159,3 +159,26 @@ def test_server_that_dies_during_load(tmp_path):
         pass
     assert "Traceback" in ei.value.log_tail or "Error" in ei.value.log_tail
     assert rec.get("load_s") is None and rec["left_after_stop"] == []
+
+
+def test_install_overlay_links_the_install_and_copies_what_patches_edit(tmp_path):
+    """The run's private copy of SGLang: every file (bytecode too, so server processes need not
+    compile SGLang again) a hard link of the environment's, except the files a patch mode edits,
+    which are real copies without their now-stale bytecode."""
+    import os
+
+    from nvfp4study.serving import launch_env
+    from nvfp4study.sglang import patch as sglang_patch
+
+    require_sglang_env()
+    root = launch_env.install_overlay(engine_stage(tmp_path / "run", 0))
+    pkg = root / "sglang"
+    edited = {e["path"] for m in sglang_patch.modes_for("0.5.23") if m != "stock"
+              for e in sglang_patch._files("0.5.23", m)}
+    assert edited
+    for rel in edited:
+        f = root / rel
+        assert f.stat().st_nlink == 1, rel  # writing it cannot reach the environment
+        assert not list((f.parent / "__pycache__").glob(f"{f.stem}.*.pyc")), rel
+    init_pyc = list((pkg / "__pycache__").glob("__init__.*.pyc"))
+    assert init_pyc and os.stat(init_pyc[0]).st_nlink >= 2
