@@ -30,8 +30,7 @@ from IPython.display import display
 from nvfp4study.stages import s00_environment as s0
 
 stage = s0.open_stage(params_file, run_dir)
-info = s0.collect(stage.params, stage.run_dir)
-s0.write_info(info, stage.paths.data("environment"))
+info = s0.environment(stage)
 display(s0.markdown(f"Profile **{stage.params.profile}** — run folder `{stage.run_dir}`"))
 
 # %% [markdown]
@@ -46,6 +45,16 @@ s0.gpu_table(info)
 
 # %%
 s0.package_table(info)
+
+# %% [markdown]
+# ## Serving engine
+# What stages 04-07 serve on. On the CPU engine (the default profile) this is SGLang's real engine
+# with the CUDA-only `sgl_kernel` ops it calls replaced by torch code, a few in-memory patches and
+# CPU flags, serving a BF16 all-MLA stand-in, not the NVFP4 checkpoint of 01-03.
+
+# %%
+display(s0.markdown(info["serving_engine"]["summary"]))
+s0.engine_table(info)
 
 # %% [markdown]
 # ## CPU and disk

@@ -11,6 +11,7 @@ import subprocess
 from typing import Any
 
 from ..core.params import Params
+from .launch_env import STANDIN_NOTE, is_cpu_engine
 
 GPU_PROBE = (
     "import torch; c = torch.cuda.get_device_capability(0) if torch.cuda.is_available() else None; "
@@ -74,3 +75,28 @@ def probe_python(params: Params) -> str | tuple[str, ...] | None:
 def nvfp4_w4a4_supported(capability: tuple[int, int] | None) -> bool:
     """Whether SGLang's NVFP4 W4A4 MoE scheme can run: compute capability 10.x, 11.x or 12.x."""
     return capability is not None and capability[0] in NVFP4_CAPABILITY_MAJORS
+
+
+# --- why a run cannot serve the card's model ----------------------------------------------
+def gpu_refusal(params: Params) -> str | None:
+    """Why stages 04-07 cannot serve here (a "needs an NVFP4-capable GPU (...)" sentence) or None."""
+    if not params.server.enabled:
+        return "needs an NVFP4-capable GPU (server.enabled is false in the params: no GPU on this machine)"
+    if not params.server.require_gpu or is_cpu_engine(params):
+        return None
+    cap = gpu_capability(probe_python(params))
+    if cap is None:
+        return "needs an NVFP4-capable GPU (no CUDA GPU visible)"
+    if not nvfp4_w4a4_supported(cap):
+        return f"needs an NVFP4-capable GPU (compute capability {cap[0]}.{cap[1]} < 10.0)"
+    return None
+
+
+def card_refusal(params: Params) -> str | None:
+    """Why the card's rows of 04-07 cannot be settled by this run even when it serves: the CPU
+    engine serves a stand-in, never the NVFP4 checkpoint; None when the run serves on a GPU (or
+    :func:`gpu_refusal`'s reason when it does not serve at all)."""
+    if is_cpu_engine(params) and params.server.enabled:
+        return ("needs the real model on an NVFP4-capable GPU (this run served SGLang's engine on CPU with a "
+                + STANDIN_NOTE + ")")
+    return gpu_refusal(params)

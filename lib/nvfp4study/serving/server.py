@@ -38,8 +38,10 @@ from ..sglang.flags import FLAG_SOURCES, cached_wheel, sglang_cli_flags  # noqa:
 from .gpu_probe import (  # noqa: F401  (re-exported)
     GPU_PROBE,
     NVFP4_CAPABILITY_MAJORS,
+    card_refusal,
     gpu_capability,
     gpu_info,
+    gpu_refusal,
     nvfp4_w4a4_supported,
     probe_python,
 )
@@ -313,31 +315,6 @@ def command_table(params: Params, config: ServerConfig | None = None):
         where = live.get(a, "NOT DEFINED") if wheel else FLAG_SOURCES.get(a, "?") + " (recorded)"
         rows.append({"flag": a, "value": value, f"defined in sglang {params.sglang.version}": where})
     return pd.DataFrame(rows)
-
-
-# --- GPU (probes in serving/gpu_probe.py) ---------------------------------------------------
-def gpu_refusal(params: Params) -> str | None:
-    """Why stages 04-07 cannot serve here (a "needs an NVFP4-capable GPU (...)" sentence) or None."""
-    if not params.server.enabled:
-        return "needs an NVFP4-capable GPU (server.enabled is false in the params: no GPU on this machine)"
-    if not params.server.require_gpu or is_cpu_engine(params):
-        return None
-    cap = gpu_capability(probe_python(params))
-    if cap is None:
-        return "needs an NVFP4-capable GPU (no CUDA GPU visible)"
-    if not nvfp4_w4a4_supported(cap):
-        return f"needs an NVFP4-capable GPU (compute capability {cap[0]}.{cap[1]} < 10.0)"
-    return None
-
-
-def card_refusal(params: Params) -> str | None:
-    """Why the card's rows of 04-07 cannot be settled by this run even when it serves: the CPU
-    engine serves a stand-in, never the NVFP4 checkpoint; None when the run serves on a GPU (or
-    :func:`gpu_refusal`'s reason when it does not serve at all)."""
-    if is_cpu_engine(params) and params.server.enabled:
-        return ("needs the real model on an NVFP4-capable GPU (this run served SGLang's engine on CPU with a "
-                + STANDIN_NOTE + ")")
-    return gpu_refusal(params)
 
 
 # --- the process -----------------------------------------------------------------------------

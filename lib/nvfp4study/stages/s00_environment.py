@@ -12,16 +12,42 @@ from ..core.display import markdown  # noqa: F401  (for the notebook)
 from ..core.environment import collect, gpu_table, machine_table, package_table, write_info
 from ..core.files import write_json
 from ..core.stage import Stage, open_stage_named
+from ..serving.launch_env import engine_description
 from ..workstation import plan, preflight
 
 NOTEBOOK = "00_environment"
-__all__ = ["markdown", "NOTEBOOK", "collect", "gpu_table", "machine_table", "open_stage", "package_table",
-           "plan_table", "preflight_table", "write_info"]
+__all__ = ["markdown", "NOTEBOOK", "collect", "engine_table", "environment", "gpu_table", "machine_table",
+           "open_stage", "package_table", "plan_table", "preflight_table", "write_info"]
 
 
 def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
     """:func:`nvfp4study.core.stage.open_stage_named` for notebook ``00_environment``."""
     return open_stage_named(NOTEBOOK, params_file, run_dir)
+
+
+def environment(stage: Stage) -> dict:
+    """The environment record (:func:`nvfp4study.core.environment.collect`) plus the serving
+    engine stages 04-07 use: on the CPU engine :func:`nvfp4study.serving.launch_env.engine_description`
+    (what the ``sgl_kernel`` stand-in replaces, the in-memory patches, the flags and why, the served
+    stand-in), else ``{"engine": "SGLang on a GPU"}``. Writes ``data/environment.json``."""
+    info = collect(stage.params, stage.run_dir)
+    info["serving_engine"] = engine_description(stage.params) or {
+        "engine": "SGLang on a GPU (server.engine: gpu)", "summary": "SGLang on a GPU (server.engine: gpu)"}
+    write_info(info, stage.paths.data("environment"))
+    return info
+
+
+def engine_table(info: dict):
+    """What the serving engine replaces and patches, one row each (kind, name, why or file:line),
+    from ``info["serving_engine"]``; empty for the GPU engine."""
+    import pandas as pd
+
+    e = info.get("serving_engine") or {}
+    rows = [{"kind": "kernel op replaced by torch code", "name": op, "detail": "sgl_kernel stand-in"}
+            for op in e.get("replaced_ops", [])]
+    rows += [{"kind": "in-memory patch", "name": p["target"], "detail": p["why"]} for p in e.get("patches", [])]
+    rows += [{"kind": "CPU flag", "name": f["flag"], "detail": f["why"]} for f in e.get("flags", [])]
+    return pd.DataFrame(rows, columns=["kind", "name", "detail"])
 
 
 def preflight_table(stage: Stage):
