@@ -100,6 +100,18 @@ def _clamp(r: dict) -> tuple[str, str]:
     return s, r["clamp.nvfp4-dropped"]["verdict"]
 
 
+def _kernels(r: dict) -> tuple[str, str]:
+    row = r["finding.clamp-kernels-measured"]
+    m = row["measured"]
+    name = {"pre_silu": "the pre-SiLU (GPT-OSS) form", "post_silu": "Ling's post-SiLU form"}
+    said = lambda k: name.get(m.get(k), f"{m.get(k)!r}")  # noqa: E731
+    s = (f"Run on real kernels ({row['checked_on']}): SGLang 0.5.23's NVFP4-path CUTLASS call computes "
+         f"{said('flashinfer_cutlass/sglang_swiglu')}, FlashInfer's SwigluStep {said('flashinfer_cutlass/swiglu_step')} "
+         f"and SGLang's Triton MoE {said('sglang_triton/clamp')}, bit for bit on probe inputs that separate the "
+         "forms (`make gpu-clamp-check` repeats it on any CUDA GPU).")
+    return s, row["verdict"]
+
+
 def _approx_size(r: dict) -> tuple[str, str]:
     m = r["finding.approx-size"]["measured"]
     parts = [f"{number(v['max_gate_gap_g_gt_L'])} at {k} ({_pct(v['max_relative_gate_gap_g_gt_L'])})"
@@ -214,6 +226,7 @@ def _cpu_engine(r: dict) -> tuple[str, str]:
 HEADLINES: list[tuple[str, str, Any, list[str]]] = [
     ("clamp", "The SwiGLU clamp", _clamp,
      ["clamp.nvfp4-dropped", "finding.nvfp4-cutlass-approx", "clamp.cutlass-fix"]),
+    ("clamp", "The clamp forms on a GPU", _kernels, ["finding.clamp-kernels-measured"]),
     ("clamp", "How far off the approximate clamp is", _approx_size, ["finding.approx-size"]),
     ("clamp", "Other MoE runners", _others, ["clamp.others-forward", "finding.runners-drop-clamp"]),
     ("layout", "Gate/up global scales", _gate_up,
