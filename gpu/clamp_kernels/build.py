@@ -38,10 +38,12 @@ def unpack(payload: Path, work: Path) -> dict:
     sgl.mkdir(parents=True, exist_ok=True)
     info = {}
     for tar, dest in (("flashinfer-moe-src.tar.gz", site), ("sglang-py.tar.gz", sgl)):
-        if not (dest / ".unpacked-" f"{tar}").exists():
+        st = (payload / tar).stat()  # a re-prepared payload is unpacked again
+        mark = dest / f".unpacked-{tar}-{st.st_size}-{int(st.st_mtime)}"
+        if not mark.exists():
             with tarfile.open(payload / tar) as t:
                 t.extractall(dest, filter="data")
-            (dest / f".unpacked-{tar}").touch()
+            mark.touch()
         info[tar] = (payload / tar).stat().st_size
     wheels = sorted(glob.glob(str(payload / "wheels" / "*.whl")))
     if wheels and not (site / ".wheels-installed").exists():
