@@ -290,6 +290,8 @@ def test_kernel_measurement_is_a_finding_with_its_machine(tmp_path):
     assert "NVIDIA H200" in row["checked_on"] and "not made by this run" in row["checked_on"]
     copy = tmp_path / "run" / row["evidence"][0]
     assert json.loads(copy.read_text())["environment"]["gpu"] == "NVIDIA H200"
+    for cid in ("clamp.nvfp4-dropped", "finding.nvfp4-cutlass-approx"):  # the clamp rows cite it
+        assert row["evidence"][0] in rows[cid]["evidence"] and "NVIDIA H200" in rows[cid]["note"], cid
 
 
 def test_kernel_measurement_that_disagrees_contradicts(tmp_path, monkeypatch):

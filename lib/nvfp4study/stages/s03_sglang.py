@@ -248,11 +248,12 @@ READ_FORMS = {"flashinfer_cutlass/sglang_swiglu": "pre_silu", "flashinfer_cutlas
               "sglang_triton/clamp": "post_silu"}
 
 
-def _record_kernel_measurement(stage: Stage, find) -> None:
+def _record_kernel_measurement(stage: Stage, find) -> dict[str, Any]:
     """``finding.clamp-kernels-measured``: the stored GPU measurement of the clamp forms
     (:mod:`nvfp4study.sglang.kernel_evidence`, made on an NVIDIA H200 by ``make gpu-clamp-check``,
     not by this run), copied into the run's ``data/`` as evidence; reproduced when the kernels
-    compute the forms the audit reads from the code (:data:`READ_FORMS`)."""
+    compute the forms the audit reads from the code (:data:`READ_FORMS`). Returns the copy's path
+    and a sentence for the clamp rows that cite it."""
     from ..sglang import kernel_evidence as ke
 
     doc = ke.load()
@@ -268,6 +269,7 @@ def _record_kernel_measurement(stage: Stage, find) -> None:
          checked_on=f"{summ['machine']}, {summ['date']} (stored measurement, not made by this run)",
          note=summ["sentence"] + ". Probe inputs make each output one SwiGLU value; a form is the kernel's when "
               f">= {ke.MATCH:.0%} of the elements that separate the forms match it bit for bit.")
+    return {"evidence": copy, "sentence": f"GPU check ({summ['sentence']})."}
 
 
 def record_claims(stage: Stage, version: str):
@@ -292,6 +294,8 @@ def record_claims(stage: Stage, version: str):
     def find(fid: str, **kw: Any) -> None:
         rows.append(stage.add_finding(fid, checked_on=kw.pop("checked_on", on), **kw))
 
+    gpu = _record_kernel_measurement(stage, find)  # the GPU measurement the clamp rows cite
+
     # clamp.nvfp4-dropped ---------------------------------------------------------------------
     per = {v: {"cutlass": _by(allv, v, "nvfp4-w4a4-cutlass")["verdict"],
                "trtllm": _by(allv, v, "nvfp4-w4a4-trtllm")["verdict"],
@@ -302,10 +306,10 @@ def record_claims(stage: Stage, version: str):
     verdict = "reproduced" if cut["verdict"] == "DROPPED" and literal else \
         "partly" if literal or cut["verdict"] == "DROPPED" else "contradicted"
     rec("clamp.nvfp4-dropped", measured=per, verdict=verdict,
-        evidence=[d("sglang_audit"), d("sglang_audit_versions")],
+        evidence=[d("sglang_audit"), d("sglang_audit_versions"), gpu["evidence"]],
         note=(f"On {version} the literal gemm1_clamp_limit=None is in the TRT-LLM branch ({_where(trt)}), "
               f"while the CUTLASS branch Ling runs on is {cut['verdict']} ({_where(cut)}: {cut['rule'][:120]}). "
-              + "; ".join(f"{v}: CUTLASS {x['cutlass']}, TRT-LLM {x['trtllm']}" for v, x in per.items())))
+              + "; ".join(f"{v}: CUTLASS {x['cutlass']}, TRT-LLM {x['trtllm']}" for v, x in per.items()) + ". " + gpu["sentence"]))
 
     # clamp.others-forward --------------------------------------------------------------------
     card_runners = {"triton": ["triton"], "marlin": ["marlin"], "ascend": ["ascend"],
@@ -439,8 +443,8 @@ def record_claims(stage: Stage, version: str):
                "(FlashInfer SwigluBias), not Ling's post-SiLU form (SwigluStep).",
          measured={v: per[v]["cutlass"] for v in versions},
          verdict="reproduced" if cut["verdict"] == "APPROX" else "contradicted",
-         evidence=[d("sglang_audit_versions")],
-         note=f"APPROX on {', '.join(approx_from) or 'none'}; {_where(cut)} ({cut['rule'][:140]}).")
+         evidence=[d("sglang_audit_versions"), gpu["evidence"]],
+         note=f"APPROX on {', '.join(approx_from) or 'none'}; {_where(cut)} ({cut['rule'][:140]}). " + gpu["sentence"])
     find("finding.trtllm-literal-none",
          claim="The TRT-LLM branch of the compressed-tensors NVFP4 MoE scheme passes a literal gemm1_clamp_limit=None "
                "in every audited release (and asserts routing_method_type, which Bailing never sets).",
@@ -469,7 +473,6 @@ def record_claims(stage: Stage, version: str):
              measured={k: exact_rt[k] for k in ("cutlass_verdict", "verify_ok", "idempotent", "byte_identical_after_revert")},
              verdict="reproduced" if exact_rt["cutlass_verdict"] == "EXACT" and exact_rt["byte_identical_after_revert"] else "contradicted",
              evidence=[d("sglang_patch_roundtrip")])
-    _record_kernel_measurement(stage, find)
     pp = [r for r in num["rows"] if r["pair"] == "pre vs post"]
     gaps = {f"L={r['limit']:g}": {"max_gate_gap_g_le_L": r.get("gate_gap_le_L"),
                                   "max_gate_gap_g_gt_L": r.get("gate_gap_gt_L"),
