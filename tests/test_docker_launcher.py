@@ -21,7 +21,7 @@ from nvfp4study.serving.server import build_command, card_config
 from nvfp4study.sglang import patch as sglang_patch
 from nvfp4study.sglang import source as sglang_source
 from nvfp4study.workstation import preflight
-from serving_fixtures import fake_params, no_leftover, stage_for  # noqa: F401
+from serving_fixtures import GPU_ENGINE, fake_params, no_leftover, stage_for  # noqa: F401
 from sglang_fixtures import released
 
 pytestmark = pytest.mark.usefixtures("no_leftover")
@@ -29,7 +29,8 @@ IMAGE = "lmsysorg/sglang:v0.5.23"
 
 
 def test_real_docker_argv():
-    p = load_params(None, ["server.launcher=docker", f"server.docker.image={IMAGE}", "server.model_path=/models/q",
+    p = load_params(None, [*GPU_ENGINE, "server.port=30013",  # the GPU engine, as a docker launch serves
+                           "server.launcher=docker", f"server.docker.image={IMAGE}", "server.model_path=/models/q",
                            "server.docker.extra_args=[--shm-size, 32g]", "server.env={HF_HUB_OFFLINE: '1'}"])
     p2 = p.model_copy(update={"server": p.server.model_copy(update={"python": "python3"})})
     serve = build_command(p2, card_config(p), model_path="/models/q")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 
 import httpx
+import psutil
 import pytest
 
 from cpu_engine_fixtures import require_sglang_env
@@ -159,6 +160,8 @@ def test_server_that_dies_during_load(tmp_path):
         pass
     assert "Traceback" in ei.value.log_tail or "Error" in ei.value.log_tail
     assert rec.get("load_s") is None and rec["left_after_stop"] == []
+    # its scheduler and detokenizer, re-parented to us, are reaped, not left as zombies
+    assert [c.pid for c in psutil.Process().children() if c.status() == psutil.STATUS_ZOMBIE] == []
 
 
 def test_install_overlay_links_the_install_and_copies_what_patches_edit(tmp_path):

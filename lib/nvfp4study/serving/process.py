@@ -186,6 +186,17 @@ class ServerProcess:
             while time.monotonic() < end and self.proc.poll() is None:
                 time.sleep(min(0.1, poll_s))
 
+    def _group_pids(self) -> set[int]:
+        """Every pid in the server's process group, zombies included: a server that died while
+        loading leaves its scheduler and detokenizer as zombies re-parented to us, which
+        :meth:`group_members` (live processes only) no longer lists."""
+        out = set()
+        for p in psutil.process_iter():
+            with contextlib.suppress(ProcessLookupError, psutil.Error, OSError):
+                if self.proc is not None and os.getpgid(p.pid) == self.proc.pid:
+                    out.add(p.pid)
+        return out
+
     def group_members(self) -> list[psutil.Process]:
         """Live (non-zombie) processes of the launch: the server's process group, its
         descendants, orphans re-parented to this (subreaper) process since the launch, and every
@@ -247,7 +258,7 @@ class ServerProcess:
         _LIVE.pop(self.proc.pid, None)
         if _BY_URL.get(self.base_url) is self:
             _BY_URL.pop(self.base_url, None)
-        _reap(seen - {self.proc.pid})
+        _reap((seen | self._group_pids()) - {self.proc.pid})
         if not _LIVE:
             _set_subreaper(False)
 
@@ -281,14 +292,30 @@ def _adopted(since: float) -> list[psutil.Process]:
     return out
 
 
-def _reap(pids: set[int]) -> None:
-    """Collect the exit status of killed launch processes that are now our children (orphans
-    adopted as subreaper), so no zombie is left; other pids are left alone."""
+def _reap(pids: set[int], wait_s: float = 5.0) -> None:
+    """Collect the exit status of killed launch processes that are, or become, our children
+    (orphans adopted as subreaper), so no zombie is left; other pids are left alone.
+
+    A SIGKILLed process is not dead at once, and a grandchild is re-parented to us only when its
+    parent dies: one ``WNOHANG`` pass right after the kill missed SGLang's scheduler and
+    detokenizer, which stayed zombies of the launching process. So each pid is polled until it is
+    reaped or gone, for at most ``wait_s`` seconds in all."""
     me = os.getpid()
-    for pid in pids:
-        with contextlib.suppress(psutil.Error, ChildProcessError, OSError):
-            if psutil.Process(pid).ppid() == me:
-                os.waitpid(pid, os.WNOHANG)
+    left, end = set(pids), time.monotonic() + wait_s
+    while left:
+        for pid in list(left):
+            try:
+                proc = psutil.Process(pid)
+                if proc.ppid() == me:
+                    if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                        left.discard(pid)
+                elif proc.status() == psutil.STATUS_ZOMBIE:
+                    left.discard(pid)  # another parent's to collect
+            except (psutil.Error, ChildProcessError, OSError):
+                left.discard(pid)  # gone, or reaped by someone else
+        if not left or time.monotonic() > end:
+            return
+        time.sleep(0.05)
 
 
 @atexit.register
