@@ -44,10 +44,11 @@ def run_dir(tmp_path: Path) -> Path:
 # for a study run (a handful of trees), but the suite audits dozens of copied trees (each test edits
 # its own copy under tmp_path), about 150 MB of ASTs each, and they stay until exit: the process
 # grew to 5.8 GB, every full garbage collection walked all of it (slow tests) and the final one at
-# interpreter exit took minutes. After each test, once the caches hold more than about five trees,
+# interpreter exit took minutes. Parsed modules are now shared by content (a copy costs no new ASTs),
+# and after each test, once the caches hold more than about five trees' worth of distinct files,
 # they are emptied (the released trees are parsed again by the next test that reads them).
 TREE_CACHE_MODULES = ("nvfp4study.sglang.",)
-TREE_CACHE_FILES = 800  # parsed files kept (a release's MoE-relevant sources are about 160)
+TREE_CACHE_FILES = 800  # distinct parsed files kept (a release's MoE-relevant sources are about 160)
 
 
 def _tree_caches() -> list:
@@ -69,7 +70,7 @@ def clear_tree_caches() -> None:
 @pytest.fixture(autouse=True)
 def _bounded_tree_caches():
     yield
-    parse = getattr(sys.modules.get("nvfp4study.sglang.clamp_values"), "_parse_cached", None)
+    parse = getattr(sys.modules.get("nvfp4study.sglang.clamp_values"), "_parse_source", None)
     if parse is not None and parse.cache_info().currsize > TREE_CACHE_FILES:
         clear_tree_caches()
 

@@ -150,6 +150,16 @@ def test_flags_env_and_description():
         assert target.split(":")[0].split(" ")[0] in site, target
 
 
+def test_children_are_forked_not_spawned(ckpt):
+    # the speed patch (entrypoints/engine.py 1995): SGLang's own function leaves "spawn"
+    py = require_sglang_env()
+    r = subprocess.run([str(py), str(REPO / "tests" / "real_sglang" / "start_method.py"), str(ckpt)],
+                       capture_output=True, text=True, timeout=600,
+                       env={**cpu_engine.engine_env(), "PATH": "/usr/bin:/bin"})
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("START ")), None)
+    assert line == "START fork spawn", r.stdout[-2000:] + r.stderr[-3000:]
+
+
 def test_config_class_and_model_build_on_the_meta_device(ckpt):
     py = require_sglang_env()
     r = subprocess.run([str(py), str(REPO / "tests" / "real_sglang" / "meta_build.py"), str(ckpt)],

@@ -48,6 +48,11 @@ FLAGS: list[tuple[list[str], str]] = [
      "a `Decode batch` log line (accept len / accept rate with speculation) after every decode "
      "step, so a short run has lines to read (default 40)"),
     (["--enable-metrics"], "/metrics with the sglang:spec_accept_* gauges"),
+    (["--sleep-on-idle"],
+     "an idle scheduler otherwise spins a core at 100 % between requests (90 % of a core "
+     "measured; srt/managers/scheduler_components/idle_sleeper.py): on 2 cores that halves "
+     "what the study's own work (sandboxed runs, other tests) gets while a server is up; it "
+     "waits on its sockets instead and wakes when a request arrives (the same output ids)"),
 ]
 
 #: the in-memory patches ``site/sitecustomize.py`` applies (same order and targets).
@@ -71,6 +76,11 @@ PATCHES: list[dict[str, str]] = [
      "why": "intel_amx falls back to torch_native unless get_platform().has_amx, and "
             "torch_native cannot run EAGLE/NEXTN (srt/speculative/draft_utils.py 64): AMX is "
             "claimed for this check only (intel_amx's attention calls the stand-in torch ops)"},
+    {"target": "srt/entrypoints/engine.py:1995",
+     "why": "speed, not a failure: _set_envs_and_config() forces the spawn start method (for "
+            "CUDA), so the scheduler and detokenizer import SGLang again; a CPU-only server has no "
+            "CUDA context, so fork is set after it (ready in about 13 s instead of 20 s, the same "
+            "output ids)"},
 ]
 
 
