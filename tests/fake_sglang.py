@@ -439,6 +439,7 @@ if os.fork():
     os._exit(0)  # double fork (the first was started in a new session): an orphan
 os.setsid()  # and in a session of its own again
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.signal(signal.SIGINT, signal.SIG_IGN)
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
 if {clear}:
     os.execve(sys.executable, [sys.executable, "-c", "import time  # fake-sglang-daemon {session}\\nwhile True: time.sleep(0.2)"], {{}})
@@ -447,9 +448,13 @@ while True:
 """
 
 
+#: what the study's stop sends first (SIGINT for SGLang launches, SIGTERM for others)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
 def spawn_daemon(clear_env: bool) -> None:
     """Start a daemon that leaves the server's session and process group (setsid + double fork),
-    ignores SIGTERM and, with ``clear_env``, drops its environment (no inherited marker)."""
+    ignores SIGTERM and SIGINT and, with ``clear_env``, drops its environment (no inherited marker)."""
     code = DAEMON.format(session=os.environ.get("NVFP4STUDY_TEST_SESSION", "-"), clear=clear_env)
     subprocess.Popen([sys.executable, "-c", code], start_new_session=True).wait()
 
@@ -476,12 +481,13 @@ def main(argv: list[str]) -> int:
         print(f"fake sglang interpreter: unsupported -c code {code!r}", file=sys.stderr)
         return 2
     args = parse_serve_args(rest[1:])
-    if cfg["ignore_sigterm"]:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if cfg["ignore_sigterm"]:  # and SIGINT: the study stops SGLang with either (serving.server)
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
     child = None
     if cfg["spawn_child"]:
         child = subprocess.Popen([sys.executable, "-c", "import time  # fake-sglang-scheduler\nwhile True: time.sleep(0.2)"],
-                                 preexec_fn=(lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))
+                                 preexec_fn=(lambda: [signal.signal(x, signal.SIG_IGN) for x in STOP_SIGNALS])
                                  if cfg["ignore_sigterm"] else None)
     if not cfg["ignore_sigterm"]:
         def on_term(signum, frame):  # like a server's graceful exit: stop the child, then itself
@@ -490,7 +496,8 @@ def main(argv: list[str]) -> int:
                     os.kill(child.pid, signal.SIGTERM)
                     os.waitpid(child.pid, 0)
             os._exit(0)
-        signal.signal(signal.SIGTERM, on_term)
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, on_term)
     if cfg["daemonize"]:
         spawn_daemon(cfg["daemonize"] == "clear_env")
     log(f"server_args=ServerArgs(model_path={args.get('--model-path')!r}, port={args.get('--port')})", "")

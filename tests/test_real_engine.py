@@ -11,6 +11,7 @@ exactly. A missing ``.venv-sglang`` FAILS with the command that builds it.
 from __future__ import annotations
 
 import shutil
+import signal
 
 import httpx
 import psutil
@@ -42,8 +43,10 @@ def agree_server(tmp_path_factory):
     rec: dict = {}
     with server.serving(stage, config, launch_record=rec) as url:
         yield url, rec, stage
-    # the whole real tree is gone after the stop (a failure here is an error of the last test)
+    # the whole real tree is gone after the stop (a failure here is an error of the last test),
+    # by SIGINT's graceful stop, not after SIGKILL (SIGTERM took SGLang's child-crash route)
     assert rec["left_after_stop"] == [], rec["left_after_stop"]
+    assert rec["returncode"] == -signal.SIGINT, rec["returncode"]
     assert alive([p["pid"] for p in rec["process_tree"]]) == []
 
 

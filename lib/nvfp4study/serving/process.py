@@ -3,8 +3,9 @@
 The server is started with ``start_new_session=True`` (its own session and process group, so
 SGLang's scheduler/detokenizer children share one group id), its output appended to a log file,
 and ``PR_SET_PDEATHSIG`` set so it gets SIGTERM if the launching process dies. :meth:`stop`
-sends SIGTERM to the group, waits a grace period, then SIGKILLs whatever is left and waits until
-none is alive. An ``atexit`` hook stops every server this interpreter started, as a last resort.
+sends :attr:`ServerProcess.stop_signal` (SIGTERM unless set; SGLang's launches use SIGINT, see
+:data:`nvfp4study.serving.server.SGLANG_STOP_SIGNAL`) to the group, waits a grace period, then
+SIGKILLs whatever is left and waits until none is alive. An ``atexit`` hook stops every server this interpreter started, as a last resort.
 
 "Whatever is left" includes processes that left the group or the session (``setsid``, a double
 fork, a daemon): every launch carries a random marker in :data:`SERVER_MARKER_ENV`, which such
@@ -121,6 +122,7 @@ class ServerProcess:
     marker: str = field(default_factory=lambda: os.urandom(12).hex())
     t_launch_epoch: float = 0.0
     subreaper: bool = True  # become a child subreaper while live (orphans come back to us)
+    stop_signal: int = signal.SIGTERM  # the first signal :meth:`stop` sends the group
 
     @property
     def base_url(self) -> str:
@@ -222,18 +224,19 @@ class ServerProcess:
         return list(out.values())
 
     def stop(self) -> None:
-        """Terminate the whole process group: SIGTERM, wait ``grace_s``, then SIGKILL. Idempotent."""
+        """Terminate the whole process group: :attr:`stop_signal` (SIGTERM unless set), wait
+        ``grace_s``, then SIGKILL. Idempotent."""
         if self.proc is None:
             return
         pgid = self.proc.pid
         members = self.group_members()
         seen = {p.pid for p in members}
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
-        for p in members:  # descendants that left the group (one SIGTERM each, not two)
+            os.killpg(pgid, self.stop_signal)
+        for p in members:  # descendants that left the group (one signal each, not two)
             with contextlib.suppress(psutil.Error, OSError):
                 if os.getpgid(p.pid) != pgid:
-                    p.terminate()
+                    p.send_signal(self.stop_signal)
         deadline = time.monotonic() + self.grace_s
         while time.monotonic() < deadline and (self.proc.poll() is None or self.group_members()):
             time.sleep(0.05)
