@@ -5,6 +5,7 @@ tables and figures. Stages import wings and core, never each other; wings never 
 """
 
 __all__ = [
+    "claim_rules",
     "s00_environment",
     "s01_quantize",
     "s02_inspect",

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import py_compile
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..core.claim_rules import record_rules
 from ..core.display import markdown, text_table  # noqa: F401  (markdown: for the notebook)
 from ..core.errors import NoBailingMoeV3
 from ..core.files import write_json
@@ -35,6 +36,7 @@ from ..sglang.audit_report import catalogued, dispatch_summary, matrix_figure, r
 from ..sglang.checks import extra_checks
 from ..sglang.releases import expand_versions
 from ..sglang.source import SGLangTree, copy_tree, resolve_tree, unpack_wheel
+from .claim_rules import r03_sglang as rules
 
 NOTEBOOK = "03_patch_sglang"
 
@@ -44,7 +46,7 @@ def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
     return open_stage_named(NOTEBOOK, params_file, run_dir)
 
 #: The version the model card describes (its patch targets this release).
-CARD_VERSION = "0.5.20"
+CARD_VERSION = rules.CARD_VERSION
 
 
 
@@ -226,272 +228,29 @@ def prepare_install(stage: Stage, tree: SGLangTree) -> str:
 
 
 # --- the ledger ---------------------------------------------------------------------------------
-def _load(stage: Stage, stem: str) -> Any:
-    p = stage.paths.data(stem)
-    if not p.is_file():
-        from ..core.errors import StageInputMissing
-
-        raise StageInputMissing(f"{p} is missing: run the cells above first")
-    return json.loads(p.read_text())
-
-
-def _by(rows: list[dict], version: str, path: str) -> dict:
-    return next(r for r in rows if r["sglang_version"] == version and r["path"] == path)
-
-
-def _where(r: dict) -> str:
-    return f"{r['file']}:{r['line']}" if r.get("file") else "-"
-
-
-#: the forms the audit reads from the code (README, "The SwiGLU clamp"), which the GPU run tests
-READ_FORMS = {"flashinfer_cutlass/sglang_swiglu": "pre_silu", "flashinfer_cutlass/swiglu_step": "post_silu",
-              "sglang_triton/clamp": "post_silu"}
-
-
-def _record_kernel_measurement(stage: Stage, find) -> dict[str, Any]:
-    """``finding.clamp-kernels-measured``: the stored GPU measurement of the clamp forms
-    (:mod:`nvfp4study.sglang.kernel_evidence`, made on an NVIDIA H200 by ``make gpu-clamp-check``,
-    not by this run), copied into the run's ``data/`` as evidence; reproduced when the kernels
-    compute the forms the audit reads from the code (:data:`READ_FORMS`). Returns the copy's path
-    and a sentence for the clamp rows that cite it."""
+def _kernel_evidence(stage: Stage) -> dict[str, Any]:
+    """The stored GPU measurement of the clamp forms (:mod:`nvfp4study.sglang.kernel_evidence`, made
+    on an NVIDIA H200 by ``make gpu-clamp-check``, not by this run), copied into the run's
+    ``data/clamp_kernels_h200.json`` as evidence; ``{"summary", "copy"}``."""
     from ..sglang import kernel_evidence as ke
 
     doc = ke.load()
-    summ = ke.summary(doc)
     copy = stage.paths.data("clamp_kernels_h200")
     write_json(copy, doc)
-    got = {k: summ["forms"].get(k) for k in READ_FORMS}
-    agree = all(got[k] == v for k, v in READ_FORMS.items())
-    find("finding.clamp-kernels-measured",
-         claim="On a GPU, SGLang 0.5.23's NVFP4 CUTLASS call (FlashInfer 0.7.2, Swiglu + limit) computes the "
-               "pre-SiLU form, FlashInfer's SwigluStep and SGLang's Triton MoE the post-SiLU (Ling) form.",
-         measured=got, verdict="reproduced" if agree else "contradicted", evidence=[copy],
-         checked_on=f"{summ['machine']}, {summ['date']} (stored measurement, not made by this run)",
-         note=summ["sentence"] + ". Probe inputs make each output one SwiGLU value; a form is the kernel's when "
-              f">= {ke.MATCH:.0%} of the elements that separate the forms match it bit for bit.")
-    return {"evidence": copy, "sentence": f"GPU check ({summ['sentence']})."}
+    return {"summary": ke.summary(doc), "copy": copy}
 
 
 def record_claims(stage: Stage, version: str):
-    """Record every stage-03 claim of the card and the study's own findings, from the data
-    files written above; returns the recorded rows as a table."""
+    """Record every stage-03 claim of the card and the study's own findings, each decided by its
+    rule (:mod:`~nvfp4study.stages.claim_rules.r03_sglang`) from the data files written above;
+    returns the recorded rows as a table.
+
+    Raises:
+        StageInputMissing: a data file of the cells above is missing.
+    """
     import pandas as pd
 
-    allv = _load(stage, "sglang_audit_versions")
-    main = _load(stage, "sglang_audit")
-    chk = _load(stage, "sglang_checks")
-    rt = _load(stage, "sglang_patch_roundtrip")
-    num = _load(stage, "clamp_numerics")
-    d = stage.paths.data
-    versions = list(dict.fromkeys(r["sglang_version"] for r in allv))
-    on = f"sglang {version}"
-    m = {r["path"]: r for r in main}
-    rows = []
-
-    def rec(cid: str, **kw: Any) -> None:
-        rows.append(stage.record(cid, checked_on=on, **kw))
-
-    def find(fid: str, **kw: Any) -> None:
-        rows.append(stage.add_finding(fid, checked_on=kw.pop("checked_on", on), **kw))
-
-    gpu = _record_kernel_measurement(stage, find)  # the GPU measurement the clamp rows cite
-
-    # clamp.nvfp4-dropped ---------------------------------------------------------------------
-    per = {v: {"cutlass": _by(allv, v, "nvfp4-w4a4-cutlass")["verdict"],
-               "trtllm": _by(allv, v, "nvfp4-w4a4-trtllm")["verdict"],
-               "literal_none": _where(_by(allv, v, "nvfp4-w4a4-trtllm"))
-               if _by(allv, v, "nvfp4-w4a4-trtllm")["rule"].startswith("literal") else None} for v in versions}
-    cut, trt = m["nvfp4-w4a4-cutlass"], m["nvfp4-w4a4-trtllm"]
-    literal = trt["rule"].startswith("literal")
-    verdict = "reproduced" if cut["verdict"] == "DROPPED" and literal else \
-        "partly" if literal or cut["verdict"] == "DROPPED" else "contradicted"
-    rec("clamp.nvfp4-dropped", measured=per, verdict=verdict,
-        evidence=[d("sglang_audit"), d("sglang_audit_versions"), gpu["evidence"]],
-        note=(f"On {version} the literal gemm1_clamp_limit=None is in the TRT-LLM branch ({_where(trt)}), "
-              f"while the CUTLASS branch Ling runs on is {cut['verdict']} ({_where(cut)}: {cut['rule'][:120]}). "
-              + "; ".join(f"{v}: CUTLASS {x['cutlass']}, TRT-LLM {x['trtllm']}" for v, x in per.items()) + ". " + gpu["sentence"]))
-
-    # clamp.others-forward --------------------------------------------------------------------
-    card_runners = {"triton": ["triton"], "marlin": ["marlin"], "ascend": ["ascend"],
-                    "deep_gemm": ["deep-gemm", "deep-gemm-contiguous"], "mxint4": ["mxint4-trtllm"]}
-    # A path missing from the audit, ABSENT from this version or UNDECIDED tells nothing about
-    # forwarding: skip it (listed in the note); a runner with no decided path is not counted.
-    skipped = [f"{p} ({m[p]['verdict'] if p in m else 'not audited'})" for ps in card_runners.values()
-               for p in ps if p not in m or m[p]["verdict"] in ("ABSENT", "UNDECIDED")]
-    fw = {k: {p: m[p]["verdict"] for p in ps if p in m and m[p]["verdict"] not in ("ABSENT", "UNDECIDED")}
-          for k, ps in card_runners.items()}
-    fw = {k: x for k, x in fw.items() if x}
-    fwd = {k: all(v in ("EXACT", "APPROX") for v in x.values()) for k, x in fw.items()}
-    unchecked = [k for k in card_runners if k not in fw]
-    of_verdict = ("not run" if not fw else "contradicted" if not all(fwd.values())
-                  else "partly" if unchecked else "reproduced")
-    rec("clamp.others-forward", measured=fw or None, verdict=of_verdict,
-        evidence=[d("sglang_audit")],
-        note=("Forward the limit: " + (", ".join(k for k, ok in fwd.items() if ok) or "none") + ". Drop it: "
-              + (", ".join(f"{k} ({'; '.join(m[p]['rule'] for p in fw[k])})" for k, ok in fwd.items() if not ok)
-                 or "none") + "."
-              + (f" Skipped (no decided audit row): {', '.join(skipped)}." if skipped else "")
-              + (f" Runners not checked: {', '.join(unchecked)}." if unchecked else "")))
-
-    # clamp.cutlass-fix -----------------------------------------------------------------------
-    card_rt = next((r for r in rt if r["sglang"] == CARD_VERSION and r["mode"] == "card"), None)
-    exact_rt = next((r for r in rt if r["sglang"] == version and r["mode"] == "exact"), None)
-    fix = {"card_patch_on_" + CARD_VERSION: card_rt["cutlass_verdict"] if card_rt else None,
-           f"stock_{version}": cut["verdict"], f"exact_patch_on_{version}": exact_rt["cutlass_verdict"] if exact_rt else None}
-    fv = fix["card_patch_on_" + CARD_VERSION]
-    others = (f"Stock SGLang {version}: CUTLASS {cut['verdict']}; our 'exact' patch on {version}: "
-              f"{fix[f'exact_patch_on_{version}'] or 'not run'}.")
-    cpf_file = d("sglang_card_patches")
-    cpf = json.loads(cpf_file.read_text()) if cpf_file.is_file() else {"run": False, "reason": "cell not run"}
-    if cpf["run"]:  # the card's own files, as published
-        sm, label = cpf["summary"], cpf["origin"].get("label") or cpf["origin"].get("path")
-        on_v = next(iter(sm["cutlass"]), None)
-        cv = sm["cutlass"].get(on_v)
-        targets = sorted({t for r in cpf["results"][:1] for p in r["patches"] for t in p["targets"]})
-        rows.append(stage.record(
-            "clamp.cutlass-fix", checked_on=f"{label} on sglang {on_v or 'no release'}",
-            measured={"card_files": cpf["origin"]["files"], "target_files": targets, "applies_to": sm["applies_to"],
-                      "fails_on": sm["fails_on"], "cutlass_after_card_files": sm["cutlass"], **fix},
-            verdict="contradicted" if cv is None else "reproduced" if cv == "EXACT" else "partly" if cv == "APPROX"
-            else "contradicted", evidence=[cpf_file, d("sglang_audit_versions")],
-            note=(f"The card's own files ({label}) applied with `patch -p1` in sglang/srt to {', '.join(sm['applies_to']) or 'no release'}"
-                  + (f" make the NVFP4 CUTLASS path {cv} on {on_v}" if cv else "")
-                  + (": FlashInfer promotes Swiglu + swiglu_limit to SwigluBias, the pre-SiLU GPT-OSS form" if cv == "APPROX" else "")
-                  + ". Do not apply: " + ("; ".join(f"{v}: {w}" for v, w in sm["fails_on"].items()) or "none")
-                  + f". Our reconstruction on {CARD_VERSION}: {fv or 'not run'}. {others}")))
-    elif fv is None:
-        rec("clamp.cutlass-fix", measured=None, verdict="not run",
-            evidence=[d("sglang_patch_roundtrip"), d("sglang_audit_versions")],
-            note=f"The card's patch was not replayed on SGLang {CARD_VERSION} in this run. " + others)
-    else:
-        rec("clamp.cutlass-fix", measured=fix,
-            verdict="reproduced" if fv == "EXACT" else "partly" if fv == "APPROX" else "contradicted",
-            evidence=[d("sglang_patch_roundtrip"), d("sglang_audit_versions")],
-            note=(f"OUR reconstruction of the card's three edits (patches/{CARD_VERSION}/card; the card's own files: "
-                  f"not run: {cpf['reason']}), applied to SGLang {CARD_VERSION}, makes the NVFP4 CUTLASS path {fv}"
-                  + (": FlashInfer promotes Swiglu + swiglu_limit to SwigluBias, the pre-SiLU GPT-OSS form"
-                     if fv == "APPROX" else "")
-                  + f". {others} An exact fix selects ActivationType.SwigluStep, which our 'exact' patch does."))
-
-    # scales.input-empty-nan ------------------------------------------------------------------
-    alloc = {v: {k: f"{x['alloc']} L{x['line']}" for k, x in c["input_global_scales"].items()} for v, c in chk.items()}
-    empty = all(x["alloc"] == "torch.empty" for x in chk[version]["input_global_scales"].values())
-    rec("scales.input-empty-nan", measured=alloc, verdict="partly" if empty else "contradicted",
-        evidence=[d("sglang_checks")],
-        note=("w13/w2_input_global_scale are allocated with torch.empty in every audited version; "
-              "the NaN-logit consequence of a checkpoint without them needs an NVFP4 GPU and was not run."
-              if empty else "The input global scales are not allocated with torch.empty here."))
-
-    # sglang.w4a16-unservable -----------------------------------------------------------------
-    w16 = {v: (c["moe_scheme"]["W4A16@sm100"].get("scheme")
-               or f"{c['moe_scheme']['W4A16@sm100']['error']} ({c['moe_scheme']['W4A16@sm100']['function']} "
-                  f"L{c['moe_scheme']['W4A16@sm100']['line']})") for v, c in chk.items()}
-    raises = "AttributeError" in w16[version] and "num_bits" in w16[version]
-    marlin = m.get("nvfp4-w4a16-marlin", {}).get("verdict")
-    rec("sglang.w4a16-unservable", measured=w16, verdict="reproduced" if raises else "contradicted",
-        evidence=[d("sglang_checks"), d("sglang_audit")],
-        note=("Replayed CompressedTensorsConfig.get_moe_scheme from each tree. "
-              + "; ".join(f"{v}: {x}" for v, x in w16.items())
-              + (f". On {version} W4A16 loads through Marlin, whose clamp verdict is {marlin}." if not raises else "")))
-
-    # serve.shared-fusion-off -----------------------------------------------------------------
-    def _off(c: dict, label: str) -> bool | None:
-        return c["shared_fusion"].get("evaluations", {}).get(label, {}).get("fusion_disabled")
-
-    sf = {v: {"auto_off_shared_in_ignore": _off(c, "shared experts in ignore (regex)"),
-              "auto_off_shared_untargeted": _off(c, "shared experts only untargeted"),
-              "veto_sees_clamp_lists": c["shared_fusion"].get("considers_clamp_lists"),
-              "veto_line": f"{c['shared_fusion'].get('file')}:{c['shared_fusion'].get('line')}"} for v, c in chk.items()}
-    s_v = sf.get(version)
-    fields = (s_v["auto_off_shared_in_ignore"], s_v["auto_off_shared_untargeted"], s_v["veto_sees_clamp_lists"]) \
-        if s_v else (None, None, None)
-    if None in fields:
-        rec("serve.shared-fusion-off", measured=None, verdict="not run", evidence=[d("sglang_checks")],
-            note=(f"The shared-expert fusion veto of SGLang {version} was not found or not evaluated "
-                  f"({'no checks for this version' if not s_v else s_v['veto_line']})."))
-    else:
-        in_ign, untgt, sees = fields
-        # Card: the flag is required. It is, for the card's reason, where SGLang leaves fusion on
-        # for BF16 shared experts; a veto blind to the clamp lists makes it required for the clamp.
-        sf_verdict = ("reproduced" if not in_ign and not untgt
-                      else "contradicted" if in_ign and untgt and sees else "partly")
-        rec("serve.shared-fusion-off", measured=sf, verdict=sf_verdict, evidence=[d("sglang_checks")],
-            note=(f"SGLang {version}, BailingMoeV3.shared_experts_fusion_disable_reason ({s_v['veto_line']}): fusion is "
-                  f"turned off by itself when the ignore list names the shared experts: {in_ign}; when the shared "
-                  f"experts are only left out of the targets: {untgt}. The veto looks at the clamp lists: {sees}"
-                  + ("" if sees else " - a fused shared expert would run inside FusedMoE with the routed "
-                     "gemm1_clamp_limit, so the flag is needed for Ling's clamp whatever the layout") + "."))
-
-    # det.min-deepgemm-dim --------------------------------------------------------------------
-    md = {v: {k: c["min_deepgemm_dim"].get(k) for k in ("value", "line", "guard", "guard_lines",
-                                                          "n32_to_deepgemm", "reraise_line")} for v, c in chk.items()}
-    det_rt = next((r for r in rt if r["sglang"] == version and r["mode"] == "det"), None)
-    x = md[version]
-    ok = x["value"] == 16 and x["n32_to_deepgemm"] and x.get("reraise_line")
-    rec("det.min-deepgemm-dim", measured={**md, "edit_applies": bool(det_rt and det_rt["verify_ok"])},
-        verdict="partly" if ok else "contradicted", evidence=[d("sglang_checks"), d("sglang_patch_roundtrip")],
-        note=(f"MIN_DEEPGEMM_DIM = {x['value']} (batch_invariant_ops.py:{x['line']}), guard '{x['guard']}' sends "
-              f"N=32 bf16 GEMMs to DeepGEMM and a DeepGEMM failure is re-raised (L{x.get('reraise_line')}), no "
-              "fallback; our 64 edit applies and reverts. Not checked here: the DeepGEMM failure itself (GPU), and the "
-              "card's attribution to the router (Ling's router weight is [512, 2560], N=512; an N=32, K=2560 GEMM "
-              "matches the MLA g_proj [32, 2560])."))
-
-    # the study's own findings ----------------------------------------------------------------
-    approx_from = [v for v in versions if per[v]["cutlass"] == "APPROX"]
-    find("finding.nvfp4-cutlass-approx",
-         claim="From SGLang 0.5.21 the NVFP4 CUTLASS path applies Ling's clamp in the pre-SiLU GPT-OSS form "
-               "(FlashInfer SwigluBias), not Ling's post-SiLU form (SwigluStep).",
-         measured={v: per[v]["cutlass"] for v in versions},
-         verdict="reproduced" if cut["verdict"] == "APPROX" else "contradicted",
-         evidence=[d("sglang_audit_versions"), gpu["evidence"]],
-         note=f"APPROX on {', '.join(approx_from) or 'none'}; {_where(cut)} ({cut['rule'][:140]}). " + gpu["sentence"])
-    find("finding.trtllm-literal-none",
-         claim="The TRT-LLM branch of the compressed-tensors NVFP4 MoE scheme passes a literal gemm1_clamp_limit=None "
-               "in every audited release (and asserts routing_method_type, which Bailing never sets).",
-         measured={v: per[v]["literal_none"] for v in versions},
-         verdict="reproduced" if all(per[v]["literal_none"] for v in versions) else "partly",
-         evidence=[d("sglang_audit_versions")], note=trt["rule"][:300])
-    dropped = sorted(p for p, r in m.items() if r["verdict"] == "DROPPED")
-    named = [p for p in dropped if m[p].get("catalogued", True)]
-    find("finding.runners-drop-clamp",
-         claim="Several MoE runners / schemes silently drop Ling's clamp (limit set, alpha None).",
-         measured={p: _where(m[p]) for p in dropped}, verdict="reproduced" if dropped else "contradicted",
-         evidence=[d("sglang_audit")],
-         note="; ".join(f"{p}: {m[p]['rule']}" for p in named)
-         + (f"; and {len(dropped) - len(named)} more of the {len(m)} paths found by following the dispatch"
-            if len(dropped) > len(named) else ""))
-    if card_rt:
-        find("finding.card-patch-approx",
-             claim=f"The card's patch as described, on SGLang {CARD_VERSION}, yields the pre-SiLU form, not Ling's.",
-             measured={"cutlass_verdict_after_card_patch": card_rt["cutlass_verdict"]},
-             verdict="reproduced" if card_rt["cutlass_verdict"] == "APPROX" else "contradicted",
-             evidence=[d("sglang_patch_roundtrip")], checked_on=f"sglang {CARD_VERSION}",
-             note=card_rt["cutlass_rule"][:200])
-    if exact_rt:
-        find("finding.exact-patch",
-             claim="Selecting SwigluStep for the NVFP4 CUTLASS call makes the path EXACT; apply/revert is byte-exact.",
-             measured={k: exact_rt[k] for k in ("cutlass_verdict", "verify_ok", "idempotent", "byte_identical_after_revert")},
-             verdict="reproduced" if exact_rt["cutlass_verdict"] == "EXACT" and exact_rt["byte_identical_after_revert"] else "contradicted",
-             evidence=[d("sglang_patch_roundtrip")])
-    pp = [r for r in num["rows"] if r["pair"] == "pre vs post"]
-    gaps = {f"L={r['limit']:g}": {"max_gate_gap_g_le_L": r.get("gate_gap_le_L"),
-                                  "max_gate_gap_g_gt_L": r.get("gate_gap_gt_L"),
-                                  "max_relative_gate_gap_g_gt_L": r.get("gate_gap_rel_gt_L")} for r in pp}
-
-    def _holds(r: dict) -> bool:  # measured on the grid vs the closed forms L - silu(L), 1 - sigmoid(L)
-        le, gt, rel = r.get("gate_gap_le_L"), r.get("gate_gap_gt_L"), r.get("gate_gap_rel_gt_L")
-        return (le is not None and gt is not None and rel is not None and math.isclose(le, 0.0, abs_tol=1e-12)
-                and math.isclose(gt, r["gate_gap"], rel_tol=1e-9, abs_tol=1e-15)
-                and math.isclose(rel, r["gate_gap_rel"], rel_tol=1e-9, abs_tol=1e-15))
-
-    bad = [f"L={r['limit']:g}" for r in pp if not _holds(r)]
-    find("finding.approx-size",
-         claim="Pre-SiLU and post-SiLU clamps agree for gate <= L; above it the gate factor differs by at most "
-               "L - silu(L), i.e. 1 - sigmoid(L) relative.",
-         measured=gaps or None,
-         verdict="not run" if not pp else "contradicted" if bad else "reproduced",
-         evidence=[d("clamp_numerics"), stage.paths.figure("clamp_forms")], checked_on="CPU float64",
-         note=("Largest |post - pre| gate factor measured on the grid's gate values, against L - silu(L) = "
-               + ", ".join(f"{r['gate_gap']:.6g} (L={r['limit']:g})" for r in pp)
-               + (f"; does not hold for {', '.join(bad)}" if bad else "") + "."))
+    x = rules.SGLangMeasurements.gather(stage.paths, version, kernels={})
+    x = replace(x, kernels=_kernel_evidence(stage))
+    rows = record_rules(stage, x)
     return pd.DataFrame([{k: r.get(k) for k in ("id", "origin", "verdict", "checked_on", "note")} for r in rows])

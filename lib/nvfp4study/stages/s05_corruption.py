@@ -37,7 +37,6 @@ import pandas as pd
 from ..codeeval import detector_scores as scores
 from ..codeeval import detector_validation as validation
 from ..codeeval import served_display as served
-from ..codeeval.detector_samples import CLEAN, METHODS
 from ..codeeval.detector_validation import ValidationResult
 from ..codeeval.isolation import UNSAFE_NOTE, Isolation, sandbox_status
 from ..codeeval.served_analysis import (
@@ -58,15 +57,16 @@ from ..codeeval.served_data import (
     probe_key,
     read_rows,
     recorded_params,
-    sampling_claims,
 )
 from ..codeeval.tasks import load_tasks
+from ..core.claim_rules import record_rules, rules_for
 from ..core.display import markdown  # noqa: F401  (for the notebook)
 from ..core.errors import ReplayDataMissing
 from ..core.files import write_json
 from ..core.ledger import Verdict
 from ..core.params import Params
 from ..core.stage import Stage, open_stage_named
+from .claim_rules import r05_corruption as rules
 
 NOTEBOOK = "05_corruption"
 NOT_RUN_REASON = "needs an NVFP4-capable GPU (server.enabled is false)"
@@ -101,87 +101,18 @@ def sandbox_banner(stage: Stage) -> str:
             f"`{status['python']}`, no network, read-only root, private /tmp.")
 
 
-def unsafe_suffix(isolations: Any) -> str:
-    """`` "; UNSAFE: ..."`` when any of ``isolations`` (strings, or one comma-joined string) is
-    ``subprocess-unsafe``, else ""; appended to every ledger note of this stage."""
-    vals = [isolations] if isinstance(isolations, str) else list(isolations or ())
-    hit = any(Isolation.SUBPROCESS_UNSAFE.value in str(v) for v in vals if v is not None)
-    return f" {UNSAFE_NOTE}." if hit else ""
+#: `` "; UNSAFE: ..."`` when a sandbox was ``subprocess-unsafe`` (appended to every ledger note here)
+unsafe_suffix = rules.unsafe_suffix
 
 
 # === part 1: detector validation ================================================================
-def _recalls(summary: pd.DataFrame, method: str) -> dict[str, float]:
-    s = summary[summary["method"] == method]
-    return {r["kind"]: round(float(r["recall"]), 4) for _, r in s.iterrows()}
-
-
 def detector_claim_verdicts(result: ValidationResult) -> dict[str, dict[str, Any]]:
-    """The measured values and verdicts for ``detect.ast-undefined`` and ``detect.ascii-junk``.
-
-    Rules:
-        ``detect.ast-undefined`` ("an AST check for identifiers loaded but never bound detects
-        the junk tokens"): *reproduced* when that check flags >= 95 % of every junk kind with
-        no false positive on the clean programs; *partly* when it has no false positive and
-        flags some junk but misses >= 5 % of at least one kind; *contradicted* when it flags a
-        clean program or no junk at all.
-
-        ``detect.ascii-junk`` ("the junk tokens are plain ASCII, so a non-ASCII scan misses
-        them"): *reproduced* when every card token is ASCII and the scan flags no junk variant
-        whose clean twin it does not already flag (its hits come from non-ASCII text the clean
-        program already had); *contradicted* otherwise.
-    """
-    s, f = result.summary, result.samples
-    ast_rows = s[(s["method"] == "ast_undefined") & (s["kind"] != "all")]
-    fp = int(ast_rows["fp"].iloc[0]) if len(ast_rows) else 0
-    if fp or not len(ast_rows) or ast_rows["tp"].sum() == 0:
-        v_ast = Verdict.CONTRADICTED
-    elif (ast_rows["recall"] >= 0.95).all():
-        v_ast = Verdict.REPRODUCED
-    else:
-        v_ast = Verdict.PARTLY
-    weak = [r["kind"] for _, r in ast_rows.iterrows() if r["recall"] < 0.95]
-    det_all = s[(s["method"] == "detector") & (s["kind"] == "all")]
-    ast_measured = {
-        "method": "pyflakes undefined names on code that parses",
-        "recall": _recalls(s, "ast_undefined"),
-        "false_positives_clean": fp,
-        "n_clean": int(ast_rows["n_clean"].iloc[0]) if len(ast_rows) else 0,
-        "n_junk": int(s[(s["method"] == "ast_undefined") & (s["kind"] == "all")]["n_junk"].iloc[0]) if len(ast_rows) else 0,
-        "our_detector_recall_all": round(float(det_all["recall"].iloc[0]), 4) if len(det_all) else None,
-        "our_detector_false_positives_clean": int(det_all["fp"].iloc[0]) if len(det_all) else None,
-    }
-    ast_note = ("pyflakes UndefinedName on the extracted code; "
-                + (f"misses >= 5% of: {', '.join(weak)} (code that no longer parses, junk on "
-                   "attributes/definitions, junk on a closing fence)" if weak else "flags every kind")
-                + "; our detector adds syntax-error recovery, glued-name tokens and fence checks.")
-
-    clean = f[f["kind"] == CLEAN].set_index("task_id")["non_ascii"]
-    junky = f[f["kind"] != CLEAN]
-    own_hits = int(sum(bool(r["non_ascii"]) and not bool(clean.get(r["task_id"], False))
-                       for _, r in junky.iterrows()))
-    tokens_ascii = {t: t.isascii() for t in ("ulp", "oly", "culp", "Advisory")}
-    # The injected fragments are the card's ASCII tokens, so the scan cannot see them here by
-    # construction: this half reproduces the consequence ("a non-ASCII scan misses them"), and
-    # whether real junk in served completions is ASCII needs the served study -> at most partly.
-    v_ascii = Verdict.PARTLY if all(tokens_ascii.values()) and own_hits == 0 else Verdict.CONTRADICTED
-    na = s[(s["method"] == "non_ascii") & (s["kind"] == "all")]
-    ascii_measured = {
-        "tokens_ascii": tokens_ascii,
-        "non_ascii_scan_detects": own_hits > 0,
-        "scan_hits_caused_by_junk": own_hits,
-        "scan_recall_all": round(float(na["recall"].iloc[0]), 4) if len(na) else None,
-        "scan_false_positives_clean": int(na["fp"].iloc[0]) if len(na) else None,
-        "n_clean": int(na["n_clean"].iloc[0]) if len(na) else None,
-    }
-    ascii_note = ("partly: the card's four tokens are ASCII, and a non-ASCII scan of the whole "
-                  "completion flags none of the junk injected with them (its only hits come from "
-                  "non-ASCII characters already in the clean prompt, e.g. '➞' in HumanEval docstrings, "
-                  "which also make it flag clean programs). Whether the junk a served model really "
-                  "emits is ASCII is measured only by the served study (05, GPU).")
-    return {
-        "detect.ast-undefined": {"measured": ast_measured, "verdict": v_ast, "note": ast_note},
-        "detect.ascii-junk": {"measured": ascii_measured, "verdict": v_ascii, "note": ascii_note},
-    }
+    """The measured values and verdicts for ``detect.ast-undefined`` and ``detect.ascii-junk``
+    (``{id: {"measured", "verdict", "note"}}``), decided by their rules in
+    :mod:`~nvfp4study.stages.claim_rules.r05_corruption` (which state them)."""
+    x = rules.DetectorMeasurements(result, [])
+    return {r.id: {"measured": row.measured, "verdict": row.verdict, "note": row.note}
+            for r in rules_for(rules.DetectorMeasurements, "claim") for row in [r.fn(x)]}
 
 
 def record_detector_claims(stage: Stage, result: ValidationResult) -> pd.DataFrame:
@@ -191,136 +122,21 @@ def record_detector_claims(stage: Stage, result: ValidationResult) -> pd.DataFra
     if result.skipped:
         ids = ["detect.ast-undefined", "detect.ascii-junk"]
         stage.not_run("detector validation switched off (corruption.validate_detector: false)", ids)
-        return pd.DataFrame({"id": ids, "verdict": ["not run"] * 2})
-    evidence = [result.paths["summary"], result.paths["samples"], result.paths["figure"]]
-    rows = []
-    unsafe = unsafe_suffix(result.isolation)
-    for cid, v in detector_claim_verdicts(result).items():
-        rows.append(stage.record(cid, measured=v["measured"], verdict=v["verdict"],
-                                 evidence=evidence, note=v["note"] + unsafe))
-    s = result.summary
-    comp = {m: _recalls(s, m).get("all") for m in METHODS if m in set(s["method"])}
-    fps = {m: int(s[s["method"] == m]["fp"].iloc[0]) for m in comp}
-    det = comp.get("detector")
-    others = [r for m, r in comp.items() if m != "detector" and r is not None]
-    if det is not None and fps.get("detector") == 0 and all(det >= r for r in others):
-        verdict = "reproduced"
-    elif det is not None and fps.get("detector") == 0:
-        verdict = "partly"
-    else:
-        verdict = "contradicted"
-    rows.append(stage.add_finding(
-        "detect.method-comparison",
-        claim="On junk-injected canonical solutions our detector flags at least as much junk as "
-              "the card's AST check, a non-ASCII scan or execution alone, with no false positive "
-              "on the clean programs.",
-        measured={"recall_all": comp, "false_positives_clean": fps, "isolation": result.isolation},
-        verdict=verdict,
-        evidence=evidence,
-        note="recall pooled over all junk kinds (per kind in the summary file); 'partly': no false "
-             "positive but another method flags more; execution is left out when not run." + unsafe,
-    ))
+        return pd.DataFrame({"id": ids, "verdict": [Verdict.NOT_RUN] * 2})
+    rows = record_rules(stage, rules.DetectorMeasurements.gather(result))
     return pd.DataFrame(rows)[["id", "verdict", "measured", "note"]]
 
 
 # === part 2: the served study ===================================================================
-def _count(summary: pd.DataFrame, mode: str, sampling: str) -> dict[str, Any] | None:
-    r = summary[(summary.clamp == mode) & (summary.sampling == sampling) & (summary.task_set == "claim")]
-    if r.empty:
-        return None
-    r = r.iloc[0]
-    ci = [round(float(r.ci_low), 4), round(float(r.ci_high), 4)] if r.n else None
-    frac = round(float(r.clean_frac), 4) if r.n else None
-    return {"clean": int(r.clean), "n": int(r.n), "clean_frac": frac, "no_code": int(r.no_code),
-            "unjudged": int(r.unjudged), "failed": int(r.failed), "ci95": ci}
-
-
 def record_served_claims(stage: Stage, params: Params, df: pd.DataFrame, summary: pd.DataFrame,
                   probe: pd.DataFrame | None, evidence: list[Path], probe_file: Path | None,
                   checked_on: str | None = None) -> list[dict[str, Any]]:
-    """Write the six served-study ledger rows (rules in the module docstring). Returns them."""
-    c = params.corruption
-    rows = []
+    """Write the six served-study ledger rows, each decided by its rule
+    (:mod:`~nvfp4study.stages.claim_rules.r05_corruption`; rules in the module docstring).
+    Returns the rows with a verdict (those not run are left out)."""
     ids = set(stage.claims()) if hasattr(stage, "claims") else set(SERVED_CLAIMS)
-    for claim in sampling_claims():
-        cid, sampling = claim["id"], claim["sampling"]
-        if cid not in ids:
-            continue
-        before, after = _count(summary, c.before_mode, sampling), _count(summary, c.after_mode, sampling)
-        if after is None or not after["n"]:
-            stage.not_run(f"sampling config {sampling!r} with clamp mode {c.after_mode!r} was not "
-                          "served in this run", [cid])
-            continue
-        measured = {"sampling": sampling, "n": after["n"], "before_mode": c.before_mode,
-                    "after_mode": c.after_mode,
-                    "clean_before": None if before is None else before["clean"],
-                    "clean_after": after["clean"], "before": before, "after": after}
-        all_clean = after["clean"] == after["n"]
-        separated = before is not None and before["n"] > 0 and before["ci95"][1] < after["ci95"][0]
-        verdict = (Verdict.REPRODUCED if all_clean and separated else
-                   Verdict.CONTRADICTED if not all_clean and not separated else Verdict.PARTLY)
-        b = "not served" if before is None else f"{before['clean']}/{before['n']} clean"
-        note = (f"clean completions on the card's {claim['n']}-task set: {c.before_mode} {b}, "
-                f"{c.after_mode} {after['clean']}/{after['n']} clean; "
-                f"after all clean: {all_clean}; 95 % Wilson intervals separated: {separated}."
-                + unsafe_suffix(df.isolation.dropna().unique() if "isolation" in df else ()))
-        rows.append(stage.record(cid, measured=measured, verdict=verdict, evidence=evidence,
-                                 note=note, checked_on=checked_on))
-    if "corruption.executed" in ids:
-        rows.append(_record_executed(stage, params, df, evidence, checked_on))
-    if "serve.reasoning-parser" in ids:
-        rows.append(_record_probe(stage, params, probe, probe_file, checked_on))
-    return [r for r in rows if r is not None]
-
-
-def _record_executed(stage: Stage, params, df, evidence, checked_on):
-    c = params.corruption
-    first = c.sampling[0].name if c.sampling else None
-    ids = claim_task_ids(params, c.executed_n)
-    part = df[(df.clamp == c.after_mode) & (df.sampling == first) & df.task_id.isin(ids)
-              & (df.detector != "request_failed")]
-    if part.empty:
-        stage.not_run(f"no answered requests for clamp {c.after_mode!r}, sampling {first!r}",
-                      ["corruption.executed"])
-        return None
-    passed = int(part.passed.sum())
-    outcomes = {k: int(v) for k, v in Counter(part.exec_outcome.fillna("no_code")).items()}
-    failures = [f"{r.task_id}: {'no code' if pd.isna(r.exec_outcome) else r.exec_outcome}"
-                + ("" if pd.isna(r.exec_exception) else f" ({r.exec_exception})")
-                for r in part.itertuples() if not r.passed]
-    verdict = Verdict.REPRODUCED if passed == len(part) else Verdict.CONTRADICTED
-    isolation = ", ".join(sorted(set(part.isolation.dropna()))) or "nothing executed"
-    note = (f"first {c.executed_n} claim tasks, sampling {first}, clamp {c.after_mode}, executed "
-            f"against their assertions in the sandbox ({isolation})"
-            + (f"; failed: {'; '.join(failures)}" if failures else "") + "."
-            + unsafe_suffix(part.isolation.dropna().unique()))
-    return stage.record("corruption.executed", measured={"passed": passed, "n": len(part),
-                        "outcomes": outcomes, "sampling": first, "clamp": c.after_mode},
-                        verdict=verdict, evidence=evidence, note=note, checked_on=checked_on)
-
-
-def _record_probe(stage: Stage, params, probe, probe_file, checked_on):
-    c = params.corruption
-    if probe is None or probe.empty or not int(probe.n.sum()):
-        why = ("the probe is switched off (corruption.reasoning_probe_parser is null)"
-               if not c.reasoning_probe_parser else "no answered probe request")
-        stage.not_run(why, ["serve.reasoning-parser"])
-        return None
-    per = {("stream" if r.stream else "non_stream"): {
-        "n": int(r.n), "content_empty": int(r.content_empty),
-        "answer_in_reasoning_content": int(r.answer_in_reasoning)} for r in probe.itertuples()}
-    hits = [(int(r.content_empty), int(r.answer_in_reasoning), int(r.n)) for r in probe.itertuples() if r.n]
-    every = all(e == n and a == n for e, a, n in hits)
-    some = any(min(e, a) > 0 for e, a, n in hits)
-    verdict = Verdict.REPRODUCED if every else Verdict.PARTLY if some else Verdict.CONTRADICTED
-    note = (f"reasoning parser {c.reasoning_probe_parser!r} on, thinking off, clamp "
-            f"{c.after_mode}: " + "; ".join(
-                f"{k}: content empty {v['content_empty']}/{v['n']}, answer in reasoning_content "
-                f"{v['answer_in_reasoning_content']}/{v['n']}" for k, v in per.items()) + ".")
-    return stage.record("serve.reasoning-parser",
-                        measured={"parser": c.reasoning_probe_parser, **per}, verdict=verdict,
-                        evidence=[probe_file] if probe_file else [], note=note,
-                        checked_on=checked_on)
+    x = rules.ServedMeasurements(params, df, summary, probe, evidence, probe_file, checked_on)
+    return [r for r in record_rules(stage, x, ids=ids) if r["verdict"] != Verdict.NOT_RUN]
 
 
 def analyse_served(stage: Stage, params: Params, mode: str, *, record: bool = True) -> dict[str, Any]:

@@ -1,0 +1,149 @@
+"""The claim-rule registry (``core/claim_rules.py``): every card claim of ``claims.yaml`` is decided
+in exactly one place, a registered rule (``stages/claim_rules/``) or a named function of the
+stage that owns it (the table below), and every registered rule decides a row that exists."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pytest
+
+from nvfp4study.core import claim_rules as cr
+from nvfp4study.core.errors import LedgerError
+from nvfp4study.core.ledger import Verdict, card_claims, read_ledger
+from nvfp4study.core.stage import open_stage
+from nvfp4study.stages import claim_rules as rules_pkg
+
+#: card claims decided outside the registry: claim id -> the function of its stage module that
+#: decides it (these stages (01, 04, 06, 07) already decide each claim in one small function).
+DECIDED_ELSEWHERE = {
+    "provenance.model-free-ptq": "nvfp4study.stages.s01_quantize:record_ledger",
+    "provenance.fused-maps": "nvfp4study.stages.s01_quantize:record_ledger",
+    "fit.single-gpu": "nvfp4study.stages.s04_launch:fit_result",
+    "size.resident": "nvfp4study.stages.s04_launch:record_claims",
+    "load.time": "nvfp4study.stages.s04_launch:record_claims",
+    "clamp.log-lines": "nvfp4study.stages.s04_launch:record_claims",
+    "mtp.off": "nvfp4study.stages.s06_mtp:depth_result",
+    "mtp.k1": "nvfp4study.stages.s06_mtp:depth_result",
+    "mtp.k2": "nvfp4study.stages.s06_mtp:depth_result",
+    "mtp.k3": "nvfp4study.stages.s06_mtp:depth_result",
+    "mtp.k2-best": "nvfp4study.stages.s06_mtp:record_claims",
+    "mtp.broken-draft": "nvfp4study.stages.s06_mtp:_record_broken",
+    "det.spec-off": "nvfp4study.stages.s07_determinism:claim_results",
+    "det.spec-on": "nvfp4study.stages.s07_determinism:claim_results",
+    "det.deterministic-mode": "nvfp4study.stages.s07_determinism:claim_results",
+}
+
+
+def registered() -> dict[str, cr.Rule]:
+    for mod in pkgutil.iter_modules(rules_pkg.__path__):
+        importlib.import_module(f"{rules_pkg.__name__}.{mod.name}")
+    return dict(cr.RULES)
+
+
+def test_every_rules_module_is_listed():
+    assert sorted(m.name for m in pkgutil.iter_modules(rules_pkg.__path__)) == sorted(rules_pkg.__all__)
+
+
+def test_every_card_claim_is_decided_in_exactly_one_place():
+    rules = {i: r for i, r in registered().items() if r.kind == "claim"}
+    claims = {c["id"]: c["stage"] for c in card_claims()}
+    both = sorted(set(rules) & set(DECIDED_ELSEWHERE))
+    assert not both, f"a registered rule and a stage function both decide {both}"
+    nowhere = sorted(set(claims) - set(rules) - set(DECIDED_ELSEWHERE))
+    assert not nowhere, f"claims with no rule and no deciding function: {nowhere}"
+    unknown = sorted(set(rules) - set(claims)) + sorted(set(DECIDED_ELSEWHERE) - set(claims))
+    assert not unknown, f"rules for ids that are not card claims: {unknown}"
+
+
+def test_each_rule_belongs_to_its_claims_stage():
+    claims = {c["id"]: c["stage"] for c in card_claims()}
+    wrong = {i: (r.stage, claims[i]) for i, r in registered().items() if r.kind == "claim" and r.stage != claims[i]}
+    assert not wrong, f"rule stage != claims.yaml stage: {wrong}"
+
+
+def test_findings_are_not_card_claims_and_say_what_they_claim():
+    ids = {c["id"] for c in card_claims()}
+    findings = {i: r for i, r in registered().items() if r.kind == "finding"}
+    assert findings and not set(findings) & ids
+    assert all(len(r.claim) > 20 for r in findings.values())
+
+
+@pytest.mark.parametrize("cid", sorted(DECIDED_ELSEWHERE))
+def test_deciding_functions_exist_in_the_claims_stage_module(cid):
+    mod_name, fn_name = DECIDED_ELSEWHERE[cid].split(":")
+    mod = importlib.import_module(mod_name)
+    assert callable(getattr(mod, fn_name))
+    stage = next(c["stage"] for c in card_claims() if c["id"] == cid)
+    assert mod.NOTEBOOK == stage
+    assert f'"{cid}"' in inspect.getsource(mod), f"{mod_name} never names {cid}"
+
+
+def test_rules_for_the_ported_stages_cover_their_claims():
+    by_stage = {}
+    for r in registered().values():
+        if r.kind == "claim":
+            by_stage.setdefault(r.stage, set()).add(r.id)
+    for stage in ("02_inspect_checkpoint", "03_patch_sglang", "05_corruption"):
+        assert by_stage[stage] == {c["id"] for c in card_claims() if c["stage"] == stage}
+
+
+# --- the registry itself ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _M:
+    STAGE: ClassVar[str] = "02_inspect_checkpoint"
+    n: int
+
+
+@pytest.fixture
+def scratch_registry():
+    """An empty registry for the test; the real rules are put back afterwards."""
+    saved = dict(cr.RULES)
+    cr.RULES.clear()
+    yield
+    cr.RULES.clear()
+    cr.RULES.update(saved)
+
+
+def test_record_rules_writes_rows_in_order_and_skips_absent_findings(tmp_path, scratch_registry):
+    @cr.claim_rule("size.disk", _M)
+    def disk(m: _M) -> cr.Row:
+        return cr.Row({"disk_gb": m.n}, Verdict.PARTLY, note="n", checked_on="here")
+
+    @cr.claim_rule("config.context", _M)
+    def ctx(m: _M) -> cr.Row:
+        return cr.Row.not_run("no config")
+
+    @cr.finding_rule("test.finding", _M, claim="a finding that only some runs have")
+    def absent(m: _M) -> cr.Row | None:
+        return None
+
+    st = open_stage("02_inspect_checkpoint", "", str(tmp_path / "run"))
+    out = cr.record_rules(st, _M(76))
+    assert [r["id"] for r in out] == ["size.disk", "config.context"]
+    rows = {r["id"]: r for r in read_ledger(st.run_dir)}
+    assert rows["size.disk"]["measured"] == {"disk_gb": 76} and rows["size.disk"]["verdict"] == "partly"
+    assert rows["config.context"]["note"] == "not run: no config" and rows["config.context"]["evidence"] == []
+    assert "test.finding" not in rows
+    assert [r["id"] for r in cr.record_rules(st, _M(1), ids={"config.context"})] == ["config.context"]
+
+
+def test_a_second_rule_for_an_id_and_a_claim_rule_without_a_row_are_refused(tmp_path, scratch_registry):
+    @cr.claim_rule("size.disk", _M)
+    def none(m: _M):
+        return None
+
+    with pytest.raises(LedgerError, match="two rules"):
+        cr.claim_rule("size.disk", _M)(none)
+    with pytest.raises(LedgerError, match="no row"):
+        cr.record_rules(open_stage("02_inspect_checkpoint", "", str(tmp_path / "run")), _M(0))
+
+    class NoStage:
+        pass
+
+    with pytest.raises(LedgerError, match="STAGE"):
+        cr.claim_rule("config.context", NoStage)(none)
