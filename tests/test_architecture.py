@@ -201,6 +201,18 @@ def test_every_notebook_has_one_stage_module_and_back():
     assert {f"s{p.stem[:2]}" for p in NOTEBOOKS} == {s[:3] for s in stages}
 
 
+def test_no_two_classes_in_the_library_share_a_name():
+    """A class name says what it is on its own (``AuditFinding``, ``DetectorFinding``, ``CodeIndex``):
+    two classes of one name in different wings read the same in a signature and a traceback."""
+    where: dict[str, list[str]] = {}
+    for path in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(f"{path.relative_to(LIB)}:{node.lineno}")
+    shared = {name: places for name, places in where.items() if len(places) > 1}
+    assert not shared, f"class names defined more than once: {shared}"
+
+
 def long_module_reasons() -> dict[str, str]:
     """``path: reason`` lines of CONTRIBUTING.md's "Modules over 500 lines" list."""
     text = (REPO_ROOT / "CONTRIBUTING.md").read_text()
