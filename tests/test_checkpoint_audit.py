@@ -1,4 +1,4 @@
-"""Tests of the header audit (checkpoint_audit, safetensors_header, quant_rules).
+"""Tests of the header audit (checkpoint.audit, checkpoint.header, checkpoint.quant_rules).
 
 Fixtures are tiny quantized-layout checkpoints written by hand with safetensors + torch in the
 Ling tensor naming: NVFP4 experts (``weight_packed`` U8 [out, in/2], ``weight_scale``

@@ -1,4 +1,4 @@
-"""quantize_stage: what notebook 01 calls, on a tiny shape in a temporary run folder."""
+"""stages.s01_quantize: what notebook 01 calls, on a tiny shape in a temporary run folder."""
 
 from __future__ import annotations
 
