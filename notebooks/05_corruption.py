@@ -51,17 +51,17 @@ display(s5.markdown(s5.sandbox_banner(stage)))  # fails closed: stops here if bw
 # by every method.
 
 # %%
-result = s5.validation.run(stage)
-display(s5.markdown(s5.validation.describe(result)))
+result = s5.validate_detector(stage)
+display(s5.markdown(s5.describe_validation(result)))
 
 # %% [markdown]
 # ### Recall (precision) per junk kind and method
 
 # %%
-s5.scores.table(result.summary)
+s5.score_table(result.summary)
 
 # %%
-s5.validation.figure(result)
+s5.validation_figure(result)
 
 # %% [markdown]
 # ### One example per kind
@@ -69,7 +69,7 @@ s5.validation.figure(result)
 # The line before and after injection, the detector's class for it, and each method's verdict.
 
 # %%
-s5.scores.examples(result.samples)
+s5.example_table(result.samples)
 
 # %% [markdown]
 # ### What our detector misses, by the role of the token the junk hit
@@ -78,7 +78,7 @@ s5.scores.examples(result.samples)
 # leaves every identifier bound: no static check can see it; only execution can.
 
 # %%
-s5.scores.misses(result.samples, "detector")
+s5.miss_table(result.samples, "detector")
 
 # %% [markdown]
 # ### The card's own four junk lines
@@ -88,7 +88,7 @@ s5.scores.misses(result.samples, "detector")
 # parse, so an AST check alone cannot even run on them.
 
 # %%
-s5.validation.card_examples(stage)
+s5.card_examples(stage)
 
 # %% [markdown]
 # ### Ledger rows: `detect.ast-undefined`, `detect.ascii-junk`
@@ -123,13 +123,13 @@ s5.describe_served(served)
 # Wilson interval of `clean / n`; `executed`/`passed` come from the sandbox.
 
 # %%
-s5.served.summary_table(served)
+s5.served_summary_table(served)
 
 # %% [markdown]
 # ### Before / after, with 95 % Wilson intervals
 
 # %%
-s5.served.figure(served)
+s5.served_figure(served)
 
 # %% [markdown]
 # ### The most frequent junk fragments
@@ -138,7 +138,7 @@ s5.served.figure(served)
 # the detector reported them, counted per clamp mode.
 
 # %%
-s5.served.junk_table(served)
+s5.served_junk_table(served)
 
 # %% [markdown]
 # ### Ledger rows: `corruption.*`, `serve.reasoning-parser` (card value beside ours)

@@ -1,4 +1,4 @@
-"""Tests of the header audit (checkpoint_audit, safetensors_header, quant_rules).
+"""Tests of the header audit (checkpoint.audit, checkpoint.header, checkpoint.quant_rules).
 
 Fixtures are tiny quantized-layout checkpoints written by hand with safetensors + torch in the
 Ling tensor naming: NVFP4 experts (``weight_packed`` U8 [out, in/2], ``weight_scale``
@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 
 from nvfp4study.checkpoint import audit as ca
 from nvfp4study.checkpoint import quant_rules as qr
-from nvfp4study.checkpoint.audit import Code, Severity, audit_checkpoint
+from nvfp4study.checkpoint.audit import AuditCode, Severity, audit_checkpoint
 from nvfp4study.checkpoint.header import read_shard_header
 from nvfp4study.core.errors import (
     CheckpointConfigError,
@@ -180,8 +180,8 @@ def test_clean_has_no_fault_and_no_error(clean):
     _, _, rep = clean
     assert not rep.fault_findings(), ca.format_findings(rep.fault_findings())
     assert not rep.errors, ca.format_findings(rep.errors)
-    assert {Code.CONFIG_W4A4.value, Code.MTP_BF16_IGNORED.value, Code.GATE_UP_SCALE_SHARED.value,
-            Code.ROUTING_WITHIN.value, Code.SHARED_FUSION_VETOED.value} <= codes(rep)
+    assert {AuditCode.CONFIG_W4A4.value, AuditCode.MTP_BF16_IGNORED.value, AuditCode.GATE_UP_SCALE_SHARED.value,
+            AuditCode.ROUTING_WITHIN.value, AuditCode.SHARED_FUSION_VETOED.value} <= codes(rep)
 
 
 def test_counts_match_what_was_written(clean):
@@ -240,7 +240,7 @@ def test_json_cli_and_exit_status(clean, capsys):
     assert not FAULTS & {f["code"] for f in out}
 
 
-def find(rep, code: Code):
+def find(rep, code: AuditCode):
     hits = [f for f in rep.findings if f.code == code]
     assert hits, f"{code.value} not found; got {sorted(rep.codes())}"
     return hits[0]
@@ -255,11 +255,11 @@ def test_f01_missing_input_scales_named_per_layer_and_projection(tmp_path):
     miss = {(2, "gate_proj"): [40, 42, 82, 98], (2, "down_proj"): [82]}
     build(tmp_path / "c", experts=128, hidden=32, moe_inter=32, missing_input=miss, routing=(128, 8, 4, 8))
     rep = audit_checkpoint(tmp_path / "c")
-    f = find(rep, Code.F01_INPUT_SCALE_MISSING)
+    f = find(rep, AuditCode.F01_INPUT_SCALE_MISSING)
     assert f.severity == Severity.ERROR and f.layers == [2]
     assert f.details["missing"] == {"2": {"down_proj": [82], "gate_proj": [40, 42, 82, 98]}}
     assert "model.layers.2.mlp.experts.98.gate_proj.input_global_scale" in f.tensors and len(f.tensors) == 5
-    assert faults(rep) == {Code.F01_INPUT_SCALE_MISSING.value}
+    assert faults(rep) == {AuditCode.F01_INPUT_SCALE_MISSING.value}
     assert ca.main([str(tmp_path / "c"), "--json"]) == 1
 
 
@@ -267,9 +267,9 @@ def test_f01_missing_input_scales_named_per_layer_and_projection(tmp_path):
 def test_f01_present_but_not_finite(tmp_path, value):
     build(tmp_path / "c", input_value={(3, "up_proj", 5): value, (1, "down_proj", 0): value})
     rep = audit_checkpoint(tmp_path / "c")
-    f = find(rep, Code.F01_INPUT_SCALE_NONFINITE)
+    f = find(rep, AuditCode.F01_INPUT_SCALE_NONFINITE)
     assert f.details["nonfinite"] == {"1": {"down_proj": [0]}, "3": {"up_proj": [5]}}
-    assert faults(rep) == {Code.F01_INPUT_SCALE_NONFINITE.value}
+    assert faults(rep) == {AuditCode.F01_INPUT_SCALE_NONFINITE.value}
     assert rep.input_scales["input_all_one"] is False
 
 
@@ -277,15 +277,15 @@ def test_f01_present_but_not_finite(tmp_path, value):
 def test_f02_mtp_layer_missing(tmp_path):
     build(tmp_path / "c", mtp="missing")
     rep = audit_checkpoint(tmp_path / "c")
-    assert faults(rep) == {Code.F02_MTP_MISSING.value}
+    assert faults(rep) == {AuditCode.F02_MTP_MISSING.value}
     assert rep.mtp[0]["state"] == "missing" and rep.mtp[0]["tensors"] == 0
 
 
 def test_f02_mtp_bf16_but_not_ignored(tmp_path):
     written = build(tmp_path / "c", ignore=card_ignore(NL)[1:])  # drop the layer-4 entry
     rep = audit_checkpoint(tmp_path / "c")
-    f = find(rep, Code.F02_MTP_BF16_NOT_IGNORED)
-    assert f.layers == [NL] and faults(rep) == {Code.F02_MTP_BF16_NOT_IGNORED.value}
+    f = find(rep, AuditCode.F02_MTP_BF16_NOT_IGNORED)
+    assert f.layers == [NL] and faults(rep) == {AuditCode.F02_MTP_BF16_NOT_IGNORED.value}
     # every routed expert projection of layer 4 is named (3 x E); nothing else in layer 4 is targeted
     assert sorted(f.tensors) == sorted(f"model.layers.{NL}.mlp.experts.{e}.{p}" for e in range(E)
                                        for p in ("gate_proj", "up_proj", "down_proj"))
@@ -295,37 +295,37 @@ def test_f02_mtp_bf16_but_not_ignored(tmp_path):
 def test_f02_mtp_packed_but_ignored(tmp_path):
     build(tmp_path / "c", mtp="nvfp4")
     rep = audit_checkpoint(tmp_path / "c")
-    assert faults(rep) == {Code.F02_MTP_PACKED_BUT_IGNORED.value}
+    assert faults(rep) == {AuditCode.F02_MTP_PACKED_BUT_IGNORED.value}
     assert rep.mtp[0]["state"] == "packed-but-ignored" and rep.mtp[0]["packed_tensors"] == 3 * E * 4
 
 
 def test_mtp_quantized_and_targeted_is_not_a_fault(tmp_path):
     build(tmp_path / "c", mtp="nvfp4", ignore=card_ignore(NL)[1:])
     rep = audit_checkpoint(tmp_path / "c")
-    assert not faults(rep) and Code.MTP_QUANTIZED.value in rep.codes()
+    assert not faults(rep) and AuditCode.MTP_QUANTIZED.value in rep.codes()
 
 
 # --- F-03: the draft in MXFP4, the trunk in NVFP4 ---------------------------------------------------
 def test_f03_mtp_mxfp4_trunk_nvfp4(tmp_path):
     build(tmp_path / "c", mtp="mxfp4", ignore=card_ignore(NL)[1:], hidden=64, moe_inter=64)
     rep = audit_checkpoint(tmp_path / "c")
-    f = find(rep, Code.F03_MTP_FORMAT_DIFFERS)
+    f = find(rep, AuditCode.F03_MTP_FORMAT_DIFFERS)
     assert f.details["formats"] == {"MXFP4": 3 * E} and f.layers == [NL]
-    assert faults(rep) == {Code.F03_MTP_FORMAT_DIFFERS.value}
+    assert faults(rep) == {AuditCode.F03_MTP_FORMAT_DIFFERS.value}
     assert rep.config_summary["trunk_expert_format"] == "NVFP4"
 
 
 def test_f03_with_layer_ignored_also_gives_f02_iii(tmp_path):
     build(tmp_path / "c", mtp="mxfp4", hidden=64, moe_inter=64)
     rep = audit_checkpoint(tmp_path / "c")
-    assert faults(rep) == {Code.F03_MTP_FORMAT_DIFFERS.value, Code.F02_MTP_PACKED_BUT_IGNORED.value}
+    assert faults(rep) == {AuditCode.F03_MTP_FORMAT_DIFFERS.value, AuditCode.F02_MTP_PACKED_BUT_IGNORED.value}
 
 
 # --- F-04: W4A16 vs W4A4 config, and who serves which -------------------------------------------------
 def test_f04_weight_only_config(tmp_path):
     build(tmp_path / "c", w4a4=False)
     rep = audit_checkpoint(tmp_path / "c")
-    assert faults(rep) == {Code.F04_CONFIG_W4A16.value}
+    assert faults(rep) == {AuditCode.F04_CONFIG_W4A16.value}
     assert rep.config_summary["scheme"] == "W4A16"
     m = {(r["version"], r["gpu"][:3]): r["outcome"] for r in rep.serving}
     assert m[("0.5.20", "Bla")] == m[("0.5.21", "Hop")] == "crash"
@@ -345,13 +345,13 @@ def test_f04_w4a16_with_unshared_scales_is_refused_everywhere(tmp_path):
     build(tmp_path / "c", w4a4=False, share_gate_up=False)
     rep = audit_checkpoint(tmp_path / "c")
     assert {r["outcome"] for r in rep.serving} == {"crash", "refused"}
-    assert find(rep, Code.GATE_UP_SCALE_MISMATCH).severity == Severity.ERROR
+    assert find(rep, AuditCode.GATE_UP_SCALE_MISMATCH).severity == Severity.ERROR
 
 
 # --- F-05: routing shapes ---------------------------------------------------------------------------
-@pytest.mark.parametrize("shape, code", [((512, 8, 4, 8), Code.F05_ROUTING_OVER_LIMIT),
-                                         ((256, 8, 4, 8), Code.F05_ROUTING_AT_LIMIT),
-                                         ((16, 8, 1, 8), Code.F05_ROUTING_INVALID)])
+@pytest.mark.parametrize("shape, code", [((512, 8, 4, 8), AuditCode.F05_ROUTING_OVER_LIMIT),
+                                         ((256, 8, 4, 8), AuditCode.F05_ROUTING_AT_LIMIT),
+                                         ((16, 8, 1, 8), AuditCode.F05_ROUTING_INVALID)])
 def test_f05_routing_shapes(tmp_path, shape, code):
     build(tmp_path / "c", experts=shape[0], routing=shape, hidden=32, moe_inter=32, shards=1)
     rep = audit_checkpoint(tmp_path / "c")
@@ -376,7 +376,7 @@ def test_routing_rule_by_hand():
 def test_gate_up_mismatch_and_up_scale_error(tmp_path):
     build(tmp_path / "c", share_gate_up=False)
     rep = audit_checkpoint(tmp_path / "c")
-    f = find(rep, Code.GATE_UP_SCALE_MISMATCH)
+    f = find(rep, AuditCode.GATE_UP_SCALE_MISMATCH)
     assert f.severity == Severity.WARNING  # W4A4: SGLang logs and uses the gate's scale
     assert len(rep.gate_up) == (NL - DENSE) * E and rep.gate_up_summary["mismatched"] == (NL - DENSE) * E
     r = next(x for x in rep.gate_up if x["layer"] == 2 and x["expert"] == 4)
@@ -389,7 +389,7 @@ def test_gate_up_mismatch_and_up_scale_error(tmp_path):
 def test_copied_scales(tmp_path):
     build(tmp_path / "c", copied_scales=True)
     rep = audit_checkpoint(tmp_path / "c")
-    f = find(rep, Code.SCALES_ALL_IDENTICAL)
+    f = find(rep, AuditCode.SCALES_ALL_IDENTICAL)
     assert "448.0" in f.message and f.severity == Severity.WARNING
 
 
@@ -436,7 +436,7 @@ def test_suffix_ignore_reported_as_semantics_difference(tmp_path):
                                                               "shared_experts.down_proj"]
     build(tmp_path / "c", ignore=ign)
     rep = audit_checkpoint(tmp_path / "c")
-    f = find(rep, Code.IGNORE_SEMANTICS_DIFFER)
+    f = find(rep, AuditCode.IGNORE_SEMANTICS_DIFFER)
     assert "model.layers.1.mlp.shared_experts.gate_proj" in f.tensors and not rep.errors
 
 
@@ -554,7 +554,7 @@ def test_header_only_shards(tmp_path):
     with pytest.raises(ShardTruncated):
         audit_checkpoint(root)
     rep = audit_checkpoint(root, allow_missing_data=True)
-    assert Code.VALUES_NOT_READ.value in rep.codes() and not rep.size["data_complete"]
+    assert AuditCode.VALUES_NOT_READ.value in rep.codes() and not rep.size["data_complete"]
     assert rep.counts["measured"]["quantized_expert_modules"] == 3 * E * (NL - DENSE)
     assert read_shard_header(p, allow_missing_data=True).data_complete is False
 
@@ -592,7 +592,7 @@ def test_generated_and_quantized_checkpoint_is_clean(generated):
     rep = audit_checkpoint(out[True])
     assert not rep.fault_findings() and not rep.errors, ca.format_findings(rep.findings)
     for r in (rep, audit_checkpoint(out[False])):  # the project's own quantizer: plausible scales
-        assert Code.SCALE_VALUE_IMPLAUSIBLE.value not in r.codes(), ca.format_findings(r.findings)
+        assert AuditCode.SCALE_VALUE_IMPLAUSIBLE.value not in r.codes(), ca.format_findings(r.findings)
         assert r.input_scales["values_read"] and r.input_scales["input_all_one"]
     want = ling_layout.count_formulas(shape)  # the generator's own closed forms
     m = rep.counts["measured"]
@@ -607,7 +607,7 @@ def test_generated_and_quantized_checkpoint_is_clean(generated):
 def test_card_style_quantization_has_gate_up_mismatch(generated):
     _, _, out = generated
     rep = audit_checkpoint(out[False])
-    f = find(rep, Code.GATE_UP_SCALE_MISMATCH)
+    f = find(rep, AuditCode.GATE_UP_SCALE_MISMATCH)
     assert f.severity == Severity.WARNING and rep.gate_up_summary["mismatched"] > 0
     assert not rep.fault_findings()
 
@@ -623,7 +623,7 @@ def test_full_size_header_only_layout_counts(tmp_path):
     assert m["quantized_expert_modules"] == 61_440 == m["input_global_scales"]
     assert m["mla_kv_unpacked"] == 16
     assert rep.mtp[0]["layer"] == 42 and rep.mtp[0]["packed_tensors"] == 0
-    assert rep.routing["status"] == "over" and Code.F05_ROUTING_OVER_LIMIT.value in rep.codes()
+    assert rep.routing["status"] == "over" and AuditCode.F05_ROUTING_OVER_LIMIT.value in rep.codes()
 
 
 def test_shared_fusion_veto_rule():
@@ -631,9 +631,9 @@ def test_shared_fusion_veto_rule():
 
     cfg = {"num_shared_experts": 1, "moe_shared_expert_intermediate_size": 768, "moe_intermediate_size": 768}
     out: list = []
-    assert check_shared_fusion(cfg, card_ignore(42), out)["vetoed"] and out[-1].code == Code.SHARED_FUSION_VETOED
+    assert check_shared_fusion(cfg, card_ignore(42), out)["vetoed"] and out[-1].code == AuditCode.SHARED_FUSION_VETOED
     no_shared_ignore = [i for i in card_ignore(42) if "shared" not in i]
-    assert not check_shared_fusion(cfg, no_shared_ignore, out)["vetoed"] and out[-1].code == Code.SHARED_FUSION_ON
+    assert not check_shared_fusion(cfg, no_shared_ignore, out)["vetoed"] and out[-1].code == AuditCode.SHARED_FUSION_ON
     assert check_shared_fusion(cfg | {"moe_shared_expert_intermediate_size": 512}, no_shared_ignore, out)["vetoed"]
     assert check_shared_fusion({"num_shared_experts": 0}, [], out) == {"applies": False}
 

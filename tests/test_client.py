@@ -1,4 +1,4 @@
-"""client.py against the fake SGLang server speaking 0.5.23's streaming protocol."""
+"""serving/client.py against the fake SGLang server speaking 0.5.23's streaming protocol."""
 
 from __future__ import annotations
 

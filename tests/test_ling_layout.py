@@ -1,4 +1,4 @@
-"""ling_layout: names, counts, config and files of the Ling-layout generator."""
+"""checkpoint.layout: names, counts, config and files of the Ling-layout generator."""
 
 from __future__ import annotations
 

@@ -88,7 +88,7 @@ def test_scoped_counter_equals_token_weighted_without_other_traffic():
     (1.00, 0.00, None, False), (1.3, 0.15, 3, False), (2.6, 0.82, 3, False), (1.0, 0.0, 1, False),
 ])
 def test_broken_draft_rule(length, rate, draft, broken):  # F-08
-    assert mtp.broken_draft(length, rate, draft) is broken
+    assert acceptance.broken_draft(length, rate, draft) is broken
 
 
 def test_card_marks_come_from_the_claims_file():
@@ -101,7 +101,7 @@ BROKEN_CARD = {"accept_len": 1.0, "accept_rate": 0.0, "speedup": {1: 0.94, 2: 0.
 
 def _summary(model, depth, length, rate, speedup, draft=None):
     draft = depth + 1 if draft is None else draft
-    flag = "draft broken: check layer 42" if mtp.broken_draft(length, rate, draft) else ""
+    flag = "draft broken: check layer 42" if acceptance.broken_draft(length, rate, draft) else ""
     return {"model": model, "depth": depth, "accept len (token-weighted)": length,
             "accept rate (token-weighted)": rate, "speedup vs off (decode medians)": speedup, "flag": flag}
 

@@ -1,4 +1,4 @@
-"""quantize: the real model_free_ptq on a tiny Ling-layout checkpoint, the serving rewrite, bad input."""
+"""checkpoint.quantize: the real model_free_ptq on a tiny Ling-layout checkpoint, the serving rewrite, bad input."""
 
 from __future__ import annotations
 

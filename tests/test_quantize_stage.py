@@ -1,4 +1,4 @@
-"""quantize_stage: what notebook 01 calls, on a tiny shape in a temporary run folder."""
+"""stages.s01_quantize: what notebook 01 calls, on a tiny shape in a temporary run folder."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import pytest
 
 from ling_fixtures import TINY
 from nvfp4study.checkpoint import layout as L
+from nvfp4study.checkpoint import ptq as ptq_wing
+from nvfp4study.checkpoint import quantize as quantize_wing
 from nvfp4study.core.errors import OutputExists, StageInputMissing
 from nvfp4study.core.ledger import read_ledger
 from nvfp4study.core.params import load_params
@@ -81,8 +83,8 @@ def test_a_complete_identical_output_is_reused_unless_redo(run_dir, monkeypatch)
     def boom(*a, **k):
         raise AssertionError("quantized again")
 
-    monkeypatch.setattr(qs.quantize, "quantize_checkpoint", boom)
-    monkeypatch.setattr(qs.ptq, "run_ptq", boom)
+    monkeypatch.setattr(quantize_wing, "quantize_checkpoint", boom)
+    monkeypatch.setattr(ptq_wing, "run_ptq", boom)
     again = qs.plan(st.params, st.paths)
     assert again["action"] == "reuse" and "quantize.redo=true" in again["reason"]
     assert "Reusing" in qs.plan_markdown(again)

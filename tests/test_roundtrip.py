@@ -1,4 +1,4 @@
-"""roundtrip: compressed-tensors' NVFP4 codec vs the BF16 source, checked by hand on a few blocks."""
+"""checkpoint.roundtrip: compressed-tensors' NVFP4 codec vs the BF16 source, checked by hand on a few blocks."""
 
 from __future__ import annotations
 

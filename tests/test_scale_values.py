@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from nvfp4study.checkpoint.audit import Code, Severity, audit_checkpoint
+from nvfp4study.checkpoint.audit import AuditCode, Severity, audit_checkpoint
 from nvfp4study.checkpoint.check_scale_values import FLT_MIN, value_problem
 from test_checkpoint_audit import DENSE, NL, E, build
 
@@ -16,7 +16,7 @@ from test_checkpoint_audit import DENSE, NL, E, build
 def implausible(rep, param: str) -> dict[str, dict]:
     """reason -> details of the SCALE_VALUE_IMPLAUSIBLE findings for ``param``."""
     return {f.details["reason"]: f for f in rep.findings
-            if f.code == Code.SCALE_VALUE_IMPLAUSIBLE and f.details["param"] == param}
+            if f.code == AuditCode.SCALE_VALUE_IMPLAUSIBLE and f.details["param"] == param}
 
 
 def test_value_problem_by_hand():
@@ -27,7 +27,7 @@ def test_value_problem_by_hand():
 def test_clean_fixture_has_no_implausible_scale(tmp_path):
     build(tmp_path / "c")
     rep = audit_checkpoint(tmp_path / "c")
-    assert Code.SCALE_VALUE_IMPLAUSIBLE.value not in rep.codes()
+    assert AuditCode.SCALE_VALUE_IMPLAUSIBLE.value not in rep.codes()
     assert rep.input_scales["implausible"] == {"weight_global_scale": {}, "input_global_scale": {}}
 
 

@@ -1,4 +1,4 @@
-"""server.py: the command (checked against the real 0.5.23 wheel), the plan, GPU checks and the
+"""serving/server.py: the command (checked against the real 0.5.23 wheel), the plan, GPU checks and the
 process lifecycle against a fake SGLang run as a real subprocess."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from nvfp4study.core import ledger
 from nvfp4study.core.errors import ReplayDataMissing
 from nvfp4study.core.params import REPO_ROOT, dump_params, load_params
 from nvfp4study.core.stage import open_stage
-from nvfp4study.serving import decode_log, measure
+from nvfp4study.serving import acceptance, decode_log, measure
 from nvfp4study.stages import s04_launch as launch_checks
 from nvfp4study.stages import s06_mtp as mtp
 from nvfp4study.stages import s07_determinism as determinism
@@ -198,7 +198,7 @@ def test_broken_draft_checkpoint(tmp_path):  # F-08 end to end
     assert "check layer 42" in mtp.broken_draft_report(st).data
     mtp.record_claims(st)
     row = _ledger(run)["mtp.broken-draft"]
-    assert row["measured"]["accept_rate"] == 0.0 and row["measured"]["accept_len"] < mtp.BROKEN_LEN
+    assert row["measured"]["accept_rate"] == 0.0 and row["measured"]["accept_len"] < acceptance.BROKEN_LEN
     # the fake's speculative step costs 1 + 0.25 * 3 draft tokens: speedup about 1 / 1.75 = 0.57, slower than
     # none but more than 15 % below the card's 0.80 at k=2, so every check but the speedup match holds: partly
     assert row["measured"]["speedup"]["2"] < 0.68

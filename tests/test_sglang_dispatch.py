@@ -8,7 +8,7 @@ import pytest
 from nvfp4study.sglang import audit as sa
 from nvfp4study.sglang import dispatch as dp
 from nvfp4study.sglang import quant_methods as qm
-from nvfp4study.sglang.code_index import Code, class_defined
+from nvfp4study.sglang.code_index import CodeIndex, class_defined
 from nvfp4study.sglang.source import copy_tree
 from sglang_fixtures import VERSIONS, released
 
@@ -40,13 +40,13 @@ def test_the_cards_path_is_derived_step_by_step():
 
 def test_backend_predicates_are_read_from_the_enum():
     # layers/moe/utils.py 0.5.23 133-139: is_flashinfer_trtllm is true for two members
-    preds = dp.predicates(Code(released("0.5.23").root))
+    preds = dp.predicates(CodeIndex(released("0.5.23").root))
     assert preds["is_flashinfer_trtllm"] == {"flashinfer_trtllm", "experimental_sgl_trtllm"}
     assert preds["is_triton_kernels"] == {"triton_kernel"}
 
 
 def test_registry_and_cores():
-    code = Code(released("0.5.23").root)
+    code = CodeIndex(released("0.5.23").root)
     reg = dp.fused_registry(code)
     assert reg[("none", "marlin")] == [(SRT + "layers/moe/moe_runner/marlin.py", "fused_experts_none_to_marlin", 115)]
     assert reg[("flashinfer_megamoe", "flashinfer_megamoe")][0][0] == SRT + "layers/moe/flashinfer_megamoe.py"
@@ -58,7 +58,7 @@ def test_registry_and_cores():
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_wrappers_are_skipped_and_what_they_wrap_is_found(version):
-    methods = qm.moe_methods(Code(released(version).root))
+    methods = qm.moe_methods(CodeIndex(released(version).root))
     # CompressedTensorsFusedMoEMethod.apply forwards to layer.scheme.apply_weights
     assert "CompressedTensorsFusedMoEMethod" not in methods
     assert {"CompressedTensorsW4A4Nvfp4MoE", "UnquantizedFusedMoEMethod", "Fp8MoEMethod",

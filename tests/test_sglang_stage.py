@@ -1,4 +1,4 @@
-"""Stage 03's verdict rules (``sglang_stage.record_claims``) on small hand-made data files, and
+"""Stage 03's verdict rules (``s03_sglang.record_claims``) on small hand-made data files, and
 the patcher's roll-back on an interrupt. No SGLang tree is read: each test writes the five JSON
 files record_claims reads into a temp run folder, changes one thing, and checks the exact verdict."""
 

@@ -11,7 +11,7 @@ against what is stored, ``input_global_scale`` presence and finiteness per exper
 global-scale agreement per expert and the up_proj scale error SGLang's W4A4 scheme would apply,
 all-identical global scales, the routing shape against FlashInfer's grouped-routing limits,
 W4A4 vs W4A16 and which SGLang release / GPU generation serves it, the counts with the formulas
-that give the real model's numbers, and a list of :class:`Finding`.
+that give the real model's numbers, and a list of :class:`AuditFinding`.
 
 Fault verdicts (one line each in :mod:`.findings`, in full in ``docs/faults.md``): F-01 missing
 or non-finite activation scales ``F01-*``, F-02 MTP layer missing / BF16 not ignored / packed but
@@ -36,13 +36,13 @@ from . import quant_rules as qr
 from .check_config import check_clamp_lists, check_config, check_routing_shape, check_shared_fusion
 from .check_modules import apply_schemes, check_counts, check_mismatches, check_mtp, count_formulas
 from .check_scales import check_scales
-from .findings import FAULT_CODES, Code, Finding, Severity
+from .findings import FAULT_CODES, AuditCode, AuditFinding, Severity
 from .header import CheckpointHeaders, read_checkpoint_headers
-from .modules import CARD_ROWS, PACKED_FORMATS, Module, build_modules, build_tables
+from .modules import CARD_ROWS, PACKED_FORMATS, CheckpointModule, build_modules, build_tables
 from .reader import Reader
 from .validate import check_config_fields, config_from_bytes
 
-__all__ = ["CARD_ROWS", "FAULT_CODES", "AuditReport", "Code", "Finding", "Severity", "audit_checkpoint",
+__all__ = ["CARD_ROWS", "FAULT_CODES", "AuditReport", "AuditCode", "AuditFinding", "Severity", "audit_checkpoint",
            "count_formulas", "format_findings", "load_config", "main", "plot_layer_heatmap", "plot_up_scale_error"]
 
 
@@ -85,8 +85,8 @@ class AuditReport:
 
     path: str
     config_summary: dict[str, Any]
-    findings: list[Finding]
-    modules: dict[str, Module]
+    findings: list[AuditFinding]
+    modules: dict[str, CheckpointModule]
     headers: CheckpointHeaders
     precision_table: list[dict[str, Any]]
     layer_counts: list[dict[str, Any]]
@@ -102,13 +102,13 @@ class AuditReport:
     extra: dict[str, Any] = field(default_factory=dict)  # what a caller adds (e.g. real-size formulas)
 
     @property
-    def errors(self) -> list[Finding]:
+    def errors(self) -> list[AuditFinding]:
         return [f for f in self.findings if f.severity == Severity.ERROR]
 
     def codes(self) -> set[str]:
         return {f.code.value for f in self.findings}
 
-    def fault_findings(self) -> list[Finding]:
+    def fault_findings(self) -> list[AuditFinding]:
         return [f for f in self.findings if f.code in FAULT_CODES]
 
     def to_json(self) -> dict[str, Any]:
@@ -175,12 +175,12 @@ def _audit(root: Path, read_values: bool, allow_missing_data: bool, reader: Read
     ignore = [str(i) for i in (qc.get("ignore") or [])]
     nl = int(config["num_hidden_layers"])
     nn = int(config.get("num_nextn_predict_layers") or 0)
-    findings: list[Finding] = []
+    findings: list[AuditFinding] = []
     if headers.duplicates:
-        findings.append(Finding(Code.DUPLICATE_TENSOR, Severity.ERROR, f"{len(headers.duplicates)} tensors occur in more than one shard",
+        findings.append(AuditFinding(AuditCode.DUPLICATE_TENSOR, Severity.ERROR, f"{len(headers.duplicates)} tensors occur in more than one shard",
                                 sorted(headers.duplicates), details={"shards": headers.duplicates}))
     if headers.unlisted:
-        findings.append(Finding(Code.INDEX_UNLISTED_TENSOR, Severity.WARNING,
+        findings.append(AuditFinding(AuditCode.INDEX_UNLISTED_TENSOR, Severity.WARNING,
                                 f"{len(headers.unlisted)} tensors are in shards but not in the index weight_map", headers.unlisted))
     modules = build_modules(headers)
     config_summary = check_config(config, groups, findings)
@@ -271,7 +271,7 @@ def plot_up_scale_error(report: AuditReport, out: str | Path) -> Path:
     return out
 
 
-def format_findings(findings: list[Finding], limit: int = 6) -> str:
+def format_findings(findings: list[AuditFinding], limit: int = 6) -> str:
     """Human-readable findings, one block each, at most ``limit`` tensor names shown."""
     lines = []
     for f in findings:

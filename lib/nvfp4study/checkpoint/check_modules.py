@@ -4,7 +4,7 @@
 compares it with the stored format (including the MTP verdicts F-02 (ii)/(iii) and F-03),
 :func:`check_mtp` reports the state of each MTP (NEXTN) layer (F-02 (i): missing), and
 :func:`check_counts` sets measured counts beside the closed forms of :func:`count_formulas`.
-Each check appends :class:`~nvfp4study.checkpoint.findings.Finding` objects and returns what it measured.
+Each check appends :class:`~nvfp4study.checkpoint.findings.AuditFinding` objects and returns what it measured.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from . import quant_rules as qr
-from .findings import Code, Finding, Severity
+from .findings import AuditCode, AuditFinding, Severity
 from .modules import (
     _ENGINE_KIND,
     PACKED_FORMATS,
-    Module,
+    CheckpointModule,
     ct_scheme,
     engine_scheme,
     is_weighted_linear,
@@ -58,8 +58,8 @@ def count_formulas(config: dict[str, Any], mtp_other_tensors: int | None = None)
     return out
 
 
-def apply_schemes(modules: dict[str, Module], ignore: list[str], groups: list[qr.ConfigGroup],
-                   findings: list[Finding]) -> None:
+def apply_schemes(modules: dict[str, CheckpointModule], ignore: list[str], groups: list[qr.ConfigGroup],
+                   findings: list[AuditFinding]) -> None:
     """Set ``engine`` on every addressable module (SGLang's rules; experts per layer from expert 0)
     and report where compressed-tensors' rules would disagree."""
     layer_moe: dict[int, tuple[str | None, str]] = {}
@@ -68,7 +68,7 @@ def apply_schemes(modules: dict[str, Module], ignore: list[str], groups: list[qr
         base = f"model.layers.{layer}.mlp.experts.0."
         picks = [engine_scheme(base + p, "routed_expert", ignore, groups) for p in ("gate_proj", "up_proj", "down_proj")]
         if len({p[0] for p in picks}) > 1:
-            findings.append(Finding(Code.MOE_SCHEME_SPLIT, Severity.ERROR,
+            findings.append(AuditFinding(AuditCode.MOE_SCHEME_SPLIT, Severity.ERROR,
                                     f"layer {layer}: expert 0's gate/up/down get different schemes {[p[0] for p in picks]}; "
                                     "SGLang raises 'All MoE projections need to have same quantization scheme' "
                                     "(compressed_tensors.py 887-896)", [base + p for p in ("gate_proj", "up_proj", "down_proj")], [layer]))
@@ -86,70 +86,70 @@ def apply_schemes(modules: dict[str, Module], ignore: list[str], groups: list[qr
                 and "unmatched" not in m.engine_note:
             differ.append(m.name)
     if differ:
-        findings.append(Finding(Code.IGNORE_SEMANTICS_DIFFER, Severity.INFO,
+        findings.append(AuditFinding(AuditCode.IGNORE_SEMANTICS_DIFFER, Severity.INFO,
                                 f"{len(differ)} modules get a different scheme under compressed-tensors' matching "
                                 "(exact / re: names, exact class; utils/match.py 344-466) than under SGLang's "
                                 "(dotted-suffix ignore, class substring, one decision per MoE layer from expert 0)",
                                 differ[:200], sorted({modules[n].layer for n in differ}), {"count": len(differ)}))
 
 
-def check_mismatches(modules: dict[str, Module], groups: list[qr.ConfigGroup], mtp: set[int],
-                trunk_fmt: str | None, findings: list[Finding]) -> None:
+def check_mismatches(modules: dict[str, CheckpointModule], groups: list[qr.ConfigGroup], mtp: set[int],
+                trunk_fmt: str | None, findings: list[AuditFinding]) -> None:
     """Compare each addressable module's stored format with the scheme SGLang applies to it:
     TARGETED_BUT_PLAIN / PACKED_BUT_IGNORED / FORMAT_MISMATCH / UNMATCHED_LINEAR, and in the MTP
     layers the F-02 (ii)/(iii) and F-03 verdicts; PACKED_LAYOUT_INVALID for bad packed modules."""
     fmt_of = {g.name: g.weight_format for g in groups}
-    buckets: dict[Code, list[Module]] = defaultdict(list)
+    buckets: dict[AuditCode, list[CheckpointModule]] = defaultdict(list)
     for m in modules.values():
         if m.fmt == "INVALID-PACKED":
-            buckets[Code.PACKED_LAYOUT_INVALID].append(m)
+            buckets[AuditCode.PACKED_LAYOUT_INVALID].append(m)
         if not is_weighted_linear(m):
             continue
         in_mtp = m.layer in mtp
         if "unmatched" in m.engine_note:
-            buckets[Code.UNMATCHED_LINEAR].append(m)
+            buckets[AuditCode.UNMATCHED_LINEAR].append(m)
         elif m.engine is not None and not m.packed:
-            buckets[Code.F02_MTP_BF16_NOT_IGNORED if in_mtp else Code.TARGETED_BUT_PLAIN].append(m)
+            buckets[AuditCode.F02_MTP_BF16_NOT_IGNORED if in_mtp else AuditCode.TARGETED_BUT_PLAIN].append(m)
         elif m.engine is None and m.packed:
-            buckets[Code.F02_MTP_PACKED_BUT_IGNORED if in_mtp else Code.PACKED_BUT_IGNORED].append(m)
+            buckets[AuditCode.F02_MTP_PACKED_BUT_IGNORED if in_mtp else AuditCode.PACKED_BUT_IGNORED].append(m)
         elif m.engine is not None and m.packed and m.fmt != fmt_of.get(m.engine) and m.fmt != "INVALID-PACKED":
-            buckets[Code.FORMAT_MISMATCH].append(m)
+            buckets[AuditCode.FORMAT_MISMATCH].append(m)
         if in_mtp and m.component == "routed_expert" and m.fmt in PACKED_FORMATS and trunk_fmt and m.fmt != trunk_fmt:
-            buckets[Code.F03_MTP_FORMAT_DIFFERS].append(m)
+            buckets[AuditCode.F03_MTP_FORMAT_DIFFERS].append(m)
     texts = {
-        Code.PACKED_LAYOUT_INVALID: "packed tensors whose scales do not fit NVFP4 or MXFP4",
-        Code.UNMATCHED_LINEAR: "Linear modules neither ignored nor targeted: SGLang raises 'Unable to find "
+        AuditCode.PACKED_LAYOUT_INVALID: "packed tensors whose scales do not fit NVFP4 or MXFP4",
+        AuditCode.UNMATCHED_LINEAR: "Linear modules neither ignored nor targeted: SGLang raises 'Unable to find "
                                "matching target' (compressed_tensors/utils.py 143-147)",
-        Code.TARGETED_BUT_PLAIN: "modules stored in plain precision that the config targets: the engine "
+        AuditCode.TARGETED_BUT_PLAIN: "modules stored in plain precision that the config targets: the engine "
                                  "builds an FP4 module over them",
-        Code.PACKED_BUT_IGNORED: "packed modules the config ignores: the engine expects plain weights",
-        Code.FORMAT_MISMATCH: "packed modules in a format different from the config scheme that targets them",
-        Code.F02_MTP_BF16_NOT_IGNORED: "MTP layer stored in plain precision but no ignore pattern matches it: "
+        AuditCode.PACKED_BUT_IGNORED: "packed modules the config ignores: the engine expects plain weights",
+        AuditCode.FORMAT_MISMATCH: "packed modules in a format different from the config scheme that targets them",
+        AuditCode.F02_MTP_BF16_NOT_IGNORED: "MTP layer stored in plain precision but no ignore pattern matches it: "
                                        "the engine builds an FP4 draft over BF16 tensors (card: accept len 1.00, accept rate 0.00)",
-        Code.F02_MTP_PACKED_BUT_IGNORED: "MTP layer experts are packed while ignore claims the layer stays BF16",
-        Code.F03_MTP_FORMAT_DIFFERS: f"MTP layer experts are in a different FP4 format from the trunk's {trunk_fmt}",
+        AuditCode.F02_MTP_PACKED_BUT_IGNORED: "MTP layer experts are packed while ignore claims the layer stays BF16",
+        AuditCode.F03_MTP_FORMAT_DIFFERS: f"MTP layer experts are in a different FP4 format from the trunk's {trunk_fmt}",
     }
     for code, ms in buckets.items():
         layers = sorted({m.layer for m in ms})
         fmts = Counter(m.fmt for m in ms)
-        findings.append(Finding(code, Severity.ERROR, f"{len(ms)} {texts[code]}; layers {ranges(layers)}; stored {dict(fmts)}",
+        findings.append(AuditFinding(code, Severity.ERROR, f"{len(ms)} {texts[code]}; layers {ranges(layers)}; stored {dict(fmts)}",
                                 [m.name for m in ms], layers,
                                 {"count": len(ms), "formats": dict(fmts),
                                  "problems": sorted({m.problem for m in ms if m.problem})[:20]}))
 
 
-def check_mtp(modules: dict[str, Module], config: dict[str, Any], ignore: list[str],
-               trunk_fmt: str | None, findings: list[Finding]) -> list[dict[str, Any]]:
+def check_mtp(modules: dict[str, CheckpointModule], config: dict[str, Any], ignore: list[str],
+               trunk_fmt: str | None, findings: list[AuditFinding]) -> list[dict[str, Any]]:
     """The MTP layers' state: present?, packed/plain tensor counts, ignored?, verdict."""
     nl = int(config["num_hidden_layers"])
     nn = int(config.get("num_nextn_predict_layers") or 0)
-    by_layer: dict[int, list[Module]] = defaultdict(list)
+    by_layer: dict[int, list[CheckpointModule]] = defaultdict(list)
     for m in modules.values():
         if m.layer >= nl:
             by_layer[m.layer].append(m)
     extra = sorted(set(by_layer) - set(range(nl, nl + nn)))
     if extra:
-        findings.append(Finding(Code.MTP_UNDECLARED, Severity.INFO,
+        findings.append(AuditFinding(AuditCode.MTP_UNDECLARED, Severity.INFO,
                                 f"layers {ranges(extra)} are stored but num_nextn_predict_layers is {nn}: "
                                 "the engine never loads them", layers=extra))
     out = []
@@ -170,30 +170,30 @@ def check_mtp(modules: dict[str, Module], config: dict[str, Any], ignore: list[s
         codes = {f.code for f in findings if layer in f.layers}
         if not tensors:
             row["state"] = "missing"
-            findings.append(Finding(Code.F02_MTP_MISSING, Severity.ERROR,
+            findings.append(AuditFinding(AuditCode.F02_MTP_MISSING, Severity.ERROR,
                                     f"num_nextn_predict_layers = {nn} but no model.layers.{layer}.* tensor exists: "
                                     "the NEXTN draft has no weights", [f"model.layers.{layer}.*"], [layer]))
-        elif Code.F02_MTP_BF16_NOT_IGNORED in codes:
+        elif AuditCode.F02_MTP_BF16_NOT_IGNORED in codes:
             row["state"] = "bf16-not-ignored"
-        elif Code.F02_MTP_PACKED_BUT_IGNORED in codes:
+        elif AuditCode.F02_MTP_PACKED_BUT_IGNORED in codes:
             row["state"] = "packed-but-ignored"
-        elif Code.F03_MTP_FORMAT_DIFFERS in codes:
+        elif AuditCode.F03_MTP_FORMAT_DIFFERS in codes:
             row["state"] = "format-differs"
         elif packed == 0:
             row["state"] = "bf16-ignored"
-            findings.append(Finding(Code.MTP_BF16_IGNORED, Severity.INFO,
+            findings.append(AuditFinding(AuditCode.MTP_BF16_IGNORED, Severity.INFO,
                                     f"MTP layer {layer}: {len(tensors)} tensors, all plain "
                                     f"({', '.join(sorted({t.dtype for t in tensors}))}), ignored by {ignored_by}", layers=[layer]))
         else:
             row["state"] = "quantized"
-            findings.append(Finding(Code.MTP_QUANTIZED, Severity.INFO,
+            findings.append(AuditFinding(AuditCode.MTP_QUANTIZED, Severity.INFO,
                                     f"MTP layer {layer}: experts stored {dict(efmt)} and targeted by the config "
                                     f"(same format as the trunk's {trunk_fmt})", layers=[layer]))
         out.append(row)
     return out
 
 
-def check_counts(modules: dict[str, Module], config: dict[str, Any], findings: list[Finding], scheme: str) -> dict[str, Any]:
+def check_counts(modules: dict[str, CheckpointModule], config: dict[str, Any], findings: list[AuditFinding], scheme: str) -> dict[str, Any]:
     """Measured counts (quantized expert projections, input scales, unpacked MLA kv projections,
     MTP layer tensors) beside :func:`count_formulas` on the audited config; a difference is a
     COUNT_FORMULA_MISMATCH warning, experts per layer other than ``num_experts`` an
@@ -223,12 +223,12 @@ def check_counts(modules: dict[str, Module], config: dict[str, Any], findings: l
     want = set(range(int(config.get("num_experts") or 0)))
     off = sorted(la for la, s in ids.items() if s != want)
     if off:
-        findings.append(Finding(Code.EXPERT_COUNT_MISMATCH, Severity.WARNING,
+        findings.append(AuditFinding(AuditCode.EXPERT_COUNT_MISMATCH, Severity.WARNING,
                                 f"layers {ranges(off)} store experts {sorted({len(ids[la]) for la in off})} "
                                 f"where num_experts is {len(want)}", layers=off))
     for key in ("quantized_expert_modules", "mla_kv_unpacked") + (("input_global_scales",) if scheme == "W4A4" else ()):
         if measured[key] != formulas[key]["value"]:
-            findings.append(Finding(Code.COUNT_FORMULA_MISMATCH, Severity.WARNING,
+            findings.append(AuditFinding(AuditCode.COUNT_FORMULA_MISMATCH, Severity.WARNING,
                                     f"{key}: measured {measured[key]}, the layout formula gives {formulas[key]['value']} "
                                     f"({formulas[key]['formula']})", details={"key": key}))
     return {"measured": measured, "formulas": formulas}

@@ -9,7 +9,7 @@ infinite value; 1.0 is the fallback of an all-zero or NaN tensor, so many expert
 dead experts. Independent experts
 and layers do not share one bit-identical value wholesale. A converter bug does: a scale copied
 to every expert of a layer, one layer's scale vector pasted into another layer, an uninitialised
-or clipped value. Each such value is a :data:`~nvfp4study.checkpoint.findings.Code.SCALE_VALUE_IMPLAUSIBLE`
+or clipped value. Each such value is a :data:`~nvfp4study.checkpoint.findings.AuditCode.SCALE_VALUE_IMPLAUSIBLE`
 finding naming the experts (``details["experts"]``: layer -> projection -> expert ids).
 
 Exemption: an ``input_global_scale`` of exactly 1.0 on every expert is the placeholder the
@@ -23,8 +23,8 @@ import math
 from collections import Counter, defaultdict
 from typing import Any
 
-from .findings import Code, Finding, Severity
-from .modules import Module, ranges
+from .findings import AuditCode, AuditFinding, Severity
+from .modules import CheckpointModule, ranges
 
 #: the smallest normal float32, 2^-126 (IEEE 754 binary32); a [1] F32 scale below it in magnitude
 #: (and not 0) is subnormal: 1 / scale overflows float32 and the value cannot come from 2688 / amax.
@@ -53,7 +53,7 @@ def value_problem(v: float | None) -> str | None:
     return None
 
 
-def check_scale_values(experts: list[Module], vals: dict[str, float], findings: list[Finding]) -> dict[str, Any]:
+def check_scale_values(experts: list[CheckpointModule], vals: dict[str, float], findings: list[AuditFinding]) -> dict[str, Any]:
     """Check every routed expert's ``weight_global_scale`` and ``input_global_scale`` value.
 
     Args:
@@ -117,7 +117,7 @@ def check_scale_values(experts: list[Module], vals: dict[str, float], findings: 
                                                f"least {COPY_FRACTION:.0%} of their layer's experts (copied, not calibrated)")
             else:
                 sev, what = Severity.WARNING, "repeat another layer's per-expert values exactly (a layer copied)"
-            findings.append(Finding(Code.SCALE_VALUE_IMPLAUSIBLE, sev,
+            findings.append(AuditFinding(AuditCode.SCALE_VALUE_IMPLAUSIBLE, sev,
                                     f"{len(keys)} expert {param} values {what}; layers {ranges(layers)}; {text}",
                                     [names[k] for k in sorted(keys)][:500], layers,
                                     {"param": param, "reason": reason, "count": len(keys), "experts": det}))

@@ -18,13 +18,13 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from .check_scale_values import check_scale_values
-from .findings import Code, Finding, Severity
+from .findings import AuditCode, AuditFinding, Severity
 from .header import CheckpointHeaders, read_scalars
-from .modules import Module, ranges
+from .modules import CheckpointModule, ranges
 
 
-def check_scales(modules: dict[str, Module], headers: CheckpointHeaders, scheme: str, read_values: bool,
-                  findings: list[Finding]) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+def check_scales(modules: dict[str, CheckpointModule], headers: CheckpointHeaders, scheme: str, read_values: bool,
+                  findings: list[AuditFinding]) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
     """F-01 (input_global_scale per expert), weight scale finiteness, gate/up agreement, copies."""
 
     q = [m for m in modules.values() if m.fmt == "NVFP4"]
@@ -33,7 +33,7 @@ def check_scales(modules: dict[str, Module], headers: CheckpointHeaders, scheme:
     bad_layout = [m.params[p].name for m in q for p in ("input_global_scale", "weight_global_scale")
                   if p in m.params and (m.params[p].dtype != "F32" or m.params[p].numel != 1)]
     if bad_layout:
-        findings.append(Finding(Code.SCALE_LAYOUT_INVALID, Severity.ERROR,
+        findings.append(AuditFinding(AuditCode.SCALE_LAYOUT_INVALID, Severity.ERROR,
                                 f"{len(bad_layout)} global scales are not F32 [1]", bad_layout,
                                 sorted({modules[n.rpartition('.')[0]].layer for n in bad_layout})))
     missing: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
@@ -48,13 +48,13 @@ def check_scales(modules: dict[str, Module], headers: CheckpointHeaders, scheme:
     if missing_names and (scheme == "W4A4" or with_in):
         sev = Severity.ERROR if scheme == "W4A4" else Severity.WARNING
         det = {str(layer): {p: sorted(v) for p, v in sorted(d.items())} for layer, d in sorted(missing.items())}
-        findings.append(Finding(Code.F01_INPUT_SCALE_MISSING, sev,
+        findings.append(AuditFinding(AuditCode.F01_INPUT_SCALE_MISSING, sev,
                                 f"{len(missing_names)} expert projections lack input_global_scale "
                                 f"({'W4A4 config: SGLang fills them from torch.empty, NaN logits' if scheme == 'W4A4' else 'inconsistent with the others'}); "
                                 + "; ".join(f"layer {k}: " + ", ".join(f"{p} {v}" for p, v in d.items()) for k, d in list(det.items())[:4]),
                                 missing_names, sorted(missing), {"missing": det}))
     if scheme == "W4A16" and with_in:
-        findings.append(Finding(Code.INPUT_SCALE_UNEXPECTED, Severity.WARNING,
+        findings.append(AuditFinding(AuditCode.INPUT_SCALE_UNEXPECTED, Severity.WARNING,
                                 f"{len(with_in)} input_global_scale tensors with a W4A16 config: SGLang's W4A16 Marlin "
                                 "scheme registers them only for W4A4 checkpoints; its docstring says the expert loader "
                                 "raises KeyError for a tensor with no destination (compressed_tensors_w4a16_nvfp4_moe.py 35-39)",
@@ -62,7 +62,7 @@ def check_scales(modules: dict[str, Module], headers: CheckpointHeaders, scheme:
     gate_up: list[dict[str, Any]] = []
     gsum: dict[str, Any] = {"pairs": 0, "mismatched": 0}
     if not read_values:
-        findings.append(Finding(Code.VALUES_NOT_READ, Severity.INFO,
+        findings.append(AuditFinding(AuditCode.VALUES_NOT_READ, Severity.INFO,
                                 "scale values not read (header-only mode): finiteness, gate/up and copied-scale checks skipped"))
         return summary, gate_up, gsum
     names = [m.params[p].name for m in q for p in ("weight_global_scale", "input_global_scale")
@@ -83,7 +83,7 @@ def check_scales(modules: dict[str, Module], headers: CheckpointHeaders, scheme:
                     "input_all_one": bool(finite_in) and all(v == 1.0 for v in finite_in) and not bad_in_names})
     if bad_in_names:
         det = {str(layer): {p: sorted(v) for p, v in d.items()} for layer, d in sorted(bad_in.items())}
-        findings.append(Finding(Code.F01_INPUT_SCALE_NONFINITE, Severity.ERROR,
+        findings.append(AuditFinding(AuditCode.F01_INPUT_SCALE_NONFINITE, Severity.ERROR,
                                 f"{len(bad_in_names)} input_global_scale values are 0, negative, NaN or inf "
                                 "(alpha = 1 / input_global_scale x ... becomes inf/NaN); "
                                 + "; ".join(f"layer {k}: " + ", ".join(f"{p} {v}" for p, v in d.items()) for k, d in list(det.items())[:4]),
@@ -91,7 +91,7 @@ def check_scales(modules: dict[str, Module], headers: CheckpointHeaders, scheme:
     wgs = {m.name: vals.get(m.params["weight_global_scale"].name) for m in q if "weight_global_scale" in m.params}
     bad_w = [n + ".weight_global_scale" for n, v in wgs.items() if v is None or not math.isfinite(v) or v <= 0]
     if bad_w:
-        findings.append(Finding(Code.WEIGHT_SCALE_NONFINITE, Severity.ERROR,
+        findings.append(AuditFinding(AuditCode.WEIGHT_SCALE_NONFINITE, Severity.ERROR,
                                 f"{len(bad_w)} weight_global_scale values are 0, negative, NaN or inf", bad_w,
                                 sorted({modules[n.rpartition('.')[0]].layer for n in bad_w})))
     pairs: dict[tuple[int, int], dict[str, float]] = defaultdict(dict)
@@ -114,7 +114,7 @@ def check_scales(modules: dict[str, Module], headers: CheckpointHeaders, scheme:
             "median_abs_up_scale_error": sorted(errs)[len(errs) // 2] if errs else None}
     if mism:
         sev = Severity.ERROR if scheme == "W4A16" else Severity.WARNING
-        findings.append(Finding(Code.GATE_UP_SCALE_MISMATCH, sev,
+        findings.append(AuditFinding(AuditCode.GATE_UP_SCALE_MISMATCH, sev,
                                 f"{len(mism)} of {len(gate_up)} experts have different gate and up weight_global_scale; "
                                 "SGLang's W4A4 scheme uses the gate's for both (w4a4_nvfp4_moe.py 187-198), so up_proj is "
                                 f"dequantized x up/gate (|error| median {gsum['median_abs_up_scale_error']:.3g}, max "
@@ -123,7 +123,7 @@ def check_scales(modules: dict[str, Module], headers: CheckpointHeaders, scheme:
                                 [f"model.layers.{la}.mlp.experts.{e}.up_proj.weight_global_scale" for la, e in mism],
                                 sorted({la for la, _ in mism}), gsum))
     elif gate_up:
-        findings.append(Finding(Code.GATE_UP_SCALE_SHARED, Severity.INFO,
+        findings.append(AuditFinding(AuditCode.GATE_UP_SCALE_SHARED, Severity.INFO,
                                 f"all {len(gate_up)} experts share one global scale for gate and up"))
     ev = [v for m in experts if (v := wgs.get(m.name)) is not None and math.isfinite(v)]
     by_layer: dict[int, set[float]] = defaultdict(set)
@@ -135,13 +135,13 @@ def check_scales(modules: dict[str, Module], headers: CheckpointHeaders, scheme:
     gsum["distinct_expert_weight_scales"] = len(set(ev))
     summary["implausible"] = check_scale_values(experts, vals, findings)  # copies, 0, <0, subnormal, inf, NaN
     if len(ev) > 1 and len(set(ev)) == 1:
-        findings.append(Finding(Code.SCALES_ALL_IDENTICAL, Severity.WARNING,
+        findings.append(AuditFinding(AuditCode.SCALES_ALL_IDENTICAL, Severity.WARNING,
                                 f"all {len(ev)} expert weight_global_scale values are {ev[0]!r}: scales look copied, "
                                 "not computed per tensor (2688 / amax)", layers=sorted(by_layer)))
     else:
         same = [la for la, s in by_layer.items() if len(s) == 1 and n_by_layer[la] > 3]
         if same:
-            findings.append(Finding(Code.SCALES_ALL_IDENTICAL, Severity.WARNING,
+            findings.append(AuditFinding(AuditCode.SCALES_ALL_IDENTICAL, Severity.WARNING,
                                     f"layers {ranges(same)}: every expert weight_global_scale in the layer is identical "
                                     "(copied-scale smell)", layers=sorted(same)))
     return summary, gate_up, gsum

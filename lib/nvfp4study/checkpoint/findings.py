@@ -1,4 +1,4 @@
-"""Audit findings: the :class:`Code` of every result, its :class:`Severity` and the :class:`Finding` record.
+"""Audit findings: the :class:`AuditCode` of every result, its :class:`Severity` and the :class:`AuditFinding` record.
 
 Codes ``F0n-*`` are the verdicts of the five checkpoint faults the study checks (one line each;
 ``docs/faults.md`` has the full text):
@@ -29,8 +29,8 @@ class Severity(StrEnum):
     ERROR = "error"
 
 
-class Code(StrEnum):
-    """Finding codes. ``F0n-*`` are the verdicts of the faults F-01..F-05 (module docstring)."""
+class AuditCode(StrEnum):
+    """Audit finding codes. ``F0n-*`` are the verdicts of the faults F-01..F-05 (module docstring)."""
 
     F01_INPUT_SCALE_MISSING = "F01-input-scale-missing"
     F01_INPUT_SCALE_NONFINITE = "F01-input-scale-nonfinite"
@@ -74,14 +74,14 @@ class Code(StrEnum):
     SHARED_FUSION_ON = "shared-fusion-on"
 
 
-FAULT_CODES = frozenset(c for c in Code if c.value.startswith("F0"))
+FAULT_CODES = frozenset(c for c in AuditCode if c.value.startswith("F0"))
 
 
 @dataclass
-class Finding:
+class AuditFinding:
     """One audit result: a code, a severity, what it concerns and a sentence."""
 
-    code: Code
+    code: AuditCode
     severity: Severity
     message: str
     tensors: list[str] = field(default_factory=list)

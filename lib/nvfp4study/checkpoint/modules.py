@@ -81,8 +81,8 @@ def classify(module: str, param: str) -> tuple[int, str, int, str]:
 
 
 @dataclass
-class Module:
-    """The tensors of one module and what they add up to."""
+class CheckpointModule:
+    """The tensors of one module of the checkpoint (a Linear layer, a norm, an embedding) and what they add up to."""
 
     name: str
     layer: int
@@ -184,7 +184,7 @@ def ranges(xs: list[int]) -> str:
     return ", ".join(parts)
 
 
-def build_modules(headers: CheckpointHeaders) -> dict[str, Module]:
+def build_modules(headers: CheckpointHeaders) -> dict[str, CheckpointModule]:
     """Group the tensors by module (name minus its last part) and classify each module."""
     groups: dict[str, dict[str, TensorHeader]] = defaultdict(dict)
     for name, t in headers.tensors.items():
@@ -194,19 +194,19 @@ def build_modules(headers: CheckpointHeaders) -> dict[str, Module]:
     for mod, params in groups.items():
         first = next(iter(params))
         layer, comp, expert, proj = classify(mod, first)
-        m = Module(mod, layer, comp, expert, proj, params)
+        m = CheckpointModule(mod, layer, comp, expert, proj, params)
         m.fmt, m.problem = module_format(params)
         modules[mod] = m
     return modules
 
 
-def is_weighted_linear(m: Module) -> bool:
+def is_weighted_linear(m: CheckpointModule) -> bool:
     """A module the config's Linear targets can address: a 2-D weight (or packed weight)."""
     w = m.params.get("weight_packed") or m.params.get("weight")
     return w is not None and len(w.shape) == 2
 
 
-def build_tables(modules: dict[str, Module], nl: int, nn: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def build_tables(modules: dict[str, CheckpointModule], nl: int, nn: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The precision table (card row x stored precision: modules, tensors, bytes, layers) and the
     per-layer counts (packed FP4 weights, their scale tensors, plain tensors)."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}

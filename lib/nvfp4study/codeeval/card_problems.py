@@ -7,7 +7,7 @@ docstring (ending with a newline), the body completes it, and ``test`` defines
 ``elif arr[mid] < x Advisory:`` from a binary search, ``seen.add(culp)`` from an
 order-preserving dedupe), so the list starts with those three and adds twelve more of the same
 size. The card's claim sets of 15 and 10 tasks are defined on this list, in this order
-(``CorruptionParams.claim_tasks``; see ``corruption.py``).
+(``CorruptionParams.claim_tasks``; see :func:`nvfp4study.codeeval.served_data.claim_task_ids`).
 :func:`nvfp4study.codeeval.tasks.card_tasks` turns the rows into :class:`~nvfp4study.codeeval.tasks.Task`;
 every body passes its test (``tests/test_tasks.py`` runs them in the sandbox).
 """

@@ -35,14 +35,14 @@ from pathlib import Path
 from ..core.errors import CompletionFormatError, DetectInputError
 from .bounds import MAX_BYTES, check_nesting, check_size
 from .extract import Extraction, extract_code, extract_message
-from .findings import Detection, Finding, FindingKind, status_of
+from .findings import Detection, DetectorFinding, FindingKind, status_of
 from .recovery import recover
 from .token_scan import char_findings, decode, glued_names, non_ascii
 from .undefined import prompt_bindings, undefined_names
 
 
 def detect_code(code: str, prompt: str | None = None, *, source: str = "bare",
-                pre: list[Finding] | None = None) -> Detection:
+                pre: list[DetectorFinding] | None = None) -> Detection:
     """Classify one piece of (already extracted) Python code.
 
     Args:
@@ -65,7 +65,7 @@ def detect_code(code: str, prompt: str | None = None, *, source: str = "bare",
     code, chars = char_findings(code)
     findings += chars
     if not code.strip():
-        findings.append(Finding(FindingKind.NO_CODE, None, None, ""))
+        findings.append(DetectorFinding(FindingKind.NO_CODE, None, None, ""))
         return Detection(status_of(findings), findings, code, source, False, None)
     offset = 0
     checked = code
@@ -88,12 +88,12 @@ def detect_code(code: str, prompt: str | None = None, *, source: str = "bare",
 
 
 def _checks(code: str, checked: str, scope_prompt: str | None, offset: int,
-            findings: list[Finding], source: str) -> Detection:
+            findings: list[DetectorFinding], source: str) -> Detection:
     """Steps 2-4 of the module docstring on ``checked`` (``code``, or the prompt + ``code``)."""
     scope = prompt_bindings(scope_prompt) if scope_prompt else set()
 
-    def shift(fs: list[Finding]) -> list[Finding]:
-        return [Finding(f.kind, f.line - offset, f.col, f.text, f.detail) for f in fs
+    def shift(fs: list[DetectorFinding]) -> list[DetectorFinding]:
+        return [DetectorFinding(f.kind, f.line - offset, f.col, f.text, f.detail) for f in fs
                 if f.line is None or f.line > offset]
 
     findings += shift(glued_names(checked))
@@ -113,10 +113,10 @@ def _checks(code: str, checked: str, scope_prompt: str | None, offset: int,
                      non_ascii_in_text=in_text - in_prompt_text)
 
 
-def _unjudged(kind: FindingKind, why: str, findings: list[Finding], code: str,
+def _unjudged(kind: FindingKind, why: str, findings: list[DetectorFinding], code: str,
               source: str) -> Detection:
     """A ``too_large`` / ``too_deep`` verdict: the bound's finding after those already made."""
-    findings = [*findings, Finding(kind, None, None, "", why)]
+    findings = [*findings, DetectorFinding(kind, None, None, "", why)]
     return Detection(status_of(findings), findings, code, source, parsed=False, recovered=None)
 
 
@@ -134,9 +134,9 @@ def detect_completion(content: str | None, reasoning_content: str | None = None,
     return _detect_extraction(ex, prompt)
 
 
-def _detect_extraction(ex: Extraction, prompt: str | None, pre: list[Finding] | None = None) -> Detection:
+def _detect_extraction(ex: Extraction, prompt: str | None, pre: list[DetectorFinding] | None = None) -> Detection:
     pre = list(pre or [])
-    pre += [Finding(FindingKind.JUNK_FENCE, None, None, j, "text after a closing fence")
+    pre += [DetectorFinding(FindingKind.JUNK_FENCE, None, None, j, "text after a closing fence")
             for j in ex.fence_junk]
     det = detect_code(ex.code, prompt, source=str(ex.source), pre=pre)
     det.extraction = {k: v for k, v in ex.to_dict().items() if k != "code"}

@@ -91,7 +91,7 @@ LABEL_ORDER = (
 
 
 @dataclass(frozen=True)
-class Finding:
+class DetectorFinding:
     """One detector finding.
 
     Attributes:
@@ -125,7 +125,7 @@ class Detection:
     """
 
     status: Status
-    findings: list[Finding]
+    findings: list[DetectorFinding]
     code: str
     source: str
     parsed: bool
@@ -174,7 +174,7 @@ class Detection:
         return d
 
 
-def status_of(findings: list[Finding]) -> Status:
+def status_of(findings: list[DetectorFinding]) -> Status:
     """The rule's verdict on a list of findings (``too_large``, ``too_deep``, then ``no_code`` win,
     then any :data:`CORRUPTING`)."""
     kinds = {f.kind for f in findings}

@@ -15,7 +15,7 @@ import ast
 import keyword
 import re
 
-from .findings import Finding, FindingKind
+from .findings import DetectorFinding, FindingKind
 from .token_scan import glued_names
 
 MAX_REPAIRS = 25
@@ -53,7 +53,7 @@ def _repairs(line: str, col: int | None) -> list[tuple[str, str]]:
     return out
 
 
-def recover(code: str) -> tuple[ast.Module | None, list[Finding], str]:
+def recover(code: str) -> tuple[ast.Module | None, list[DetectorFinding], str]:
     """Parse ``code``, repairing one line per syntax error (see the module docstring).
 
     Returns:
@@ -62,7 +62,7 @@ def recover(code: str) -> tuple[ast.Module | None, list[Finding], str]:
         removed), and the repaired source (same line numbers as ``code``).
     """
     lines = code.split("\n")
-    findings: list[Finding] = []
+    findings: list[DetectorFinding] = []
     for _ in range(MAX_REPAIRS):
         src = "\n".join(lines)
         try:
@@ -72,7 +72,7 @@ def recover(code: str) -> tuple[ast.Module | None, list[Finding], str]:
             msg = getattr(exc, "msg", None) or str(exc)
             if ln is None:
                 # e.g. a NUL byte (ValueError on 3.11): nothing to point at.
-                findings.append(Finding(FindingKind.SYNTAX_ERROR, None, None, msg, "unrepairable"))
+                findings.append(DetectorFinding(FindingKind.SYNTAX_ERROR, None, None, msg, "unrepairable"))
                 return None, findings, src
             offset = getattr(exc, "offset", None)
             col = offset - 1 if isinstance(offset, int) and offset > 0 else None
@@ -88,7 +88,7 @@ def recover(code: str) -> tuple[ast.Module | None, list[Finding], str]:
                     if ln2 is not None and ln2 > ln:
                         accepted = (trial, removed)
                         break
-            findings.append(Finding(FindingKind.SYNTAX_ERROR, ln, col, msg,
+            findings.append(DetectorFinding(FindingKind.SYNTAX_ERROR, ln, col, msg,
                                     f"repair removed {accepted[1]!r}" if accepted else "unrepairable"))
             if accepted is None:
                 return None, findings, src

@@ -15,17 +15,17 @@ import keyword
 import re
 import tokenize
 
-from .findings import Finding, FindingKind
+from .findings import DetectorFinding, FindingKind
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")
 _STRING_PREFIX = re.compile(r"^(?:[rRbBuUfF]|[rR][bBfF]|[bBfF][rR])$")
 _CLOSERS = frozenset({")", "]", "}"})
 
 
-def decode(data: bytes) -> tuple[str, list[Finding]]:
+def decode(data: bytes) -> tuple[str, list[DetectorFinding]]:
     """Decode bytes as UTF-8; undecodable bytes are dropped and each run of them is one
     ``invalid_utf8`` finding (``text`` = the bytes in hex, ``line`` = where they sit)."""
-    findings: list[Finding] = []
+    findings: list[DetectorFinding] = []
     out: list[str] = []
     pos = 0
     line = 1
@@ -42,30 +42,30 @@ def decode(data: bytes) -> tuple[str, list[Finding]]:
             if exc.start == 0 and findings and findings[-1].line == line and pos > 0:
                 prev = findings.pop()  # adjacent bad bytes: one run, one finding
                 bad = bytes.fromhex(prev.text) + bad
-            findings.append(Finding(FindingKind.INVALID_UTF8, line, None, bad.hex(),
+            findings.append(DetectorFinding(FindingKind.INVALID_UTF8, line, None, bad.hex(),
                                     "bytes that are not UTF-8"))
             pos += exc.end
     return "".join(out), findings
 
 
-def char_findings(text: str) -> tuple[str, list[Finding]]:
+def char_findings(text: str) -> tuple[str, list[DetectorFinding]]:
     """Invalid-UTF-8 markers (lone surrogates, U+FFFD) and control characters in ``text``.
 
     Returns:
         ``(cleaned, findings)``: ``cleaned`` has those characters removed so the rest of the
         text can still be parsed; one finding per line and class.
     """
-    findings: list[Finding] = []
+    findings: list[DetectorFinding] = []
     cleaned_lines = []
     for n, ln in enumerate(text.split("\n"), 1):
         bad = [c for c in ln if c == "\ufffd" or 0xD800 <= ord(c) <= 0xDFFF]
         if bad:
-            findings.append(Finding(FindingKind.INVALID_UTF8, n, ln.find(bad[0]),
+            findings.append(DetectorFinding(FindingKind.INVALID_UTF8, n, ln.find(bad[0]),
                                     "".join(f"U+{ord(c):04X}" for c in bad),
                                     "replacement character or lone surrogate"))
         ctrl = _CONTROL.findall(ln)
         if ctrl:
-            findings.append(Finding(FindingKind.CONTROL_CHAR, n, _CONTROL.search(ln).start(),
+            findings.append(DetectorFinding(FindingKind.CONTROL_CHAR, n, _CONTROL.search(ln).start(),
                                     "".join(f"U+{ord(c):04X}" for c in ctrl)))
         if bad or ctrl:
             ln = _CONTROL.sub("", "".join(c for c in ln if c not in bad))
@@ -85,12 +85,12 @@ def _tokens(code: str) -> tuple[list[tokenize.TokenInfo], int | None]:
     return toks, None
 
 
-def glued_names(code: str) -> list[Finding]:
+def glued_names(code: str) -> list[DetectorFinding]:
     """NAME tokens glued onto ``)``/``]``/``}``, a string or a number, or a non-prefix NAME
     glued before a string (tokenize; keywords exempt). Tokens after a tokenizer error are not
     seen."""
     toks, _ = _tokens(code)
-    out: list[Finding] = []
+    out: list[DetectorFinding] = []
     sig = [t for t in toks if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT,
                                              tokenize.INDENT, tokenize.DEDENT)]
     for prev, cur in zip(sig, sig[1:], strict=False):
@@ -100,16 +100,16 @@ def glued_names(code: str) -> list[Finding]:
             (prev.type == tokenize.OP and prev.string in _CLOSERS)
             or prev.type in (tokenize.STRING, tokenize.NUMBER)
         ):
-            out.append(Finding(FindingKind.GLUED_NAME, cur.start[0], cur.start[1], cur.string,
+            out.append(DetectorFinding(FindingKind.GLUED_NAME, cur.start[0], cur.start[1], cur.string,
                                f"glued after {prev.string[-12:]!r}"))
         elif (cur.type == tokenize.STRING and prev.type == tokenize.NAME
               and not keyword.iskeyword(prev.string) and not _STRING_PREFIX.match(prev.string)):
-            out.append(Finding(FindingKind.GLUED_NAME, prev.start[0], prev.start[1], prev.string,
+            out.append(DetectorFinding(FindingKind.GLUED_NAME, prev.start[0], prev.start[1], prev.string,
                                "glued before a string"))
     return out
 
 
-def non_ascii(code: str) -> tuple[list[Finding], int]:
+def non_ascii(code: str) -> tuple[list[DetectorFinding], int]:
     """Non-ASCII characters outside strings/comments (findings) and inside them (a count)."""
     if code.isascii():
         return [], 0
@@ -128,7 +128,7 @@ def non_ascii(code: str) -> tuple[list[Finding], int]:
     for n, ln in enumerate(code.split("\n"), 1):
         chars = [(j, c) for j, c in enumerate(ln) if ord(c) > 127 and (n, j) not in covered]
         if chars:
-            out.append(Finding(FindingKind.NON_ASCII, n, chars[0][0], "".join(c for _, c in chars),
+            out.append(DetectorFinding(FindingKind.NON_ASCII, n, chars[0][0], "".join(c for _, c in chars),
                                " ".join(f"U+{ord(c):04X}" for _, c in chars)))
     return out, text_chars
 

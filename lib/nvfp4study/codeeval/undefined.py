@@ -23,7 +23,7 @@ from importlib import import_module
 from pyflakes import checker as pf_checker
 from pyflakes import messages as pf_messages
 
-from .findings import Finding, FindingKind
+from .findings import DetectorFinding, FindingKind
 
 # name -> the import that binds it. Names commonly used in short algorithmic code without their
 # import; stdlib module names and typing.__all__ are added below. Single letters (math.e) and
@@ -106,7 +106,7 @@ def missing_import_for(name: str) -> str | None:
     return None
 
 
-def undefined_names(tree: ast.Module, scope: set[str] = frozenset()) -> list[Finding]:
+def undefined_names(tree: ast.Module, scope: set[str] = frozenset()) -> list[DetectorFinding]:
     """pyflakes undefined-name findings, split into undefined_name / missing_import /
     star_import_name. ``scope``: extra names treated as bound (the prompt's)."""
     w = pf_checker.Checker(tree, builtins=set(scope))
@@ -116,12 +116,12 @@ def undefined_names(tree: ast.Module, scope: set[str] = frozenset()) -> list[Fin
         star_names = set()
         for m in star:
             star_names.update(n for n in dir(import_module(m)) if not n.startswith("_"))
-    out: list[Finding] = []
+    out: list[DetectorFinding] = []
     for msg in sorted(w.messages, key=lambda m: (m.lineno, m.col)):
         if isinstance(msg, pf_messages.ImportStarUsage):
             name = msg.message_args[0]
             if star_names is None:
-                out.append(Finding(FindingKind.STAR_IMPORT_NAME, msg.lineno, msg.col, name,
+                out.append(DetectorFinding(FindingKind.STAR_IMPORT_NAME, msg.lineno, msg.col, name,
                                    f"may come from: {msg.message_args[1]}"))
                 continue
             if name in star_names:
@@ -133,8 +133,8 @@ def undefined_names(tree: ast.Module, scope: set[str] = frozenset()) -> list[Fin
             continue
         need = missing_import_for(name)
         if need:
-            out.append(Finding(FindingKind.MISSING_IMPORT, msg.lineno, msg.col, name, need))
+            out.append(DetectorFinding(FindingKind.MISSING_IMPORT, msg.lineno, msg.col, name, need))
         else:
-            out.append(Finding(FindingKind.UNDEFINED_NAME, msg.lineno, msg.col, name, msg_kind))
+            out.append(DetectorFinding(FindingKind.UNDEFINED_NAME, msg.lineno, msg.col, name, msg_kind))
     return out
 

@@ -43,7 +43,7 @@ class StageInputMissing(StudyError):
 
 
 # --- checkpoint: generate, quantize, audit -----------------------------------------
-# generator, quantizer, round trip (ling_layout.py, quantize.py, roundtrip.py)
+# generator, quantizer, round trip (checkpoint/layout.py, quantize.py, roundtrip.py)
 class LayoutError(StudyError):
     """A Ling shape that cannot be built or quantized (e.g. experts not divisible by n_group)."""
 

@@ -52,7 +52,7 @@ STAGE_MEASURES: dict[str, str] = {
 
 
 @dataclass
-class Finding:
+class HeadlineFinding:
     """One headline: a section, a sentence (Markdown: backticks for code) and what backs it."""
 
     section: str
@@ -247,7 +247,7 @@ def _figures(rows: list[dict]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def headlines(rows: list[dict[str, Any]]) -> list[Finding]:
+def headlines(rows: list[dict[str, Any]]) -> list[HeadlineFinding]:
     """The headline findings of a ledger (rows as :func:`nvfp4study.core.ledger.read_ledger` gives)."""
     by_id = {r["id"]: r for r in rows}
     out = []
@@ -263,7 +263,7 @@ def headlines(rows: list[dict[str, Any]]) -> list[Finding]:
             reason = first_sentence(head.get("note", ""))
             sentence = f"{head['claim']} Verdict: {head['verdict']}" + (f" ({reason})." if reason else ".")
             verdict, generated = head["verdict"], "fallback"
-        out.append(Finding(section, title, sentence, [r["id"] for r in present], verdict,
+        out.append(HeadlineFinding(section, title, sentence, [r["id"] for r in present], verdict,
                            _figures(present), generated))
     return out
 

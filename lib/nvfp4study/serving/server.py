@@ -81,7 +81,7 @@ class ServerConfig:
     """One distinct server launch. Measurements are grouped by this so each launches once.
 
     Attributes:
-        clamp: clamp mode of the serving install (the patch modes of sglang_patch: stock / none / exact).
+        clamp: clamp mode of the serving install (the patch modes of :mod:`nvfp4study.sglang.patch`: stock / none / exact).
         spec_depth: NEXTN draft depth k (``--speculative-num-steps k``); ``None`` = speculation off.
         deterministic: add ``--enable-deterministic-inference``.
         model_path: served checkpoint; ``None`` = ``server.model_path`` or the run's quantized one.

@@ -35,7 +35,7 @@ from ..core.errors import AuditError, NoBailingMoeV3
 from . import clamp_values as cv
 from .audit_sinks import ClampVerdict, flashinfer_check, judge_hit
 from .clamp_flow import Interp
-from .code_index import Code, alias_target, class_defined, source_files
+from .code_index import CodeIndex, alias_target, class_defined, source_files
 from .dispatch import backend_values, derive_paths
 from .model_side import MODEL_FILE, ModelSide, model_side, no_model_line
 from .source import SGLangTree
@@ -134,7 +134,7 @@ def missing_reason(tree: SGLangTree, key: str, unreadable: list[str] | None = No
         return ClampVerdict.UNDECIDED, f"trail lost: not found, and the tree has files that cannot be read: {unreadable[0]}"
     if key.startswith(("fused:", "core:")):
         backend = key.split("/")[-1] if key.startswith("fused:") else key[5:]
-        values = backend_values(Code(tree.root))
+        values = backend_values(CodeIndex(tree.root))
         if not values:
             return ClampVerdict.UNDECIDED, "trail lost: no MoeRunnerBackend enum found (layers/moe/utils.py)"
         if backend not in values.values():
@@ -229,7 +229,7 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
         frame = cv.Frame(interp.module(r), None, q)
         interp._bind(fn, frame, [], {}, method_call=False)
         interp.exec_body(fn.body, frame)
-        vals = [v.items.get(spec["returns_clamp"]) for v in frame.returns if isinstance(v, cv.DictV)]
+        vals = [v.items.get(spec["returns_clamp"]) for v in frame.returns if isinstance(v, cv.AbstractDict)]
         key = spec["returns_clamp"]
         if vals and all(v is None for v in vals):
             return PathResult(**base, verdict=ClampVerdict.DROPPED,

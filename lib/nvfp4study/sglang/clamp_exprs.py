@@ -23,8 +23,8 @@ from .clamp_values import (
     LAYER_FACTS,
     LING_FACTS,
     UNK,
+    AbstractDict,
     Act,
-    DictV,
     Frame,
     FuncRef,
     Limit,
@@ -38,7 +38,8 @@ from .clamp_values import (
     truth,
 )
 
-_KERNELISH = ("moe", "expert", "kernel", "gemm")
+#: words in a called name that mark a kernel the interpreter cannot enter (a compiled op)
+_KERNEL_NAME_PARTS = ("moe", "expert", "kernel", "gemm")
 
 
 class ExprEval:
@@ -62,7 +63,7 @@ class ExprEval:
             return self.assume[name]
         if isinstance(base, Act) and name == "value":
             return base
-        if isinstance(base, DictV):
+        if isinstance(base, AbstractDict):
             return UNK
         if name in self.attrs:
             return self.attrs[name]
@@ -146,7 +147,7 @@ class ExprEval:
             for k, v in zip(node.keys, node.values, strict=False):
                 if isinstance(k, ast.Constant):
                     items[k.value] = self.eval(v, frame)
-            return DictV(items)
+            return AbstractDict(items)
         if isinstance(node, ast.Subscript):
             base = self.eval(node.value, frame)
             return Limit("indexed") if has_limit(base) else UNK
@@ -215,7 +216,7 @@ class ExprEval:
         for k in node.keywords:
             v = self.eval(k.value, frame)
             if k.arg is None:
-                if isinstance(v, DictV):
+                if isinstance(v, AbstractDict):
                     kwargs.update(v.items)
                     kw_nodes.update(v.nodes)
             else:
@@ -272,15 +273,15 @@ class ExprEval:
             t = truth(args[0])
             return UNK if t is None else t
         if name == "dict" and not args:
-            return DictV(dict(kwargs), dict(kw_nodes))
+            return AbstractDict(dict(kwargs), dict(kw_nodes))
         if name == "ActivationType" and len(args) == 1:
             return args[0] if isinstance(args[0], Act) else UNK
         if name == "get" and isinstance(f, ast.Attribute) and args:
             base = self.eval(f.value, frame)
-            if isinstance(base, DictV) and isinstance(args[0], (str, int)):
+            if isinstance(base, AbstractDict) and isinstance(args[0], (str, int)):
                 return base.items.get(args[0], args[1] if len(args) > 1 else None)
             if isinstance(base, Multi) and isinstance(args[0], str):
-                return Multi(tuple(o.items.get(args[0]) if isinstance(o, DictV) else UNK
+                return Multi(tuple(o.items.get(args[0]) if isinstance(o, AbstractDict) else UNK
                                    for o in base.options))
         if name.endswith("QuantInfo"):
             # the dataclass's own constant defaults first (use_mxfp8: bool = False), then the
@@ -311,7 +312,7 @@ class ExprEval:
         if any(has_limit(v) for v in vals):
             text = ast.unparse(f)
             # a call the interpreter cannot enter that looks like a kernel (a compiled op)
-            if target is None and (text.startswith("torch.ops.") or any(k in name.lower() for k in _KERNELISH)):
+            if target is None and (text.startswith("torch.ops.") or any(k in name.lower() for k in _KERNEL_NAME_PARTS)):
                 self.opaque.append((name, frame.module.rel, node.lineno))
             return Limit(f"{name}(...)")
         return UNK

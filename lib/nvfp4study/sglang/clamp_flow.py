@@ -13,7 +13,7 @@ reaches, and which mentions of ``gemm1_clamp_limit`` were live.
 
 Values: :data:`UNK` (cannot tell), ``None``, Python constants, :class:`Limit` (the clamp value or
 anything computed from it), :data:`CONFIG` (the ``MoeRunnerConfig``), :class:`Act` (a FlashInfer
-``ActivationType`` member), tuples, :class:`DictV`, :class:`Multi` (one of several).
+``ActivationType`` member), tuples, :class:`AbstractDict`, :class:`Multi` (one of several).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from .clamp_values import (
     Frame,
     Limit,
     LocalFunc,
-    Module,
     Multi,
+    ParsedModule,
     Refusal,
     SinkHit,
     _imports,
@@ -68,10 +68,10 @@ class Interp(ExprEval):
         self.runner_calls: list[tuple[str, int]] = []
         self.steps_done = 0
         self.entry_names: set[str] = set()
-        self._mods: dict[str, Module] = {}
+        self._mods: dict[str, ParsedModule] = {}
 
     # --- modules ------------------------------------------------------------------------------
-    def module(self, rel: str) -> Module | None:
+    def module(self, rel: str) -> ParsedModule | None:
         if rel in self._mods:
             return self._mods[rel]
         path = self.root / rel
@@ -82,11 +82,11 @@ class Interp(ExprEval):
         funcs = {n.name: n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         classes = {n.name: class_methods(n) for n in body if isinstance(n, ast.ClassDef)}
         pkg = rel[:-3].replace("/", ".")
-        mod = Module(path, rel, tree, funcs, classes, _imports(body, pkg))
+        mod = ParsedModule(path, rel, tree, funcs, classes, _imports(body, pkg))
         self._mods[rel] = mod
         return mod
 
-    def module_for(self, dotted: str) -> Module | None:
+    def module_for(self, dotted: str) -> ParsedModule | None:
         base = dotted.replace(".", "/")
         return self.module(base + ".py") or self.module(base + "/__init__.py")
 

@@ -3,7 +3,7 @@
 Values: :data:`UNK` (cannot tell), ``None``, Python constants, :class:`Limit` (the clamp value or
 anything computed from it), :data:`CONFIG` (the ``MoeRunnerConfig``), :class:`Act` (a FlashInfer
 ``ActivationType`` member), :class:`Payload` (a ``...QuantInfo`` dataclass), :class:`FuncRef`,
-tuples, :class:`DictV`, :class:`Multi` (one of several).
+tuples, :class:`AbstractDict`, :class:`Multi` (one of several).
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 
-class _Sym:
+class _NamedSentinel:
+    """A singleton abstract value compared by identity (:data:`UNK`, :data:`CONFIG`); its repr is its name."""
+
     def __init__(self, name: str):
         self.name = name
 
@@ -25,8 +27,8 @@ class _Sym:
         return self.name
 
 
-UNK = _Sym("?")
-CONFIG = _Sym("runner_config")
+UNK = _NamedSentinel("?")
+CONFIG = _NamedSentinel("runner_config")
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,9 @@ class FuncRef:
 
 
 @dataclass
-class DictV:
+class AbstractDict:
+    """An abstract ``dict`` (a literal or ``dict(**kwargs)``): key -> abstract value, and key -> ast node."""
+
     items: dict
     nodes: dict = field(default_factory=dict)
 
@@ -123,9 +127,9 @@ def truth(v: Any) -> bool | None:
     if isinstance(v, Multi):
         ts = {truth(o) for o in v.options}
         return ts.pop() if len(ts) == 1 else None
-    if isinstance(v, (Limit, Act, _Sym)):
+    if isinstance(v, (Limit, Act, _NamedSentinel)):
         return True
-    if isinstance(v, DictV):
+    if isinstance(v, AbstractDict):
         return bool(v.items)
     try:
         return bool(v)
@@ -177,7 +181,9 @@ class Refusal:
 
 
 @dataclass
-class Module:
+class ParsedModule:
+    """One parsed Python file of the SGLang tree: its top-level functions, classes and imports."""
+
     path: Path
     rel: str
     tree: ast.Module
@@ -256,7 +262,7 @@ def _imports(body: list[ast.stmt], pkg: str) -> dict:
 
 @dataclass
 class Frame:
-    module: Module
+    module: ParsedModule
     cls: str | None
     qualname: str
     depth: int = 0

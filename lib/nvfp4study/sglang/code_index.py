@@ -16,7 +16,7 @@ from .clamp_values import _imports, _parse
 SRT = "sglang/srt/"
 
 
-class Code:
+class CodeIndex:
     """Lazy, cached access to the modules and classes of one tree (``root`` holds ``sglang/``)."""
 
     def __init__(self, root: Path):
@@ -282,6 +282,6 @@ def alias_target(root: Path, name: str) -> str | None:
     return m.group(1) if m else None
 
 
-__all__ = ["SRT", "Code", "alias_target", "called_name", "class_defined", "class_methods", "funcs",
+__all__ = ["SRT", "CodeIndex", "alias_target", "called_name", "class_defined", "class_methods", "funcs",
            "local_imports", "module_level", "module_name",
            "py_files", "source_files", "step_name", "tree_stamp"]

@@ -35,7 +35,7 @@ from pathlib import Path
 from .clamp_values import _imports
 from .code_index import (
     SRT,
-    Code,
+    CodeIndex,
     called_name,
     funcs,
     local_imports,
@@ -84,13 +84,13 @@ class DerivedPath:
 
 
 # --- the runner backends ------------------------------------------------------------------------
-def _enum(code: Code) -> tuple[str, ast.ClassDef] | None:
+def _enum(code: CodeIndex) -> tuple[str, ast.ClassDef] | None:
     """``MoeRunnerBackend``'s file and class (``layers/moe/utils.py``, or wherever it re-exports from)."""
     hit = code.resolve(BACKEND_ENUM, "MoeRunnerBackend")
     return hit if hit and isinstance(hit[1], ast.ClassDef) else None
 
 
-def backend_values(code: Code) -> dict[str, str]:
+def backend_values(code: CodeIndex) -> dict[str, str]:
     """``{"FLASHINFER_CUTLASS": "flashinfer_cutlass", ...}``: the ``MoeRunnerBackend`` enum."""
     hit = _enum(code)
     out = {}
@@ -100,7 +100,7 @@ def backend_values(code: Code) -> dict[str, str]:
     return out
 
 
-def predicates(code: Code) -> dict[str, set[str]]:
+def predicates(code: CodeIndex) -> dict[str, set[str]]:
     """``{"is_flashinfer_trtllm": {"flashinfer_trtllm", "experimental_sgl_trtllm"}, ...}``: for each
     predicate of ``MoeRunnerBackend`` (its own or its in-tree bases', ``_MoeRunnerBackendPredicates``
     in 0.5.23), the backend values it is true for (the members it names)."""
@@ -128,7 +128,7 @@ def facts_for(backend: str | None, preds: dict[str, set[str]]) -> dict[str, bool
     return {p: backend in vals for p, vals in preds.items()}
 
 
-def fused_registry(code: Code) -> dict[tuple[str, str], list[tuple[str, str, int]]]:
+def fused_registry(code: CodeIndex) -> dict[tuple[str, str], list[tuple[str, str, int]]]:
     """``{(a2a, runner): [(file, function, line), ...]}`` for every ``register_fused_func`` in the
     tree: as a decorator or called on a function (``register_fused_func(a, b)(fn)``), with its two
     names given as strings, keywords or module-level string constants. More than one entry for a
@@ -178,7 +178,7 @@ def _registration_key(d: ast.AST, consts: dict[str, str], names: set[str]) -> tu
     return names[0], names[1]
 
 
-def runner_cores(code: Code) -> dict[str, tuple[str, str, int]]:
+def runner_cores(code: CodeIndex) -> dict[str, tuple[str, str, int]]:
     """``{backend value: (file, CoreClass, line)}``: what ``MoeRunner.__init__``
     (``layers/moe/moe_runner/runner.py``, or wherever ``MoeRunner`` re-exports from) assigns to
     ``self.runner_core`` under each ``runner_backend.is_x()`` test."""
@@ -208,7 +208,7 @@ def runner_cores(code: Code) -> dict[str, tuple[str, str, int]]:
     return out
 
 
-def method_backends(code: Code, rel: str, cls: ast.ClassDef) -> tuple[list[str | None], str | None]:
+def method_backends(code: CodeIndex, rel: str, cls: ast.ClassDef) -> tuple[list[str | None], str | None]:
     """The runner backends ``cls`` can run with, and where the trail was lost (or None).
 
     ``[None]`` when the class neither builds a ``MoeRunner`` nor calls one (it calls its kernels
@@ -268,7 +268,7 @@ def method_backends(code: Code, rel: str, cls: ast.ClassDef) -> tuple[list[str |
     return sorted(set(out), key=out.index), lost
 
 
-def _enum_names(code: Code, rel: str, fn: ast.AST) -> set[str]:
+def _enum_names(code: CodeIndex, rel: str, fn: ast.AST) -> set[str]:
     """The names ``MoeRunnerBackend`` goes by in ``fn`` (its module's imports and the function's own,
     an ``as`` alias included)."""
     mod = code.mod(rel)
@@ -282,7 +282,7 @@ def _members(node: ast.AST, values: dict[str, str], enum: set[str] = frozenset({
 
 
 # --- the paths ----------------------------------------------------------------------------------
-def _runner_steps(backend: str, fused: dict, cores: dict, code: Code) -> tuple[list[str], list[str], str | None]:
+def _runner_steps(backend: str, fused: dict, cores: dict, code: CodeIndex) -> tuple[list[str], list[str], str | None]:
     steps, trail = [], []
     # the standard dispatch ("none"); a backend registered only with its own a2a (MegaMoE) uses that
     a2a = "none" if ("none", backend) in fused else next(
@@ -326,7 +326,7 @@ def derive_paths(root: Path) -> list[DerivedPath]:
 
 @cache
 def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
-    code = Code(root)
+    code = CodeIndex(root)
     preds, fused, cores = predicates(code), fused_registry(code), runner_cores(code)
     out: list[DerivedPath] = []
     for name, (rel, cls, how) in sorted(moe_methods(code).items()):

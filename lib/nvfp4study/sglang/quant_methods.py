@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import ast
 
-from .code_index import SRT, Code, funcs, local_imports, module_level
+from .code_index import SRT, CodeIndex, funcs, local_imports, module_level
 
 QUANT_REGISTRY = SRT + "layers/quantization/__init__.py"
 FUSED_MOE_LAYER = SRT + "layers/moe/fused_moe_triton/layer.py"
 APPLY_NAMES = ("apply", "apply_weights")
 
 
-def quant_configs(code: Code) -> list[tuple[str, str | None, str, int]]:
+def quant_configs(code: CodeIndex) -> list[tuple[str, str | None, str, int]]:
     """``[(quantization name, file, ConfigClass, line)]`` from the ``*QUANTIZATION_METHODS`` tables
     of ``layers/quantization/__init__.py``, however they are filled at module level (also under
     ``if`` / ``try``): a dict literal (``**`` spreads skipped), ``|=``, ``X["name"] = Config``,
@@ -76,7 +76,7 @@ def quant_configs(code: Code) -> list[tuple[str, str | None, str, int]]:
     return out
 
 
-def _is_moe_method(code: Code, rel: str, cls: ast.ClassDef) -> bool:
+def _is_moe_method(code: CodeIndex, rel: str, cls: ast.ClassDef) -> bool:
     if code.method(rel, cls, "create_moe_runner"):
         return True
     for name in APPLY_NAMES:
@@ -89,7 +89,7 @@ def _is_moe_method(code: Code, rel: str, cls: ast.ClassDef) -> bool:
     return False
 
 
-def _is_wrapper(code: Code, rel: str, cls: ast.ClassDef) -> bool:
+def _is_wrapper(code: CodeIndex, rel: str, cls: ast.ClassDef) -> bool:
     """True when ``apply`` only forwards to a method object it holds (``self.scheme.apply...``)."""
     for name in APPLY_NAMES:
         m = code.method(rel, cls, name)
@@ -112,7 +112,7 @@ def _is_wrapper(code: Code, rel: str, cls: ast.ClassDef) -> bool:
     return False
 
 
-def moe_methods(code: Code) -> dict[str, tuple[str, ast.ClassDef, str]]:
+def moe_methods(code: CodeIndex) -> dict[str, tuple[str, ast.ClassDef, str]]:
     """``{Class: (file, ClassDef, how it was reached)}``: every MoE method the dispatch constructs.
 
     Follows the classes constructed in each quantization config's methods and in the functions

@@ -8,16 +8,18 @@ stage writes ``data/environment.json``, ``data/preflight.json`` and ``data/plan.
 
 from __future__ import annotations
 
-from ..core.display import markdown  # noqa: F401  (for the notebook)
-from ..core.environment import collect, gpu_table, machine_table, package_table, write_info
+from typing import Any
+
+from ..core import display
+from ..core import environment as env
 from ..core.files import write_json
 from ..core.stage import Stage, open_stage_named
 from ..serving.launch_env import engine_description
 from ..workstation import plan, preflight
 
 NOTEBOOK = "00_environment"
-__all__ = ["markdown", "NOTEBOOK", "collect", "engine_table", "environment", "gpu_table", "machine_table",
-           "open_stage", "package_table", "plan_table", "preflight_table", "write_info"]
+__all__ = ["markdown", "NOTEBOOK", "engine_table", "environment", "gpu_table", "machine_table",
+           "open_stage", "package_table", "plan_table", "preflight_table"]
 
 
 def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
@@ -25,15 +27,20 @@ def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
     return open_stage_named(NOTEBOOK, params_file, run_dir)
 
 
+def markdown(text: str) -> Any:
+    """The notebook's Markdown output (:func:`nvfp4study.core.display.markdown`)."""
+    return display.markdown(text)
+
+
 def environment(stage: Stage) -> dict:
     """The environment record (:func:`nvfp4study.core.environment.collect`) plus the serving
     engine stages 04-07 use: on the CPU engine :func:`nvfp4study.serving.launch_env.engine_description`
     (what the ``sgl_kernel`` stand-in replaces, the in-memory patches, the flags and why, the served
     stand-in), else ``{"engine": "SGLang on a GPU"}``. Writes ``data/environment.json``."""
-    info = collect(stage.params, stage.run_dir)
+    info = env.collect(stage.params, stage.run_dir)
     info["serving_engine"] = engine_description(stage.params) or {
         "engine": "SGLang on a GPU (server.engine: gpu)", "summary": "SGLang on a GPU (server.engine: gpu)"}
-    write_info(info, stage.paths.data("environment"))
+    env.write_info(info, stage.paths.data("environment"))
     return info
 
 
@@ -65,3 +72,18 @@ def plan_table(stage: Stage):
     card's load time and tok/s (labelled); writes ``data/plan.json``."""
     write_json(stage.paths.data("plan"), plan.summary(stage.params))
     return plan.table(stage.params)
+
+
+def gpu_table(info: dict[str, Any]) -> Any:
+    """GPUs of :func:`environment`'s record as a DataFrame (:func:`nvfp4study.core.environment.gpu_table`)."""
+    return env.gpu_table(info)
+
+
+def package_table(info: dict[str, Any]) -> Any:
+    """Tracked packages and versions as a DataFrame (:func:`nvfp4study.core.environment.package_table`)."""
+    return env.package_table(info)
+
+
+def machine_table(info: dict[str, Any]) -> Any:
+    """Python, CPU, memory, git commit and free disk (:func:`nvfp4study.core.environment.machine_table`)."""
+    return env.machine_table(info)

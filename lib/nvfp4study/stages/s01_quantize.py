@@ -19,7 +19,7 @@ from typing import Any
 
 from ..checkpoint import generate, ptq, quantize, recipe, roundtrip
 from ..checkpoint import layout as ling_layout
-from ..core.display import markdown  # noqa: F401  (for the notebook)
+from ..core import display
 from ..core.errors import OutputExists, SourceCheckpointMissing, StageInputMissing
 from ..core.files import atomic_write, write_json
 from ..core.ledger import Verdict, card_claims
@@ -33,6 +33,11 @@ NOTEBOOK = "01_quantize"
 def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
     """:func:`nvfp4study.core.stage.open_stage_named` for notebook ``01_quantize``."""
     return open_stage_named(NOTEBOOK, params_file, run_dir)
+
+
+def markdown(text: str) -> Any:
+    """The notebook's Markdown output (:func:`nvfp4study.core.display.markdown`)."""
+    return display.markdown(text)
 
 SOURCE_DIR = "source-bf16"
 QUANTIZED_DIR = "quantized-nvfp4"

@@ -20,8 +20,8 @@ from typing import Any
 
 from ..checkpoint import audit as ca
 from ..checkpoint import compare as cmp
+from ..core import display
 from ..core.claim_rules import record_rules
-from ..core.display import markdown  # noqa: F401  (for the notebook)
 from ..core.errors import StageInputMissing
 from ..core.files import write_json
 from ..core.ledger import Verdict, card_claims
@@ -35,9 +35,15 @@ def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
     """:func:`nvfp4study.core.stage.open_stage_named` for notebook ``02_inspect_checkpoint``."""
     return open_stage_named(NOTEBOOK, params_file, run_dir)
 
+
+def markdown(text: str) -> Any:
+    """The notebook's Markdown output (:func:`nvfp4study.core.display.markdown`)."""
+    return display.markdown(text)
+
+
 SAFETENSORS_DTYPE = rules.SAFETENSORS_DTYPE  # card word -> header dtype
-#: the real-size arithmetic both audits share (checkpoint/compare.py)
-real_config, is_real_size, predicted_data_bytes = cmp.real_config, cmp.is_real_size, cmp.predicted_data_bytes
+#: the real-size config both audits share (checkpoint/compare.py), read by the claim rules
+real_config = cmp.real_config
 
 
 def resolve_checkpoint(stage: Stage) -> dict[str, Any]:
@@ -116,8 +122,16 @@ def comparison_table(report: ca.AuditReport, card: dict[str, Any]) -> Any:
     return pd.DataFrame(cmp.side_by_side(report, card.get("report"), label, card.get("reason", "")))
 
 
-#: one-paragraph summaries (checkpoint/compare.py): ours, and the card's or why it was not read
-summary_markdown, card_summary = cmp.summary_markdown, cmp.card_summary
+def summary_markdown(rep: ca.AuditReport, ck: dict[str, Any]) -> str:
+    """One paragraph on our audit: what, how big, how long, findings by severity
+    (:func:`nvfp4study.checkpoint.compare.summary_markdown`)."""
+    return cmp.summary_markdown(rep, ck)
+
+
+def card_summary(card: dict[str, Any]) -> str:
+    """One Markdown line on :func:`card_audit`'s result: what of the card's checkpoint was read,
+    or why not (:func:`nvfp4study.checkpoint.compare.card_summary`)."""
+    return cmp.card_summary(card)
 
 
 def findings_table(rep: ca.AuditReport) -> Any:

@@ -23,8 +23,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..core import display
 from ..core.claim_rules import record_rules
-from ..core.display import markdown, text_table  # noqa: F401  (markdown: for the notebook)
+from ..core.display import text_table
 from ..core.errors import NoBailingMoeV3
 from ..core.files import write_json
 from ..core.stage import Stage, open_stage_named
@@ -44,6 +45,12 @@ NOTEBOOK = "03_patch_sglang"
 def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
     """:func:`nvfp4study.core.stage.open_stage_named` for notebook ``03_patch_sglang``."""
     return open_stage_named(NOTEBOOK, params_file, run_dir)
+
+
+def markdown(text: str) -> Any:
+    """The notebook's Markdown output (:func:`nvfp4study.core.display.markdown`)."""
+    return display.markdown(text)
+
 
 #: The version the model card describes (its patch targets this release).
 CARD_VERSION = rules.CARD_VERSION

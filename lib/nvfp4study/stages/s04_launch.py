@@ -27,10 +27,11 @@ from ..core import ledger
 from ..core.errors import StageInputMissing
 from ..core.files import atomic_write, write_json
 from ..core.ledger import Verdict
+from ..core.params import Params
 from ..core.stage import Stage, open_stage_named
-from ..serving import measure
-from ..serving.measure import collect, model_config_for, resolve_mode  # noqa: F401  (notebook 04)
-from ..serving.server import STANDIN_NOTE, card_config, card_refusal, command_table, plan_table  # noqa: F401  (notebook 04)
+from ..serving import measure, server
+from ..serving.measure import model_config_for
+from ..serving.server import STANDIN_NOTE, card_config, card_refusal
 
 NOTEBOOK = "04_launch_server"
 
@@ -38,6 +39,30 @@ NOTEBOOK = "04_launch_server"
 def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
     """:func:`nvfp4study.core.stage.open_stage_named` for notebook ``04_launch_server``."""
     return open_stage_named(NOTEBOOK, params_file, run_dir)
+
+
+def resolve_mode(stage: Stage) -> measure.Mode:
+    """How this stage runs here: replay, live or "not run" (:func:`nvfp4study.serving.measure.resolve_mode`);
+    its ``markdown()`` is the notebook's one box."""
+    return measure.resolve_mode(stage)
+
+
+def collect(stage: Stage) -> Any:
+    """The stage's live collection, the replay import or "not run" recorded
+    (:func:`nvfp4study.serving.measure.collect`): a DataFrame per configuration, or a note."""
+    return measure.collect(stage)
+
+
+def command_table(params: Params) -> Any:
+    """The card's launch command flag by flag, with where SGLang defines each
+    (:func:`nvfp4study.serving.server.command_table`)."""
+    return server.command_table(params)
+
+
+def plan_table(params: Params) -> Any:
+    """One row per planned server configuration, the stages that use it and its flags
+    (:func:`nvfp4study.serving.server.plan_table`)."""
+    return server.plan_table(params)
 
 GIB = 1 << 30
 CLAMP_TAG = "[swiglu-clamp-patch]"

@@ -1,10 +1,9 @@
 """Stage 05: generated-code corruption: the detector validated on real code, then the served study.
 
-Notebook ``05_corruption``; the notebook reaches everything through this module: the wing
-modules as :data:`validation` (:mod:`nvfp4study.codeeval.detector_validation`), :data:`scores`
-(:mod:`nvfp4study.codeeval.detector_scores`) and :data:`served`
-(:mod:`nvfp4study.codeeval.served_display`), and the stage logic below (the served study's
-orchestration and every ledger row this stage writes).
+Notebook ``05_corruption``; the notebook calls only this module's functions: thin ones over
+the wings' tables and figures (:mod:`nvfp4study.codeeval.detector_validation`,
+:mod:`nvfp4study.codeeval.detector_scores`, :mod:`nvfp4study.codeeval.served_display`), and the
+stage logic below (the served study's orchestration and every ledger row this stage writes).
 
 **Part 1, detector validation** (any machine): :func:`record_detector_claims` with the rules of
 :func:`detector_claim_verdicts`, plus the study finding ``detect.method-comparison``.
@@ -59,8 +58,8 @@ from ..codeeval.served_data import (
     recorded_params,
 )
 from ..codeeval.tasks import load_tasks
+from ..core import display
 from ..core.claim_rules import record_rules, rules_for
-from ..core.display import markdown  # noqa: F401  (for the notebook)
 from ..core.errors import ReplayDataMissing
 from ..core.files import write_json
 from ..core.ledger import Verdict
@@ -70,14 +69,21 @@ from .claim_rules import r05_corruption as rules
 
 NOTEBOOK = "05_corruption"
 NOT_RUN_REASON = "needs an NVFP4-capable GPU (server.enabled is false)"
-__all__ = ["markdown", "NOTEBOOK", "analyse_served", "detector_claim_verdicts", "open_stage",
-           "record_detector_claims", "record_served_claims", "run_served_study",
-           "sandbox_banner", "scores", "served", "served_ledger_rows", "unsafe_suffix", "validation"]
+__all__ = ["markdown", "NOTEBOOK", "analyse_served", "card_examples", "describe_validation",
+           "detector_claim_verdicts", "example_table", "miss_table", "open_stage",
+           "record_detector_claims", "record_served_claims", "run_served_study", "sandbox_banner",
+           "score_table", "served_figure", "served_junk_table", "served_ledger_rows",
+           "served_summary_table", "unsafe_suffix", "validate_detector", "validation_figure"]
 
 
 def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
     """:func:`nvfp4study.core.stage.open_stage_named` for notebook ``05_corruption``."""
     return open_stage_named(NOTEBOOK, params_file, run_dir)
+
+
+def markdown(text: str) -> Any:
+    """The notebook's Markdown output (:func:`nvfp4study.core.display.markdown`)."""
+    return display.markdown(text)
 
 
 def sandbox_banner(stage: Stage) -> str:
@@ -106,6 +112,42 @@ unsafe_suffix = rules.unsafe_suffix
 
 
 # === part 1: detector validation ================================================================
+def validate_detector(stage: Stage) -> ValidationResult:
+    """The detector validation on the stage's params (:func:`nvfp4study.codeeval.detector_validation.run`)."""
+    return validation.run(stage)
+
+
+def describe_validation(result: ValidationResult) -> str:
+    """One Markdown paragraph: what was validated, how, the headline numbers."""
+    return validation.describe(result)
+
+
+def score_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per junk kind, ``recall (precision)`` per method (:func:`nvfp4study.codeeval.detector_scores.table`)."""
+    return scores.table(summary)
+
+
+def validation_figure(result: ValidationResult) -> Any:
+    """The recall figure (an IPython ``Image``), or a Markdown note when skipped."""
+    return validation.figure(result)
+
+
+def example_table(samples: pd.DataFrame) -> pd.DataFrame:
+    """One injected variant per junk kind: the line before/after and each method's verdict."""
+    return scores.examples(samples)
+
+
+def miss_table(samples: pd.DataFrame, method: str = "detector") -> pd.DataFrame:
+    """Junk variants ``method`` did not flag, counted by kind and site (:func:`nvfp4study.codeeval.detector_scores.misses`)."""
+    return scores.misses(samples, method)
+
+
+def card_examples(stage: Stage) -> pd.DataFrame:
+    """Each method's verdict on the card's own four junk lines
+    (:func:`nvfp4study.codeeval.detector_validation.card_examples`)."""
+    return validation.card_examples(stage)
+
+
 def detector_claim_verdicts(result: ValidationResult) -> dict[str, dict[str, Any]]:
     """The measured values and verdicts for ``detect.ast-undefined`` and ``detect.ascii-junk``
     (``{id: {"measured", "verdict", "note"}}``), decided by their rules in
@@ -286,6 +328,22 @@ def describe_served(result: dict[str, Any]):
                     f"{m['code_extracted']}, {m['executed']} run in the sandbox; detector verdicts "
                     + ", ".join(f"{k} {v}" for k, v in m["detector"].items())
                     + ". The card's before/after rows are not run: they need the real model on an NVFP4 GPU.")
+
+
+def served_summary_table(result: dict[str, Any]) -> Any:
+    """Clean completions per clamp mode and sampling configuration, with Wilson intervals
+    (a DataFrame, or a Markdown "not run"; :func:`nvfp4study.codeeval.served_display.summary_table`)."""
+    return served.summary_table(result)
+
+
+def served_figure(result: dict[str, Any]) -> Any:
+    """The before/after bar figure as an Image, or a Markdown "not run"."""
+    return served.figure(result)
+
+
+def served_junk_table(result: dict[str, Any]) -> Any:
+    """The most frequent junk fragments per clamp mode, or a Markdown "not run"."""
+    return served.junk_table(result)
 
 
 def served_ledger_rows(stage: Stage) -> pd.DataFrame:

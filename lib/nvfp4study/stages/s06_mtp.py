@@ -15,8 +15,8 @@ Tolerances: tok/s and speedup within 15 % of the card = that check agrees (30 % 
 ``mtp.off``); accept length and rate inside the card's range widened by :data:`RANGE_TOL`.
 
 A broken draft (fault F-08) at a depth with draft tokens > 1: a token-weighted accept rate below
-``BROKEN_RATE`` with accept length below ``BROKEN_LEN`` is reported as "draft broken: check
-layer 42", not as a property of the workload.
+``acceptance.BROKEN_RATE`` with accept length below ``acceptance.BROKEN_LEN`` is reported as
+"draft broken: check layer 42", not as a property of the workload.
 """
 
 from __future__ import annotations
@@ -30,10 +30,9 @@ from ..core.files import atomic_write
 from ..core.ledger import Verdict
 from ..core.stage import Stage, open_stage_named
 from ..serving import acceptance, decode_log, measure
-from ..serving.acceptance import BROKEN_LEN, BROKEN_RATE, WORKING_RATE, broken_draft  # noqa: F401 (tests, notebook)
+from ..serving.acceptance import broken_draft
 from ..serving.acceptance import median as _med
-from ..serving.known_acceptance import KNOWN, estimator_spread, known_acceptance_rows  # noqa: F401 (tests)
-from ..serving.measure import collect, resolve_mode  # noqa: F401  (notebook 06)
+from ..serving.known_acceptance import KNOWN, estimator_spread, known_acceptance_rows
 from ..serving.server import (
     CONTROL_LABELS,
     STANDIN_NOTE,
@@ -50,6 +49,18 @@ NOTEBOOK = "06_mtp_sweep"
 def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
     """:func:`nvfp4study.core.stage.open_stage_named` for notebook ``06_mtp_sweep``."""
     return open_stage_named(NOTEBOOK, params_file, run_dir)
+
+
+def resolve_mode(stage: Stage) -> measure.Mode:
+    """How this stage runs here: replay, live or "not run" (:func:`nvfp4study.serving.measure.resolve_mode`);
+    its ``markdown()`` is the notebook's one box."""
+    return measure.resolve_mode(stage)
+
+
+def collect(stage: Stage) -> Any:
+    """The stage's live collection, the replay import or "not run" recorded
+    (:func:`nvfp4study.serving.measure.collect`): a DataFrame per configuration, or a note."""
+    return measure.collect(stage)
 
 TOKS_TOL = (0.15, 0.30)  # tok/s and speedup vs the card: reproduced within 15 %, partly within 30 %
 RANGE_TOL = 0.05     # accept length / rate: within the card's range widened by this

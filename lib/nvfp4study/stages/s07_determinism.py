@@ -30,7 +30,6 @@ from ..core.files import atomic_write
 from ..core.ledger import Verdict
 from ..core.stage import Stage, open_stage_named
 from ..serving import acceptance, decode_log, measure
-from ..serving.measure import collect, resolve_mode  # noqa: F401  (notebook 07)
 from ..serving.server import (
     STANDIN_NOTE,
     ServerConfig,
@@ -46,6 +45,18 @@ NOTEBOOK = "07_determinism"
 def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
     """:func:`nvfp4study.core.stage.open_stage_named` for notebook ``07_determinism``."""
     return open_stage_named(NOTEBOOK, params_file, run_dir)
+
+
+def resolve_mode(stage: Stage) -> measure.Mode:
+    """How this stage runs here: replay, live or "not run" (:func:`nvfp4study.serving.measure.resolve_mode`);
+    its ``markdown()`` is the notebook's one box."""
+    return measure.resolve_mode(stage)
+
+
+def collect(stage: Stage) -> Any:
+    """The stage's live collection, the replay import or "not run" recorded
+    (:func:`nvfp4study.serving.measure.collect`): a DataFrame per configuration, or a note."""
+    return measure.collect(stage)
 
 STAGE = "07_determinism"
 TOKS_TOL = (0.15, 0.30)

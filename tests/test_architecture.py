@@ -149,9 +149,76 @@ def test_notebook_imports_only_its_stage_module(path):
     assert f"{alias or name}.open_stage(params_file, run_dir)" in notebook_code(path)
 
 
+def own_names(path: Path) -> set[str]:
+    """Top-level names a module defines itself (``def``, ``class``, assignment), imports left out."""
+    out: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            out |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return out
+
+
+def foreign_attributes(code: str, alias: str, module) -> list[str]:
+    """The ``alias.<name>`` of ``code`` that are not the stage module's own function or constant:
+    a module, a name it imports, or a function of another module bound to a name there."""
+    import inspect
+    import types
+
+    own = own_names(Path(module.__file__))
+    bad = []
+    for name in sorted({n.attr for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Attribute)
+                        and isinstance(n.value, ast.Name) and n.value.id == alias}):
+        value = getattr(module, name, None)
+        if name not in own or isinstance(value, types.ModuleType):
+            bad.append(f"{alias}.{name} (not defined in {module.__name__})")
+        elif (inspect.isfunction(value) or inspect.isclass(value)) and value.__module__ != module.__name__:
+            bad.append(f"{alias}.{name} (is {value.__module__}.{value.__name__})")
+    return bad
+
+
+def test_foreign_attribute_finder_finds_planted_ones():
+    from nvfp4study.stages import s02_inspect, s05_corruption
+
+    code = "s5.served.figure(x)\ns5.run_served_study(stage)\ns5.load_tasks()\ns5.NOTEBOOK\n"
+    assert foreign_attributes(code, "s5", s05_corruption) == [
+        "s5.load_tasks (not defined in nvfp4study.stages.s05_corruption)",
+        "s5.served (not defined in nvfp4study.stages.s05_corruption)"]
+    # an assignment that binds another module's function is caught by what it holds
+    assert foreign_attributes("ins.real_config()", "ins", s02_inspect) == [
+        "ins.real_config (is nvfp4study.checkpoint.compare.real_config)"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_calls_only_its_stage_modules_own_names(path):
+    """A stage is its notebook's whole API: ``sN.<name>`` is a function or constant defined in
+    the stage module, never a wing module or a name the stage imports from elsewhere."""
+    import importlib
+
+    tree = ast.parse(notebook_code(path))
+    (alias, name), = [(a.asname or a.name, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                      and n.module == "nvfp4study.stages" for a in n.names]
+    bad = foreign_attributes(notebook_code(path), alias, importlib.import_module(f"nvfp4study.stages.{name}"))
+    assert not bad, f"{path.name} reaches past its stage: {bad}"
+
+
 def test_every_notebook_has_one_stage_module_and_back():
     stages = {p.stem for p in (PKG / "stages").glob("s[0-9][0-9]_*.py")}
     assert {f"s{p.stem[:2]}" for p in NOTEBOOKS} == {s[:3] for s in stages}
+
+
+def test_no_two_classes_in_the_library_share_a_name():
+    """A class name says what it is on its own (``AuditFinding``, ``DetectorFinding``, ``CodeIndex``):
+    two classes of one name in different wings read the same in a signature and a traceback."""
+    where: dict[str, list[str]] = {}
+    for path in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(f"{path.relative_to(LIB)}:{node.lineno}")
+    shared = {name: places for name, places in where.items() if len(places) > 1}
+    assert not shared, f"class names defined more than once: {shared}"
 
 
 def long_module_reasons() -> dict[str, str]:
@@ -239,7 +306,7 @@ def test_nothing_tracked_points_outside_the_repository():
     hits = []
     for rel in tracked:
         p = REPO_ROOT / rel
-        if rel == "tests/test_layout.py" or not p.is_file() or p.suffix in (".png", ".parquet"):
+        if rel == "tests/test_architecture.py" or not p.is_file() or p.suffix in (".png", ".parquet"):
             continue
         text = p.read_text(errors="replace")
         for i, line in enumerate(text.splitlines(), 1):
