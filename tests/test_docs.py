@@ -45,13 +45,14 @@ def package_parts() -> set[str]:
 
 
 def named_paths(text: str) -> list[str]:
-    """The spans that name a path of ours, line suffixes (``:12``, ``:3-9``) dropped."""
+    """The spans that name a path of ours, line suffixes (``:12``, ``:3-9``) and qualified names
+    (``:Class.method``, the long-function list) dropped."""
     ours_top, ours_pkg = top_level(), package_parts()
     out = []
     for s in spans(text):
         if " " in s or "://" in s or PLACEHOLDER.search(s) or "/" not in s:
             continue
-        path = re.sub(r":\d+(-\d+)?$", "", s).rstrip("/")
+        path = re.sub(r":(\d+(-\d+)?|[A-Za-z_][\w.]*)$", "", s).rstrip("/")
         first = path.split("/")[0]
         if (first in ours_top or first in ours_pkg) and not path.startswith(UPSTREAM) and not ignored(path):
             out.append(path)
