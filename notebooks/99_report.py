@@ -29,8 +29,9 @@ HTML(report.summary_html(stage.run_dir, stage.params.model_dump(mode="json"), st
 # Each section follows one part of the card (`kingjones777/Ling-3.0-flash-NVFP4-SGLang-MTP`). In
 # each table **card says** is the card's value, quoted; **we measured** is what this run found (a
 # long value is clipped; *whole value* opens it, and the evidence files hold it as JSON).
-# Verdicts: *reproduced*, *partly*, *contradicted*, *not run* (the reason is in the last column and
-# the summary above says how to run it). Rows marked *study finding* are findings the card does
+# Each row opens with its verdict in one sentence: *reproduced*, *partly*, *contradicted*, *not run*
+# (the summary above says how to run it); **how / why** has the rest (a long note or evidence list
+# is folded: *rest of the note* opens it). Rows marked *study finding* are findings the card does
 # not state. This page only reads the files the stages wrote; it computes nothing new.
 
 # %%

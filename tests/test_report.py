@@ -11,7 +11,8 @@ from nvfp4study.report.sections import FIGURES, SECTIONS, figure_info, section_o
 
 
 def _text(h: str) -> str:
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", h)).strip()
+    # <wbr> is a place a line may break, not a space
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", h.replace("<wbr>", ""))).strip()
 
 
 def test_versions_by_paths_is_a_table():
@@ -90,3 +91,27 @@ def test_every_card_claim_has_a_section_and_figures_are_captioned():
     assert all(v["section"] in keys and v["caption"] and v["read"] and v["alt"] for v in FIGURES.values())
     unknown = figure_info("new-figure", {"new-figure": "mtp"})
     assert unknown["generic"] and unknown["section"] == "mtp" and unknown["caption"]
+
+
+def test_row_leads_with_its_verdict_and_folds_long_detail():
+    from nvfp4study.stages.s99_report import NOTE_CHARS, row_html
+
+    note = "Not measured on the real files. " + "More words here. " * 20
+    evidence = [f"data/serve-raw-{i}.jsonl" for i in range(6)]
+    h = row_html(_row("size.disk", {"path": "layers/moe/moe_runner/marlin.py:179"}, note=note,
+                      evidence=evidence, checked_on="sglang 0.5.23"))
+    assert findings.row_verdict(_row("size.disk", 1, note=note)) == \
+        "Partly reproduced: Not measured on the real files."
+    lead = re.search(r'<div class="lead">(.*?)</div>', h).group(1)
+    assert _text(lead) == "Partly reproduced : Not measured on the real files."  # the label, then the sentence
+    # how / why: the rest of the note (not the lead again), its tail and the evidence list folded
+    why = h.split('<td class="c-why">', 1)[1]
+    shown = _text(re.sub(r"<details.*?</details>", "", why, flags=re.S))
+    assert "Not measured" not in shown and len(shown) < NOTE_CHARS + 120
+    assert 'details class="more fold"' in why and 'details class="more evidence"' in why
+    assert "data/serve-raw-0.jsonl and 5 more files" in _text(why)
+    assert "layers/<wbr>moe/<wbr>moe_runner/<wbr>marlin.py:179" in h  # paths break at their slashes
+    # a "not run" row says why as the open work groups it; a study finding without a card value is marked
+    nr = _row("mtp.k2", None, "not run", note="not run: needs the real model on an NVFP4-capable GPU (x)")
+    assert findings.row_verdict(nr) == "Not run: needs an NVFP4-capable GPU."
+    assert 'class="c-card none"' in row_html({**nr, "origin": "study"}) and 'class="c-ours none"' in row_html(nr)

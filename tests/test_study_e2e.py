@@ -125,6 +125,33 @@ def test_report_in_a_browser(study_run):
     assert "SGLang 0.5.23 engine on CPU" in seen["text"]  # what served 04-07, and what it replaced
 
 
+def test_report_prints_on_a4(study_run):
+    """report.html printed by Chromium to an A4 PDF takes at most 20 pages; laid out as printed
+    (print media, the page's content box) no table is wider than the page or than what holds
+    it, no cell's content spills out of it, the ledger tables take the page's width, and every
+    ledger row opens with its one-sentence verdict and fits on a page."""
+    from nvfp4study.report.findings import VERDICT_WORDS
+    from nvfp4study.report.sections import PAGE_MARGIN_MM
+    from report_browser import A4_MM, PX_PER_MM, print_a4
+
+    run, _ = study_run
+    seen = print_a4(run / "report.html", run / "report-a4.pdf", PAGE_MARGIN_MM)
+    assert seen["pages"] <= 20, f"{seen['pages']} A4 pages (report-a4.pdf in {run})"
+    width = seen["content_width"]
+    assert seen["print_media"] and width == round((A4_MM[0] - 2 * PAGE_MARGIN_MM) * PX_PER_MM)
+    assert seen["scroll_width"] <= width
+    wide = [(t["where"], t["cls"], round(t["right"])) for t in seen["tables"]
+            if t["right"] > width + 1 or t["right"] > t["box_right"] + 1]
+    assert wide == [], f"tables wider than the page ({width} px) or their cell: {wide}"
+    assert seen["overflowing_cells"] == []
+    ledgers = [t["width"] for t in seen["tables"] if t["cls"] == "ledger"]
+    assert ledgers and min(ledgers) >= 0.97 * width  # the page's width, not the notebook's frame
+    rows = seen["ledger_rows"]
+    assert len(rows) == len(json.loads((run / "ledger.json").read_text())["rows"])
+    assert all(r["lead"].startswith(tuple(VERDICT_WORDS.values())) for r in rows), rows[:3]
+    assert [r["id"] for r in rows if r["height"] > seen["page_height"]] == []
+
+
 def test_no_sglang_process_outlives_the_study(study_run):
     """Every process any launch of the run had while healthy is gone (psutil), and each launch's
     record says 0 were left after its stop."""

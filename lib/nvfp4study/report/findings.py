@@ -268,6 +268,74 @@ def headlines(rows: list[dict[str, Any]]) -> list[HeadlineFinding]:
     return out
 
 
+def not_run_reason(note: str) -> str:
+    """Why a "not run" row was not run, as the open work groups it (from the row's note)."""
+    note = re.sub(r"^not run:?\s*", "", note or "").strip()
+    paren = re.match(r"\(([^)]*)\)", note)
+    if "NVFP4-capable GPU" in note:
+        return GPU_REASON
+    if paren:
+        return paren.group(1)
+    return first_sentence(note) or "stage did not run"
+
+
+def first_clause(note: str) -> str:
+    """The note up to its first ``.`` or ``;`` that ends a clause: outside brackets, followed by a
+    space or the end, not an abbreviation (``e.g.``); unlike :func:`first_sentence` a bracket is
+    never left open."""
+    depth = 0
+    for i, ch in enumerate(note):
+        depth += (ch in "([{") - (ch in ")]}")
+        if ch in ".;" and depth <= 0 and (i + 1 == len(note) or note[i + 1] == " ") \
+                and not note[max(0, i - 4):i + 1].endswith(("e.g.", "i.e.", "etc.")):
+            return note[:i].strip()
+    return note.strip().rstrip(".;")
+
+
+LEAD_CHARS = 200  # a row's verdict sentence is one line or two of a printed claim cell
+VERDICT_WORDS = {"reproduced": "Reproduced", "partly": "Partly reproduced", "contradicted": "Contradicted",
+                 "not run": "Not run"}
+
+
+def row_verdict_parts(row: dict[str, Any]) -> tuple[str, str, str]:
+    """:func:`row_verdict` in pieces: ``(verdict word, reason, rest of the note)``; the rest is
+    what the reason does not already say (the whole note when the reason is a summary of it)."""
+    from .readable import value_text
+
+    verdict = row.get("verdict") or "not run"
+    note = (row.get("note") or "").strip()
+    rest = note
+    if verdict == ledger.Verdict.NOT_RUN.value:
+        reason = not_run_reason(note)
+    else:
+        # a note that opens with its verdict ("partly: ...") says it once, in the label
+        body = re.sub(rf"^{re.escape(verdict)}\s*:\s*", "", note, flags=re.I)
+        reason = first_clause(body)
+        rest = body[len(reason):].lstrip(" .;") if body.startswith(reason) else note
+        if not reason and row.get("measured") is not None:
+            reason = f"measured {value_text(row['measured'])}"
+    if len(reason) > LEAD_CHARS:
+        head = reason[:LEAD_CHARS].rsplit(" ", 1)[0]
+        # the rest goes on where the clipped reason stops
+        rest = "… " + (note[note.index(head) + len(head):].lstrip() if head in note else note)
+        reason = head.rstrip(",;:") + " …"
+    return VERDICT_WORDS.get(verdict, verdict.capitalize()), reason, rest
+
+
+def row_verdict(row: dict[str, Any]) -> str:
+    """The one sentence that leads a ledger row in the report: its verdict and the one-line
+    reason (the note's first clause; a "not run" row's reason as the open work names it; the
+    measured value when the note is empty), clipped to about :data:`LEAD_CHARS` characters.
+
+    >>> row_verdict({"verdict": "partly", "note": "Not measured on the real files. More."})
+    'Partly reproduced: Not measured on the real files.'
+    """
+    word, reason, _ = row_verdict_parts(row)
+    if not reason:
+        return f"{word}."
+    return f"{word}: {reason}" + ("" if reason.endswith(("…", ".")) else ".")
+
+
 @dataclass
 class OpenItem:
     """Claims not run for one reason: what would settle them, with the command and hardware."""
@@ -286,14 +354,7 @@ def open_items(rows: list[dict[str, Any]]) -> list[OpenItem]:
     for r in rows:
         if r["verdict"] != ledger.Verdict.NOT_RUN.value:
             continue
-        note = re.sub(r"^not run:?\s*", "", r.get("note") or "").strip()
-        paren = re.match(r"\(([^)]*)\)", note)
-        if "NVFP4-capable GPU" in note:
-            reason = GPU_REASON
-        elif paren:
-            reason = paren.group(1)
-        else:
-            reason = first_sentence(note) or "stage did not run"
+        reason = not_run_reason(r.get("note") or "")
         stages, ids = groups.setdefault(reason, ([], []))
         if r["stage"] not in stages:
             stages.append(r["stage"])

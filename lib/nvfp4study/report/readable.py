@@ -11,7 +11,8 @@ A ledger value (``card`` or ``measured``, see :mod:`nvfp4study.core.ledger`) is 
   tok/s; the units of ``claims.yaml``), fractions (``recall``, ``fraction``, ``rel_``) as percent;
 - any other dict -> a two-column table of readable keys and values (nested dicts inline).
 
-The compact form (table cells) clips long strings and long tables; :func:`cell_html` then adds
+The compact form (table cells) clips long strings, long inline lines and long tables (and a
+matrix with long cells reads as rows); :func:`cell_html` then adds
 the whole value, rendered the same way, in a collapsed ``<details>`` element. The JSON itself
 stays in ``ledger.json`` and the evidence files.
 """
@@ -26,6 +27,7 @@ VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
 MAX_TEXT = 180   # characters of one string in a compact cell
 MAX_ROWS = 8     # rows of one table in a compact cell
 MAX_COLS = 6     # a dict of dicts with more distinct inner keys reads better as inline rows
+MAX_CELL = 32    # characters of one matrix cell; longer values read better as inline rows
 
 _UNITS = (("tok_s", "tok/s"), ("_gb", "GB"), ("_mb", "MB"), ("_bytes", "B"), ("_s", "s"))
 _PERCENT_KEYS = ("recall", "fraction", "rel_", "relative")
@@ -80,8 +82,13 @@ def scalar(value: Any, key: Any = "", clip: _Clip | None = None) -> str:
     if clip is not None and len(text) > MAX_TEXT:
         clip.clipped = True
         text = text[:MAX_TEXT].rstrip() + " …"
-    # paths break after their slashes rather than mid-name
-    return html.escape(text).replace("/", "/<wbr>") if text else "(empty)"
+    return breakable(text) if text else "(empty)"
+
+
+def breakable(text: str) -> str:
+    """``text`` escaped, with a line-break opportunity (``<wbr>``) after every ``/``: a path in a
+    narrow cell breaks between its folders rather than letter by letter."""
+    return html.escape(text).replace("/", "/<wbr>")
 
 
 def _is_scalar(v: Any) -> bool:
@@ -99,16 +106,35 @@ def _inline(value: Any, key: Any, clip: _Clip | None, depth: int) -> str:
         if clip is not None and len(items) > MAX_ROWS * 2:
             clip.clipped = True
             items = items[:MAX_ROWS * 2]
-            return ", ".join(_inline(x, key, clip, depth + 1) for x in items) + ", …"
-        return ", ".join(_inline(x, key, clip, depth + 1) for x in items) or "(none)"
+            return _joined([_inline(x, key, clip, depth + 1) for x in items], ", ", clip, True)
+        return _joined([_inline(x, key, clip, depth + 1) for x in items], ", ", clip)
     if isinstance(value, dict):
         if "count" in value and "formula" in value:
             return _count(value, clip)
         # the parent's key names the unit / percent of its children (recall_all -> detector: 96.7 %)
         parts = [f"{html.escape(label(k))}: {_inline(v, f'{key}.{k}' if key else k, clip, depth + 1)}"
                  for k, v in value.items()]
-        return "; ".join(parts) or "(none)"
+        return _joined(parts, "; ", clip)
     return scalar(str(value), key, clip)
+
+
+def _text_len(h: str) -> int:
+    return len(html.unescape(re.sub(r"<[^>]+>", "", h)))
+
+
+def _joined(parts: list[str], sep: str, clip: _Clip | None, more: bool = False) -> str:
+    """``parts`` on one line; in the compact form only as many as fit in about :data:`MAX_TEXT`
+    characters (an inline dict is one long string in a narrow cell), then ``…``."""
+    if not parts:
+        return "(none)"
+    shown, used = [], 0
+    for p in parts:
+        if clip is not None and used > MAX_TEXT:
+            clip.clipped = more = True
+            break
+        shown.append(p)
+        used += _text_len(p) + len(sep)
+    return sep.join(shown) + (f"{sep.rstrip()} …" if more else "")
 
 
 def _count(value: dict, clip: _Clip | None) -> str:
@@ -154,17 +180,19 @@ def value_html(value: Any, clip: _Clip | None = None, depth: int = 0) -> str:
         inner = list(dict.fromkeys(k for v in nested for k in v))
         corner = "SGLang" if all(VERSION_RE.match(str(k)) for k in keys) else ""
         dense = all(2 * len(v) >= len(inner) for v in nested)  # a sparse matrix reads worse than rows
-        if len(inner) <= MAX_COLS and dense:
+        # ... and so does one whose cells are long (a path or a dict squeezed into a narrow column)
+        short = all(_is_scalar(x) and len(str(x)) <= MAX_CELL for v in nested for x in v.values())
+        if len(inner) <= MAX_COLS and dense and short:
             rows = [[f"<b>{html.escape(str(k))}</b>"] + [_inline(value[k].get(i, "—"), i, clip, 2)
                                                        if i in value[k] else "—" for i in inner]
                     for k in keys]
             return _table([corner] + [html.escape(label(i)) for i in inner], rows, clip)
-        rows = [[f"<b>{html.escape(str(k))}</b>", _inline(value[k], k, clip, 2)] for k in keys]
+        rows = [[f"<b>{breakable(str(k))}</b>", _inline(value[k], k, clip, 2)] for k in keys]
         return _table([corner, ""] if corner else ["", ""], rows, clip)
     if all(VERSION_RE.match(str(k)) for k in keys):
         rows = [[f"<b>{html.escape(str(k))}</b>", _inline(v, k, clip, 1)] for k, v in value.items()]
         return _table(["SGLang", ""], rows, clip)
-    rows = [[html.escape(label(k)), _inline(v, k, clip, 1)] for k, v in value.items()]
+    rows = [[breakable(label(k)), _inline(v, k, clip, 1)] for k, v in value.items()]
     return _table(["", ""], rows, clip)
 
 

@@ -143,7 +143,10 @@ def figure_info(stem: str, sections_by_evidence: dict[str, str]) -> dict[str, An
                 alt=f"Figure {stem}", generic=True)
 
 
-CSS = """
+PAGE_MARGIN_MM = 10  # the printed page's margins (the print test lays the page out inside them)
+
+# paper: A4; the report is read there as a summary, every detail stays one click away on screen
+CSS = f"@page {{ size: A4; margin: {PAGE_MARGIN_MM}mm; }}" + """
 .nv { max-width: 78rem; font-size: 15px; line-height: 1.45; }
 .nv h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 1.6em; }
 .nv .summary { border: 1px solid #9ab; background: #f6f9fb; padding: .6em 1.1em; border-radius: 6px; }
@@ -163,18 +166,21 @@ CSS = """
 .nv table.ledger > thead > tr > th { text-align: left; background: #eef1f4; padding: .3em .4em; }
 .nv table.ledger > tbody > tr > td { vertical-align: top; padding: .35em .4em; text-align: left;
   border-top: 1px solid #ddd; overflow-wrap: anywhere; white-space: normal; }
-.nv table.ledger col.c-claim { width: 24%; } .nv table.ledger col.c-card { width: 19%; }
-.nv table.ledger col.c-ours { width: 27%; } .nv table.ledger col.c-verdict { width: 8%; }
-.nv table.ledger col.c-why { width: 22%; }
+.nv table.ledger col.c-claim { width: 29%; } .nv table.ledger col.c-card { width: 19%; }
+.nv table.ledger col.c-ours { width: 29%; } .nv table.ledger col.c-why { width: 23%; }
+.nv table.ledger .lead { font-weight: 600; margin-bottom: .25em; }
+.nv table.ledger .lead .badge { font-weight: normal; }
 .nv table.kv { font-size: .95em; margin: 0; }
 .nv table.kv td, .nv table.kv th { border: 1px solid #e3e3e3; padding: .05em .3em; text-align: left;
   vertical-align: top; font-variant-numeric: tabular-nums; overflow-wrap: anywhere; }
-.nv table.kv { width: 100%; }
+.nv table.kv { width: 100%; table-layout: auto; }  /* JupyterLab fixes every table: equal columns */
 .nv table.kv th, .nv table.kv td > b { white-space: nowrap; }
+.nv table.kv td:first-child { overflow-wrap: normal; }  /* a key breaks between words only */
 .nv table.plain td, .nv table.plain th, .nv table.counts td { border: 1px solid #ddd; padding: .2em .5em; text-align: left;
   vertical-align: top; overflow-wrap: anywhere; }
 .nv .muted, .nv .meta { color: #666; font-size: .85em; }
-.nv details.whole summary { color: #36c; cursor: pointer; font-size: .85em; }
+.nv details.whole summary, .nv details.more summary { color: #36c; cursor: pointer; font-size: .85em; }
+.nv details.more > div, .nv details.fold { font-size: .92em; }
 .nv figure { margin: 1em 0 1.6em; }
 .nv figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 .nv figcaption { font-size: .9em; max-width: 60rem; }
@@ -182,11 +188,50 @@ CSS = """
   margin: .6em 0; }
 .nv code { background: #f2f2f2; padding: 0 .2em; border-radius: 3px; overflow-wrap: anywhere; }
 @media print {
-  .nv { max-width: none; font-size: 9.5pt; }
-  .nv details.whole { display: none; }
+  /* nbconvert's lab template pads the notebook, each cell and each output: on paper the tables
+     take the page's whole width instead */
+  body.jp-Notebook, .jp-Cell, .jp-Cell-outputWrapper, .jp-OutputArea, .jp-OutputArea-child,
+  .jp-OutputArea-output, .jp-RenderedHTMLCommon { padding: 0 !important; margin-left: 0 !important;
+    margin-right: 0 !important; max-width: none !important; }
+  .jp-RenderedHTMLCommon > h1, .jp-RenderedHTMLCommon > h2 { break-after: avoid; }
+  /* ... and keeps each output on one page: the manifest would leave most of a page blank */
+  .jp-OutputArea-child { break-inside: auto !important; }
+  .nv { max-width: none; font-size: 9pt; line-height: 1.25; }
+  .nv details.whole, .nv details.fold { display: none; }
+  /* a folded evidence list prints as its one-line summary, without the disclosure marker */
+  .nv details.more > :not(summary) { display: none; }
+  .nv details.more > summary { list-style: none; color: #666; }
+  .nv details.more > summary::-webkit-details-marker { display: none; }
   .nv a { color: inherit; text-decoration: none; }
+  /* each claim is a grid: its verdict sentence across the page, then claim, card, ours, why
+     (a study finding has no card value: ours takes that column too) */
+  .nv table.ledger { font-size: .9em; }
+  .nv table.ledger, .nv table.ledger > thead, .nv table.ledger > tbody { display: block; width: 100%; }
+  .nv table.ledger > thead > tr, .nv table.ledger > tbody > tr { display: grid;
+    grid-template-columns: 25% 18% 32% 25%; }
+  .nv table.ledger > tbody > tr > td { padding: .1em .3em .3em; border-top: none;
+    overflow-wrap: break-word; }
+  .nv table.ledger > tbody > tr > td.c-claim { display: contents; }
+  .nv table.ledger .lead { grid-column: 1 / -1; border-top: 1px solid #bbb; padding: .3em .3em .1em;
+    margin: 0; }
+  .nv table.ledger .what { padding: .1em .3em .3em; }
+  .nv table.ledger > tbody > tr > td.c-card.none, .nv table.ledger > tbody > tr > td.c-ours.none {
+    display: none; }
+  .nv table.ledger > tbody > tr > td.c-card.none + td.c-ours { grid-column: 2 / 4; }
+  .nv table.ledger > tbody > tr > td.c-ours.none + td.c-why { grid-column: 3 / 5; }
+  /* a key column that never wraps squeezes its values to a letter per line in a narrow cell */
+  .nv table.kv th, .nv table.kv td > b { white-space: normal; }
   .nv table.ledger > tbody > tr, .nv figure, .nv .notrun { break-inside: avoid; }
-  .nv h2 { break-after: avoid; }
+  /* a figure's caption beside it, not under it */
+  .nv figure { display: grid; grid-template-columns: 60% 1fr; gap: 1em; align-items: start;
+    margin: .6em 0 1em; }
+  .nv figure img { max-height: 10cm; max-width: 100%; width: auto; }
+  .nv figcaption { max-width: none; }
+  /* the manifest is a list of short facts: two columns of them */
+  .nv table.manifest, .nv table.manifest > tbody { display: block; }
+  .nv table.manifest > tbody { columns: 2; column-gap: 1.2em; }
+  .nv table.manifest tr { display: grid; grid-template-columns: 8.5em 1fr; break-inside: avoid; }
+  .nv h2 { break-after: avoid; margin-top: 1em; }
   .nv .summary { border-color: #999; background: none; }
   .nv .badge { border-color: #999; }
 }

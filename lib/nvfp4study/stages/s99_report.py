@@ -24,7 +24,7 @@ from ..core import ledger
 from ..core.stage import Stage, open_stage_named
 from ..report import findings
 from ..report import sections as layout
-from ..report.readable import cell_html, value_text
+from ..report.readable import breakable, cell_html, value_text
 
 NOTEBOOK = "99_report"
 CARD_URL = "https://huggingface.co/kingjones777/Ling-3.0-flash-NVFP4-SGLang-MTP"
@@ -168,33 +168,74 @@ def summary_html(run_dir: str | Path, params: dict[str, Any], description: str =
 
 
 # --- sections --------------------------------------------------------------------------------
+NOTE_CHARS = 160     # a longer note shows its start; the rest folds into the row's detail
+CHECKED_CHARS = 100  # the same for the "checked on" line (the CPU engine's line names its kernels)
+EVIDENCE_SHOWN = 3   # more evidence files than this fold into the row's detail
+
+
+def _clip_words(text: str, n: int) -> tuple[str, str]:
+    """``text`` cut before character ``n`` at a space: ``(head, rest)``; ``rest`` is "" when it fits."""
+    if len(text) <= n:
+        return text, ""
+    head = text[:n].rsplit(" ", 1)[0] or text[:n]
+    return head, text[len(head):].lstrip()
+
+
 def _evidence_html(row: dict[str, Any]) -> str:
     links = []
     for ev in row.get("evidence") or []:
         href = f"#fig-{Path(ev).stem}" if ev.startswith("figures/") else ev
-        links.append(f'<a href="{_e(href)}">{_e(ev)}</a>')
-    return ", ".join(links)
+        links.append(f'<a href="{_e(href)}">{breakable(ev)}</a>')
+    if len(links) <= EVIDENCE_SHOWN:
+        return f'<div class="meta">evidence: {", ".join(links)}</div>'
+    # a long list is a detail: the row names the first file and how many more (also on paper)
+    first = (row.get("evidence") or [""])[0]
+    return (f'<details class="more evidence"><summary class="meta">evidence: {breakable(first)} and '
+            f'{len(links) - 1} more files</summary><div class="meta">{", ".join(links)}</div></details>')
+
+
+def _folded(text: str, n: int, what: str) -> str:
+    """``text`` as HTML: its first clause (or first ``n`` characters) shown, the rest in a
+    collapsed ``<details class="more fold">`` labelled "rest of the ``what``" (not printed)."""
+    if len(text) <= n:
+        return breakable(text)
+    clause = findings.first_clause(text)
+    head, rest = (clause, text[len(clause):].lstrip(" ;.")) if len(clause) <= n else _clip_words(text, n)
+    if not rest:
+        return breakable(text)
+    return (f'{breakable(head)} …<details class="more fold"><summary class="meta">rest of the {what}'
+            f"</summary>{breakable(rest)}</details>")
 
 
 def row_html(row: dict[str, Any]) -> str:
-    """One ledger row as a table row: claim, card says, we measured, verdict, how/why."""
+    """One ledger row as a table row: the verdict sentence
+    (:func:`nvfp4study.report.findings.row_verdict`, its verdict word as the coloured label) over
+    the claim, card says, we measured, how/why (the rest of the note; a long note and a long
+    evidence list folded into a ``<details>``)."""
     origin = "study finding" if row.get("origin") == "study" else "card claim"
-    why = _e(row.get("note") or "")
+    word, reason, rest = findings.row_verdict_parts(row)
+    lead = (f'<div class="lead">{badge(word, row["verdict"])}{":" if reason else "."} {breakable(reason)}'
+            f'{"" if not reason or reason.endswith(("…", ".")) else "."}</div>')
+    why = _folded(rest, NOTE_CHARS, "note")
     if row.get("checked_on"):
-        why += f'<div class="meta">checked on {_e(row["checked_on"])}</div>'
+        why += f'<div class="meta">checked on {_folded(row["checked_on"], CHECKED_CHARS, "line")}</div>'
     if row.get("evidence"):
-        why += f'<div class="meta">evidence: {_evidence_html(row)}</div>'
+        why += _evidence_html(row)
+    no_card = row.get("card") is None
     card = cell_html(row.get("card"), "— (not a card claim)" if row.get("origin") == "study" else "—")
     ours = cell_html(row.get("measured"), "not measured")
     return (f'<tr id="claim-{_e(row["id"])}" class="row-{row["verdict"].replace(" ", "-")}">'
-            f'<td>{_e(row["claim"])}<div class="meta">{_e(row["id"])} · {_e(row["stage"])} · {origin}</div></td>'
-            f"<td>{card}</td><td>{ours}</td><td>{badge(row['verdict'])}</td><td>{why}</td></tr>")
+            f'<td class="c-claim">{lead}<div class="what"><div class="claim">{_e(row["claim"])}</div>'
+            f'<div class="meta">{_e(row["id"])} · {_e(row["stage"])} · {origin}</div></div></td>'
+            f'<td class="c-card{" none" if no_card else ""}">{card}</td>'
+            f'<td class="c-ours{" none" if row.get("measured") is None else ""}">{ours}</td>'
+            f'<td class="c-why">{why}</td></tr>')
 
 
 def ledger_table_html(rows: list[dict[str, Any]]) -> str:
     """A section's ledger rows as one fixed-layout table (no index column; wrapped cells)."""
-    cols = "".join(f'<col class="c-{c}">' for c in ("claim", "card", "ours", "verdict", "why"))
-    head = "".join(f"<th>{h}</th>" for h in ("claim", "card says", "we measured", "verdict", "how / why"))
+    cols = "".join(f'<col class="c-{c}">' for c in ("claim", "card", "ours", "why"))
+    head = "".join(f"<th>{h}</th>" for h in ("verdict and claim", "card says", "we measured", "how / why"))
     return (f'<table class="ledger"><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead>'
             f"<tbody>{''.join(row_html(r) for r in rows)}</tbody></table>")
 
