@@ -197,23 +197,24 @@ def counted_verdicts(rows: list[Any], agreement: Agreement,
 
 
 def release_counts(counted: list[dict[str, Any]], derived_only: bool = True) -> dict[str, dict[str, Any]]:
-    """Per release: ``{"counted": {verdict: paths}, "machine": {verdict: paths}}`` from
+    """Per release: ``{"counted": {verdict: paths}, "machine reading": {verdict: paths}}`` from
     :func:`counted_verdicts` rows (derived paths only unless ``derived_only`` is False)."""
     out: dict[str, dict[str, Any]] = {}
     for c in counted:
         if derived_only and c["source"] == "catalogued":
             continue
-        part = "machine" if c["source"] == "machine" else "counted"
-        d = out.setdefault(c["release"], {"counted": {}, "machine": {}})[part]
+        part = "machine reading" if c["source"] == "machine" else "counted"
+        d = out.setdefault(c["release"], {"counted": {}, "machine reading": {}})[part]
         d[c["verdict"]] = d.get(c["verdict"], 0) + 1
     return out
 
 
-def stage_counts(main_rows: list[Any], agreement: Agreement, version: str) -> dict[str, Any]:
+def stage_counts(main_rows: list[Any], agreement: Agreement, version: str,
+                 readings: tuple[Reading, ...] | None = None) -> dict[str, Any]:
     """The headline's counts for the stage's own audit (``data/sglang_audit.json``, SGLang
     ``version``): paths whose counted verdict is DROPPED (catalogued / hand-read derived /
     trusted-kind derived) and the derived paths the machine reading alone calls DROPPED."""
-    c = counted_verdicts(main_rows, agreement)
+    c = counted_verdicts(main_rows, agreement, readings)
     drop = Counter(x["source"] for x in c if x["verdict"] == "DROPPED")
     src = Counter(x["source"] for x in c)
     return {"sglang": version, "paths": len(c), "derived": len(c) - src["catalogued"],
@@ -252,7 +253,7 @@ def tables(agreement: Agreement, counted: list[dict[str, Any]]) -> dict[str, Any
                         index=pd.Index(hand, name="hand"), columns=pd.Index(got, name="audit"))
     per = []
     for rel, parts in release_counts(counted).items():
-        for part, label in (("counted", "counted (hand-read or trusted kind)"), ("machine", "machine reading")):
+        for part, label in (("counted", "counted (hand-read or trusted kind)"), ("machine reading", "machine reading")):
             per.append({"sglang": rel, "derived paths": label, **{v: parts[part].get(v, 0) for v in ORDER}})
     return {"by_kind": kinds, "confusion": conf, "per_release": pd.DataFrame(per)}
 

@@ -498,7 +498,8 @@ def record_claims(stage: Stage, version: str):
          measured={p: _where(m[p]) for p in dropped}, verdict="reproduced" if dropped else "contradicted",
          evidence=[d("sglang_audit")],
          note="; ".join(f"{p}: {m[p]['rule']}" for p in named)
-         + (f"; and {len(dropped) - len(named)} more of the {len(m)} paths found by following the dispatch"
+         + (f"; and {len(dropped) - len(named)} more of the {len(m)} paths found by following the dispatch "
+            "(the audit's machine reading, mostly not hand-read: finding.audit-agreement)"
             if len(dropped) > len(named) else ""))
     if card_rt:
         find("finding.card-patch-approx",
