@@ -24,12 +24,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ..codeeval.served_analysis import wilson_interval
 from ..core.errors import HandReadingsError
+from ..core.files import write_json
 
 #: a derived kind's verdicts are counted when its sampled agreement is at least this ...
 MIN_AGREEMENT = 0.95
@@ -237,6 +239,34 @@ def ledger_measured(agreement: Agreement, counted: list[dict[str, Any]], stage: 
             "stage_counts": stage}
 
 
+def write(out: Path, rows: list[Any]) -> dict[str, Any]:
+    """Compare ``rows`` with the stored readings and write ``out`` (JSON: the comparison, each
+    row's counted verdict and the per-release counts). Returns ``{"sentence", "rule",
+    "agreement", "counted"}`` plus the DataFrames of :func:`tables`."""
+    a = compare(rows)
+    counted = counted_verdicts(rows, a)
+    write_json(out, {**a.as_json(), "derived_counts": release_counts(counted), "counted": counted})
+    return {"sentence": a.sentence(), "rule": RULE, "agreement": a, "counted": counted, **tables(a, counted)}
+
+
+def finding(res: dict[str, Any], main_rows: list[Any], version: str) -> dict[str, Any]:
+    """``add_finding`` keywords (claim, measured, verdict, checked_on, note) of
+    ``finding.audit-agreement`` from :func:`write`'s result and the stage's own audit rows."""
+    a, o = res["agreement"], res["agreement"].overall
+    s = hand_readings()[0]["sample"]
+    return dict(
+        claim="The audit's verdicts for the derived MoE paths (found by following SGLang's dispatch, not "
+              "catalogued) agree with a blind hand reading of a random sample of them on at least 95 % of it.",
+        measured=ledger_measured(a, res["counted"], stage_counts(main_rows, a, version)),
+        verdict=("not run" if not o["n"] else "reproduced" if o["rate"] >= MIN_AGREEMENT
+                 else "partly" if a.trusted_kinds else "contradicted"),
+        checked_on=(f"{o['n']} blind hand readings (5 readers, {s['per_release']} per release, seed {s['seed']}; "
+                    f"lib/nvfp4study/sglang/data/hand_readings.yaml) against the audit of sglang "
+                    f"{', '.join(sorted(a.by_release))}"),
+        note=res["sentence"] + " " + RULE
+             + (f" Left out (release not audited): {', '.join(a.not_audited)}." if a.not_audited else ""))
+
+
 def tables(agreement: Agreement, counted: list[dict[str, Any]]) -> dict[str, Any]:
     """pandas DataFrames for the notebook: ``by_kind`` (kind, agree, n, rate, Wilson 95 %,
     counted?), ``confusion`` (hand verdict rows x audit verdict columns, readings) and
@@ -259,5 +289,5 @@ def tables(agreement: Agreement, counted: list[dict[str, Any]]) -> dict[str, Any
 
 
 __all__ = ["MIN_AGREEMENT", "MIN_READINGS", "NOT_LISTED", "ORDER", "RULE", "Agreement",
-           "HandReadingsError", "Reading", "compare", "counted_verdicts", "hand_readings",
-           "ledger_measured", "path_kind", "pct", "release_counts", "stage_counts", "tables"]
+           "HandReadingsError", "Reading", "compare", "counted_verdicts", "finding", "hand_readings",
+           "ledger_measured", "path_kind", "pct", "release_counts", "stage_counts", "tables", "write"]

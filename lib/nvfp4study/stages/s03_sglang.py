@@ -28,6 +28,7 @@ from ..core.display import markdown, text_table  # noqa: F401  (markdown: for th
 from ..core.errors import NoBailingMoeV3
 from ..core.files import write_json
 from ..core.stage import Stage, open_stage_named
+from ..sglang import agreement as ag
 from ..sglang import card_patches as cpt
 from ..sglang import clamp_numerics as cn
 from ..sglang import patch as sp
@@ -89,41 +90,9 @@ def audit_versions(stage: Stage) -> list[PathResult]:
 
 
 def audit_agreement(stage: Stage, rows: list[PathResult] | list[dict[str, Any]]) -> dict[str, Any]:
-    """The derived paths' verdicts in ``rows`` against the blind hand readings
-    (:mod:`nvfp4study.sglang.agreement`); writes ``data/sglang_audit_agreement.json``; returns the
-    sentence, the counting rule, the :class:`~nvfp4study.sglang.agreement.Agreement`, each row's
-    counted verdict (``counted``) and the DataFrames ``by_kind``, ``confusion``, ``per_release``."""
-    from ..sglang import agreement as ag
-
-    a = ag.compare(rows)
-    counted = ag.counted_verdicts(rows, a)
-    write_json(stage.paths.data("sglang_audit_agreement"),
-               {**a.as_json(), "derived_counts": ag.release_counts(counted), "counted": counted})
-    return {"sentence": a.sentence(), "rule": ag.RULE, "agreement": a, "counted": counted,
-            **ag.tables(a, counted)}
-
-
-def _record_agreement(stage: Stage, find, allv: list[dict], main: list[dict], version: str) -> None:
-    """``finding.audit-agreement``: the audit's derived-path verdicts against the blind hand
-    readings (``sglang/data/hand_readings.yaml``), with the counts the headline may use."""
-    from ..sglang import agreement as ag
-
-    res = audit_agreement(stage, allv)
-    a, o = res["agreement"], res["agreement"].overall
-    meth = ag.hand_readings()[0]
-    measured = ag.ledger_measured(a, res["counted"], ag.stage_counts(main, a, version))
-    find("finding.audit-agreement",
-         claim="The audit's verdicts for the derived MoE paths (found by following SGLang's dispatch, not "
-               "catalogued) agree with a blind hand reading of a random sample of them on at least 95 % of it.",
-         measured=measured,
-         verdict=("not run" if not o["n"] else "reproduced" if o["rate"] >= ag.MIN_AGREEMENT
-                  else "partly" if a.trusted_kinds else "contradicted"),
-         evidence=[stage.paths.data("sglang_audit_agreement"), stage.paths.data("sglang_audit_versions")],
-         checked_on=(f"{o['n']} blind hand readings (5 readers, {meth['sample']['per_release']} per release, "
-                     f"seed {meth['sample']['seed']}; lib/nvfp4study/sglang/data/hand_readings.yaml) against "
-                     f"the audit of sglang {', '.join(sorted(a.by_release))}"),
-         note=res["sentence"] + " " + ag.RULE
-              + (f" Left out (release not audited): {', '.join(a.not_audited)}." if a.not_audited else ""))
+    """The derived paths' verdicts in ``rows`` against the blind hand readings; writes
+    ``data/sglang_audit_agreement.json``; returns :func:`nvfp4study.sglang.agreement.write`'s tables."""
+    return ag.write(stage.paths.data("sglang_audit_agreement"), rows)
 
 
 def verdict_matrix(results: list[PathResult]):
@@ -334,7 +303,8 @@ def record_claims(stage: Stage, version: str):
         rows.append(stage.add_finding(fid, checked_on=kw.pop("checked_on", on), **kw))
 
     gpu = _record_kernel_measurement(stage, find)  # the GPU measurement the clamp rows cite
-    _record_agreement(stage, find, allv, main, version)  # what the derived paths' counts may use
+    find("finding.audit-agreement", evidence=[d("sglang_audit_agreement"), d("sglang_audit_versions")],
+         **ag.finding(audit_agreement(stage, allv), main, version))  # what derived-path counts may use
 
     # clamp.nvfp4-dropped ---------------------------------------------------------------------
     per = {v: {"cutlass": _by(allv, v, "nvfp4-w4a4-cutlass")["verdict"],
