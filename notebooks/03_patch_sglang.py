@@ -76,12 +76,45 @@ Image(str(s3.matrix_png(stage, results)))
 
 # %% [markdown]
 # Every other path the dispatch reaches is audited too, under its derived name (`Class/backend`,
-# `fused:a2a/runner`, `core:backend`). These are the audit's reading, not hand-read: a path is as
-# bad as its worst branch (an MXFP8 or ROCm branch included), and each row's rule, with where an
-# UNDECIDED trail was lost, is in `data/sglang_audit_versions.json`. Counts per release and verdict:
+# `fused:a2a/runner`, `core:backend`). These are the audit's machine reading, not hand-catalogued:
+# a path is as bad as its worst branch (an MXFP8 or ROCm branch included), and each row's rule,
+# with where an UNDECIDED trail was lost, is in `data/sglang_audit_versions.json`. The machine
+# reading's counts per release and verdict:
 
 # %%
 s3.found_paths(results)
+
+# %% [markdown]
+# ## How far the derived paths' verdicts can be trusted
+# Five readers, blind to the audit's code and output, each read 9 of these derived paths by hand
+# from the released source (a random sample, 9 per release, seed 20261201; readings, method and
+# verdict definitions in `lib/nvfp4study/sglang/data/hand_readings.yaml`). Their verdicts have one
+# the audit lacks, UNUSABLE (the path raises for Ling whatever the limit); such a reading counts
+# as a disagreement. Written to `data/sglang_audit_agreement.json`.
+
+# %%
+agreement = s3.audit_agreement(stage, results)
+s3.markdown(agreement["sentence"] + " " + agreement["rule"])
+
+# %% [markdown]
+# Agreement per path kind (the key's backend part; `fused:` and `core:` keep their prefix), with
+# the Wilson 95 % interval; "verdicts counted" says whether the kind passes the rule above.
+
+# %%
+agreement["by_kind"]
+
+# %% [markdown]
+# The confusion table: hand verdict (rows) against the audit's verdict (columns), readings.
+
+# %%
+agreement["confusion"]
+
+# %% [markdown]
+# The derived paths per release and verdict as the study counts them: hand-read paths take the
+# hand verdict, a trusted kind the audit's; everything else is the machine reading, kept apart.
+
+# %%
+agreement["per_release"]
 
 # %% [markdown]
 # ## Other facts the card relies on

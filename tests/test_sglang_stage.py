@@ -308,3 +308,18 @@ def test_kernel_measurement_that_disagrees_contradicts(tmp_path, monkeypatch):
     monkeypatch.setattr(ke, "load", lambda path=None: doc)
     row = _run(tmp_path, _inputs())["finding.clamp-kernels-measured"]
     assert row["verdict"] == "contradicted" and row["measured"]["sglang_triton/clamp"] == "pre_silu"
+
+
+# --- finding.audit-agreement ----------------------------------------------------------------------
+def test_agreement_finding_is_recorded_with_its_provenance(tmp_path):
+    """record_claims writes data/sglang_audit_agreement.json and the finding; on these hand-made
+    rows no hand-read path is listed, so every reading of an audited release disagrees."""
+    from nvfp4study.sglang import agreement as ag
+
+    rows = _run(tmp_path, _inputs())
+    row = rows["finding.audit-agreement"]
+    n = sum(r.release in (CARD, V) for r in ag.hand_readings()[1])
+    assert row["measured"]["overall"]["n"] == n and row["measured"]["overall"]["agree"] == 0
+    assert row["verdict"] == "contradicted" and "hand_readings.yaml" in row["checked_on"]
+    assert "data/sglang_audit_agreement.json" in row["evidence"]
+    assert (tmp_path / "run" / "data" / "sglang_audit_agreement.json").is_file()

@@ -189,6 +189,11 @@ class NoBailingMoeV3(AuditError):
     so no clamp path can be judged."""
 
 
+class HandReadingsError(AuditError):
+    """``sglang/data/hand_readings.yaml`` lacks a field, repeats a (release, path), or gives a
+    verdict outside its own definitions (names the reading)."""
+
+
 class KernelEvidenceError(AuditError):
     """The stored GPU measurement of the clamp forms is missing, malformed or does not decide a form."""
 

@@ -129,12 +129,28 @@ def _others(r: dict) -> tuple[str, str]:
         verdicts = set(paths.values())
         key = "DROPPED" if "DROPPED" in verdicts else "EXACT" if verdicts == {"EXACT"} else "APPROX"
         by[key].append(f"`{runner}`")
-    n_drop = len(r["finding.runners-drop-clamp"]["measured"])
     s = (f"\"Every other MoE runner forwards the clamp\" does not hold on {row['checked_on']}: of the "
          f"{len(row['measured'])} runners the card names, {_join(by['EXACT'])} forward it exactly, "
-         f"{_join(by['APPROX'])} approximately and {_join(by['DROPPED'])} drop it; {n_drop} of the MoE "
-         f"paths found by following SGLang's dispatch drop it in all.")
+         f"{_join(by['APPROX'])} approximately and {_join(by['DROPPED'])} drop it; "
+         + _trusted_drops(r["finding.audit-agreement"]["measured"]))
     return s, row["verdict"]
+
+
+def _trusted_drops(m: dict) -> str:
+    """How many paths drop the clamp, counting only trustworthy verdicts (catalogued, hand-read,
+    or a derived kind whose sampled agreement is high enough; ``finding.audit-agreement``), and
+    the machine reading's count apart, with the measured agreement that keeps it apart."""
+    c, o = m["stage_counts"], m["overall"]
+    lo, hi = o["wilson95"]
+    kinds = _join([f"`{k}`" for k in m["trusted_kinds"]]) if m["trusted_kinds"] else "no path kind"
+    trusted = f", {c['dropped_trusted_kind']} of a trusted kind" if c["trusted_kind"] else ""
+    return (f"counting only trustworthy verdicts, {c['dropped_counted']} MoE paths drop it "
+            f"({c['dropped_catalogued']} catalogued, {c['dropped_hand']} of the {c['hand_read']} hand-read "
+            f"derived paths{trusted}). The audit's machine reading puts {c['dropped_machine']} of the other "
+            f"{c['machine']} paths found by following SGLang's dispatch at DROPPED, not counted: on a blind "
+            f"hand reading of {o['n']} sampled derived paths it agreed on {o['agree']} ({_pct(o['rate'])}, "
+            f"Wilson 95 % {_pct(lo)} to {_pct(hi)}), and {kinds} reached 95 % over at least 3 readings, "
+            f"the rule for counting a derived verdict.")
 
 
 def _gate_up(r: dict) -> tuple[str, str]:
@@ -228,7 +244,8 @@ HEADLINES: list[tuple[str, str, Any, list[str]]] = [
      ["clamp.nvfp4-dropped", "finding.nvfp4-cutlass-approx", "clamp.cutlass-fix"]),
     ("clamp", "The clamp forms on a GPU", _kernels, ["finding.clamp-kernels-measured"]),
     ("clamp", "How far off the approximate clamp is", _approx_size, ["finding.approx-size"]),
-    ("clamp", "Other MoE runners", _others, ["clamp.others-forward", "finding.runners-drop-clamp"]),
+    ("clamp", "Other MoE runners", _others,
+     ["clamp.others-forward", "finding.runners-drop-clamp", "finding.audit-agreement"]),
     ("layout", "Gate/up global scales", _gate_up,
      ["audit.up-scale-error-card-pipeline", "quantize.gate-up-global-scale"]),
     ("layout", "Counts", _counts,

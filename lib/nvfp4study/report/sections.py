@@ -56,7 +56,9 @@ FIGURES: dict[str, dict[str, Any]] = {
         section="clamp",
         caption="What each hand-read SGLang MoE path (rows) does with Ling's routed-expert clamp in "
                 "each audited release (columns), read from the released source; the paths are found by "
-                "following SGLang's dispatch, and the other paths it reaches are counted in 03.",
+                "following SGLang's dispatch; the other paths it reaches are counted in 03, where "
+                "their verdicts' measured agreement with a blind hand reading is shown "
+                "(ledger finding.audit-agreement).",
         read="Each cell is the audit's verdict for a limit set with no alpha: EXACT is Ling's "
              "post-SiLU clamp, APPROX the pre-SiLU (GPT-OSS) form, DROPPED means the limit never "
              "reaches the kernel, REFUSED that the path raises, ABSENT that it does not exist then.",

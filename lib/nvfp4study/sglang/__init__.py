@@ -1,10 +1,12 @@
 """SGLang's released source as evidence: where the SwiGLU clamp limit goes on every MoE path.
 
 Source trees from released wheels, the AST clamp-flow audit, the clamp patches (apply, verify,
-revert byte for byte), ``sglang serve`` flag facts and the clamp numerics (pre- vs post-SiLU).
+revert byte for byte), ``sglang serve`` flag facts, the clamp numerics (pre- vs post-SiLU) and
+the audit's agreement with a blind hand reading.
 """
 
 __all__ = [
+    "agreement",
     "audit",
     "audit_report",
     "audit_sinks",

@@ -5,6 +5,7 @@ something to show (a DataFrame, a figure path, a Markdown string). Files written
 
 - ``data/sglang_audit.json``: the clamp audit of ``params.sglang.version`` (one object per path);
 - ``data/sglang_audit_versions.json``: the audit of every ``params.sglang.audit_versions``;
+- ``data/sglang_audit_agreement.json``: the derived paths' verdicts against the blind hand readings;
 - ``data/sglang_checks.json``: the other checks per version (MIN_DEEPGEMM_DIM, scales, W4A16, ...);
 - ``data/sglang_patch_roundtrip.json``: apply / audit / compile / revert of each mode on a copy;
 - ``data/clamp_numerics.json``: the clamp-form comparison;
@@ -29,6 +30,7 @@ from ..core.display import text_table
 from ..core.errors import NoBailingMoeV3
 from ..core.files import write_json
 from ..core.stage import Stage, open_stage_named
+from ..sglang import agreement as ag
 from ..sglang import card_patches as cpt
 from ..sglang import clamp_numerics as cn
 from ..sglang import patch as sp
@@ -94,6 +96,12 @@ def audit_versions(stage: Stage) -> list[PathResult]:
             print(exc)  # one line, no matrix rows for a release Ling cannot load on
     write_json(stage.paths.data("sglang_audit_versions"), [r.as_json() for r in out])
     return out
+
+
+def audit_agreement(stage: Stage, rows: list[PathResult] | list[dict[str, Any]]) -> dict[str, Any]:
+    """The derived paths' verdicts in ``rows`` against the blind hand readings; writes
+    ``data/sglang_audit_agreement.json``; returns :func:`nvfp4study.sglang.agreement.write`'s tables."""
+    return ag.write(stage.paths.data("sglang_audit_agreement"), rows)
 
 
 def verdict_matrix(results: list[PathResult]):
@@ -259,5 +267,7 @@ def record_claims(stage: Stage, version: str):
 
     x = rules.SGLangMeasurements.gather(stage.paths, version, kernels={})
     x = replace(x, kernels=_kernel_evidence(stage))
+    # what derived-path counts may use (finding.audit-agreement); the notebook's cell wrote it too
+    x = replace(x, agreement=audit_agreement(stage, x.allv))
     rows = record_rules(stage, x)
     return pd.DataFrame([{k: r.get(k) for k in ("id", "origin", "verdict", "checked_on", "note")} for r in rows])

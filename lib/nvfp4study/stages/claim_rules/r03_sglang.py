@@ -71,6 +71,7 @@ class SGLangMeasurements:
     num: dict[str, Any]  # data/clamp_numerics.json
     cpf: dict[str, Any]  # data/sglang_card_patches.json, or {"run": False, "reason"}
     kernels: dict[str, Any]  # the GPU measurement: {"doc", "summary", "copy"}
+    agreement: dict[str, Any] | None = None  # sglang.agreement.write's result (the stage adds it)
 
     @classmethod
     def gather(cls, paths: RunPaths, version: str, kernels: dict[str, Any]) -> SGLangMeasurements:
@@ -130,6 +131,22 @@ def clamp_kernels_measured(x: SGLangMeasurements) -> Row:
                summ["sentence"] + ". Probe inputs make each output one SwiGLU value; a form is the kernel's when "
                f">= {ke.MATCH:.0%} of the elements that separate the forms match it bit for bit.",
                f"{summ['machine']}, {summ['date']} (stored measurement, not made by this run)")
+
+
+@finding_rule("finding.audit-agreement", SGLangMeasurements,
+              claim="The audit's verdicts for the derived MoE paths (found by following SGLang's dispatch, not "
+                    "catalogued) agree with a blind hand reading of a random sample of them on at least 95 % of it.")
+def audit_agreement(x: SGLangMeasurements) -> Row:
+    """The derived paths' verdicts against the blind hand readings
+    (:func:`nvfp4study.sglang.agreement.finding`): what derived-path counts may use."""
+    from ...sglang import agreement as ag
+
+    if x.agreement is None:
+        raise StageInputMissing("the audit agreement was not computed: run the cell that writes "
+                                "data/sglang_audit_agreement.json first")
+    f = ag.finding(x.agreement, list(x.m.values()), x.version)
+    return Row(f["measured"], Verdict(f["verdict"]), [x.d("sglang_audit_agreement"), x.d("sglang_audit_versions")],
+               f["note"], f["checked_on"])
 
 
 @claim_rule("clamp.nvfp4-dropped", SGLangMeasurements)
@@ -333,7 +350,8 @@ def runners_drop_clamp(x: SGLangMeasurements) -> Row:
     return Row({p: where(m[p]) for p in dropped}, Verdict.REPRODUCED if dropped else Verdict.CONTRADICTED,
                [x.d("sglang_audit")],
                "; ".join(f"{p}: {m[p]['rule']}" for p in named)
-               + (f"; and {len(dropped) - len(named)} more of the {len(m)} paths found by following the dispatch"
+               + (f"; and {len(dropped) - len(named)} more of the {len(m)} paths found by following the dispatch "
+                  "(the audit's machine reading, mostly not hand-read: finding.audit-agreement)"
                   if len(dropped) > len(named) else ""), x.on)
 
 

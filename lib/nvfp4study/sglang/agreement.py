@@ -1,0 +1,293 @@
+"""How far the clamp audit's verdicts for derived paths agree with a blind hand reading.
+
+The audit (:mod:`nvfp4study.sglang.audit`) judges ~100 paths per release that it found by
+following SGLang's dispatch and that no one catalogued by hand (``catalogued`` False). Five
+readers read a random sample of them by hand, blind to the audit
+(``data/hand_readings.yaml``: how the sample was drawn and read, the verdict definitions). This
+module compares the two and decides which derived verdicts may be counted:
+
+- :func:`compare`: overall agreement k/n with a Wilson 95 % interval, per path kind
+  (:func:`path_kind`), per release, and the hand x audit confusion table. A reading the audit
+  cannot express (``UNUSABLE``) or a path the audit did not list counts as a disagreement.
+- :func:`counted_verdicts`: the trust rule (:data:`RULE`) applied to an audit's rows: each row is
+  ``counted`` (catalogued, hand-read, or of a kind that agrees well enough) or a ``machine``
+  reading, counted separately.
+
+Audit rows are :class:`~nvfp4study.sglang.audit.PathResult` or their JSON form (the rows of
+``data/sglang_audit_versions.json``); both carry ``path``, ``verdict``, ``sglang_version`` and
+``catalogued``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..codeeval.served_analysis import wilson_interval
+from ..core.errors import HandReadingsError
+from ..core.files import write_json
+
+#: a derived kind's verdicts are counted when its sampled agreement is at least this ...
+MIN_AGREEMENT = 0.95
+#: ... over at least this many hand readings of the kind
+MIN_READINGS = 3
+RULE = (f"A derived path's verdict is counted only when the path was hand-read (the hand verdict "
+        f"is used) or its path kind agreed with the hand reading on at least {MIN_AGREEMENT * 100:.0f} % of "
+        f"at least {MIN_READINGS} sampled readings; the others are the audit's machine reading, "
+        f"counted separately. Catalogued (hand-catalogued) paths are always counted.")
+#: the verdicts in the order tables show them (UNUSABLE: the hand reading's only)
+ORDER = ["EXACT", "APPROX", "DROPPED", "REFUSED", "UNUSABLE", "UNDECIDED", "ABSENT"]
+#: the audit's column for a hand-read path that is not among its rows of that release
+NOT_LISTED = "NOT LISTED"
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One hand reading: ``deciding`` are ``file:line what`` strings relative to ``sglang/srt``."""
+
+    release: str
+    path: str
+    verdict: str
+    device: str
+    deciding: tuple[str, ...]
+    reason: str
+    reader: str
+
+
+@cache
+def hand_readings() -> tuple[dict[str, Any], tuple[Reading, ...]]:
+    """``(method, readings)`` from ``data/hand_readings.yaml`` (method: the sample's seed,
+    releases and pairs, and the verdict definitions under ``"verdicts"``).
+
+    Raises:
+        HandReadingsError: a reading lacks a field, repeats a (release, path) or has an
+            undefined verdict.
+    """
+    doc = yaml.safe_load(resources.files(__package__).joinpath("data/hand_readings.yaml").read_text())
+    verdicts = doc.get("verdicts") or {}
+    out, seen = [], set()
+    for i, r in enumerate(doc.get("readings") or []):
+        try:
+            rd = Reading(str(r["release"]), r["path"], r["verdict"], r["device"], tuple(r["deciding"]),
+                         r["reason"], r["reader"])
+        except (KeyError, TypeError) as exc:
+            raise HandReadingsError(f"hand reading #{i} lacks {exc}") from exc
+        if rd.verdict not in verdicts:
+            raise HandReadingsError(f"hand reading {rd.release} {rd.path}: verdict {rd.verdict!r} is not defined")
+        if (rd.release, rd.path) in seen:
+            raise HandReadingsError(f"hand reading {rd.release} {rd.path} appears twice")
+        seen.add((rd.release, rd.path))
+        out.append(rd)
+    return {**doc.get("method", {}), "verdicts": verdicts}, tuple(out)
+
+
+def path_kind(key: str) -> str:
+    """The backend part of a derived key: ``Method/backend`` -> ``backend``,
+    ``fused:<a2a>/<backend>`` -> ``fused:<backend>``, ``core:<backend>`` unchanged (a fused
+    function or a runner core is other code than a method's own handling of that backend)."""
+    if key.startswith("core:"):
+        return key
+    if key.startswith("fused:"):
+        return "fused:" + key.rsplit("/", 1)[-1]
+    return key.split("/", 1)[1] if "/" in key else key
+
+
+def _row(r: Any) -> dict[str, Any]:
+    d = r.as_json() if hasattr(r, "as_json") else r
+    return {"path": d["path"], "verdict": d["verdict"], "release": d["sglang_version"],
+            "catalogued": d.get("catalogued", True)}
+
+
+def pct(x: float) -> str:
+    """A fraction as the project writes percentages: ``0.4 -> "40.0 %"``."""
+    return f"{x * 100:.1f} %"
+
+
+def _rate(k: int, n: int) -> dict[str, Any]:
+    lo, hi = wilson_interval(k, n)
+    return {"agree": k, "n": n, "rate": k / n if n else None,
+            "wilson95": [lo, hi] if n else None}
+
+
+@dataclass
+class Agreement:
+    """The comparison (:func:`compare`). Rates are fractions in [0, 1]; ``wilson95`` is the
+    Wilson 95 % interval ``[low, high]``; ``pairs`` has one row per reading compared."""
+
+    overall: dict[str, Any]
+    by_kind: dict[str, dict[str, Any]]
+    by_release: dict[str, dict[str, Any]]
+    confusion: dict[str, dict[str, int]]   # hand verdict -> audit verdict -> readings
+    pairs: list[dict[str, Any]]
+    not_audited: list[str] = field(default_factory=list)  # "release path" of readings left out
+    trusted_kinds: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"overall": self.overall, "by_kind": self.by_kind, "by_release": self.by_release,
+                "confusion": self.confusion, "trusted_kinds": self.trusted_kinds,
+                "not_audited": self.not_audited, "rule": RULE, "pairs": self.pairs}
+
+    def sentence(self) -> str:
+        """E.g. "18 of 45 sampled derived paths (40.0 %, Wilson 95 % 27.0-54.5 %) ..."."""
+        o = self.overall
+        if not o["n"]:
+            return "No hand reading falls on an audited release: agreement not measured."
+        lo, hi = o["wilson95"]
+        kinds = ", ".join(f"`{k}`" for k in self.trusted_kinds) or "none"
+        return (f"The audit's verdict agreed with a blind hand reading on {o['agree']} of {o['n']} "
+                f"sampled derived paths ({pct(o['rate'])}, Wilson 95 % {pct(lo)} to {pct(hi)}); path "
+                f"kinds trusted (>= {MIN_AGREEMENT * 100:.0f} % over >= {MIN_READINGS} readings): {kinds}.")
+
+
+def compare(rows: list[Any], readings: tuple[Reading, ...] | None = None) -> Agreement:
+    """Compare audit ``rows`` (any releases) with the hand ``readings`` (default: the stored ones).
+
+    A reading of a release the rows do not cover is left out (listed in ``not_audited``); on a
+    covered release a path the rows lack is compared as :data:`NOT_LISTED` (a disagreement).
+    """
+    readings = hand_readings()[1] if readings is None else readings
+    audit = {(x["release"], x["path"]): x["verdict"] for x in map(_row, rows)}
+    covered = {rel for rel, _ in audit}
+    pairs, left = [], []
+    for rd in readings:
+        if rd.release not in covered:
+            left.append(f"{rd.release} {rd.path}")
+            continue
+        got = audit.get((rd.release, rd.path), NOT_LISTED)
+        pairs.append({"release": rd.release, "path": rd.path, "kind": path_kind(rd.path),
+                      "hand": rd.verdict, "audit": got, "agree": got == rd.verdict, "reader": rd.reader})
+
+    def group(key: str) -> dict[str, dict[str, Any]]:
+        n, k = Counter(p[key] for p in pairs), Counter(p[key] for p in pairs if p["agree"])
+        return {g: _rate(k[g], n[g]) for g in sorted(n)}
+
+    by_kind = group("kind")
+    confusion: dict[str, dict[str, int]] = {}
+    for p in pairs:
+        row = confusion.setdefault(p["hand"], {})
+        row[p["audit"]] = row.get(p["audit"], 0) + 1
+    trusted = [g for g, x in by_kind.items() if x["n"] >= MIN_READINGS and x["rate"] >= MIN_AGREEMENT]
+    return Agreement(_rate(sum(p["agree"] for p in pairs), len(pairs)), by_kind, group("release"),
+                     confusion, pairs, left, trusted)
+
+
+def counted_verdicts(rows: list[Any], agreement: Agreement,
+                     readings: tuple[Reading, ...] | None = None) -> list[dict[str, Any]]:
+    """Each audit row with the verdict that may be counted (:data:`RULE`): ``{"release", "path",
+    "verdict", "source"}``, source ``catalogued`` / ``hand`` (the hand verdict replaces the
+    audit's) / ``trusted kind`` / ``machine`` (the audit's reading, not counted with the others)."""
+    readings = hand_readings()[1] if readings is None else readings
+    hand = {(r.release, r.path): r.verdict for r in readings}
+    trusted = set(agreement.trusted_kinds)
+    out = []
+    for x in map(_row, rows):
+        key = (x["release"], x["path"])
+        if x["catalogued"]:
+            src, v = "catalogued", x["verdict"]
+        elif key in hand:
+            src, v = "hand", hand[key]
+        else:
+            src, v = ("trusted kind" if path_kind(x["path"]) in trusted else "machine"), x["verdict"]
+        out.append({"release": x["release"], "path": x["path"], "verdict": v, "source": src})
+    return out
+
+
+def release_counts(counted: list[dict[str, Any]], derived_only: bool = True) -> dict[str, dict[str, Any]]:
+    """Per release: ``{"counted": {verdict: paths}, "machine reading": {verdict: paths}}`` from
+    :func:`counted_verdicts` rows (derived paths only unless ``derived_only`` is False)."""
+    out: dict[str, dict[str, Any]] = {}
+    for c in counted:
+        if derived_only and c["source"] == "catalogued":
+            continue
+        part = "machine reading" if c["source"] == "machine" else "counted"
+        d = out.setdefault(c["release"], {"counted": {}, "machine reading": {}})[part]
+        d[c["verdict"]] = d.get(c["verdict"], 0) + 1
+    return out
+
+
+def stage_counts(main_rows: list[Any], agreement: Agreement, version: str,
+                 readings: tuple[Reading, ...] | None = None) -> dict[str, Any]:
+    """The headline's counts for the stage's own audit (``data/sglang_audit.json``, SGLang
+    ``version``): paths whose counted verdict is DROPPED (catalogued / hand-read derived /
+    trusted-kind derived) and the derived paths the machine reading alone calls DROPPED."""
+    c = counted_verdicts(main_rows, agreement, readings)
+    drop = Counter(x["source"] for x in c if x["verdict"] == "DROPPED")
+    src = Counter(x["source"] for x in c)
+    return {"sglang": version, "paths": len(c), "derived": len(c) - src["catalogued"],
+            "hand_read": src["hand"], "trusted_kind": src["trusted kind"], "machine": src["machine"],
+            "dropped_catalogued": drop["catalogued"], "dropped_hand": drop["hand"],
+            "dropped_trusted_kind": drop["trusted kind"], "dropped_machine": drop["machine"],
+            "dropped_counted": drop["catalogued"] + drop["hand"] + drop["trusted kind"]}
+
+
+def ledger_measured(agreement: Agreement, counted: list[dict[str, Any]], stage: dict[str, Any]) -> dict[str, Any]:
+    """The ``finding.audit-agreement`` row's ``measured``: overall (agree, n, rate, wilson95), per
+    kind and release ``{"agree", "n"}``, the trusted kinds, the confusion table, the derived
+    paths' per-release counts (:func:`release_counts`) and the stage's counts (:func:`stage_counts`)."""
+    def short(d: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
+        return {k: {"agree": x["agree"], "n": x["n"]} for k, x in d.items()}
+
+    return {"overall": agreement.overall, "by_kind": short(agreement.by_kind),
+            "by_release": short(agreement.by_release), "trusted_kinds": agreement.trusted_kinds,
+            "confusion_hand_x_audit": agreement.confusion, "derived_counts": release_counts(counted),
+            "stage_counts": stage}
+
+
+def write(out: Path, rows: list[Any]) -> dict[str, Any]:
+    """Compare ``rows`` with the stored readings and write ``out`` (JSON: the comparison, each
+    row's counted verdict and the per-release counts). Returns ``{"sentence", "rule",
+    "agreement", "counted"}`` plus the DataFrames of :func:`tables`."""
+    a = compare(rows)
+    counted = counted_verdicts(rows, a)
+    write_json(out, {**a.as_json(), "derived_counts": release_counts(counted), "counted": counted})
+    return {"sentence": a.sentence(), "rule": RULE, "agreement": a, "counted": counted, **tables(a, counted)}
+
+
+def finding(res: dict[str, Any], main_rows: list[Any], version: str) -> dict[str, Any]:
+    """``add_finding`` keywords (claim, measured, verdict, checked_on, note) of
+    ``finding.audit-agreement`` from :func:`write`'s result and the stage's own audit rows."""
+    a, o = res["agreement"], res["agreement"].overall
+    s = hand_readings()[0]["sample"]
+    return dict(
+        claim="The audit's verdicts for the derived MoE paths (found by following SGLang's dispatch, not "
+              "catalogued) agree with a blind hand reading of a random sample of them on at least 95 % of it.",
+        measured=ledger_measured(a, res["counted"], stage_counts(main_rows, a, version)),
+        verdict=("not run" if not o["n"] else "reproduced" if o["rate"] >= MIN_AGREEMENT
+                 else "partly" if a.trusted_kinds else "contradicted"),
+        checked_on=(f"{o['n']} blind hand readings (5 readers, {s['per_release']} per release, seed {s['seed']}; "
+                    f"lib/nvfp4study/sglang/data/hand_readings.yaml) against the audit of sglang "
+                    f"{', '.join(sorted(a.by_release))}"),
+        note=res["sentence"] + " " + RULE
+             + (f" Left out (release not audited): {', '.join(a.not_audited)}." if a.not_audited else ""))
+
+
+def tables(agreement: Agreement, counted: list[dict[str, Any]]) -> dict[str, Any]:
+    """pandas DataFrames for the notebook: ``by_kind`` (kind, agree, n, rate, Wilson 95 %,
+    counted?), ``confusion`` (hand verdict rows x audit verdict columns, readings) and
+    ``per_release`` (release x verdict: counted derived paths, and machine readings apart)."""
+    import pandas as pd
+
+    trusted = set(agreement.trusted_kinds)
+    kinds = pd.DataFrame([{"kind": k, "agree": x["agree"], "readings": x["n"], "agreement": pct(x["rate"]),
+                           "Wilson 95 %": f"{pct(x['wilson95'][0])} to {pct(x['wilson95'][1])}",
+                           "verdicts counted": k in trusted} for k, x in agreement.by_kind.items()])
+    hand = [v for v in ORDER if v in agreement.confusion]
+    got = [v for v in [*ORDER, NOT_LISTED] if any(v in x for x in agreement.confusion.values())]
+    conf = pd.DataFrame([[agreement.confusion[h].get(a, 0) for a in got] for h in hand],
+                        index=pd.Index(hand, name="hand"), columns=pd.Index(got, name="audit"))
+    per = []
+    for rel, parts in release_counts(counted).items():
+        for part, label in (("counted", "counted (hand-read or trusted kind)"), ("machine reading", "machine reading")):
+            per.append({"sglang": rel, "derived paths": label, **{v: parts[part].get(v, 0) for v in ORDER}})
+    return {"by_kind": kinds, "confusion": conf, "per_release": pd.DataFrame(per)}
+
+
+__all__ = ["MIN_AGREEMENT", "MIN_READINGS", "NOT_LISTED", "ORDER", "RULE", "Agreement",
+           "HandReadingsError", "Reading", "compare", "counted_verdicts", "finding", "hand_readings",
+           "ledger_measured", "path_kind", "pct", "release_counts", "stage_counts", "tables", "write"]

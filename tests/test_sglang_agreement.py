@@ -1,0 +1,185 @@
+"""The audit's derived-path verdicts against the blind hand readings (``sglang.agreement``).
+
+Expected numbers are counted here by hand from ``sglang/data/hand_readings.yaml`` (read with
+yaml, not through the module) and the audit of the released trees; the module's functions are
+only the thing under test. Also: the readings are exactly the documented random sample (so none
+was dropped or swapped), and the headline counts only trustworthy verdicts.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from nvfp4study.core.errors import HandReadingsError
+from nvfp4study.report import findings
+from nvfp4study.sglang import agreement as ag
+from nvfp4study.sglang.audit import audit_tree
+from sglang_fixtures import VERSIONS, released
+
+DATA = Path(ag.__file__).parent / "data" / "hand_readings.yaml"
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict[str, Any]:
+    return yaml.safe_load(DATA.read_text())
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[Any]:
+    """The audit of every released tree (PathResult rows), as stage 03's audit_versions makes it."""
+    return [r for v in VERSIONS for r in audit_tree(released(v))]
+
+
+def _verdict_of(rows: list[Any]) -> dict[tuple[str, str], str]:
+    return {(r.sglang_version, r.path): r.verdict.value for r in rows}
+
+
+def _kind(key: str) -> str:  # written out again here: Method/b -> b, fused:a/b -> fused:b, core:b
+    head, _, tail = key.partition("/")
+    if head.startswith("core:"):
+        return head
+    return ("fused:" + tail) if head.startswith("fused:") else tail
+
+
+def _wilson(k: int, n: int) -> tuple[float, float]:
+    z, p = 1.959963984540054, k / n
+    c = (p + z * z / (2 * n)) / (1 + z * z / n)
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return c - h, c + h
+
+
+def test_the_readings_are_the_documented_sample_none_dropped(doc, rows):
+    """>= 40 readings over all five releases, 9 per release and reader, and exactly the pairs the
+    header's rule draws from the audit's derived keys (re-drawn here): a dropped, added or swapped
+    reading fails."""
+    rd, s = doc["readings"], doc["method"]["sample"]
+    assert len(rd) >= 40 and len(rd) == 45
+    assert Counter(r["release"] for r in rd) == {v: 9 for v in VERSIONS}
+    assert Counter(r["reader"] for r in rd) == {f"part{i}": 9 for i in range(1, 6)}
+    assert len({(r["release"], r["path"]) for r in rd}) == len(rd)
+    rng, pairs = random.Random(s["seed"]), []
+    for v in s["releases"]:
+        keys = sorted(r.path for r in rows if r.sglang_version == v and not r.catalogued)
+        pairs += [[v, k] for k in rng.sample(keys, s["per_release"])]
+    rng.shuffle(pairs)
+    assert pairs == s["pairs"]
+    for i in range(1, 6):
+        assert [[r["release"], r["path"]] for r in rd if r["reader"] == f"part{i}"] == pairs[i - 1::5]
+    assert all(r["verdict"] in doc["verdicts"] and r["deciding"] and r["reason"] for r in rd)
+
+
+def test_agreement_counted_by_hand(doc, rows):
+    audit = _verdict_of(rows)
+    pairs = [(r, audit.get((r["release"], r["path"]), "NOT LISTED")) for r in doc["readings"]]
+    k, n = sum(r["verdict"] == a for r, a in pairs), len(pairs)
+    got = ag.compare(rows)
+    assert (got.overall["agree"], got.overall["n"]) == (k, n) and n == len(doc["readings"])
+    assert got.not_audited == []  # every reading is compared: none left out
+    assert got.overall["wilson95"] == pytest.approx(list(_wilson(k, n)))
+    for key, group in (("kind", got.by_kind), ("release", got.by_release)):
+        want: dict[str, list[int]] = {}
+        for r, a in pairs:
+            g = want.setdefault(_kind(r["path"]) if key == "kind" else r["release"], [0, 0])
+            g[0] += r["verdict"] == a
+            g[1] += 1
+        assert {g: [x["agree"], x["n"]] for g, x in group.items()} == want, key
+    conf = Counter((r["verdict"], a) for r, a in pairs)
+    assert {(h, a): c for h, row in got.confusion.items() for a, c in row.items()} == dict(conf)
+    # UNUSABLE is not an audit verdict: every such reading is a disagreement, and it is in n
+    unusable = [r for r, _ in pairs if r["verdict"] == "UNUSABLE"]
+    assert unusable and sum(got.confusion["UNUSABLE"].values()) == len(unusable)
+    assert "UNUSABLE" not in got.confusion["UNUSABLE"]
+    want_trusted = sorted(g for g, x in got.by_kind.items() if x["n"] >= 3 and x["agree"] / x["n"] >= 0.95)
+    assert got.trusted_kinds == want_trusted
+
+
+def test_a_missing_path_disagrees_and_an_unaudited_release_is_listed():
+    rd = (ag.Reading("0.5.23", "M/triton", "UNUSABLE", "CUDA", ("x.py:1",), "r", "part1"),
+          ag.Reading("0.5.23", "M/gone", "DROPPED", "CUDA", ("x.py:1",), "r", "part1"),
+          ag.Reading("0.5.19", "M/triton", "EXACT", "CUDA", ("x.py:1",), "r", "part2"))
+    rows = [{"path": "M/triton", "verdict": "EXACT", "sglang_version": "0.5.23", "catalogued": False}]
+    got = ag.compare(rows, rd)
+    assert (got.overall["agree"], got.overall["n"]) == (0, 2)
+    assert got.confusion == {"UNUSABLE": {"EXACT": 1}, "DROPPED": {ag.NOT_LISTED: 1}}
+    assert got.not_audited == ["0.5.19 M/triton"]
+
+
+def _readings_file(tmp_path, monkeypatch, text: str) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "hand_readings.yaml").write_text(text)
+    monkeypatch.setattr(ag.resources, "files", lambda _pkg: tmp_path)
+    ag.hand_readings.cache_clear()
+
+
+@pytest.mark.parametrize("body, says", [
+    ("- {release: '0.5.23', path: M/t, verdict: MAYBE, device: d, deciding: [a], reason: r, reader: p}", "not defined"),
+    ("- {release: '0.5.23', path: M/t, verdict: EXACT, device: d, deciding: [a], reason: r, reader: p}\n"
+     "- {release: '0.5.23', path: M/t, verdict: EXACT, device: d, deciding: [a], reason: r, reader: q}", "twice"),
+    ("- {release: '0.5.23', path: M/t, verdict: EXACT, device: d, reason: r, reader: p}", "lacks"),
+])
+def test_bad_readings_are_named(tmp_path, monkeypatch, body, says):
+    _readings_file(tmp_path, monkeypatch, "verdicts: {EXACT: e}\nreadings:\n" + body + "\n")
+    try:
+        with pytest.raises(HandReadingsError, match=says):
+            ag.hand_readings()
+    finally:
+        ag.hand_readings.cache_clear()
+
+
+def test_headline_counts_only_trustworthy_verdicts():
+    """Catalogued and hand-read verdicts count (the hand verdict replaces the audit's), a kind
+    with >= 95 % over >= 3 readings counts, everything else is machine reading, apart."""
+    V = "0.5.23"
+
+    def row(p: str, v: str, cat: bool = False) -> dict[str, Any]:
+        return {"path": p, "verdict": v, "sglang_version": V, "catalogued": cat}
+
+    def reading(p: str, v: str) -> ag.Reading:
+        return ag.Reading(V, p, v, "CUDA", ("x.py:1",), "r", "part1")
+
+    rd = (reading("A/good", "DROPPED"), reading("B/good", "DROPPED"), reading("C/good", "EXACT"),
+          reading("A/bad", "DROPPED"), reading("B/bad", "EXACT"), reading("C/bad", "UNUSABLE"))
+    main = [row("cat-1", "DROPPED", True), row("cat-2", "EXACT", True),
+            row("A/good", "DROPPED"), row("B/good", "DROPPED"), row("C/good", "EXACT"),
+            row("D/good", "DROPPED"),                              # trusted kind, not read: counted
+            row("A/bad", "EXACT"), row("B/bad", "DROPPED"), row("C/bad", "DROPPED"),
+            row("D/bad", "DROPPED"), row("E/bad", "DROPPED")]      # kind 'bad' 0/3: machine reading
+    a = ag.compare(main, rd)
+    assert a.trusted_kinds == ["good"] and a.by_kind["bad"]["agree"] == 0
+    c = ag.stage_counts(main, a, V, rd)
+    # counted DROPPED: cat-1; hand: A/good, B/good, A/bad (hand says DROPPED, the audit EXACT); D/good
+    assert (c["dropped_catalogued"], c["dropped_hand"], c["dropped_trusted_kind"]) == (1, 3, 1)
+    assert c["dropped_counted"] == 5 and (c["dropped_machine"], c["machine"]) == (2, 2)
+    counted = ag.counted_verdicts(main, a, rd)
+    measured = ag.ledger_measured(a, counted, c)
+    s = findings._trusted_drops(measured)
+    assert "5 MoE paths drop it (1 catalogued, 3 of the 6 hand-read derived paths, 1 of a trusted kind)" in s
+    assert "puts 2 of the other 2 paths" in s and "not counted" in s and "`good`" in s
+    assert measured["derived_counts"][V] == {"counted": {"DROPPED": 4, "EXACT": 2, "UNUSABLE": 1},
+                                             "machine reading": {"DROPPED": 2}}
+
+
+def test_headline_on_the_released_trees(rows):
+    """On 0.5.23 the headline's DROPPED count is the catalogued DROPPED rows plus the hand-read
+    DROPPED ones (no kind is trusted at the measured agreement), counted here from the data."""
+    V = "0.5.23"
+    main = [r for r in rows if r.sglang_version == V]
+    hand = {r["path"]: r["verdict"] for r in yaml.safe_load(DATA.read_text())["readings"] if r["release"] == V}
+    a = ag.compare(rows)
+    c = ag.stage_counts(main, a, V)
+    cat = sum(r.catalogued and r.verdict.value == "DROPPED" for r in main)
+    assert (c["dropped_catalogued"], c["hand_read"]) == (cat, len(hand))
+    assert c["dropped_hand"] == sum(v == "DROPPED" for v in hand.values())
+    if not a.trusted_kinds:
+        assert c["dropped_counted"] == cat + c["dropped_hand"]
+        assert c["dropped_machine"] == sum(not r.catalogued and r.path not in hand and r.verdict.value == "DROPPED"
+                                           for r in main)
+    s = findings._trusted_drops(ag.ledger_measured(a, ag.counted_verdicts(rows, a), c))
+    assert f"{c['dropped_counted']} MoE paths drop it" in s and f"agreed on {a.overall['agree']}" in s
