@@ -47,6 +47,8 @@ def agree_server(tmp_path_factory):
     # by SIGINT's graceful stop, not after SIGKILL (SIGTERM took SGLang's child-crash route)
     assert rec["left_after_stop"] == [], rec["left_after_stop"]
     assert rec["returncode"] == -signal.SIGINT, rec["returncode"]
+    log = (stage.run_dir / rec["log"]).read_text(errors="replace")
+    assert "kill_process_tree called" in log and "before crash diagnostics" not in log
     assert alive([p["pid"] for p in rec["process_tree"]]) == []
 
 

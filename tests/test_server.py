@@ -261,6 +261,15 @@ def test_no_capable_gpu_refuses_to_launch(tmp_path):
             pass
 
 
+def test_sglang_is_stopped_by_sigint_to_its_first_process(tmp_path):
+    # a signal to the whole group takes SGLang's child-crash route (serving.server.SGLANG_STOP_SIGNAL)
+    p, _, run = fake_params(tmp_path)
+    with server.serving(stage_for(p, run), card_config(p)) as url:
+        sp = server.process_for(url)
+    assert (sp.stop_signal, sp.stop_leader_only) == (signal.SIGINT, True)
+    assert sp.returncode == 0 and not fake_processes()  # the fake's own graceful exit
+
+
 def test_sigterm_ignored_escalates_to_sigkill(tmp_path):
     p, _, run = fake_params(tmp_path, "server.shutdown_grace_s=1", fake={"ignore_sigterm": True})
     t = time.monotonic()

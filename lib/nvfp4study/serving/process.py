@@ -122,7 +122,8 @@ class ServerProcess:
     marker: str = field(default_factory=lambda: os.urandom(12).hex())
     t_launch_epoch: float = 0.0
     subreaper: bool = True  # become a child subreaper while live (orphans come back to us)
-    stop_signal: int = signal.SIGTERM  # the first signal :meth:`stop` sends the group
+    stop_signal: int = signal.SIGTERM  # the first signal :meth:`stop` sends
+    stop_leader_only: bool = False  # send it to the launched process alone, not its whole group
 
     @property
     def base_url(self) -> str:
@@ -224,16 +225,17 @@ class ServerProcess:
         return list(out.values())
 
     def stop(self) -> None:
-        """Terminate the whole process group: :attr:`stop_signal` (SIGTERM unless set), wait
-        ``grace_s``, then SIGKILL. Idempotent."""
+        """Terminate the whole process group: :attr:`stop_signal` (SIGTERM unless set) to the group
+        (or to the launched process alone, :attr:`stop_leader_only`, for a server that stops its
+        own children), wait ``grace_s``, then SIGKILL the group. Idempotent."""
         if self.proc is None:
             return
         pgid = self.proc.pid
         members = self.group_members()
         seen = {p.pid for p in members}
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, self.stop_signal)
-        for p in members:  # descendants that left the group (one signal each, not two)
+            (os.kill if self.stop_leader_only else os.killpg)(pgid, self.stop_signal)
+        for p in [] if self.stop_leader_only else members:  # descendants that left the group (one each)
             with contextlib.suppress(psutil.Error, OSError):
                 if os.getpgid(p.pid) != pgid:
                     p.send_signal(self.stop_signal)
