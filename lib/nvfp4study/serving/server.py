@@ -128,14 +128,12 @@ class ServerConfig:
 
 
 
-#: The signal a local launch's first process (SGLang's HTTP server and tokenizer manager) gets
-#: when the study stops it; SIGKILL to the whole group follows after ``server.shutdown_grace_s``.
-#: A signal sent to the group reaches the scheduler and the detokenizer too: their exit looks like
-#: a crash to SGLang's subprocess watchdog (``srt/utils/watchdog.py`` 219), whose handler sleeps
-#: 5 s "to let GPU activity settle" before crash diagnostics (``srt/managers/tokenizer_manager.py``
-#: 3483), and SIGTERM itself is only polled every 5 s (``sigterm_watchdog``, 3508-3510). SIGINT to
-#: that process alone is uvicorn's graceful stop, after which SGLang kills its own children
-#: (``kill_process_tree``): the group is gone in under a second instead of 5-7 s.
+#: What a local launch's first process (SGLang's HTTP server) gets when the study stops it, SIGKILL
+#: to the group following after ``server.shutdown_grace_s``. Sent to the group, a signal also ends
+#: the scheduler and detokenizer, which SGLang's watchdog takes for a crash (``srt/utils/watchdog.py``
+#: 219): 5 s of sleep before crash diagnostics (``srt/managers/tokenizer_manager.py`` 3483); SIGTERM
+#: is only polled every 5 s (3508-3510). SIGINT to that process alone is uvicorn's graceful stop,
+#: then SGLang kills its own children: the group is gone in under a second instead of 5-7 s.
 SGLANG_STOP_SIGNAL = signal.SIGINT
 
 def card_config(params: Params, **overrides: Any) -> ServerConfig:
