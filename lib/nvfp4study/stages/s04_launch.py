@@ -21,6 +21,7 @@ log it names (``logs/sglang-<cfg>.log``). Facts parsed, with their 0.5.23 source
 from __future__ import annotations
 
 import re
+import signal
 from typing import Any
 
 from ..core import ledger
@@ -31,7 +32,7 @@ from ..core.params import Params
 from ..core.stage import Stage, open_stage_named
 from ..serving import measure, server
 from ..serving.measure import model_config_for
-from ..serving.server import STANDIN_NOTE, card_config, card_refusal
+from ..serving.server import SGLANG_STOP_SIGNAL, STANDIN_NOTE, card_config, card_refusal
 
 NOTEBOOK = "04_launch_server"
 
@@ -462,8 +463,9 @@ def launch_result(rec: dict[str, Any]) -> dict[str, Any]:
                 "left_after_stop": len(left), "returncode": rec.get("returncode")}
     missing = [c for c in ENGINE_CHILDREN if c not in names]
     note = (f"{len(tree)} processes while healthy ({', '.join(names) or 'none'}); "
-            f"{len(left)} left after the stop (SIGTERM to the process group, SIGKILL after "
-            "server.shutdown_grace_s, marked and adopted processes included)"
+            f"{len(left)} left after the stop ({signal.Signals(SGLANG_STOP_SIGNAL).name} to SGLang's first "
+            "process, then SIGKILL to the process group after server.shutdown_grace_s, marked and "
+            "adopted processes included)"
             + (f"; missing: {', '.join(missing)}" if missing else ""))
     return {"measured": measured, "verdict": Verdict.REPRODUCED if ok else Verdict.CONTRADICTED, "note": note}
 
