@@ -249,6 +249,17 @@ def test_outcome_classes():
     assert results[2].phase == "entry"
 
 
+def test_generated_code_sees_the_standard_library_only():
+    # the machine's own site-packages (the base interpreter's: yaml, IPython, ... here) are off
+    # sys.path: a program that finds one fails its own check at definition time
+    base_site = [p for p in sys.path if p.endswith("site-packages")]
+    assert base_site, "this interpreter has no site-packages: the test would prove nothing"
+    probe = ("import sys\nassert not [p for p in sys.path if 'site-packages' in p], sys.path\n"
+             + GOOD)
+    r = check_program(TASK, probe, SandboxParams(timeout_s=10))
+    assert r.outcome == Outcome.PASS, r
+
+
 def test_body_completion_and_preamble():
     tasks = task_index(humaneval_tasks(11))
     he10 = tasks["HumanEval/10"]  # prompt defines is_palindrome, entry point make_palindrome

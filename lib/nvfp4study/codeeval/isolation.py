@@ -75,11 +75,20 @@ def rlimits(params: SandboxParams) -> dict[str, tuple[int, int]]:
     }
 
 
+#: How the sandboxed interpreter runs: ``-I`` (isolated: no PYTHON* variables, no user site, no
+#: script folder on sys.path) and ``-S`` (no ``site``: no site-packages at all). Without ``-S`` the
+#: base interpreter's own site-packages stayed on sys.path (on these machines pyenv's, with IPython,
+#: awscli and a ``.pth`` that imports certifi at every start): generated code could import
+#: whatever the machine had installed, and ``site`` took 30 of the 40 ms of each start.
+PYTHON_FLAGS = ("-I", "-S")
+
+
 def sandbox_python(params: SandboxParams) -> str:
     """The interpreter run in the sandbox: ``params.python`` or the real path of this one.
 
-    The real path of a venv's ``python`` is its base interpreter, which (run with ``-I``) has
-    only the standard library: generated code gets no site-packages of the study's venv.
+    The real path of a venv's ``python`` is its base interpreter; run with :data:`PYTHON_FLAGS`
+    it has only the standard library: generated code gets no site-packages, neither the study
+    venv's nor the base interpreter's.
     """
     return os.path.realpath(params.python or sys.executable)
 

@@ -30,7 +30,7 @@ from enum import StrEnum
 from typing import Any
 
 from ..core.params import SandboxParams
-from .isolation import Isolation, bwrap_args, rlimits, sandbox_status
+from .isolation import PYTHON_FLAGS, Isolation, bwrap_args, rlimits, sandbox_status
 from .program import RUNNER, assemble, result_line
 from .tasks import Task
 from .watchdog import (
@@ -150,7 +150,7 @@ def check_program(task: Task, code: str, params: SandboxParams | None = None, *,
     job = {"program": program, "test": task.test,
            "entry_point": task.entry_point, "nonce": nonce, "result_fd": wfd,
            "limits": rlimits(params)}
-    argv = [python, "-I", "-c", RUNNER]
+    argv = [python, *PYTHON_FLAGS, "-c", RUNNER]
     workdir = None
     if isolation == Isolation.BWRAP:
         argv = [*bwrap_args(python, params), "--", *argv]
