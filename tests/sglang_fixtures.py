@@ -1,16 +1,57 @@
-"""Helpers for the SGLang tests: released trees (unpacked once into the study cache) and small
-synthetic trees for the audit's traps and the patcher's refusals."""
+"""Helpers for the SGLang tests: the releases they audit, released trees (unpacked once into the
+study cache), release-keyed expectation tables, and small synthetic trees for the audit's traps
+and the patcher's refusals."""
 
 from __future__ import annotations
 
 import shutil
 import textwrap
+from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
+from typing import Any
 
+from nvfp4study.checkpoint import quant_rules as qr
+from nvfp4study.checkpoint.check_config import check_config
+from nvfp4study.checkpoint.findings import AuditFinding
+from nvfp4study.sglang.releases import bailing_releases
 from nvfp4study.sglang.source import SGLangTree, open_tree, unpack_wheel
 
-VERSIONS = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+#: The releases the SGLang tests audit: the discovered ones (the study's cache, else the shipped
+#: ``sglang/data/bailing_releases.json``), so a new release joins every per-release test by itself.
+VERSIONS = tuple(bailing_releases())
+
+
+def release_gaps(table: Mapping[str, Mapping[str, Any]], releases: Sequence[str]) -> dict[str, dict[str, list[str]]]:
+    """Rows of a ``{row: {release: expected}}`` table whose keys are not exactly ``releases``:
+    ``{row: {"missing": [...], "extra": [...]}}``, empty when every row covers every release.
+
+    Expected values are keyed by release (not by position) so that a new release is one new key
+    per row, and a row that lacks it is named here rather than failing as a misaligned tuple."""
+    out = {}
+    for row, by_release in table.items():
+        missing = [v for v in releases if v not in by_release]
+        extra = [v for v in by_release if v not in releases]
+        if missing or extra:
+            out[row] = {"missing": missing, "extra": extra}
+    return out
+
+
+_NVFP4 = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16}
+
+
+def scheme_messages() -> dict[str, str]:
+    """The config-audit messages that name SGLang release ranges, for a weight-only (``W4A16``)
+    and a ``W4A4`` NVFP4 config (``checkpoint.check_config``, rendered now)."""
+    out = {}
+    for scheme, acts in (("W4A16", None), ("W4A4", {**_NVFP4, "dynamic": "local"})):
+        qc = {"quant_method": "compressed-tensors",
+              "config_groups": {"group_0": {"targets": ["Linear"], "weights": _NVFP4, "input_activations": acts}}}
+        findings: list[AuditFinding] = []
+        check_config({"quantization_config": qc}, qr.parse_groups(qc), findings)
+        (f,) = findings
+        out[scheme] = f.message
+    return out
 
 
 @cache

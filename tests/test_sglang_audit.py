@@ -1,7 +1,9 @@
-"""The clamp audit on the four released SGLang versions, and on small trees built for its traps.
+"""The clamp audit on the released SGLang versions, and on small trees built for its traps.
 
 Every expected verdict below was confirmed by reading the deciding lines of the released source
-(see the comments); the audit must reach it from the code alone.
+(see the comments); the audit must reach it from the code alone. Expectations are keyed by
+release: a new release adds one key per row (CONTRIBUTING.md, "Adding an SGLang release"), and
+``test_every_release_is_expected`` names the rows that lack it.
 """
 
 from __future__ import annotations
@@ -10,16 +12,25 @@ import json
 
 import pytest
 
+from nvfp4study.checkpoint import quant_rules as qr
 from nvfp4study.core.errors import NotAnSGLangTree, SGLangNotInstalled
 from nvfp4study.sglang import audit as sa
 from nvfp4study.sglang import audit_report as report
+from nvfp4study.sglang import releases as rel
 from nvfp4study.sglang.checks import extra_checks, moe_scheme_for, shared_fusion
-from nvfp4study.sglang.source import find_root, installed_tree, open_tree, read_version
-from sglang_fixtures import VERSIONS, mini_tree, released
+from nvfp4study.sglang.source import (
+    copy_tree,
+    find_root,
+    installed_tree,
+    open_tree,
+    read_version,
+    unpack_wheel,
+)
+from sglang_fixtures import VERSIONS, mini_tree, release_gaps, released, scheme_messages
 
-E, A, D, R, X = "EXACT", "APPROX", "DROPPED", "REFUSED", "ABSENT"
+E, A, D, R, X, U = "EXACT", "APPROX", "DROPPED", "REFUSED", "ABSENT", "UNDECIDED"
 
-# path -> verdicts on 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23. Each path is found by following the
+# path -> {release: verdict}. Each path is found by following the
 # dispatch (tests/test_sglang_dispatch.py); these are the verdicts read by hand. The 0.5.19 column
 # was read by hand for every path; its deciding lines (sglang/srt unless noted) are in the comments
 # marked "0.5.19:".
@@ -27,84 +38,103 @@ EXPECTED = {
     # 0.5.20: FlashInferCutlassMoeQuantInfo has no clamp field, _run_flashinfer_cutlass passes no
     # swiglu_limit. 0.5.21+: materialize_swiglu_params_for_cutlass -> swiglu_limit with
     # activation Swiglu, which FlashInfer promotes to SwigluBias (clamp before SiLU).
-    "nvfp4-w4a4-cutlass": (D, D, A, A, A),
+    "nvfp4-w4a4-cutlass": {"0.5.19": D, "0.5.20": D, "0.5.21": A, "0.5.22": A, "0.5.23": A},
     # literal gemm1_clamp_limit=None in apply_weights (331 / 342 / 342 / 346).
-    "nvfp4-w4a4-trtllm": (D, D, D, D, D),
+    "nvfp4-w4a4-trtllm": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},
     # the W4A16 scheme exists from 0.5.22; Marlin passes swiglu_limit unless alpha is set.
     # 0.5.19: no such MoE scheme (compressed_tensors.py 782-904 raises RuntimeError at 902-904).
-    "nvfp4-w4a16-marlin": (X, X, X, D, D),
+    "nvfp4-w4a16-marlin": {"0.5.19": X, "0.5.20": X, "0.5.21": X, "0.5.22": D, "0.5.23": D},
     # _use_swiglu_step = limit set and alpha None -> ActivationType.SwigluStep. 0.5.19 makes the
     # cutlass_fused_moe call inline in the registry entry fused_experts_none_to_flashinfer_mxfp4
     # (flashinfer_cutlass.py 412-436; mxfp4_flashinfer_cutlass_moe.py 104-109); 0.5.20+ delegate it.
-    "mxfp4-cutlass": (E, E, E, E, E),
+    "mxfp4-cutlass": {"0.5.19": E, "0.5.20": E, "0.5.21": E, "0.5.22": E, "0.5.23": E},
     # builds its limit tensor from swiglu_limit only (0.5.19: mxfp4_flashinfer_trtllm_moe.py 71-81, 357).
-    "mxfp4-trtllm": (D, D, D, D, D),
+    "mxfp4-trtllm": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},
     # alpha None + gemm1_limit -> _swiglu_silu_clamp_mul (silu, then clamp). 0.5.19: triton.py 234 ->
     # triton_utils/fused_moe.py 357, 691-694, 373-378. The MXFP8 branch (triton.py 188-194, ROCm
     # gfx95) uses the GPT-OSS form (mxfp8_moe_amd_gfx95.py 408-409) and is not Ling's (assume).
-    "triton": (E, E, E, E, E),
+    "triton": {"0.5.19": E, "0.5.20": E, "0.5.21": E, "0.5.22": E, "0.5.23": E},
     # 0.5.19: Swiglu and no swiglu_limit (unquant.py 823-826, 930-946; flashinfer_cutlass.py 234-252).
-    "bf16-flashinfer-cutlass": (D, D, A, A, A),
+    "bf16-flashinfer-cutlass": {"0.5.19": D, "0.5.20": D, "0.5.21": A, "0.5.22": A, "0.5.23": A},
     # 0.5.19: the limit never reaches cutlass_fused_moe (modelopt_quant.py 3005-3031; flashinfer_cutlass.py 234-252).
-    "modelopt-nvfp4-cutlass": (D, D, A, A, A),
+    "modelopt-nvfp4-cutlass": {"0.5.19": D, "0.5.20": D, "0.5.21": A, "0.5.22": A, "0.5.23": A},
     # gemm1_clamp_limit / g1_alphas to trtllm-gen, whose Swiglu clamps before the sigmoid
     # (0.5.19: modelopt_quant.py 2599-2611, 2924, 2944; flashinfer_trtllm.py 1156 / 1197).
-    "modelopt-nvfp4-trtllm": (A, A, A, A, A),
+    "modelopt-nvfp4-trtllm": {"0.5.19": A, "0.5.20": A, "0.5.21": A, "0.5.22": A, "0.5.23": A},
     # block-scale kernels get it (pre-SiLU: APPROX); the per-tensor FP8 kernel takes no clamp, so
     # the path is as bad as DROPPED. 0.5.19: create_moe_runner sets _owns_moe_runner (fp8.py 2393),
     # process_weights_after_loading 2187-2191 -> setattr(layer, f"_flashinfer_trtllm_{name}") 2218,
     # apply 2634; flashinfer_trtllm.py 763 (block_quant) -> 816 / 854; per-tensor 929.
-    "fp8-trtllm": (D, D, D, D, D),
-    "trtllm-bf16": (D, D, D, D, D),  # 0.5.19: no clamp argument (flashinfer_trtllm.py 1242-1250, 1314, 1340)
-    "flashinfer-cutedsl": (D, D, D, D, D),  # 0.5.19: no clamp argument on any entry (flashinfer_cutedsl.py 353-369, 656-668)
+    "fp8-trtllm": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},
+    "trtllm-bf16": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},  # 0.5.19: no clamp argument (flashinfer_trtllm.py 1242-1250, 1314, 1340)
+    "flashinfer-cutedsl": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},  # 0.5.19: no clamp argument on any entry (flashinfer_cutedsl.py 353-369, 656-668)
     # gate_up_clamp = moe_runner_config.swiglu_limit (None for Ling): flashinfer_megamoe.py 358
     # (0.5.20/0.5.21), 376 (0.5.22); 0.5.23 via _nvfp4_megamoe_activation_kwargs 350-352. No file in 0.5.19.
-    "flashinfer-megamoe": (X, D, D, D, D),
+    "flashinfer-megamoe": {"0.5.19": X, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},
     # clamp_limit = gemm1_clamp_limit only if gemm1_alpha is set, else swiglu_limit (0.5.19: marlin.py
     # 200-204; fused_marlin_moe.py 349-350).
-    "marlin": (D, D, D, D, D),
-    "wna16-marlin": (D, D, D, D, D),  # 0.5.19: clamp_limit=swiglu_limit (compressed_tensors_wNa16_moe.py 474, 494)
+    "marlin": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},
+    "wna16-marlin": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},  # 0.5.19: clamp_limit=swiglu_limit (compressed_tensors_wNa16_moe.py 474, 494)
     # passes gemm1_clamp_limit, but it is used only when alpha is set. 0.5.19: _run_masked_gemm 723 ->
     # _varlen_deep_gemm_silu_mul_quant 1406, whose "if gemm1_alpha is not None" (1428) is skipped and
     # the plain fused SiLU + quant runs (1504-1512); the contiguous GEMM's _legacy_silu_and_mul (478)
     # takes no limit.
-    "deep-gemm": (D, D, D, D, D),
-    "deep-gemm-contiguous": (D, D, D, D, D),
-    "humming": (D, D, D, D, D),  # 0.5.19: reads only swiglu_limit (humming.py 155, 381-400)
-    "triton-kernels": (D, D, D, D, D),  # 0.5.19: Ling has no bias; that call takes no clamp (triton_kernels.py 133-138)
+    "deep-gemm": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},
+    "deep-gemm-contiguous": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},
+    "humming": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},  # 0.5.19: reads only swiglu_limit (humming.py 155, 381-400)
+    "triton-kernels": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},  # 0.5.19: Ling has no bias; that call takes no clamp (triton_kernels.py 133-138)
     # the clamp appears only in the alpha-set and SiTU branches (0.5.19: fused_moe_native.py 39-40,
     # 85-86, 131-141; reached from unquant.py forward_cpu 1021-1029).
-    "fused-moe-native": (D, D, D, D, D),
+    "fused-moe-native": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},
     # the Intel AMX branch of UnquantizedFusedMoEMethod.forward_cpu passes gemm1_alpha and
     # gemm1_clamp_limit positionally to torch.ops.sgl_kernel.fused_experts_cpu (unquant.py 1000 /
     # 1131 / 1170 / 1205 / 1361), a compiled sgl-kernel op whose form the sink table does not hold.
-    "cpu-amx": ("UNDECIDED",) * 5,
+    "cpu-amx": {"0.5.19": U, "0.5.20": U, "0.5.21": U, "0.5.22": U, "0.5.23": U},
     # NPUSwigluStepAndMul: silu(gate).clamp(max=L) * up.clamp(-L, L) on ascend_tp (0.5.19: ascend.py
     # 128-133; npu/moe/activation.py 197-201). Its DeepEP, int8 and MXFP8 branches build kernels
     # that take no limit (ascend.py 92-99, 114-123), which are not sinks: not judged here.
-    "ascend": (E, E, E, E, E),
+    "ascend": {"0.5.19": E, "0.5.20": E, "0.5.21": E, "0.5.22": E, "0.5.23": E},
     # passes gemm1_clamp_limit to trtllm_mxint4_block_scale_moe (pre-SiLU trtllm-gen form); an
     # assert on routing_method_type fails first for Ling (0.5.19: compressed_tensors_w4a4_mxint4_moe.py
     # 320-321, 340, 346-348).
-    "mxint4-trtllm": (A, A, A, A, A),
+    "mxint4-trtllm": {"0.5.19": A, "0.5.20": A, "0.5.21": A, "0.5.22": A, "0.5.23": A},
     # the routed TRT-LLM FP4 kernel gets the limit (stored per expert), pre-SiLU: mq = modelopt_quant.py,
     # mq 2599-2612 / 2673-2686 / 2766-2779 / 2778-2791 / 2848-2877 -> flashinfer_trtllm.py 1156 / 1423 /
     # 1426 / 1493 / 1569 (the call at 1146 / 1413 / 1416 / 1483 / 1593).
-    "modelopt-nvfp4-trtllm-routed": (A, A, A, A, A),
+    "modelopt-nvfp4-trtllm-routed": {"0.5.19": A, "0.5.20": A, "0.5.21": A, "0.5.22": A, "0.5.23": A},
     # the CuTe-DSL wrapper takes no clamp: flashinfer_cutedsl.py 353-368 (built with Swiglu, 232),
     # wrapper.run 493-508 (0.5.19) / 495-510 (0.5.20+).
-    "modelopt-nvfp4-cutedsl": (D, D, D, D, D),
+    "modelopt-nvfp4-cutedsl": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},
     # marlin.py 200-204 (205-209 in 0.5.23): clamp_limit = gemm1_clamp_limit only if alpha is set, else
     # swiglu_limit (None); mq returns before the clamp setup (2527-2528 ... 2764-2765).
-    "modelopt-nvfp4-marlin": (D, D, D, D, D),
+    "modelopt-nvfp4-marlin": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},
     # SM100: the TRT-LLM-gen kernel gets the limit with GPT-OSS alpha 1.702 / beta 1.0 substituted
     # (mxfp4.py 708-717): 0.5.19 inline in apply (mxfp4.py 1785, clamp 1795); 0.5.20+ the registry
     # entry dispatches on the quant info type to _fused_experts_flashinfer_mxfp4_sm100_trtllm_gen
     # (flashinfer_trtllm.py 1194 / 1195 / 1238 / 1306, the limit at 1204 / 1205 / 1248 / 1316).
-    "mxfp4-sm100-trtllm": (A, A, A, A, A),
-    "hpc-ops": (R, R, R, R, R),  # 0.5.19: ValueError when the limit is set (hpc_ops.py 121, called at 155)
-    "lora-moe": (X, X, X, X, R),  # no lora/moe/ before 0.5.23 (entered by name: the dispatch does not reach it)
+    "mxfp4-sm100-trtllm": {"0.5.19": A, "0.5.20": A, "0.5.21": A, "0.5.22": A, "0.5.23": A},
+    "hpc-ops": {"0.5.19": R, "0.5.20": R, "0.5.21": R, "0.5.22": R, "0.5.23": R},  # 0.5.19: ValueError when the limit is set (hpc_ops.py 121, called at 155)
+    "lora-moe": {"0.5.19": X, "0.5.20": X, "0.5.21": X, "0.5.22": X, "0.5.23": R},  # no lora/moe/ before 0.5.23 (entered by name: the dispatch does not reach it)
 }
+
+
+#: release -> line of the literal ``gemm1_clamp_limit=None`` in compressed_tensors_w4a4_nvfp4_moe.py
+TRTLLM_NONE_LINE = {"0.5.19": 332, "0.5.20": 331, "0.5.21": 342, "0.5.22": 342, "0.5.23": 346}
+#: release -> batch_invariant_ops.py lines: MIN_DEEPGEMM_DIM = 16, and the re-raise
+DEEPGEMM_LINES = {"0.5.19": (281, 261), "0.5.20": (298, 271), "0.5.21": (298, 271), "0.5.22": (298, 271),
+                  "0.5.23": (298, 271)}
+#: release -> line of ``_is_dynamic_token_w8a8`` where a weight-only config crashes (the "crash"
+#: releases of quant_rules.NVFP4_MOE_SCHEMES)
+W4A16_CRASH_LINE = {"0.5.20": 493, "0.5.21": 498}
+#: every release-keyed table of this file (rows -> {release: expected}) and the releases it covers
+KEYED = {"EXPECTED": (EXPECTED, VERSIONS),
+         "lines": ({"TRTLLM_NONE_LINE": TRTLLM_NONE_LINE, "DEEPGEMM_LINES": DEEPGEMM_LINES}, VERSIONS),
+         "crash": ({"W4A16_CRASH_LINE": W4A16_CRASH_LINE}, tuple(qr.serving_releases("crash")))}
+
+
+def verdicts(audits: dict[str, dict[str, sa.PathResult]], path: str) -> dict[str, str]:
+    """``{release: verdict}`` of one path over every audited release (the shape of EXPECTED's rows)."""
+    return {v: rows[path].verdict.value for v, rows in audits.items()}
 
 
 @pytest.fixture(scope="module")
@@ -116,19 +146,25 @@ def test_every_catalogued_path_is_expected():
     assert {p["id"] for p in sa.catalog()["paths"]} == set(EXPECTED)
 
 
+@pytest.mark.parametrize("name", sorted(KEYED))
+def test_every_release_is_expected(name):
+    """Each row names every audited release once: a new release's missing keys are listed here."""
+    table, releases = KEYED[name]
+    assert release_gaps(table, releases) == {}, "add the new release's key to these rows"
+
+
 @pytest.mark.parametrize("path", sorted(EXPECTED))
 def test_verdicts_per_version(audits, path):
-    got = tuple(audits[v][path].verdict.value for v in VERSIONS)
-    assert got == EXPECTED[path], [audits[v][path].rule for v in VERSIONS]
+    assert verdicts(audits, path) == EXPECTED[path], {v: audits[v][path].rule for v in VERSIONS}
 
 
 def test_versions_read_from_the_wheels():
     assert [released(v).version for v in VERSIONS] == list(VERSIONS)
 
 
-@pytest.mark.parametrize("version,line", [("0.5.19", 332), ("0.5.20", 331), ("0.5.21", 342), ("0.5.22", 342), ("0.5.23", 346)])
-def test_trtllm_literal_none_is_located(audits, version, line):
-    r = audits[version]["nvfp4-w4a4-trtllm"]
+@pytest.mark.parametrize("version", VERSIONS)
+def test_trtllm_literal_none_is_located(audits, version):
+    r, line = audits[version]["nvfp4-w4a4-trtllm"], TRTLLM_NONE_LINE[version]
     assert r.rule.startswith("literal gemm1_clamp_limit=None")
     assert r.file.endswith("compressed_tensors_w4a4_nvfp4_moe.py") and r.line == line
     assert "routing_method_type" in r.rule  # the assert Bailing fails is reported too
@@ -159,6 +195,41 @@ def test_json_cli(capsys):
 def test_matrix_figure(tmp_path, audits):
     out = report.matrix_figure([r for v in VERSIONS for r in audits[v].values()], tmp_path / "m.png")
     assert out.stat().st_size > 10_000
+
+
+# --- a new release, end to end -------------------------------------------------------------------
+def test_a_new_release_needs_only_its_keys(audits, tmp_path, monkeypatch):
+    """The steps of CONTRIBUTING.md's "Adding an SGLang release", on a copy of the last release
+    registered as 0.5.99 in a fresh cache (its unpacked tree and the discovery file): once found,
+    it is in the default audit; EXPECTED's rows and the serving facts then lack exactly its key,
+    and one key each (the last release's values: the copy behaves like it) is all it takes: the
+    expected verdicts match its audit and the messages' ranges include it, with no other edit."""
+    new, last = "0.5.99", VERSIONS[-1]
+    src = released(last)  # from the real cache, before the cache moves
+    cache = tmp_path / "cache"
+    tree = copy_tree(src, cache / "src" / f"sglang-{new}")
+    (tree.package / "_version.py").write_text(f"__version__ = version = '{new}'\n")
+    (tree.root / ".nvfp4study-unpacked").write_text("a copy of the last release\n")  # source._MARKER
+    (cache / "bailing_releases.json").write_text(json.dumps({**rel.shipped(), "releases": [*VERSIONS, new]}))
+    monkeypatch.setenv("NVFP4STUDY_CACHE", str(cache))
+    # step 1, discovery: the study's default audit_versions now include it, and its source opens
+    found = rel.expand_versions([rel.ALL_BAILING])
+    assert found == [*VERSIONS, new] and unpack_wheel(new, download=False).version == new
+    # step 2, expected verdicts: every row lacks exactly the new key; with it, they match the audit
+    assert release_gaps(EXPECTED, found) == {p: {"missing": [new], "extra": []} for p in EXPECTED}
+    expected = {p: {**row, new: row[last]} for p, row in EXPECTED.items()}
+    assert release_gaps(expected, found) == {}
+    runs = {**audits, new: {r.path: r for r in sa.audit_tree(unpack_wheel(new, download=False))}}
+    assert {p: verdicts(runs, p) for p in expected} == expected
+    # step 3, release-keyed facts: one key; the rendered ranges and the serving matrix follow
+    assert qr.unkeyed_releases(found) == [new]
+    monkeypatch.setitem(qr.NVFP4_MOE_SCHEMES, new, qr.NVFP4_MOE_SCHEMES[last])
+    assert qr.unkeyed_releases(found) == []
+    msg = scheme_messages()
+    assert "0.5.22-0.5.99 serve it through the W4A16" in msg["W4A16"]
+    assert "all of 0.5.20-0.5.99; below Blackwell 0.5.20-0.5.21 refuse, 0.5.22-0.5.99 fall back" in msg["W4A4"]
+    assert rel.version_span(["0.5.23", new]) == f"0.5.23-{new}"  # over the discovered releases
+    assert {r["version"] for r in qr.serving_matrix("W4A16", True)} == {"0.5.20", "0.5.21", "0.5.22", "0.5.23", new}
 
 
 # --- traps, on small synthetic trees -------------------------------------------------------------
@@ -221,7 +292,7 @@ def test_min_deepgemm_dim_and_scales():
         c = extra_checks(released(v))
         md = c["min_deepgemm_dim"]
         # batch_invariant_ops.py: MIN_DEEPGEMM_DIM = 16 at 281 (0.5.19) / 298; re-raise 261 / 271
-        line, reraise = (281, 261) if v == "0.5.19" else (298, 271)
+        line, reraise = DEEPGEMM_LINES[v]
         assert (md["value"], md["line"], md["guard"], md["n32_to_deepgemm"]) == (16, line, "N >= MIN_DEEPGEMM_DIM", True)
         assert md["reraise_line"] == reraise
         assert {k: x["alloc"] for k, x in c["input_global_scales"].items()} == {
@@ -236,12 +307,15 @@ def test_min_deepgemm_dim_and_scales():
 def test_w4a16_scheme_per_version():
     from nvfp4study.sglang.checks import NVFP4_ACTS, NVFP4_WEIGHTS
 
-    for v, line in (("0.5.20", 493), ("0.5.21", 498)):
+    # the serving facts the checkpoint audit states (quant_rules.NVFP4_MOE_SCHEMES), read again
+    # from each release's code, and every discovered release from the first one read has them
+    assert qr.unkeyed_releases(list(VERSIONS)) == []
+    for v in qr.serving_releases("crash"):
         r = moe_scheme_for(released(v), NVFP4_WEIGHTS, None)
         assert r["error"] == "AttributeError: 'NoneType' object has no attribute 'num_bits'"
-        assert (r["function"], r["line"]) == ("_is_dynamic_token_w8a8", line)
+        assert (r["function"], r["line"]) == ("_is_dynamic_token_w8a8", W4A16_CRASH_LINE[v])
         assert moe_scheme_for(released(v), NVFP4_WEIGHTS, NVFP4_ACTS)["scheme"] == "CompressedTensorsW4A4Nvfp4MoE"
-    for v in ("0.5.22", "0.5.23"):
+    for v in qr.serving_releases("marlin"):
         assert moe_scheme_for(released(v), NVFP4_WEIGHTS, None)["scheme"] == "CompressedTensorsW4A16Nvfp4MoE"
         fallback = moe_scheme_for(released(v), NVFP4_WEIGHTS, NVFP4_ACTS, capability=90)
         assert fallback == {"scheme": "CompressedTensorsW4A16Nvfp4MoE", "kwargs": {"has_input_global_scale": True}}

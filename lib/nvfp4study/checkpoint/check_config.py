@@ -13,7 +13,9 @@ from .findings import AuditCode, AuditFinding, Severity
 
 
 def check_config(config: dict[str, Any], groups: list[qr.ConfigGroup], findings: list[AuditFinding]) -> dict[str, Any]:
-    """W4A4 vs W4A16 (F-04) vs other, from the config groups; returns the config summary."""
+    """W4A4 vs W4A16 (F-04) vs other, from the config groups; returns the config summary.
+
+    Which releases crash, serve or fall back is :data:`~.quant_rules.NVFP4_MOE_SCHEMES`."""
     qc = config["quantization_config"]
     scheme = qr.scheme_label(groups)
     if qc.get("quant_method") != "compressed-tensors":
@@ -25,18 +27,20 @@ def check_config(config: dict[str, Any], groups: list[qr.ConfigGroup], findings:
                            "activation": g.activation, "weights": g.weights, "input_activations": g.input_activations}
                           for g in groups],
                "ignore": list(qc.get("ignore") or []), "quantization_status": qc.get("quantization_status")}
+    # release ranges from the release-keyed facts, so a new release needs no edit here
+    crash, marlin = qr.serving_span("crash"), qr.serving_span("marlin")
     if scheme == "W4A16":
         findings.append(AuditFinding(AuditCode.F04_CONFIG_W4A16, Severity.WARNING,
-                                "weight-only NVFP4 config (input_activations: null): SGLang 0.5.20-0.5.21 crash "
-                                "(AttributeError 'NoneType' ... 'num_bits'); 0.5.22-0.5.23 serve it through the W4A16 "
+                                f"weight-only NVFP4 config (input_activations: null): SGLang {crash} crash "
+                                f"(AttributeError 'NoneType' ... 'num_bits'); {marlin} serve it through the W4A16 "
                                 "Marlin MoE scheme on sm80+ (SwiGLU clamp dropped, gate/up scales must match); the W4A4 "
                                 "CUTLASS path is never taken", details={"groups": [g.name for g in groups]}))
     elif scheme == "W4A4":
         dyn = sorted({str((a or {}).get("dynamic")) for a in acts})
         findings.append(AuditFinding(AuditCode.CONFIG_W4A4, Severity.INFO,
                                 f"W4A4 NVFP4 config (input_activations 4-bit float tensor_group 16, dynamic {dyn}): "
-                                "SGLang's CompressedTensorsW4A4Nvfp4MoE on Blackwell (sm100+), all of 0.5.20-0.5.23; "
-                                "below Blackwell 0.5.20-0.5.21 refuse, 0.5.22-0.5.23 fall back to W4A16 Marlin",
+                                f"SGLang's CompressedTensorsW4A4Nvfp4MoE on Blackwell (sm100+), all of {qr.serving_span()}; "
+                                f"below Blackwell {crash} refuse, {marlin} fall back to W4A16 Marlin",
                                 details={"dynamic": dyn}))
     else:
         findings.append(AuditFinding(AuditCode.CONFIG_SCHEME_OTHER, Severity.WARNING,

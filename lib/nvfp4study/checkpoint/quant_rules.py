@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from ..sglang.releases import release_key, version_span
+
 # --- matching -------------------------------------------------------------------------------
 
 
@@ -180,27 +182,48 @@ def scheme_label(groups: list[ConfigGroup]) -> str:
 
 # --- who can serve it -------------------------------------------------------------------------
 
-SGLANG_VERSIONS = ("0.5.20", "0.5.21", "0.5.22", "0.5.23")
+#: What each release's compressed-tensors config does with an NVFP4 MoE checkpoint, read in its
+#: wheel (:data:`SERVING_SOURCES`): ``"crash"``: a weight-only (W4A16) config crashes and W4A4 is
+#: refused below Blackwell; ``"marlin"``: W4A16 goes to the Marlin MoE scheme (sm80+) and W4A4
+#: falls back to it below Blackwell. Keyed by release because it was read in each wheel (0.5.19's
+#: was not): a new release adds one key, and the messages render their ranges from these keys.
+NVFP4_MOE_SCHEMES: dict[str, str] = {"0.5.20": "crash", "0.5.21": "crash", "0.5.22": "marlin", "0.5.23": "marlin"}
 GPU_GENERATIONS = ("Ampere/Ada (sm80-89)", "Hopper (sm90)", "Blackwell (sm100-120)")
 
-#: Where each fact comes from (SGLang's released source, 0.5.20-0.5.23 wheels).
+
+def serving_releases(kind: str | None = None) -> list[str]:
+    """Releases of :data:`NVFP4_MOE_SCHEMES` (of ``kind`` only, when given), ascending."""
+    return sorted((v for v, k in NVFP4_MOE_SCHEMES.items() if kind in (None, k)), key=release_key)
+
+
+def serving_span(kind: str | None = None) -> str:
+    """:func:`serving_releases` as text ranges over the releases read (``"0.5.22-0.5.23"``)."""
+    return version_span(serving_releases(kind), among=serving_releases())
+
+
+def unkeyed_releases(discovered: list[str]) -> list[str]:
+    """Discovered releases from the first one read on that :data:`NVFP4_MOE_SCHEMES` lacks:
+    the serving facts a new release still needs (tests require none)."""
+    first = release_key(serving_releases()[0])
+    return [v for v in discovered if release_key(v) >= first and v not in NVFP4_MOE_SCHEMES]
+
+
+#: Where each fact comes from (SGLang's released source, the wheels of :data:`NVFP4_MOE_SCHEMES`).
+#: Built once at import: the crash releases and the first Marlin one do not move when a release
+#: that behaves like the last is added ("+" already covers it).
 SERVING_SOURCES = {
     "w4a4-blackwell": "schemes/compressed_tensors_w4a4_nvfp4_moe.py 36-56 (raises unless Blackwell), "
     "get_min_capability 100",
-    "w4a4-fallback": "compressed_tensors.py 962-975 (0.5.22+: below sm100 -> W4A16 Marlin, "
+    "w4a4-fallback": f"compressed_tensors.py 962-975 ({serving_releases('marlin')[0]}+: below sm100 -> W4A16 Marlin, "
     "activation quantization ignored)",
-    "w4a16-crash": "0.5.20-0.5.21 compressed_tensors.py _is_static_tensor_w8a8 reads input_quant.num_bits "
+    "w4a16-crash": f"{serving_span('crash')} compressed_tensors.py _is_static_tensor_w8a8 reads input_quant.num_bits "
     "with no None guard (AttributeError: 'NoneType' object has no attribute 'num_bits')",
-    "w4a16-marlin": "0.5.22+ compressed_tensors.py 959-961 CompressedTensorsW4A16Nvfp4MoE; "
+    "w4a16-marlin": f"{serving_releases('marlin')[0]}+ compressed_tensors.py 959-961 CompressedTensorsW4A16Nvfp4MoE; "
     "schemes/compressed_tensors_w4a16_nvfp4_moe.py 186-202 refuses gate/up global scales that differ, "
     "get_min_capability 80",
     "marlin-clamp": "layers/moe/moe_runner/marlin.py 205-209: the Marlin runner passes gemm1_clamp_limit "
                     "only when gemm1_alpha is set, so the SwiGLU clamp is dropped",
 }
-
-
-def _version(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in v.split("."))
 
 
 def serving_matrix(scheme: str, gate_up_shared: bool | None, hidden_size: int | None = None,
@@ -228,8 +251,8 @@ def serving_matrix(scheme: str, gate_up_shared: bool | None, hidden_size: int | 
         why.append(f"moe_intermediate_size {moe_intermediate_size} % 64 != 0 -> ValueError")
     marlin_refuses = bool(why)
     marlin_note = "weight-only Marlin; clamp dropped" + "".join("; " + w for w in why)
-    for v in SGLANG_VERSIONS:
-        new = _version(v) >= (0, 5, 22)
+    for v in serving_releases():
+        new = NVFP4_MOE_SCHEMES[v] == "marlin"
         for gpu in GPU_GENERATIONS:
             blackwell = gpu.startswith("Blackwell")
             if scheme == "W4A4":

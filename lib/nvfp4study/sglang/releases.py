@@ -10,6 +10,8 @@ of one such run (``data/bailing_releases.json``) so the default study needs no i
 :func:`bailing_releases` reads the cache when present, else the shipped copy.
 
 ``audit_versions`` entries equal to :data:`ALL_BAILING` stand for every such release.
+:func:`version_span` renders a set of releases as ranges over the discovered ones, so messages
+that name "0.5.22-0.5.23" grow with a new release instead of being retyped.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import re
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterable
 from importlib import resources
 from typing import Any
 
@@ -32,6 +35,11 @@ ALL_BAILING = "bailing-releases"
 
 def _key(v: str) -> tuple:
     return tuple(int(x) if x.isdigit() else -1 for x in re.split(r"[.]|post", v) if x)
+
+
+def release_key(version: str) -> tuple:
+    """Sort key of a release number (``0.5.9`` < ``0.5.10`` < ``0.5.10.post1``)."""
+    return _key(version)
 
 
 def index_versions() -> list[str]:
@@ -94,6 +102,29 @@ def expand_versions(versions: list[str]) -> list[str]:
             if x not in out:
                 out.append(x)
     return out
+
+
+def version_span(versions: Iterable[str], among: Iterable[str] | None = None) -> str:
+    """``versions`` as ranges over ``among`` (default: :func:`bailing_releases`), ascending.
+
+    Releases next to each other in ``among`` form one range: ``0.5.20-0.5.21``; a lone one is
+    itself; runs are joined by ", " (``0.5.19, 0.5.21-0.5.23``); no release gives ``"none"``.
+    ``versions`` missing from ``among`` are placed by release number, so a release keyed in a fact
+    table but not (yet) discovered still shows. A new release that behaves like the last one
+    extends the last range: ``0.5.22-0.5.23`` becomes ``0.5.22-0.5.24``.
+    """
+    want = set(versions)
+    order = sorted(set(bailing_releases() if among is None else among) | want, key=_key)
+    runs: list[list[str]] = []
+    prev = False
+    for v in order:
+        if v in want:
+            if prev:
+                runs[-1].append(v)
+            else:
+                runs.append([v])
+        prev = v in want
+    return ", ".join(r[0] if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs) or "none"
 
 
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - network
