@@ -160,6 +160,13 @@ def test_config_fuzz_then_every_config_check_runs(cfg):
     qr.serving_matrix(summary["scheme"], None, got.get("hidden_size"), got.get("moe_intermediate_size"))
 
 
+def test_config_with_null_counts_is_read_as_absent():
+    # found by the fuzz test above (about 1 run in 8): a null first_k_dense_replace, which the
+    # config check allows, made the count formulas raise TypeError
+    cfg = dict(BASE_CONFIG, first_k_dense_replace=None, num_nextn_predict_layers=None)
+    assert count_formulas(cfg)["quantized_expert_modules"]["value"] == 3 * 8 * 4
+
+
 # --- seeded byte mutation of real fixture headers ---------------------------------------------------
 @pytest.fixture(scope="module")
 def fixture_shards(tmp_path_factory):

@@ -41,7 +41,7 @@ def count_formulas(config: dict[str, Any], mtp_other_tensors: int | None = None)
         ``mla_kv_unpacked`` (kv_a_proj_with_mqa + kv_b_proj per MLA layer: 16 on the real model)
         and ``mtp_layer_tensors`` (3 x E + others).
     """
-    nl, fk = int(config["num_hidden_layers"]), int(config.get("first_k_dense_replace", 0))
+    nl, fk = int(config["num_hidden_layers"]), int(config.get("first_k_dense_replace") or 0)  # null as absent
     e, lg = int(config.get("num_experts") or 0), int(config.get("layer_group_size") or 0)
     nn = int(config.get("num_nextn_predict_layers") or 0)
     mla = (nl // lg if lg else 0) + nn

@@ -152,11 +152,11 @@ def expected_limits(model_config: dict[str, Any]) -> dict[str, Any]:
     ``expert_swiglu_limit_list`` entries of 0 mean no clamp (``bailing_moe_v3.py`` 435-439).
     """
     n = int(model_config["num_hidden_layers"])
-    first = int(model_config.get("first_k_dense_replace", 0))
+    first = int(model_config.get("first_k_dense_replace") or 0)
     lst = model_config.get("expert_swiglu_limit_list") or [0] * n
     return {"moe_layers": list(range(first, n)),
             "limit": {i: (float(lst[i]) if i < len(lst) and lst[i] else None) for i in range(n)},
-            "draft": int(model_config.get("num_nextn_predict_layers", 0)) > 0}
+            "draft": int(model_config.get("num_nextn_predict_layers") or 0) > 0}
 
 
 def assign_layers(lines: list[dict[str, Any]], expected: dict[str, Any]) -> list[dict[str, Any]]:
