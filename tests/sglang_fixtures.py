@@ -1,6 +1,7 @@
 """Helpers for the SGLang tests: the releases they audit, released trees (unpacked once into the
-study cache), release-keyed expectation tables, and small synthetic trees for the audit's traps
-and the patcher's refusals."""
+study cache), release-keyed expectation tables, copies of 0.5.23 to edit (``copy23``,
+``copy23_shared``; :func:`edit_once`), and small synthetic trees for the audit's traps and the
+patcher's refusals."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nvfp4study.checkpoint import quant_rules as qr
 from nvfp4study.checkpoint.check_config import check_config
 from nvfp4study.checkpoint.findings import AuditFinding
 from nvfp4study.sglang.releases import bailing_releases
-from nvfp4study.sglang.source import SGLangTree, open_tree, unpack_wheel
+from nvfp4study.sglang.source import SGLangTree, copy_tree, open_tree, unpack_wheel
 
 #: The releases the SGLang tests audit: the discovered ones (the study's cache, else the shipped
 #: ``sglang/data/bailing_releases.json``), so a new release joins every per-release test by itself.
@@ -58,6 +61,33 @@ def scheme_messages() -> dict[str, str]:
 def released(version: str) -> SGLangTree:
     """The released wheel's source (cached in ``$NVFP4STUDY_CACHE``; unpacked once)."""
     return unpack_wheel(version)
+
+
+# Fixtures are named apart from their functions: a test module imports ``copy23_fixture`` and
+# its tests take ``copy23``, so the parameter does not shadow the import (ruff F811).
+@pytest.fixture(name="copy23")
+def copy23_fixture(tmp_path: Path) -> SGLangTree:
+    """A fresh copy of the released 0.5.23 tree, for one test to edit as it likes."""
+    return copy_tree(released("0.5.23"), tmp_path / "t")
+
+
+@pytest.fixture(name="copy23_shared", scope="module")
+def copy23_shared_fixture(tmp_path_factory: pytest.TempPathFactory) -> SGLangTree:
+    """One copy of the released 0.5.23 tree per test module, for tests that leave it as they found
+    it (the patcher's apply / revert round trips): one copy instead of one per test."""
+    return copy_tree(released("0.5.23"), tmp_path_factory.mktemp("c") / "sglang-0.5.23")
+
+
+def edit_once(tree: SGLangTree, rel: str, old: str, new: str) -> None:
+    """Replace ``old`` by ``new`` in the file ``rel`` (from the tree's root) of a copied tree.
+
+    ``old`` must occur exactly once: an edit meant for one place never lands on a second copy of
+    the text, and a release that moved the code fails here rather than in the assertion after.
+    """
+    p = tree.file(rel)
+    text = p.read_text()
+    assert text.count(old) == 1, old
+    p.write_text(text.replace(old, new))
 
 
 def mini_tree(root: Path, version: str, files: dict[str, str] | None = None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from ledger_fixtures import ledger_row
 from nvfp4study.core.errors import StudyError
 from nvfp4study.core.params import LingShape
 from nvfp4study.workstation import bound
@@ -78,7 +79,6 @@ def test_card_table_rows():
 
 
 def test_06_records_the_ceiling_finding(tmp_path):
-    from nvfp4study.core import ledger
     from nvfp4study.core.params import dump_params, load_params
     from nvfp4study.core.stage import open_stage
     from nvfp4study.stages import s06_mtp as mtp
@@ -86,7 +86,7 @@ def test_06_records_the_ceiling_finding(tmp_path):
     pf = dump_params(load_params(), tmp_path / "params.yaml")  # default profile: no GPU, still computed
     df = mtp.ceiling_table(open_stage("06_mtp_sweep", str(pf), str(tmp_path)))
     assert set(df.gpu) == set(bound.CARD_CLASS) and len(df) == 12
-    row = next(r for r in ledger.read_ledger(tmp_path) if r["id"] == "mtp.bandwidth-ceiling")
+    row = ledger_row(tmp_path, "mtp.bandwidth-ceiling")
     rb = bound.read_bytes(LingShape())  # the real model's layout, whatever the profile
     spark_off = 22.60 / (273e9 / rb.per_token())
     assert row["measured"]["card_over_ceiling"]["NVIDIA DGX Spark (GB10)"]["0"] == pytest.approx(spark_off, abs=1e-4)

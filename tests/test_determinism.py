@@ -9,7 +9,8 @@ from nvfp4study.serving import measure
 from nvfp4study.stages import s07_determinism as determinism
 
 
-def _row(ids, rate, status="ok", text=None):
+def _output_row(ids, rate, status="ok", text=None):
+    """A request's record with its output token ids, decoded at ``rate`` tokens/s."""
     n = len(ids)
     t1 = 0.1 + (n - 1) / rate
     return {"status": status, "output_ids": ids, "content": text, "usage": {"completion_tokens": n},
@@ -18,24 +19,24 @@ def _row(ids, rate, status="ok", text=None):
 
 
 def test_compare_lengths_first():
-    same = measure.compare_outputs(_row([1, 2, 3], 10), _row([1, 2, 3], 10))
+    same = measure.compare_outputs(_output_row([1, 2, 3], 10), _output_row([1, 2, 3], 10))
     assert same == {"comparable": True, "identical": True, "unit": "token", "len_a": 3, "len_b": 3,
                     "first_divergence": None}
-    prefix = measure.compare_outputs(_row([1, 2, 3], 10), _row([1, 2, 3, 4], 10))
+    prefix = measure.compare_outputs(_output_row([1, 2, 3], 10), _output_row([1, 2, 3, 4], 10))
     assert prefix["identical"] is False and prefix["first_divergence"] == 3  # zip() would call it equal
-    diverge = measure.compare_outputs(_row([1, 2, 9, 4], 10), _row([1, 2, 3, 4], 10))
+    diverge = measure.compare_outputs(_output_row([1, 2, 9, 4], 10), _output_row([1, 2, 3, 4], 10))
     assert diverge["first_divergence"] == 2
     text = measure.compare_outputs({"status": "ok", "content": "abcX"}, {"status": "ok", "content": "abcY"})
     assert (text["unit"], text["first_divergence"]) == ("char", 3)
-    failed = measure.compare_outputs(_row([1], 10, status="stream_cut"), _row([1], 10))
+    failed = measure.compare_outputs(_output_row([1], 10, status="stream_cut"), _output_row([1], 10))
     assert failed["comparable"] is False and failed["identical"] is None
 
 
 ROWS = {
-    "spec-off": {("pA", 0): _row([1, 2, 3], 10), ("pA", 1): _row([1, 2, 3], 10),
-                 ("pB", 0): _row([5, 6], 20), ("pB", 1): _row([5, 6], 20)},
-    "spec-on": {("pA", 0): _row([1, 2, 3], 25), ("pA", 1): _row([1, 2, 3], 25),
-                ("pB", 0): _row([5, 7], 30), ("pB", 1): _row([5, 7], 30)},
+    "spec-off": {("pA", 0): _output_row([1, 2, 3], 10), ("pA", 1): _output_row([1, 2, 3], 10),
+                 ("pB", 0): _output_row([5, 6], 20), ("pB", 1): _output_row([5, 6], 20)},
+    "spec-on": {("pA", 0): _output_row([1, 2, 3], 25), ("pA", 1): _output_row([1, 2, 3], 25),
+                ("pB", 0): _output_row([5, 7], 30), ("pB", 1): _output_row([5, 7], 30)},
 }
 
 
@@ -65,14 +66,14 @@ def test_speedup_is_labelled_when_texts_differ():
 
 def test_failed_request_is_not_comparable():
     rows = {"spec-off": dict(ROWS["spec-off"]), "spec-on": dict(ROWS["spec-on"])}
-    rows["spec-on"][("pB", 0)] = _row([5], 30, status="stream_cut")
+    rows["spec-on"][("pB", 0)] = _output_row([5], 30, status="stream_cut")
     counts = {c["comparison"]: c for c in determinism.identity_counts(determinism.pair_rows(rows, ["pA", "pB"], 2))}
     on = counts["spec-on vs spec-off"]
     assert (on["identical prompts"], on["prompts compared"], on["not comparable (failed request)"]) == (1, 1, 1)
 
 
 def _fail(ids, rate):
-    return _row(ids, rate, status="stream_cut")
+    return _output_row(ids, rate, status="stream_cut")
 
 
 def _all_failed(det: bool) -> dict:
@@ -112,7 +113,7 @@ def test_verdicts_with_data():
     res = _results(ROWS, det=False)
     assert res["det.spec-on"]["verdict"] == "reproduced"  # pB differs: not byte-identical
     assert res["det.spec-on"]["measured"]["identical"] == 1 and res["det.spec-on"]["measured"]["n"] == 2
-    same = {"spec-off": ROWS["spec-off"], "spec-on": {k: _row(v["output_ids"], 25) for k, v in ROWS["spec-off"].items()}}
+    same = {"spec-off": ROWS["spec-off"], "spec-on": {k: _output_row(v["output_ids"], 25) for k, v in ROWS["spec-off"].items()}}
     assert _results(same, det=False)["det.spec-on"]["verdict"] == "contradicted"
     # deterministic mode: all identical (better) and 38.0 tok/s within 15 % of the card's 38.26
     rows = dict(ROWS, **{"det spec-off": ROWS["spec-off"], "det spec-on": same["spec-on"]})

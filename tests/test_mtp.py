@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from ledger_fixtures import ledger_row
 from nvfp4study.serving import acceptance, measure
 from nvfp4study.stages import s06_mtp as mtp
 
@@ -20,7 +21,8 @@ def _chunks(points):
     return out
 
 
-def _row(n, points, end_s, spec, before, after, status="ok"):
+def _spec_request_row(n, points, end_s, spec, before, after, status="ok"):
+    """A request's record with speculative-decoding details and the server's counters around it."""
     return {"status": status, "usage": {"completion_tokens": n}, "chunks": _chunks(points), "ttft_s": points[0][0],
             "end_s": end_s, "spec_tokens_details": spec,
             "metrics_before": {C: before[0], V: before[1]}, "metrics_after": {C: after[0], V: after[1]}}
@@ -33,11 +35,11 @@ def _spec(n, verify, correct, draft=3):
 
 
 # A: 10 tokens, 4 verify passes, 6 of 8 drafts accepted; counters scoped to it.
-A = _row(10, [(0.10, 1), (0.20, 4), (0.30, 7), (0.40, 10)], 0.42, _spec(10, 4, 6), (100, 50), (110, 54))
+A = _spec_request_row(10, [(0.10, 1), (0.20, 4), (0.30, 7), (0.40, 10)], 0.42, _spec(10, 4, 6), (100, 50), (110, 54))
 # B: 20 tokens, 10 verify passes, 8 of 20 drafts; another client added 20 tokens / 6 verifies meanwhile.
-B = _row(20, [(0.20, 1), (1.20, 20)], 1.25, _spec(20, 10, 8), (110, 54), (150, 70))
+B = _spec_request_row(20, [(0.20, 1), (1.20, 20)], 1.25, _spec(20, 10, 8), (110, 54), (150, 70))
 # C: a request whose stream was cut: a row with its status, never a placeholder.
-CUT = {**_row(5, [(0.1, 1), (0.2, 5)], None, None, (150, 70), (150, 70), status="stream_cut"), "usage": None}
+CUT = {**_spec_request_row(5, [(0.1, 1), (0.2, 5)], None, None, (150, 70), (150, 70), status="stream_cut"), "usage": None}
 
 
 def test_request_metrics_by_hand():
@@ -55,7 +57,7 @@ def test_request_metrics_by_hand():
 
 
 def test_decode_rate_without_per_chunk_usage():
-    row = _row(10, [(0.1, None), (0.4, None)], 0.5, None, (0, 0), (10, 0))
+    row = _spec_request_row(10, [(0.1, None), (0.4, None)], 0.5, None, (0, 0), (10, 0))
     m = measure.request_metrics(row)
     assert m["token_count"] == "completion_tokens - 1" and m["decode_tok_s"] == pytest.approx(9 / 0.3)
 
@@ -165,7 +167,7 @@ def test_ledger_records_sources_of_measured_values(run_dir):
     row = ledger.record(run_dir, "mtp.broken-draft", measured={"accept_len": 1.06}, verdict="reproduced",
                         sources={"accept_len": "data/mtp-summary.json: k=2"})
     assert row["sources"] == {"accept_len": "data/mtp-summary.json: k=2"}
-    assert next(r for r in ledger.read_ledger(run_dir) if r["id"] == "mtp.broken-draft")["sources"] == row["sources"]
+    assert ledger_row(run_dir, "mtp.broken-draft")["sources"] == row["sources"]
     with pytest.raises(LedgerError, match="sources"):
         ledger.record(run_dir, "mtp.broken-draft", measured={"accept_len": 1.0}, verdict="reproduced",
                       sources={"accept_rate": "x"})

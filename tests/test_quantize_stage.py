@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from ledger_fixtures import ledger_row
 from ling_fixtures import TINY
 from nvfp4study.checkpoint import layout as L
 from nvfp4study.checkpoint import ptq as ptq_wing
 from nvfp4study.checkpoint import quantize as quantize_wing
 from nvfp4study.core.errors import OutputExists, StageInputMissing
-from nvfp4study.core.ledger import read_ledger
 from nvfp4study.core.params import load_params
 from nvfp4study.core.paths import RunPaths
 from nvfp4study.core.stage import Stage
@@ -25,10 +25,6 @@ def _stage(run_dir, **over):
                                                                             **over.get("checkpoint", {})}),
                              "quantize": p.quantize.model_copy(update=over.get("quantize", {}))})
     return Stage(name="01_quantize", params=p, paths=RunPaths(run_dir))
-
-
-def _row(run_dir, cid):
-    return next(r for r in read_ledger(run_dir) if r["id"] == cid)
 
 
 def test_default_flow_records_claims(run_dir):
@@ -51,15 +47,15 @@ def test_default_flow_records_claims(run_dir):
     assert rt["summary"]["all_within_bound"] and st.paths.figure("roundtrip").exists()
     table = qs.record_ledger(st, rep, probe, rt)
     assert set(table["id"]) >= {"provenance.model-free-ptq", "provenance.fused-maps"}
-    r = _row(run_dir, "provenance.model-free-ptq")
+    r = ledger_row(run_dir, "provenance.model-free-ptq")
     assert r["verdict"] == "partly" and "0.12.0.1" in r["note"] and r["measured"]["llmcompressor"] == "0.13.0"
     assert "cannot calibrate activations" in r["measured"]["w4a4_scheme_refused"]
     assert f"scheme {rep['scheme']} quantized" in r["note"] and "NOT the card's" in r["note"]
     assert f"llmcompressor {rep['llmcompressor']} / compressed-tensors {rep['compressed_tensors']}" in r["note"]
     assert not [f.name for f in st.paths.data("x", "json").parent.iterdir() if f.name.endswith(".tmp")]
-    assert _row(run_dir, "provenance.fused-maps")["measured"]["stock_tables"].startswith("fails:")
-    assert _row(run_dir, "quantize.gate-up-global-scale")["verdict"] == "reproduced"
-    assert _row(run_dir, "quantize.roundtrip-within-bound")["verdict"] == "reproduced"
+    assert ledger_row(run_dir, "provenance.fused-maps")["measured"]["stock_tables"].startswith("fails:")
+    assert ledger_row(run_dir, "quantize.gate-up-global-scale")["verdict"] == "reproduced"
+    assert ledger_row(run_dir, "quantize.roundtrip-within-bound")["verdict"] == "reproduced"
     # a second execution in the same run folder reuses the identical source, replaces the output
     again = qs.build_source(st.params, st.paths, plan)
     assert again["reused"]
@@ -111,7 +107,7 @@ def test_skip_when_quantized_path_given(run_dir):
     rt = qs.run_roundtrip(st.params, st.paths, plan)
     assert not rt["run"]
     qs.record_ledger(st, rep, probe, rt)
-    r = _row(run_dir, "provenance.model-free-ptq")
+    r = ledger_row(run_dir, "provenance.model-free-ptq")
     assert r["verdict"] == "not run" and "quantized_path" in r["note"]
     assert not st.paths.work(qs.SOURCE_DIR).exists()
 

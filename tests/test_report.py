@@ -44,16 +44,17 @@ def test_no_json_and_long_values_clipped_with_the_whole_value():
     assert readable.cell_html(None, "not measured").endswith("not measured</span>")
 
 
-def _row(id_, measured, verdict="partly", **kw):
+def _claim_row(id_, measured, verdict="partly", **kw):
+    """A ledger row as :func:`~nvfp4study.core.ledger.record` writes it (``kw``: its other fields)."""
     return {"id": id_, "stage": kw.get("stage", "03_patch_sglang"), "claim": kw.get("claim", f"claim {id_}."),
             "card": kw.get("card"), "origin": kw.get("origin", "card"), "measured": measured,
             "verdict": verdict, "evidence": kw.get("evidence", []), "note": kw.get("note", ""), "checked_on": None}
 
 
 def test_headline_from_data_and_fallback():
-    rows = [_row("sglang.w4a16-unservable", {"0.5.20": "AttributeError: x", "0.5.22": "SchemeB", "0.5.23": "SchemeB"},
-                 "contradicted"),
-            _row("det.min-deepgemm-dim", None, "not run", note="not run: needs an NVFP4-capable GPU (x). More.")]
+    rows = [_claim_row("sglang.w4a16-unservable", {"0.5.20": "AttributeError: x", "0.5.22": "SchemeB", "0.5.23": "SchemeB"},
+                       "contradicted"),
+            _claim_row("det.min-deepgemm-dim", None, "not run", note="not run: needs an NVFP4-capable GPU (x). More.")]
     by = {f.title: f for f in findings.headlines(rows)}
     w = by["W4A16"]
     assert w.generated == "data" and w.verdict == "contradicted"
@@ -64,10 +65,10 @@ def test_headline_from_data_and_fallback():
 
 
 def test_open_items_group_gpu_stages_once():
-    rows = [_row("a", None, "not run", stage="04_launch_server", note="not run: needs an NVFP4-capable GPU (no GPU)"),
-            _row("b", None, "not run", stage="06_mtp_sweep", note="not run: needs an NVFP4-capable GPU (no GPU)"),
-            _row("c", None, "not run", stage="02_inspect_checkpoint", note="not run (generated checkpoint: circular): x"),
-            _row("d", {"x": 1}, "partly")]
+    rows = [_claim_row("a", None, "not run", stage="04_launch_server", note="not run: needs an NVFP4-capable GPU (no GPU)"),
+            _claim_row("b", None, "not run", stage="06_mtp_sweep", note="not run: needs an NVFP4-capable GPU (no GPU)"),
+            _claim_row("c", None, "not run", stage="02_inspect_checkpoint", note="not run (generated checkpoint: circular): x"),
+            _claim_row("d", {"x": 1}, "partly")]
     items = findings.open_items(rows)
     assert [(o.stage, o.rows) for o in items] == [("04_launch_server, 06_mtp_sweep", ["a", "b"]),
                                                   ("02_inspect_checkpoint", ["c"])]
@@ -98,9 +99,9 @@ def test_row_leads_with_its_verdict_and_folds_long_detail():
 
     note = "Not measured on the real files. " + "More words here. " * 20
     evidence = [f"data/serve-raw-{i}.jsonl" for i in range(6)]
-    h = row_html(_row("size.disk", {"path": "layers/moe/moe_runner/marlin.py:179"}, note=note,
-                      evidence=evidence, checked_on="sglang 0.5.23"))
-    assert findings.row_verdict(_row("size.disk", 1, note=note)) == \
+    h = row_html(_claim_row("size.disk", {"path": "layers/moe/moe_runner/marlin.py:179"}, note=note,
+                            evidence=evidence, checked_on="sglang 0.5.23"))
+    assert findings.row_verdict(_claim_row("size.disk", 1, note=note)) == \
         "Partly reproduced: Not measured on the real files."
     lead = re.search(r'<div class="lead">(.*?)</div>', h).group(1)
     assert _text(lead) == "Partly reproduced : Not measured on the real files."  # the label, then the sentence
@@ -112,6 +113,6 @@ def test_row_leads_with_its_verdict_and_folds_long_detail():
     assert "data/serve-raw-0.jsonl and 5 more files" in _text(why)
     assert "layers/<wbr>moe/<wbr>moe_runner/<wbr>marlin.py:179" in h  # paths break at their slashes
     # a "not run" row says why as the open work groups it; a study finding without a card value is marked
-    nr = _row("mtp.k2", None, "not run", note="not run: needs the real model on an NVFP4-capable GPU (x)")
+    nr = _claim_row("mtp.k2", None, "not run", note="not run: needs the real model on an NVFP4-capable GPU (x)")
     assert findings.row_verdict(nr) == "Not run: needs an NVFP4-capable GPU."
     assert 'class="c-card none"' in row_html({**nr, "origin": "study"}) and 'class="c-ours none"' in row_html(nr)

@@ -9,8 +9,7 @@ from nvfp4study.sglang import audit as sa
 from nvfp4study.sglang import dispatch as dp
 from nvfp4study.sglang import quant_methods as qm
 from nvfp4study.sglang.code_index import CodeIndex, class_defined
-from nvfp4study.sglang.source import copy_tree
-from sglang_fixtures import VERSIONS, released
+from sglang_fixtures import VERSIONS, copy23_fixture, edit_once, released  # noqa: F401  (the copy23 fixture)
 
 SRT = "sglang/srt/"
 W4A4 = "layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4_moe.py"
@@ -81,21 +80,9 @@ def test_every_derived_path_is_audited_and_none_is_absent(version):
             assert class_defined(released(version).root, e["via"].split("/")[0]) is None
 
 
-@pytest.fixture
-def copy23(tmp_path):
-    return copy_tree(released("0.5.23"), tmp_path / "t")
-
-
-def _edit(tree, rel: str, old: str, new: str, count: int = 1) -> None:
-    p = tree.file(SRT + rel)
-    text = p.read_text()
-    assert text.count(old) >= count, old
-    p.write_text(text.replace(old, new))
-
-
 def test_registered_function_renamed_is_still_followed(copy23):
-    _edit(copy23, "layers/moe/moe_runner/flashinfer_cutlass.py", "def fused_experts_none_to_flashinfer_cutlass(",
-          "def some_new_name(")
+    edit_once(copy23, SRT + "layers/moe/moe_runner/flashinfer_cutlass.py", "def fused_experts_none_to_flashinfer_cutlass(",
+              "def some_new_name(")
     r = sa.audit_tree(copy23, ["nvfp4-w4a4-cutlass"])[0]
     assert r.verdict.value == "APPROX"
     assert any("-> some_new_name" in t for t in r.found_by)
@@ -104,7 +91,7 @@ def test_registered_function_renamed_is_still_followed(copy23):
 def test_method_routed_to_another_backend(copy23):
     # the scheme's CUTLASS branch now builds a Triton runner: the catalogued CUTLASS path is not
     # reached any more (UNDECIDED, with the class's file:line), and the new path is audited
-    _edit(copy23, W4A4, "MoeRunnerBackend.FLASHINFER_CUTLASS, moe_runner_config", "MoeRunnerBackend.TRITON, moe_runner_config")
+    edit_once(copy23, SRT + W4A4, "MoeRunnerBackend.FLASHINFER_CUTLASS, moe_runner_config", "MoeRunnerBackend.TRITON, moe_runner_config")
     rows = {r.path: r for r in sa.audit_tree(copy23)}
     cut = rows["nvfp4-w4a4-cutlass"]
     assert cut.verdict.value == "UNDECIDED"
@@ -116,22 +103,22 @@ def test_method_routed_to_another_backend(copy23):
 
 def test_scheme_no_longer_constructed(copy23):
     # get_moe_scheme stops building the W4A4 scheme: the class is still there, so not ABSENT
-    _edit(copy23, "layers/quantization/compressed_tensors/compressed_tensors.py",
-          "return CompressedTensorsW4A4Nvfp4MoE(", "return CompressedTensorsW4A16Nvfp4MoE(", count=1)
+    edit_once(copy23, SRT + "layers/quantization/compressed_tensors/compressed_tensors.py",
+              "return CompressedTensorsW4A4Nvfp4MoE(", "return CompressedTensorsW4A16Nvfp4MoE(")
     r = sa.audit_tree(copy23, ["nvfp4-w4a4-cutlass"])[0]
     assert r.verdict.value == "UNDECIDED" and "was not seen to run it" in r.rule
 
 
 def test_class_gone_is_absent(copy23):
     rel = "layers/quantization/mxfp4_flashinfer_cutlass_moe.py"
-    _edit(copy23, rel, "class Mxfp4FlashinferCutlassMoEMethod", "class Mxfp4Renamed")
+    edit_once(copy23, SRT + rel, "class Mxfp4FlashinferCutlassMoEMethod", "class Mxfp4Renamed")
     r = sa.audit_tree(copy23, ["mxfp4-cutlass"])[0]
     assert (r.verdict.value, r.rule) == ("ABSENT", "no class Mxfp4FlashinferCutlassMoEMethod in this release")
 
 
 def test_derivation_follows_an_edit_in_place(copy23):
     before = {p.key for p in dp.derive_paths(copy23.root)}
-    _edit(copy23, W4A4, "MoeRunnerBackend.FLASHINFER_CUTLASS, moe_runner_config", "MoeRunnerBackend.TRITON, moe_runner_config")
+    edit_once(copy23, SRT + W4A4, "MoeRunnerBackend.FLASHINFER_CUTLASS, moe_runner_config", "MoeRunnerBackend.TRITON, moe_runner_config")
     after = {p.key for p in dp.derive_paths(copy23.root)}
     assert "CompressedTensorsW4A4Nvfp4MoE/flashinfer_cutlass" in before - after
     assert "CompressedTensorsW4A4Nvfp4MoE/triton" in after - before

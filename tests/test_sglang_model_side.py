@@ -15,8 +15,7 @@ from nvfp4study.sglang import audit as sa
 from nvfp4study.sglang import audit_report as report
 from nvfp4study.sglang import audit_sinks as sinks
 from nvfp4study.sglang.model_side import model_side
-from nvfp4study.sglang.source import copy_tree
-from sglang_fixtures import VERSIONS, released
+from sglang_fixtures import VERSIONS, copy23_fixture, edit_once, released  # noqa: F401  (the copy23 fixture)
 
 SRT = "sglang/srt/"
 MODEL = SRT + "models/bailing_moe_v3.py"
@@ -48,20 +47,8 @@ def test_release_without_the_model_gets_one_line(capsys):
         "no BailingMoeV3 in SGLang 0.5.18: Ling-3.0-flash does not load"]
 
 
-@pytest.fixture
-def copy23(tmp_path):
-    return copy_tree(released("0.5.23"), tmp_path / "t")
-
-
-def _edit(tree, rel: str, old: str, new: str) -> None:
-    p = tree.file(rel)
-    text = p.read_text()
-    assert text.count(old) == 1, old
-    p.write_text(text.replace(old, new))
-
-
 def test_limit_argument_removed_drops_every_path(copy23):
-    _edit(copy23, MODEL, "            gemm1_clamp_limit=self.expert_swiglu_limit,\n", "")
+    edit_once(copy23, MODEL, "            gemm1_clamp_limit=self.expert_swiglu_limit,\n", "")
     side = model_side(copy23)
     assert not side.ok and "without gemm1_clamp_limit=" in side.routed.reason
     results = sa.audit_tree(copy23)
@@ -73,8 +60,8 @@ def test_limit_argument_removed_drops_every_path(copy23):
 
 
 def test_limit_from_the_wrong_list_drops_every_path(copy23):
-    _edit(copy23, MODEL, "gemm1_clamp_limit=self.expert_swiglu_limit,",
-          "gemm1_clamp_limit=self.share_expert_swiglu_limit,")
+    edit_once(copy23, MODEL, "gemm1_clamp_limit=self.expert_swiglu_limit,",
+              "gemm1_clamp_limit=self.share_expert_swiglu_limit,")
     results = sa.audit_tree(copy23, ["triton"])
     assert results[0].verdict.value == "DROPPED" and results[0].line == 578
     assert "does not come from config.expert_swiglu_limit_list" in results[0].rule
@@ -92,8 +79,8 @@ def test_registry_target_renamed_or_inlined_is_still_followed(copy23):
 
 
 def test_named_step_renamed_is_undecided_not_absent(copy23):
-    _edit(copy23, SRT + "layers/quantization/mxfp4_flashinfer_cutlass_moe.py", "    def apply(\n",
-          "    def apply_renamed(\n")
+    edit_once(copy23, SRT + "layers/quantization/mxfp4_flashinfer_cutlass_moe.py", "    def apply(\n",
+              "    def apply_renamed(\n")
     r = sa.audit_tree(copy23, ["mxfp4-cutlass"])[0]
     assert r.verdict.value == "UNDECIDED"
     assert r.rule.startswith("trail lost at layers/quantization/mxfp4_flashinfer_cutlass_moe.py:")
@@ -101,9 +88,9 @@ def test_named_step_renamed_is_undecided_not_absent(copy23):
 
 
 def test_activation_changed_to_pre_silu_is_approx(copy23):
-    _edit(copy23, SRT + "layers/moe/moe_runner/triton_utils/fused_moe.py",
-          "    gate = F.silu(gate)\n    gate = gate.clamp(min=None, max=gemm1_limit)\n",
-          "    gate = gate.clamp(min=None, max=gemm1_limit)\n    gate = F.silu(gate)\n")
+    edit_once(copy23, SRT + "layers/moe/moe_runner/triton_utils/fused_moe.py",
+              "    gate = F.silu(gate)\n    gate = gate.clamp(min=None, max=gemm1_limit)\n",
+              "    gate = gate.clamp(min=None, max=gemm1_limit)\n    gate = F.silu(gate)\n")
     r = sa.audit_tree(copy23, ["triton"])[0]
     assert r.verdict.value == "APPROX" and "before SiLU" in r.rule
 

@@ -21,7 +21,7 @@ from nvfp4study.core.errors import (
 from nvfp4study.sglang import patch as sp
 from nvfp4study.sglang.audit import audit_tree
 from nvfp4study.sglang.source import copy_tree, open_tree
-from sglang_fixtures import mini_tree, released
+from sglang_fixtures import copy23_shared_fixture, mini_tree, released  # noqa: F401  (the copy23_shared fixture)
 
 NVFP4 = "sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4_moe.py"
 CUTLASS = "sglang/srt/layers/moe/moe_runner/flashinfer_cutlass.py"
@@ -32,11 +32,6 @@ TOUCHED = (CUTLASS, NVFP4, BIO)
 def _hashes(tree) -> dict[str, str]:
     return {str(p.relative_to(tree.root)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(tree.package.rglob("*.py"))}
-
-
-@pytest.fixture(scope="module")
-def copy23(tmp_path_factory):
-    return copy_tree(released("0.5.23"), tmp_path_factory.mktemp("c") / "sglang-0.5.23")
 
 
 @pytest.fixture(scope="module")
@@ -54,17 +49,17 @@ def _clamp_verdicts(tree):
 
 
 @pytest.mark.parametrize("mode,cutlass,trtllm", [("exact", "EXACT", "APPROX"), ("none", "DROPPED", "DROPPED")])
-def test_roundtrip_023(copy23, tmp_path, mode, cutlass, trtllm):
-    before = _hashes(copy23)
-    written = sp.apply(copy23, mode)
-    assert written and sp.apply(copy23, mode) == []  # idempotent
-    assert sp.verify(copy23, mode)["ok"] and sp.status(copy23)["clamp_mode"] == mode
+def test_roundtrip_023(copy23_shared, tmp_path, mode, cutlass, trtllm):
+    before = _hashes(copy23_shared)
+    written = sp.apply(copy23_shared, mode)
+    assert written and sp.apply(copy23_shared, mode) == []  # idempotent
+    assert sp.verify(copy23_shared, mode)["ok"] and sp.status(copy23_shared)["clamp_mode"] == mode
     for w in written:
         py_compile.compile(w, cfile=str(tmp_path / "check.pyc"), doraise=True)
-    assert _clamp_verdicts(copy23) == {"nvfp4-w4a4-cutlass": cutlass, "nvfp4-w4a4-trtllm": trtllm}
-    assert sp.revert(copy23, mode)
-    assert _hashes(copy23) == before
-    assert _clamp_verdicts(copy23) == {"nvfp4-w4a4-cutlass": "APPROX", "nvfp4-w4a4-trtllm": "DROPPED"}
+    assert _clamp_verdicts(copy23_shared) == {"nvfp4-w4a4-cutlass": cutlass, "nvfp4-w4a4-trtllm": trtllm}
+    assert sp.revert(copy23_shared, mode)
+    assert _hashes(copy23_shared) == before
+    assert _clamp_verdicts(copy23_shared) == {"nvfp4-w4a4-cutlass": "APPROX", "nvfp4-w4a4-trtllm": "DROPPED"}
 
 
 # Per release with BailingMoeV3: the audit's verdicts (NVFP4 CUTLASS, NVFP4 TRT-LLM) on the released
@@ -148,10 +143,10 @@ def test_release_roundtrip(release_copy, tmp_path, version, mode):
     assert _all_bytes(tree) == release  # every byte of the release is back
 
 
-def test_exact_patch_logs_once_per_layer(copy23):
-    sp.apply(copy23, "exact")
-    text = copy23.file(NVFP4).read_text()
-    sp.revert(copy23)
+def test_exact_patch_logs_once_per_layer(copy23_shared):
+    sp.apply(copy23_shared, "exact")
+    text = copy23_shared.file(NVFP4).read_text()
+    sp.revert(copy23_shared)
     assert '"[swiglu-clamp-patch] cutlass nvfp4 limit=%s mode=exact form=%s layer=%s"' in text
     assert "gemm1_clamp_limit=None" not in text
 

@@ -24,16 +24,17 @@ V = "0.5.23"
 CARD = s3.CARD_VERSION
 
 
-def _row(path: str, verdict: str, version: str = V, rule: str = "r") -> dict[str, Any]:
+def _audit_row(path: str, verdict: str, version: str = V, rule: str = "r") -> dict[str, Any]:
+    """One clamp path's row of the audit's data file."""
     return {"path": path, "verdict": verdict, "rule": rule, "file": "f.py", "line": 1, "sglang_version": version}
 
 
 def _audit(version: str = V) -> list[dict[str, Any]]:
-    return [_row("nvfp4-w4a4-cutlass", "APPROX", version, "Swiglu + swiglu_limit -> SwigluBias"),
-            _row("nvfp4-w4a4-trtllm", "DROPPED", version, "literal gemm1_clamp_limit=None"),
-            _row("triton", "EXACT", version), _row("marlin", "DROPPED", version, "alpha-only branch"),
-            _row("ascend", "EXACT", version), _row("deep-gemm", "DROPPED", version),
-            _row("deep-gemm-contiguous", "DROPPED", version), _row("mxint4-trtllm", "APPROX", version)]
+    return [_audit_row("nvfp4-w4a4-cutlass", "APPROX", version, "Swiglu + swiglu_limit -> SwigluBias"),
+            _audit_row("nvfp4-w4a4-trtllm", "DROPPED", version, "literal gemm1_clamp_limit=None"),
+            _audit_row("triton", "EXACT", version), _audit_row("marlin", "DROPPED", version, "alpha-only branch"),
+            _audit_row("ascend", "EXACT", version), _audit_row("deep-gemm", "DROPPED", version),
+            _audit_row("deep-gemm-contiguous", "DROPPED", version), _audit_row("mxint4-trtllm", "APPROX", version)]
 
 
 def _checks(in_ignore: Any = True, untargeted: Any = False, sees: Any = False) -> dict[str, Any]:

@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -126,6 +126,10 @@ def check_program(task: Task, code: str, params: SandboxParams | None = None, *,
                   prepend_prompt: bool = True) -> ExecResult:
     """Run ``code`` against ``task``'s checks in the sandbox and classify what happened.
 
+    Three steps, as evalplus splits its child and parent sides: :func:`_spawn` starts the
+    sandboxed child, :func:`_pump` reads its output under the limits and the watchdog (and
+    always kills, reaps and cleans up), :func:`_classify` turns what was seen into the result.
+
     Args:
         task: supplies ``prompt`` (prepended, see :func:`build_program`), ``test`` (defines
             ``check``) and ``entry_point``.
@@ -142,11 +146,58 @@ def check_program(task: Task, code: str, params: SandboxParams | None = None, *,
     """
     params = params or SandboxParams()
     status = sandbox_status(params)
-    python = status["python"]
-    isolation = status["isolation"]
+    program, offset = assemble(task, code, prepend_prompt)
+    try:
+        child = _spawn(task, program, params, status)
+    except _NotStarted as exc:
+        return ExecResult(task.task_id, Outcome.SANDBOX_ERROR.value, None, None, str(exc), None,
+                          None, "could not start", status["isolation"], status["note"], 0.0, None,
+                          None, "", "", 0)
+    return _classify(task, child, _pump(child, params), params, status, offset)
+
+
+class _NotStarted(Exception):
+    """The sandbox process could not be started (its ``OSError`` message)."""
+
+
+@dataclass
+class _Child:
+    """A started sandbox: its process, the read end of its private result pipe, and what the
+    teardown needs (the nonce marking its processes, the temp folder of subprocess mode)."""
+
+    proc: subprocess.Popen
+    result_fd: int
+    nonce: str
+    isolation: str
+    workdir: str | None
+    start: float  # monotonic, just before the launch
+    started_epoch: float  # wall clock, for :func:`reap_marked`
+
+
+@dataclass
+class _Pumped:
+    """What the parent saw of one run: the output tails, the result pipe's bytes, the watchdog's
+    reason for a kill ("" when it did not kill), and the largest per-process CPU time seen."""
+
+    out: OutputTail
+    err: OutputTail
+    result: bytearray = field(default_factory=bytearray)
+    reason: str = ""
+    max_cpu: float = 0.0  # seconds, one sandbox process (RLIMIT_CPU is per process)
+    pids: dict[int, int] = field(default_factory=dict)  # every descendant seen -> its start time (ticks)
+    duration_s: float = 0.0
+
+
+def _spawn(task: Task, program: str, params: SandboxParams, status: dict[str, Any]) -> _Child:
+    """Start the runner (under bwrap, or as a plain subprocess when asked for by name) and send it
+    the job on stdin; the result comes back on a pipe only the runner holds.
+
+    Raises:
+        _NotStarted: the process could not be started (the pipe and temp folder are gone).
+    """
+    python, isolation = status["python"], status["isolation"]
     nonce = secrets.token_hex(16)
     rfd, wfd = os.pipe()
-    program, offset = assemble(task, code, prepend_prompt)
     job = {"program": program, "test": task.test,
            "entry_point": task.entry_point, "nonce": nonce, "result_fd": wfd,
            "limits": rlimits(params)}
@@ -171,110 +222,133 @@ def check_program(task: Task, code: str, params: SandboxParams | None = None, *,
         os.close(wfd)
         if workdir:
             shutil.rmtree(workdir, ignore_errors=True)
-        return ExecResult(task.task_id, Outcome.SANDBOX_ERROR.value, None, None, str(exc), None,
-                          None, "could not start", isolation, status["note"], 0.0, None, None,
-                          "", "", 0)
-    os.close(wfd)
+        raise _NotStarted(str(exc)) from exc
+    os.close(wfd)  # the runner holds the only write end: EOF means it (or an orphan) is done
     try:
         proc.stdin.write(json.dumps(job).encode())
         proc.stdin.close()
     except (BrokenPipeError, OSError):
-        pass
-    out, err = OutputTail(params.output_tail_bytes), OutputTail(params.output_tail_bytes)
-    result_buf = bytearray()
+        pass  # it died before reading: the outcome says how
+    return _Child(proc, rfd, nonce, isolation, workdir, start, started_epoch)
+
+
+def _pump(child: _Child, params: SandboxParams) -> _Pumped:
+    """Read the child's stdout, stderr and result pipe until it exits, the wall clock runs out or
+    the watchdog (output size, process count, total RSS) stops it; then, whatever happened, kill
+    its tree, reap it and drain, close and remove what it had."""
+    got = _Pumped(OutputTail(params.output_tail_bytes), OutputTail(params.output_tail_bytes))
     sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ, out)
-    sel.register(proc.stderr, selectors.EVENT_READ, err)
-    sel.register(rfd, selectors.EVENT_READ, None)
-    seen: dict[int, int] = {}  # pid -> start time (clock ticks) of every descendant seen
-    reason = ""
-    max_cpu = 0.0  # largest CPU time (s) seen for one sandbox process (RLIMIT_CPU is per process)
-    exited_at = None
-    base = 1 if isolation == Isolation.BWRAP else -1  # bwrap's own init inside the namespace
-    output_cap = params.file_size_mb * 1024 * 1024
+    sel.register(child.proc.stdout, selectors.EVENT_READ, got.out)
+    sel.register(child.proc.stderr, selectors.EVENT_READ, got.err)
+    sel.register(child.result_fd, selectors.EVENT_READ, None)
     try:
-        next_poll = start + POLL_S
-        while True:
-            now = time.monotonic()
-            remaining = start + params.timeout_s - now
-            if remaining <= 0:
-                reason = f"wall clock {params.timeout_s:g} s"
-                break
-            if not sel.get_map():  # all pipes closed: only the exit is left to wait for
-                try:
-                    proc.wait(timeout=min(POLL_S, remaining))
-                except subprocess.TimeoutExpired:
-                    pass
-            for key, _ in sel.select(timeout=min(POLL_S, remaining)) if sel.get_map() else ():
-                fd = key.fd
-                data = os.read(fd, 65536)
-                if not data:
-                    sel.unregister(key.fileobj)
-                elif key.data is None:
-                    result_buf += data
-                else:
-                    key.data.add(data)
-            if out.total + err.total > output_cap:
-                reason = "output limit"
-                break
-            if proc.poll() is not None:
-                exited_at = exited_at or time.monotonic()
-                if not sel.get_map() or time.monotonic() - exited_at > 0.5:
-                    break  # all pipes closed (or held by an orphan: killed below)
-                continue
-            if time.monotonic() >= next_poll:
-                next_poll = time.monotonic() + POLL_S
-                pids = descendants(proc.pid)
-                if len(pids) - base > params.max_processes:
-                    reason = "process limit"
-                    break
-                rss = 0
-                for pid in pids:
-                    st = proc_stat(pid)
-                    if st is None:
-                        continue
-                    seen.setdefault(pid, st[2])
-                    rss += st[0]
-                    max_cpu = max(max_cpu, st[1])
-                if rss > params.memory_mb * 1024 * 1024:
-                    reason = "memory limit"
-                    break
+        got.reason = _read_until_done(child, params, sel, got)
     finally:
-        kill_tree(proc, seen)
-        proc.wait()
-        if isolation == Isolation.SUBPROCESS_UNSAFE:
-            reap_marked(nonce, started_epoch)
-        for key in list(sel.get_map().values()):
+        _teardown(child, sel, got)
+    got.duration_s = time.monotonic() - child.start
+    return got
+
+
+def _read_until_done(child: _Child, params: SandboxParams, sel: selectors.BaseSelector,
+                     got: _Pumped) -> str:
+    """The parent's loop: returns the reason for a kill, or "" when the child ended by itself."""
+    proc = child.proc
+    exited_at = None
+    output_cap = params.file_size_mb * 1024 * 1024
+    next_poll = child.start + POLL_S
+    while True:
+        now = time.monotonic()
+        remaining = child.start + params.timeout_s - now
+        if remaining <= 0:
+            return f"wall clock {params.timeout_s:g} s"
+        if not sel.get_map():  # all pipes closed: only the exit is left to wait for
             try:
-                os.set_blocking(key.fd, False)  # an escaped orphan may still hold the pipe
-                data = os.read(key.fd, 65536)
-                (result_buf.extend(data) if key.data is None else key.data.add(data))
-            except OSError:
+                proc.wait(timeout=min(POLL_S, remaining))
+            except subprocess.TimeoutExpired:
                 pass
-        sel.close()
-        proc.stdout.close()
-        proc.stderr.close()
-        os.close(rfd)
-        if workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
-    duration = time.monotonic() - start
-    rc = proc.returncode
-    rec = result_line(bytes(result_buf), nonce)
-    sig = _signal_of(rc, isolation)
+        for key, _ in sel.select(timeout=min(POLL_S, remaining)) if sel.get_map() else ():
+            data = os.read(key.fd, 65536)
+            if not data:
+                sel.unregister(key.fileobj)
+            elif key.data is None:
+                got.result += data
+            else:
+                key.data.add(data)
+        if got.out.total + got.err.total > output_cap:
+            return "output limit"
+        if proc.poll() is not None:
+            exited_at = exited_at or time.monotonic()
+            if not sel.get_map() or time.monotonic() - exited_at > 0.5:
+                return ""  # all pipes closed (or held by an orphan: killed in the teardown)
+            continue
+        if time.monotonic() >= next_poll:
+            next_poll = time.monotonic() + POLL_S
+            if reason := _watch(child, params, got):
+                return reason
+
+
+def _watch(child: _Child, params: SandboxParams, got: _Pumped) -> str:
+    """One watchdog poll of the child's descendants: "process limit", "memory limit" or ""."""
+    base = 1 if child.isolation == Isolation.BWRAP else -1  # bwrap's own init inside the namespace
+    pids = descendants(child.proc.pid)
+    if len(pids) - base > params.max_processes:
+        return "process limit"
+    rss = 0
+    for pid in pids:
+        st = proc_stat(pid)
+        if st is None:
+            continue
+        got.pids.setdefault(pid, st[2])
+        rss += st[0]
+        got.max_cpu = max(got.max_cpu, st[1])
+    return "memory limit" if rss > params.memory_mb * 1024 * 1024 else ""
+
+
+def _teardown(child: _Child, sel: selectors.BaseSelector, got: _Pumped) -> None:
+    """Kill the process group (and every descendant seen), reap it, read what is left in the
+    pipes, close them and remove the temp folder."""
+    proc = child.proc
+    kill_tree(proc, got.pids)
+    proc.wait()
+    if child.isolation == Isolation.SUBPROCESS_UNSAFE:
+        reap_marked(child.nonce, child.started_epoch)
+    for key in list(sel.get_map().values()):
+        try:
+            os.set_blocking(key.fd, False)  # an escaped orphan may still hold the pipe
+            data = os.read(key.fd, 65536)
+            (got.result.extend(data) if key.data is None else key.data.add(data))
+        except OSError:
+            pass
+    sel.close()
+    proc.stdout.close()
+    proc.stderr.close()
+    os.close(child.result_fd)
+    if child.workdir:
+        shutil.rmtree(child.workdir, ignore_errors=True)
+
+
+def _classify(task: Task, child: _Child, got: _Pumped, params: SandboxParams,
+              status: dict[str, Any], offset: int) -> ExecResult:
+    """The result: the runner's own result line when it wrote one (what the program raised),
+    else the harness's reading of the death or exit (:func:`_death`)."""
+    rc = child.proc.returncode
+    rec = result_line(bytes(got.result), child.nonce)
+    sig = _signal_of(rc, child.isolation)
     signame = signal.Signals(sig).name if sig else None
-    common = dict(task_id=task.task_id, isolation=isolation, isolation_note=status["note"],
-                  duration_s=round(duration, 4), returncode=rc, signal=signame,
-                  stdout_tail=out.text(), stderr_tail=err.text(),
-                  output_bytes=out.total + err.total)
+    common = dict(task_id=task.task_id, isolation=child.isolation, isolation_note=status["note"],
+                  duration_s=round(got.duration_s, 4), returncode=rc, signal=signame,
+                  stdout_tail=got.out.text(), stderr_tail=got.err.text(),
+                  output_bytes=got.out.total + got.err.total)
     if rec is not None:
         return ExecResult(outcome=rec["outcome"], exception=rec["exception"], name=rec["name"],
                           message=rec["message"], phase=rec["phase"],
                           lineno=_code_line(rec["lineno"], offset),
                           detail="", signal=None, **{k: v for k, v in common.items()
                                                      if k != "signal"})
-    if not reason and sig == signal.SIGKILL and max_cpu >= params.cpu_s - 0.05:
+    reason = got.reason
+    if not reason and sig == signal.SIGKILL and got.max_cpu >= params.cpu_s - 0.05:
         reason = "cpu limit"  # the hard RLIMIT_CPU (SIGXCPU ignored or not delivered in time)
-    return ExecResult(**_death(reason, sig, signame, rc, err.text(), isolation), **common)
+    return ExecResult(**_death(reason, sig, signame, rc, got.err.text(), child.isolation), **common)
 
 
 def _code_line(lineno: int | None, offset: int) -> int | None:

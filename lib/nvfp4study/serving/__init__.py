@@ -14,6 +14,7 @@ __all__ = [
     "gpu_probe",
     "known_acceptance",
     "launch_env",
+    "launchers",
     "measure",
     "process",
     "request_numbers",

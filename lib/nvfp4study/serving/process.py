@@ -4,7 +4,7 @@ The server is started with ``start_new_session=True`` (its own session and proce
 SGLang's scheduler/detokenizer children share one group id), its output appended to a log file,
 and ``PR_SET_PDEATHSIG`` set so it gets SIGTERM if the launching process dies. :meth:`stop`
 sends :attr:`ServerProcess.stop_signal` (SIGTERM unless set; SGLang's launches use SIGINT, see
-:data:`nvfp4study.serving.server.SGLANG_STOP_SIGNAL`) to the group, waits a grace period, then
+:data:`nvfp4study.serving.launchers.SGLANG_STOP_SIGNAL`) to the group, waits a grace period, then
 SIGKILLs whatever is left and waits until none is alive. An ``atexit`` hook stops every server this interpreter started, as a last resort.
 
 "Whatever is left" includes processes that left the group or the session (``setsid``, a double

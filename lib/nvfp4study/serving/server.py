@@ -19,14 +19,15 @@ writes its output to ``logs/`` of the run, waits for ``GET /health_generate`` to
 (it answers 503 while starting: ``entrypoints/http_server.py`` 721-736), detects an early exit,
 and always terminates the whole process group (SIGTERM, then SIGKILL after a grace period) on
 normal exit, on exceptions and on KeyboardInterrupt; an ``atexit`` hook is the last resort
-(the process itself: :mod:`nvfp4study.serving.process`).
+(the process itself: :mod:`nvfp4study.serving.process`). How the process is started (a local
+interpreter, the CPU engine's, or ``docker run``) is a launcher of :mod:`nvfp4study.serving.launchers`,
+chosen once from params.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import signal
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -61,6 +62,7 @@ from .launch_env import (  # noqa: F401  (re-exported: stages and tests name the
     server_python,
     standin_path,
 )
+from .launchers import SGLANG_STOP_SIGNAL, launcher_for  # noqa: F401  (SGLANG_STOP_SIGNAL: re-exported)
 from .process import (  # noqa: F401
     VERSION_PROBE,
     ServerProcess,
@@ -128,13 +130,6 @@ class ServerConfig:
 
 
 
-#: What a local launch's first process (SGLang's HTTP server) gets when the study stops it, SIGKILL
-#: to the group following after ``server.shutdown_grace_s``. Sent to the group, a signal also ends
-#: the scheduler and detokenizer, which SGLang's watchdog takes for a crash (``srt/utils/watchdog.py``
-#: 219): 5 s of sleep before crash diagnostics (``srt/managers/tokenizer_manager.py`` 3483); SIGTERM
-#: is only polled every 5 s (3508-3510). SIGINT to that process alone is uvicorn's graceful stop,
-#: then SGLang kills its own children: the group is gone in under a second instead of 5-7 s.
-SGLANG_STOP_SIGNAL = signal.SIGINT
 
 def card_config(params: Params, **overrides: Any) -> ServerConfig:
     """The card's serving configuration from params (clamp ``server.clamp_mode``, depth
@@ -358,38 +353,6 @@ def served_model_path(stage: Stage, config: ServerConfig) -> str:
     raise StageInputMissing(f"no model to serve: set server.model_path or run 01_quantize ({q} missing)")
 
 
-def install_mode(stack: contextlib.ExitStack, stage, config: ServerConfig) -> str:
-    """Put the serving install in ``config.clamp`` mode (and the ``MIN_DEEPGEMM_DIM`` edit for
-    deterministic mode) for the server's lifetime, when ``sglang.apply_to_install`` is true.
-
-    Uses the SGLang patcher's :func:`nvfp4study.sglang.patch.serving_mode` entered on
-    ``stack``: the install returns to its previous state when the stack closes, after the server
-    has stopped; the state is recorded in ``data/sglang_patch_state.json``. The install is
-    ``sglang.path`` when ``sglang.source`` is "path", else the one ``server.python`` imports; on
-    the CPU engine it is the run's overlay of that install (:func:`install_overlay`, first on the
-    server's ``PYTHONPATH``), so the shared environment's files are never edited.
-    Returns a sentence saying what was done (the launch's clamp log lines are the evidence).
-    """
-    p = stage.params
-    if not p.sglang.apply_to_install:
-        return (f"install served as found (sglang.apply_to_install is false): clamp mode "
-                f"{config.clamp!r} not enforced; the clamp log lines show what ran")
-    from ..sglang import patch as sglang_patch
-    from ..sglang import source as sglang_source
-
-    if is_cpu_engine(p):
-        tree = sglang_source.open_tree(install_overlay(stage))
-    elif p.sglang.source == "path" and p.sglang.path:
-        tree = sglang_source.open_tree(p.sglang.path)
-    else:
-        tree = sglang_source.installed_tree(server_python(p))
-    st = stack.enter_context(sglang_patch.serving_mode(
-        tree, config.clamp, det=True if config.deterministic else None,
-        state_file=stage.paths.data("sglang_patch_state")))
-    return (f"install {tree.root} (SGLang {tree.version}) in clamp mode {st['clamp_mode']!r}, "
-            f"MIN_DEEPGEMM_DIM edit {'on' if st['det'] else 'off'}, for this launch; restored afterwards")
-
-
 def free_port(host: str) -> int:
     """A TCP port nothing listens on at ``host`` now (the kernel's choice for port 0)."""
     import socket
@@ -397,20 +360,6 @@ def free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
-
-
-def _interpreter_version(params: Params) -> str:
-    """``server.python``'s sglang version (:func:`check_interpreter`); on the CPU engine a missing
-    environment names its build command."""
-    s = params.server
-    if not s.python:
-        raise WrongInterpreter("server.python is not set: name the SGLang environment's interpreter")
-    try:
-        return check_interpreter(server_python(params), params.sglang.version if s.check_version else None)
-    except WrongInterpreter as exc:
-        if not is_cpu_engine(params):
-            raise
-        raise WrongInterpreter(f"{exc}; the CPU engine's environment is built by `make sglang-env`") from None
 
 
 @contextlib.contextmanager
@@ -437,17 +386,8 @@ def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | No
     """
     params: Params = stage.params
     s = params.server
-    docker = s.launcher == "docker"
-    if docker:
-        from . import docker as dk
-
-        image = dk.image_sglang(params)
-        version = image["version"]
-        if s.check_version and version != params.sglang.version:
-            raise dk.DockerUnavailable(f"image {s.docker.image!r} has sglang {version}, the params want "
-                                       f"{params.sglang.version} (set sglang.version or server.check_version=false)")
-    else:
-        version = _interpreter_version(params)
+    launcher = launcher_for(params)
+    version = launcher.sglang_version(params)
     gpu = gpu_info(probe_python(params))
     if s.require_gpu and not nvfp4_w4a4_supported(None if gpu is None else gpu["capability"]):
         raise NoCapableGPU(gpu_refusal(params) or "needs an NVFP4-capable GPU")
@@ -465,27 +405,9 @@ def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | No
                log=str(log_path.relative_to(stage.run_dir)), sglang_version=version, gpu=gpu,
                model_path=model, port=s.port)
     with contextlib.ExitStack() as install:  # closes (restores the install) after sp.stop()
-        if docker:
-            name = dk.container_name(s.docker.container_name_prefix)
-            mounts, rec["install"] = (dk.patched_mounts(stage, config, version, image["root"])
-                                      if params.sglang.apply_to_install else
-                                      ([], f"image {s.docker.image} served as found (sglang.apply_to_install "
-                                           f"is false): clamp mode {config.clamp!r} not enforced"))
-            cmd = dk.docker_command(params, cmd, name, model, mounts)
-            sp: ServerProcess = dk.DockerServerProcess(cmd, log_path, s.host, s.port,
-                                                       grace_s=s.shutdown_grace_s, container=name)
-            rec.update(container=name, image=s.docker.image)
-        else:
-            rec["install"] = install_mode(install, stage, config)
-            overlay = (stage.paths.work("sglang-install") if is_cpu_engine(params)
-                       and params.sglang.apply_to_install else None)
-            sp = ServerProcess(cmd, log_path, s.host, s.port, env=server_env(stage, overlay),
-                               grace_s=s.shutdown_grace_s, stop_signal=SGLANG_STOP_SIGNAL,
-                               stop_leader_only=True)
-            if is_cpu_engine(params):
-                rec["engine"] = engine_description(params)
-                rec["env"] = {k: v for k, v in sp.env.items() if k != "PYTHONPATH"}
-        rec["command"] = cmd
+        sp, entries = launcher.process(stage, params, config, cmd, model, log_path, install)
+        rec.update(entries)
+        rec["command"] = sp.command
         try:
             sp.start()
             rec["load_s"] = round(sp.wait_healthy(startup_timeout_s or s.startup_timeout_s, s.health_poll_s), 3)
