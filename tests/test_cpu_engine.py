@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from cpu_engine_fixtures import (
 from nvfp4study.checkpoint.served import TARGET_TOKEN
 from nvfp4study.serving import cpu_engine
 from nvfp4study.serving.process import ServerProcess
+from serving_fixtures import free_port
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
 
@@ -39,12 +39,6 @@ ACCEPT = re.compile(r"accept len: ([0-9.]+), accept rate: ([0-9.]+)")
 SPEC_FIELDS = ("spec_accept_length", "spec_accept_rate", "spec_num_correct_drafts",
                "spec_num_proposed_drafts", "spec_verify_ct", "spec_correct_drafts_histogram")
 STARTUP_S = 300
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spec_flags(k: int, topk: int = 1) -> list[str]:
@@ -57,7 +51,7 @@ def launch(ckpt: Path, folder: Path, spec_depth: int | None, topk: int = 1) -> t
     """Start ``sglang serve`` on the CPU engine and wait until /health_generate is 200.
     Returns the server and the file the stand-in ops record their first call in."""
     py = require_sglang_env()
-    port = _free_port()
+    port = free_port()
     trace = folder / f"ops-{port}.txt"
     cmd = [str(py), "-c", SERVE_CODE, "serve", "--model-path", str(ckpt), "--host", "127.0.0.1",
            "--port", str(port), *(spec_flags(spec_depth, topk) if spec_depth else []),

@@ -3,9 +3,10 @@
 The server is started with ``start_new_session=True`` (its own session and process group, so
 SGLang's scheduler/detokenizer children share one group id), its output appended to a log file,
 and ``PR_SET_PDEATHSIG`` set so it gets SIGTERM if the launching process dies. :meth:`stop`
-sends :attr:`ServerProcess.stop_signal` (SIGTERM unless set; SGLang's launches use SIGINT, see
-:data:`nvfp4study.serving.launchers.SGLANG_STOP_SIGNAL`) to the group, waits a grace period, then
-SIGKILLs whatever is left and waits until none is alive. An ``atexit`` hook stops every server this interpreter started, as a last resort.
+sends :attr:`ServerProcess.stop_signal` (SIGTERM unless set) to the group, or to the launched
+process alone (SGLang's launches: SIGINT, :data:`nvfp4study.serving.launchers.SGLANG_STOP_SIGNAL`),
+waits a grace period, then SIGKILLs whatever is left and waits until none is alive. An ``atexit``
+hook stops every server this interpreter started, as a last resort.
 
 "Whatever is left" includes processes that left the group or the session (``setsid``, a double
 fork, a daemon): every launch carries a random marker in :data:`SERVER_MARKER_ENV`, which such

@@ -17,8 +17,8 @@ named in params.
 :func:`serving` starts the server in its own session/process group (``start_new_session``),
 writes its output to ``logs/`` of the run, waits for ``GET /health_generate`` to answer 200
 (it answers 503 while starting: ``entrypoints/http_server.py`` 721-736), detects an early exit,
-and always terminates the whole process group (SIGTERM, then SIGKILL after a grace period) on
-normal exit, on exceptions and on KeyboardInterrupt; an ``atexit`` hook is the last resort
+and always terminates the whole process group (the launcher's stop signal, then SIGKILL after a
+grace period) on normal exit, on exceptions and on KeyboardInterrupt; an ``atexit`` hook is the last resort
 (the process itself: :mod:`nvfp4study.serving.process`). How the process is started (a local
 interpreter, the CPU engine's, or ``docker run``) is a launcher of :mod:`nvfp4study.serving.launchers`,
 chosen once from params.
@@ -127,8 +127,6 @@ class ServerConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ServerConfig:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
-
-
 
 
 def card_config(params: Params, **overrides: Any) -> ServerConfig:

@@ -32,6 +32,7 @@ import yaml
 from ..codeeval.served_analysis import wilson_interval
 from ..core.errors import HandReadingsError
 from ..core.files import write_json
+from ..core.ledger import Verdict
 
 #: a derived kind's verdicts are counted when its sampled agreement is at least this ...
 MIN_AGREEMENT = 0.95
@@ -249,19 +250,25 @@ def write(out: Path, rows: list[Any]) -> dict[str, Any]:
     return {"sentence": a.sentence(), "rule": RULE, "agreement": a, "counted": counted, **tables(a, counted)}
 
 
+#: the claim of ``finding.audit-agreement`` (its rule: stages/claim_rules/r03_sglang.py)
+CLAIM = (f"The audit's verdicts for the derived MoE paths (found by following SGLang's dispatch, not "
+         f"catalogued) agree with a blind hand reading of a random sample of them on at least "
+         f"{MIN_AGREEMENT * 100:.0f} % of it.")
+
+
 def finding(res: dict[str, Any], main_rows: list[Any], version: str) -> dict[str, Any]:
-    """``add_finding`` keywords (claim, measured, verdict, checked_on, note) of
-    ``finding.audit-agreement`` from :func:`write`'s result and the stage's own audit rows."""
+    """The ``finding.audit-agreement`` row's fields (measured, verdict as a
+    :class:`~nvfp4study.core.ledger.Verdict`, checked_on, note) from :func:`write`'s result and
+    the stage's own audit rows."""
     a, o = res["agreement"], res["agreement"].overall
     s = hand_readings()[0]["sample"]
+    readers = len({rd.reader for rd in hand_readings()[1]})
     return dict(
-        claim="The audit's verdicts for the derived MoE paths (found by following SGLang's dispatch, not "
-              "catalogued) agree with a blind hand reading of a random sample of them on at least 95 % of it.",
         measured=ledger_measured(a, res["counted"], stage_counts(main_rows, a, version)),
-        verdict=("not run" if not o["n"] else "reproduced" if o["rate"] >= MIN_AGREEMENT
-                 else "partly" if a.trusted_kinds else "contradicted"),
-        checked_on=(f"{o['n']} blind hand readings (5 readers, {s['per_release']} per release, seed {s['seed']}; "
-                    f"lib/nvfp4study/sglang/data/hand_readings.yaml) against the audit of sglang "
+        verdict=(Verdict.NOT_RUN if not o["n"] else Verdict.REPRODUCED if o["rate"] >= MIN_AGREEMENT
+                 else Verdict.PARTLY if a.trusted_kinds else Verdict.CONTRADICTED),
+        checked_on=(f"{o['n']} blind hand readings ({readers} readers, {s['per_release']} per release, seed "
+                    f"{s['seed']}; lib/nvfp4study/sglang/data/hand_readings.yaml) against the audit of sglang "
                     f"{', '.join(sorted(a.by_release))}"),
         note=res["sentence"] + " " + RULE
              + (f" Left out (release not audited): {', '.join(a.not_audited)}." if a.not_audited else ""))
@@ -288,6 +295,6 @@ def tables(agreement: Agreement, counted: list[dict[str, Any]]) -> dict[str, Any
     return {"by_kind": kinds, "confusion": conf, "per_release": pd.DataFrame(per)}
 
 
-__all__ = ["MIN_AGREEMENT", "MIN_READINGS", "NOT_LISTED", "ORDER", "RULE", "Agreement",
+__all__ = ["CLAIM", "MIN_AGREEMENT", "MIN_READINGS", "NOT_LISTED", "ORDER", "RULE", "Agreement",
            "HandReadingsError", "Reading", "compare", "counted_verdicts", "finding", "hand_readings",
            "ledger_measured", "path_kind", "pct", "release_counts", "stage_counts", "tables", "write"]

@@ -19,6 +19,7 @@ from ...core.claim_rules import Row, claim_rule, finding_rule
 from ...core.errors import StageInputMissing
 from ...core.ledger import Verdict
 from ...core.paths import RunPaths
+from ...sglang.agreement import CLAIM as AGREEMENT_CLAIM
 
 #: The version the model card describes (its patch targets this release).
 CARD_VERSION = "0.5.20"
@@ -133,9 +134,7 @@ def clamp_kernels_measured(x: SGLangMeasurements) -> Row:
                f"{summ['machine']}, {summ['date']} (stored measurement, not made by this run)")
 
 
-@finding_rule("finding.audit-agreement", SGLangMeasurements,
-              claim="The audit's verdicts for the derived MoE paths (found by following SGLang's dispatch, not "
-                    "catalogued) agree with a blind hand reading of a random sample of them on at least 95 % of it.")
+@finding_rule("finding.audit-agreement", SGLangMeasurements, claim=AGREEMENT_CLAIM)
 def audit_agreement(x: SGLangMeasurements) -> Row:
     """The derived paths' verdicts against the blind hand readings
     (:func:`nvfp4study.sglang.agreement.finding`): what derived-path counts may use."""
@@ -145,7 +144,7 @@ def audit_agreement(x: SGLangMeasurements) -> Row:
         raise StageInputMissing("the audit agreement was not computed: run the cell that writes "
                                 "data/sglang_audit_agreement.json first")
     f = ag.finding(x.agreement, list(x.m.values()), x.version)
-    return Row(f["measured"], Verdict(f["verdict"]), [x.d("sglang_audit_agreement"), x.d("sglang_audit_versions")],
+    return Row(f["measured"], f["verdict"], [x.d("sglang_audit_agreement"), x.d("sglang_audit_versions")],
                f["note"], f["checked_on"])
 
 
