@@ -3,6 +3,7 @@ process lifecycle against a fake SGLang run as a real subprocess."""
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import textwrap
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import httpx
 import psutil
@@ -403,3 +405,57 @@ def test_cpu_engine_without_its_environment_names_the_build_command(tmp_path):
     with pytest.raises(WrongInterpreter, match="make sglang-env"), server.serving(stage, card_config(params)):
         pass
     assert not (tmp_path / "run" / "logs").exists()
+
+
+def _launch_rows(run: Path, key: str) -> list[dict]:
+    return [json.loads(x) for x in (run / "data" / f"serve-launch-{key}.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.usefixtures("no_leftover")
+def test_parallel_loads_overlap_loading_not_requests(tmp_path):
+    """``server.parallel_loads=2``: two launches of one install state load at the same time, then
+    each serves its requests while the other waits; a third loads alone; the install is back in
+    its state afterwards (each launch restores what it found, innermost first)."""
+    from nvfp4study.core.stage import open_stage
+    from nvfp4study.serving import measure
+    from nvfp4study.sglang import patch as sglang_patch
+    from nvfp4study.sglang.source import open_tree
+
+    site, files = installed_sglang(tmp_path / "site")
+    before = {f: (site / f).read_bytes() for f in files}
+    _, pf, run = fake_params(tmp_path, "server.parallel_loads=2", "server.port=0", "mtp.depths=[0,1,2]",
+                             "mtp.prompts=1", "mtp.max_tokens=8", "sglang.apply_to_install=true",
+                             "sglang.source=installed",
+                             fake={"clamp_form": "install", "sglang_origin": str(site / "sglang/__init__.py"),
+                                   "listen_delay_s": 1.0})
+    measure.collect(open_stage("06_mtp_sweep", str(pf), str(run)))
+    a, b, c = (_launch_rows(run, f"clamp=exact-spec={d}-det=off")[0] for d in ("off", "1", "2"))
+    assert [r["status"] for r in (a, b, c)] == ["ok"] * 3
+    assert (a["loaded_with"], b["loaded_with"], c["loaded_with"]) == (1, 1, 0)
+    assert b["started_at"] < a["healthy_at"] and a["started_at"] < b["healthy_at"]  # loads overlapped
+    assert c["started_at"] > max(a["healthy_at"], b["healthy_at"])
+    assert a["port"] != b["port"]
+    raw = {k: [json.loads(x) for x in (run / "data" / f"serve-raw-clamp=exact-spec={k}-det=off.jsonl")
+               .read_text().splitlines()] for k in ("off", "1")}
+    assert all(r["status"] == "ok" for rows in raw.values() for r in rows)
+    st = sglang_patch.status(open_tree(site))
+    assert (st["clamp_mode"], st["det"]) == ("stock", False)
+    assert {f: (site / f).read_bytes() for f in files} == before
+
+
+@pytest.mark.usefixtures("no_leftover")
+def test_parallel_load_failure_stops_the_other_launch(tmp_path):
+    """When one of two launches loading together dies, the error is raised at once and the other
+    one is stopped too; both records say how they ended and no process is left."""
+    from nvfp4study.core.errors import ServerExitedDuringLoad
+    from nvfp4study.core.stage import open_stage
+    from nvfp4study.serving import measure
+
+    _, pf, run = fake_params(tmp_path, "server.parallel_loads=2", "server.port=0", "mtp.depths=[0,1]",
+                             "mtp.prompts=1", "mtp.max_tokens=8", fake={"die_during_load": True})
+    with pytest.raises(ServerExitedDuringLoad):
+        measure.collect(open_stage("06_mtp_sweep", str(pf), str(run)))
+    rows = [_launch_rows(run, f"clamp=exact-spec={d}-det=off")[0] for d in ("off", "1")]
+    assert all(r["status"].startswith("ServerExitedDuringLoad") for r in rows)
+    assert all(r["left_after_stop"] == [] for r in rows)
+    assert not fake_processes()

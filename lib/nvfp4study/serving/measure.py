@@ -22,12 +22,14 @@ start here (the reason is recorded in the ledger); else "live".
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
 import re
 import shutil
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -42,13 +44,14 @@ from ..core.stage import Stage
 from . import client
 from .server import (
     STANDIN_NOTE,
+    Launch,
     ServerConfig,
     engine_description,
     gpu_refusal,
     is_cpu_engine,
+    launched,
     process_for,
     served_model_path,
-    serving,
     stage_configs,
 )
 
@@ -349,7 +352,7 @@ def collect(stage: Stage):
     if mode.kind == "replay":
         files = import_recorded(stage, mode.source, configs, need_requests=stage.name != "04_launch_server")
         return pd.DataFrame({"copied from " + str(mode.source): [str(f.relative_to(stage.run_dir)) for f in files]})
-    rows = []
+    rows, group = [], []
     for c in configs:
         done = {k for k, r in recorded(stage.paths, c).items() if r.get("status") == "ok"}
         pending = [r for r in needs(stage.params, c) if r.key not in done]
@@ -362,7 +365,15 @@ def collect(stage: Stage):
         if c.deterministic and is_cpu_engine(stage.params):
             rows.append(_refusable_session(stage, c, pending))
             continue
-        rows.append(_session(stage, c, pending))
+        if group and not _same_install(group[0][0], c):
+            rows += _sessions(stage, group)
+            group = []
+        group.append((c, pending))
+        if len(group) == stage.params.server.parallel_loads:
+            rows += _sessions(stage, group)
+            group = []
+    if group:
+        rows += _sessions(stage, group)
     return pd.DataFrame(rows)
 
 
@@ -421,34 +432,92 @@ def model_config_for(stage: Stage, model_path: str | None) -> dict[str, Any]:
             "source": "params checkpoint.shape"}
 
 
+def _same_install(a: ServerConfig, b: ServerConfig) -> bool:
+    """Whether two launches serve one install state (clamp mode, deterministic edit), so that
+    they may load at the same time (:func:`~nvfp4study.serving.server.launched`)."""
+    return (a.clamp, a.deterministic) == (b.clamp, b.deterministic)
+
+
 def _session(stage: Stage, config: ServerConfig, pending: list[RequestSpec]) -> dict[str, Any]:
-    p = stage.params
+    """One launch of ``config`` that sends ``pending``; the row of :func:`collect`'s table."""
+    return _sessions(stage, [(config, pending)])[0]
+
+
+def _sessions(stage: Stage, group: list[tuple[ServerConfig, list[RequestSpec]]]) -> list[dict[str, Any]]:
+    """Launch the group's configurations at once, wait until each is healthy, then send each its
+    requests in turn while the others wait idle (``--sleep-on-idle`` on the CPU engine: an idle
+    scheduler sleeps on its sockets), so no timed request shares the machine with a loading
+    server. All are stopped when the last is done, innermost first. One launch per config."""
+    with contextlib.ExitStack() as stack:
+        started = [(c, pending, stack.enter_context(_recorded_launch(stage, c, len(group))))
+                   for c, pending in group]
+        _wait_all([launch for _, _, launch in started])
+        for c, pending, launch in started:
+            _serve(stage, launch, c, pending)
+    return [{"config": c.key, "launched": True, "sent": launch.record["sent"],
+             "failed": launch.record["failed"], "load_s": launch.record.get("load_s"),
+             "note": launch.record.get("install", "")} for c, _, launch in started]
+
+
+@contextlib.contextmanager
+def _recorded_launch(stage: Stage, config: ServerConfig, loaded_with: int) -> Iterator[Launch]:
+    """:func:`~nvfp4study.serving.server.launched` whose record is appended to the config's
+    launch file when it ends, with ``status`` "ok" or the exception that ended it."""
     n = len(launches(stage.paths, config)) + 1
-    rec: dict[str, Any] = {"launch": n, "status": "starting"}
-    sent = failed = 0
+    rec: dict[str, Any] = {"launch": n, "status": "starting", "sent": 0, "failed": 0,
+                           "loaded_with": loaded_with - 1}  # other launches loading at the same time
     try:
         rec["model_config"] = model_config_for(stage, served_model_path(stage, config))
-        with serving(stage, config, launch_record=rec) as url:
-            rec["server_info"] = client.server_info(url)
-            rec["model_info"] = client.model_info(url)
-            rec["metrics_start"] = _counters(url, p.server.enable_metrics)
-            for i in range(p.mtp.warmup_requests if pending else 0):
-                ask(stage, url, config, RequestSpec(f"warmup-{i}", 0, min(64, p.mtp.max_tokens)), launch=n, warmup=True,
-                    text="Say hello in one short sentence.")
-            for spec in pending:
-                row = ask(stage, url, config, spec, launch=n)
-                sent += 1
-                failed += row["status"] != "ok"
-            rec["metrics_end"] = _counters(url, p.server.enable_metrics)
+        with launched(stage, config, launch_record=rec) as launch:
+            yield launch
             rec["status"] = "ok"
     except BaseException as exc:
         rec["status"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         raise
     finally:
-        rec.update(sent=sent, failed=failed)
         append_jsonl(launch_path(stage.paths, config), rec)
-    return {"config": config.key, "launched": True, "sent": sent, "failed": failed,
-            "load_s": rec.get("load_s"), "note": rec.get("install", "")}
+
+
+def _wait_all(started: list[Launch]) -> None:
+    """:meth:`Launch.wait_healthy` for every launch, each in its own thread so that each load
+    time is its own; the first failure is raised as soon as it happens (the caller's exit stack
+    then stops every launch)."""
+    if len(started) == 1:
+        started[0].wait_healthy()
+        return
+    import threading
+
+    errors: list[BaseException] = []
+
+    def wait(launch: Launch) -> None:
+        try:
+            launch.wait_healthy()
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=wait, args=(x,), daemon=True) for x in started]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads) and not errors:
+        threads[0].join(0.1)
+    if errors:
+        raise errors[0]
+
+
+def _serve(stage: Stage, launch: Launch, config: ServerConfig, pending: list[RequestSpec]) -> None:
+    """Send a healthy launch its warm-up and ``pending`` requests (rows appended by :func:`ask`)."""
+    p, rec, url = stage.params, launch.record, launch.url
+    rec["server_info"] = client.server_info(url)
+    rec["model_info"] = client.model_info(url)
+    rec["metrics_start"] = _counters(url, p.server.enable_metrics)
+    for i in range(p.mtp.warmup_requests if pending else 0):
+        ask(stage, url, config, RequestSpec(f"warmup-{i}", 0, min(64, p.mtp.max_tokens)), launch=rec["launch"],
+            warmup=True, text="Say hello in one short sentence.")
+    for spec in pending:
+        row = ask(stage, url, config, spec, launch=rec["launch"])
+        rec["sent"] += 1
+        rec["failed"] += row["status"] != "ok"
+    rec["metrics_end"] = _counters(url, p.server.enable_metrics)
 
 
 def rows_for(stage: Stage, config: ServerConfig, specs: list[RequestSpec]) -> list[dict[str, Any]]:

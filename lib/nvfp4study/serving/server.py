@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -351,19 +352,57 @@ def served_model_path(stage: Stage, config: ServerConfig) -> str:
     raise StageInputMissing(f"no model to serve: set server.model_path or run 01_quantize ({q} missing)")
 
 
+#: ports handed to launches of this process that are still running: a launch that picks a free
+#: port while another one is still importing SGLang (not yet bound) must not pick the same one.
+_PORTS_HELD: set[tuple[str, int]] = set()
+
+
 def free_port(host: str) -> int:
-    """A TCP port nothing listens on at ``host`` now (the kernel's choice for port 0)."""
+    """A TCP port nothing listens on at ``host`` now (the kernel's choice for port 0), and none a
+    running launch of this process holds."""
     import socket
 
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        if (host, port) not in _PORTS_HELD:
+            return port
+
+
+@dataclass
+class Launch:
+    """A started SGLang server of :func:`launched`: its process and launch record (load time and
+    process tree filled in by :meth:`wait_healthy`)."""
+
+    process: ServerProcess
+    record: dict[str, Any]
+    timeout_s: float
+    poll_s: float
+
+    @property
+    def url(self) -> str:
+        """``http://host:port``."""
+        return self.process.base_url
+
+    def wait_healthy(self) -> str:
+        """Wait for ``/health_generate`` (``record["load_s"]``: seconds from the process start);
+        returns :attr:`url`.
+
+        Raises:
+            ServerExitedDuringLoad, HealthTimeout: as :meth:`ServerProcess.wait_healthy`.
+        """
+        self.record["load_s"] = round(self.process.wait_healthy(self.timeout_s, self.poll_s), 3)
+        self.record["healthy_at"] = round(time.time(), 3)
+        self.record["process_tree"] = process_tree(self.process)
+        return self.url
 
 
 @contextlib.contextmanager
 def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | None = None,
             launch_record: dict | None = None) -> Iterator[str]:
-    """Run an SGLang server for ``config`` and yield its base URL; always stop it afterwards.
+    """Run an SGLang server for ``config`` and yield its base URL once healthy; always stop it
+    afterwards (:func:`launched`, then :meth:`Launch.wait_healthy`).
 
     Args:
         stage: the :class:`~nvfp4study.core.stage.Stage` (params, run paths; log -> ``logs/``).
@@ -376,10 +415,26 @@ def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | No
         ``http://host:port``.
 
     Raises:
+        the errors of :func:`launched` and of :meth:`Launch.wait_healthy`.
+    """
+    with launched(stage, config, startup_timeout_s=startup_timeout_s, launch_record=launch_record) as launch:
+        yield launch.wait_healthy()
+
+
+@contextlib.contextmanager
+def launched(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | None = None,
+             launch_record: dict | None = None) -> Iterator[Launch]:
+    """Start an SGLang server for ``config`` and yield its :class:`Launch` without waiting for it
+    to load (several can load at once: :func:`nvfp4study.serving.measure.collect`); always stop
+    it afterwards, then restore the install.
+
+    Launches entered one inside another must serve one install state (the same clamp mode and
+    deterministic edit): each one's install change is undone when it exits, innermost first.
+
+    Raises:
         WrongInterpreter, NoCapableGPU, PortInUse, StageInputMissing: before launch.
         the patcher's errors (``PatchConflict``, ``PatchTargetReadOnly``, ...) when
             ``sglang.apply_to_install`` is true and the install cannot be switched.
-        ServerExitedDuringLoad, HealthTimeout: while loading (the process group is then stopped).
         ServerDied: on leaving the block, if the server exited while it was in use.
     """
     params: Params = stage.params
@@ -402,18 +457,21 @@ def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | No
     rec.update(config=config.to_dict(), config_key=config.key, launcher=s.launcher,
                log=str(log_path.relative_to(stage.run_dir)), sglang_version=version, gpu=gpu,
                model_path=model, port=s.port)
-    with contextlib.ExitStack() as install:  # closes (restores the install) after sp.stop()
-        sp, entries = launcher.process(stage, params, config, cmd, model, log_path, install)
-        rec.update(entries)
-        rec["command"] = sp.command
-        try:
-            sp.start()
-            rec["load_s"] = round(sp.wait_healthy(startup_timeout_s or s.startup_timeout_s, s.health_poll_s), 3)
-            rec["process_tree"] = process_tree(sp)
-            yield sp.base_url
-            sp.check_alive()
-        finally:
-            sp.stop()
-            rec["returncode"] = sp.returncode
-            rec["left_after_stop"] = process_tree(sp)
-            lifecycle_row(stage, rec)
+    _PORTS_HELD.add((s.host, s.port))
+    try:
+        with contextlib.ExitStack() as install:  # closes (restores the install) after sp.stop()
+            sp, entries = launcher.process(stage, params, config, cmd, model, log_path, install)
+            rec.update(entries)
+            rec["command"] = sp.command
+            try:
+                sp.start()
+                rec["started_at"] = round(time.time(), 3)  # epoch s: overlapping loads show here
+                yield Launch(sp, rec, startup_timeout_s or s.startup_timeout_s, s.health_poll_s)
+                sp.check_alive()
+            finally:
+                sp.stop()
+                rec["returncode"] = sp.returncode
+                rec["left_after_stop"] = process_tree(sp)
+                lifecycle_row(stage, rec)
+    finally:
+        _PORTS_HELD.discard((s.host, s.port))

@@ -34,7 +34,7 @@ from typing import Any
 from ..core.params import Params, load_params
 
 GB = 1e9
-WARMUP_TOKENS = 64  # measure._session's warm-up request: RequestSpec("warmup-i", 0, 64)
+WARMUP_TOKENS = 64  # measure._serve's warm-up request: RequestSpec("warmup-i", 0, 64)
 
 
 @dataclass
