@@ -21,10 +21,6 @@ from nvfp4study.stages import claim_rules as rules_pkg
 #: card claims decided outside the registry: claim id -> the function of its stage module that
 #: decides it (these stages (01, 04, 06, 07) already decide each claim in one small function).
 DECIDED_ELSEWHERE = {
-    "fit.single-gpu": "nvfp4study.stages.s04_launch:fit_result",
-    "size.resident": "nvfp4study.stages.s04_launch:record_claims",
-    "load.time": "nvfp4study.stages.s04_launch:record_claims",
-    "clamp.log-lines": "nvfp4study.stages.s04_launch:record_claims",
     "mtp.off": "nvfp4study.stages.s06_mtp:depth_result",
     "mtp.k1": "nvfp4study.stages.s06_mtp:depth_result",
     "mtp.k2": "nvfp4study.stages.s06_mtp:depth_result",
