@@ -21,12 +21,6 @@ from nvfp4study.stages import claim_rules as rules_pkg
 #: card claims decided outside the registry: claim id -> the function of its stage module that
 #: decides it (these stages (01, 04, 06, 07) already decide each claim in one small function).
 DECIDED_ELSEWHERE = {
-    "mtp.off": "nvfp4study.stages.s06_mtp:depth_result",
-    "mtp.k1": "nvfp4study.stages.s06_mtp:depth_result",
-    "mtp.k2": "nvfp4study.stages.s06_mtp:depth_result",
-    "mtp.k3": "nvfp4study.stages.s06_mtp:depth_result",
-    "mtp.k2-best": "nvfp4study.stages.s06_mtp:record_claims",
-    "mtp.broken-draft": "nvfp4study.stages.s06_mtp:_record_broken",
     "det.spec-off": "nvfp4study.stages.s07_determinism:claim_results",
     "det.spec-on": "nvfp4study.stages.s07_determinism:claim_results",
     "det.deterministic-mode": "nvfp4study.stages.s07_determinism:claim_results",
