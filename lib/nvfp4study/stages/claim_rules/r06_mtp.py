@@ -156,16 +156,19 @@ def mtp_off(x: MtpMeasurements) -> Row:
 
 @claim_rule("mtp.k1", MtpMeasurements)
 def mtp_k1(x: MtpMeasurements) -> Row:
+    """NEXTN k=1: tok/s, speedup, accept length and rate (:func:`_depth`)."""
     return _depth(x, 1)
 
 
 @claim_rule("mtp.k2", MtpMeasurements)
 def mtp_k2(x: MtpMeasurements) -> Row:
+    """NEXTN k=2: tok/s, speedup, accept length and rate (:func:`_depth`)."""
     return _depth(x, 2)
 
 
 @claim_rule("mtp.k3", MtpMeasurements)
 def mtp_k3(x: MtpMeasurements) -> Row:
+    """NEXTN k=3: tok/s, speedup, accept length and rate (:func:`_depth`)."""
     return _depth(x, 3)
 
 
