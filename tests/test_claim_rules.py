@@ -1,6 +1,6 @@
 """The claim-rule registry (``core/claim_rules.py``): every card claim of ``claims.yaml`` is decided
-in exactly one place, a registered rule (``stages/claim_rules/``) or a named function of the
-stage that owns it (the table below), and every registered rule decides a row that exists."""
+in exactly one place, a registered rule (``stages/claim_rules/``), and every registered rule
+decides a row that exists."""
 
 from __future__ import annotations
 
@@ -18,26 +18,6 @@ from nvfp4study.core.ledger import Verdict, card_claims, read_ledger
 from nvfp4study.core.stage import open_stage
 from nvfp4study.stages import claim_rules as rules_pkg
 
-#: card claims decided outside the registry: claim id -> the function of its stage module that
-#: decides it (these stages (01, 04, 06, 07) already decide each claim in one small function).
-DECIDED_ELSEWHERE = {
-    "provenance.model-free-ptq": "nvfp4study.stages.s01_quantize:record_ledger",
-    "provenance.fused-maps": "nvfp4study.stages.s01_quantize:record_ledger",
-    "fit.single-gpu": "nvfp4study.stages.s04_launch:fit_result",
-    "size.resident": "nvfp4study.stages.s04_launch:record_claims",
-    "load.time": "nvfp4study.stages.s04_launch:record_claims",
-    "clamp.log-lines": "nvfp4study.stages.s04_launch:record_claims",
-    "mtp.off": "nvfp4study.stages.s06_mtp:depth_result",
-    "mtp.k1": "nvfp4study.stages.s06_mtp:depth_result",
-    "mtp.k2": "nvfp4study.stages.s06_mtp:depth_result",
-    "mtp.k3": "nvfp4study.stages.s06_mtp:depth_result",
-    "mtp.k2-best": "nvfp4study.stages.s06_mtp:record_claims",
-    "mtp.broken-draft": "nvfp4study.stages.s06_mtp:_record_broken",
-    "det.spec-off": "nvfp4study.stages.s07_determinism:claim_results",
-    "det.spec-on": "nvfp4study.stages.s07_determinism:claim_results",
-    "det.deterministic-mode": "nvfp4study.stages.s07_determinism:claim_results",
-}
-
 
 def registered() -> dict[str, cr.Rule]:
     for mod in pkgutil.iter_modules(rules_pkg.__path__):
@@ -52,11 +32,9 @@ def test_every_rules_module_is_listed():
 def test_every_card_claim_is_decided_in_exactly_one_place():
     rules = {i: r for i, r in registered().items() if r.kind == "claim"}
     claims = {c["id"]: c["stage"] for c in card_claims()}
-    both = sorted(set(rules) & set(DECIDED_ELSEWHERE))
-    assert not both, f"a registered rule and a stage function both decide {both}"
-    nowhere = sorted(set(claims) - set(rules) - set(DECIDED_ELSEWHERE))
-    assert not nowhere, f"claims with no rule and no deciding function: {nowhere}"
-    unknown = sorted(set(rules) - set(claims)) + sorted(set(DECIDED_ELSEWHERE) - set(claims))
+    nowhere = sorted(set(claims) - set(rules))
+    assert not nowhere, f"claims with no registered rule: {nowhere}"
+    unknown = sorted(set(rules) - set(claims))
     assert not unknown, f"rules for ids that are not card claims: {unknown}"
 
 
@@ -73,23 +51,16 @@ def test_findings_are_not_card_claims_and_say_what_they_claim():
     assert all(len(r.claim) > 20 for r in findings.values())
 
 
-@pytest.mark.parametrize("cid", sorted(DECIDED_ELSEWHERE))
-def test_deciding_functions_exist_in_the_claims_stage_module(cid):
-    mod_name, fn_name = DECIDED_ELSEWHERE[cid].split(":")
-    mod = importlib.import_module(mod_name)
-    assert callable(getattr(mod, fn_name))
-    stage = next(c["stage"] for c in card_claims() if c["id"] == cid)
-    assert mod.NOTEBOOK == stage
-    assert f'"{cid}"' in inspect.getsource(mod), f"{mod_name} never names {cid}"
-
-
-def test_rules_for_the_ported_stages_cover_their_claims():
-    by_stage = {}
-    for r in registered().values():
-        if r.kind == "claim":
-            by_stage.setdefault(r.stage, set()).add(r.id)
-    for stage in ("02_inspect_checkpoint", "03_patch_sglang", "05_corruption"):
-        assert by_stage[stage] == {c["id"] for c in card_claims() if c["stage"] == stage}
+def test_each_rules_module_belongs_to_the_stage_that_imports_it():
+    # rNN_x holds the rules of stage sNN_y: every rule's STAGE is that stage's notebook, and the
+    # stage imports the module (importing it registers the rules record_rules runs)
+    stages = {m.name[1:3]: m.name for m in pkgutil.iter_modules(importlib.import_module("nvfp4study.stages").__path__)
+              if m.name[0] == "s"}
+    for name in rules_pkg.__all__:
+        stage = importlib.import_module(f"nvfp4study.stages.{stages[name[1:3]]}")
+        assert f"from .claim_rules import {name} as rules" in inspect.getsource(stage), stage.__name__
+        mine = {r.stage for r in registered().values() if r.fn.__module__ == f"{rules_pkg.__name__}.{name}"}
+        assert mine == {stage.NOTEBOOK}, name
 
 
 # --- the registry itself ------------------------------------------------------------------------

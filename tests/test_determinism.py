@@ -7,6 +7,7 @@ import pytest
 
 from nvfp4study.serving import measure
 from nvfp4study.stages import s07_determinism as determinism
+from nvfp4study.stages.claim_rules import r07_determinism as r07
 
 
 def _output_row(ids, rate, status="ok", text=None):
@@ -82,12 +83,15 @@ def _all_failed(det: bool) -> dict:
 
 
 def _results(rows, det, tok=None):
+    """Every stage-07 claim rule on these rows: ``{claim id: Row}``."""
     from nvfp4study.core import ledger
+    from nvfp4study.core.claim_rules import rules_for
 
     pairs = determinism.pair_rows(rows, ["pA", "pB"], repeats=2)
     counts = {c["comparison"]: c for c in determinism.identity_counts(pairs)}
     cards = {c["id"]: c["card"] for c in ledger.card_claims()}
-    return determinism.claim_results(counts, tok, cards, spec_depth=2, repeats=2, deterministic_mode=det)
+    x = r07.DeterminismMeasurements(counts, tok, cards, spec_depth=2, repeats=2, deterministic_mode=det)
+    return {r.id: r.fn(x) for r in rules_for(r07.DeterminismMeasurements, "claim")}
 
 
 def test_no_comparable_pair_is_not_run():
@@ -95,29 +99,29 @@ def test_no_comparable_pair_is_not_run():
     res = _results(_all_failed(det=True), det=True)
     assert set(res) == {"det.spec-off", "det.spec-on", "det.deterministic-mode"}
     for cid, r in res.items():
-        assert set(r) == {"not_run"}, cid
-        assert r["not_run"].startswith("no comparable pair: all requests failed"), cid
-        assert "2 prompt(s)" in r["not_run"]
+        assert r.verdict == "not run" and r.measured is None and r.evidence == [], cid
+        assert r.note.startswith("not run: no comparable pair: all requests failed"), cid
+        assert "2 prompt(s)" in r.note
 
 
 def test_spec_on_failed_only_keeps_spec_off_verdict():
     rows = {"spec-off": dict(ROWS["spec-off"]), "spec-on": {k: _fail([1], 10) for k in ROWS["spec-on"]}}
     res = _results(rows, det=False)
-    assert res["det.spec-off"]["verdict"] == "reproduced"
-    assert res["det.spec-off"]["measured"] == {"identical": 2, "n": 2, "repeats": 2}
-    assert "not_run" in res["det.spec-on"]
-    assert res["det.deterministic-mode"] == {"not_run": "determinism.deterministic_mode is false"}
+    assert res["det.spec-off"].verdict == "reproduced"
+    assert res["det.spec-off"].measured == {"identical": 2, "n": 2, "repeats": 2}
+    assert res["det.spec-on"].verdict == "not run"
+    assert res["det.deterministic-mode"].note == "not run: determinism.deterministic_mode is false"
 
 
 def test_verdicts_with_data():
     res = _results(ROWS, det=False)
-    assert res["det.spec-on"]["verdict"] == "reproduced"  # pB differs: not byte-identical
-    assert res["det.spec-on"]["measured"]["identical"] == 1 and res["det.spec-on"]["measured"]["n"] == 2
+    assert res["det.spec-on"].verdict == "reproduced"  # pB differs: not byte-identical
+    assert res["det.spec-on"].measured["identical"] == 1 and res["det.spec-on"].measured["n"] == 2
     same = {"spec-off": ROWS["spec-off"], "spec-on": {k: _output_row(v["output_ids"], 25) for k, v in ROWS["spec-off"].items()}}
-    assert _results(same, det=False)["det.spec-on"]["verdict"] == "contradicted"
+    assert _results(same, det=False)["det.spec-on"].verdict == "contradicted"
     # deterministic mode: all identical (better) and 38.0 tok/s within 15 % of the card's 38.26
     rows = dict(ROWS, **{"det spec-off": ROWS["spec-off"], "det spec-on": same["spec-on"]})
-    assert _results(rows, det=True, tok=38.0)["det.deterministic-mode"]["verdict"] == "reproduced"
-    assert _results(rows, det=True, tok=10.0)["det.deterministic-mode"]["verdict"] == "partly"
+    assert _results(rows, det=True, tok=38.0)["det.deterministic-mode"].verdict == "reproduced"
+    assert _results(rows, det=True, tok=10.0)["det.deterministic-mode"].verdict == "partly"
     rows["det spec-on"] = ROWS["spec-on"]  # 1/2 identical, same as without the mode: not better
-    assert _results(rows, det=True, tok=10.0)["det.deterministic-mode"]["verdict"] == "contradicted"
+    assert _results(rows, det=True, tok=10.0)["det.deterministic-mode"].verdict == "contradicted"

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from nvfp4study.stages import s04_launch as lc
+from nvfp4study.stages.claim_rules import r04_launch as r04
 from serving_fixtures import ling_model_dir
 
 P = "[2026-01-02 03:04:05 TP0] "
@@ -85,19 +87,49 @@ def test_ranges(layers, expected):
     assert lc._ranges(layers) == expected
 
 
+def _fit(rec):
+    """The fit.single-gpu rule on a launch record alone (the other measurements do not decide it)."""
+    x = r04.LaunchMeasurements(rec, "sglang 0.5.23", Path("log"), Path("launch"), Path("clamp"), None, None, {}, {})
+    return r04.fit_single_gpu(x)
+
+
 def test_fit_single_gpu_tp_from_info_command_or_sglang_default():
     healthy = {"status": "ok", "load_s": 310.0, "gpu": {"name": "B", "memory_gb": 128}}
     # no tp_size in /server_info, no --tp-size in the command: SGLang 0.5.23's default tp_size = 1
-    res = lc.fit_result({**healthy, "server_info": {}, "command": ["python", "-m", "sglang.launch_server"]})
-    assert res["verdict"] == "reproduced" and res["measured"]["gpus"] == 1 and res["measured"]["healthy"] is True
-    assert "SGLang's default" in res["note"] and "did not become healthy" not in res["note"]
+    res = _fit({**healthy, "server_info": {}, "command": ["python", "-m", "sglang.launch_server"]})
+    assert res.verdict == "reproduced" and res.measured["gpus"] == 1 and res.measured["healthy"] is True
+    assert "SGLang's default" in res.note and "did not become healthy" not in res.note
+    assert res.evidence == [Path("launch"), Path("log")] and res.checked_on == "sglang 0.5.23"
     assert lc.SGLANG_TP_DEFAULT == 1
     # the command's value, then /server_info's, win over the default
     assert lc.tensor_parallel({"command": ["x", "--tensor-parallel-size", "1"]}) == (1, "command --tensor-parallel-size")
     assert lc.tensor_parallel({"server_info": {"tp_size": 4}, "command": ["--tp-size", "1"]})[0] == 4
-    res = lc.fit_result({**healthy, "command": ["x", "--tp-size", "4"]})
-    assert set(res) == {"not_run"} and "tensor parallel size 4 (command --tp-size)" in res["not_run"]
+    res = _fit({**healthy, "command": ["x", "--tp-size", "4"]})
+    assert res.verdict == "not run" and res.measured is None and res.evidence == []
+    assert res.note == "not run: served with tensor parallel size 4 (command --tp-size): one GPU was not tested"
     # not healthy on one GPU: contradicted, and the note says so
-    res = lc.fit_result({"status": "timeout", "load_s": None, "server_info": {"tp_size": 1}})
-    assert res["verdict"] == "contradicted" and "did not become healthy" in res["note"]
-    assert res["measured"]["healthy"] is False
+    res = _fit({"status": "timeout", "load_s": None, "server_info": {"tp_size": 1}})
+    assert res.verdict == "contradicted" and "did not become healthy" in res.note
+    assert res.measured["healthy"] is False
+
+
+def _load(target):
+    card = {"size.resident": {"resident_gb": 71.8}, "load.time": {"load_s": 300}}
+    return r04.LaunchMeasurements({"load_s": 420.0}, "sglang 0.5.23", Path("log"), Path("launch"), Path("clamp"),
+                                  target, None, {}, card)
+
+
+def test_resident_size_and_load_time_from_the_load_line():
+    (target, _) = lc.parse_load_lines(_card_log({}))
+    x = _load(target)
+    # 71.8 SGLang "GB" = 71.8 GiB = 77.09 GB: 7.4 % off the card's 71.8 GB, but the GiB figure is the card's
+    res = r04.size_resident(x)
+    assert res.verdict == "partly" and res.measured == {"resident_gb": 77.09, "sglang_log_gib": 71.8}
+    assert "which is GiB (= 77.09 GB)" in res.note and res.evidence == [Path("log")]
+    # 301.25 s vs the card's about 300 s: 0.4 %, within 25 %
+    res = r04.load_time(x)
+    assert res.verdict == "reproduced" and res.measured == {"load_s": 301.25, "launch_to_healthy_s": 420.0}
+    assert r04.load_time(_load({**target, "elapsed_s": 420.0})).verdict == "partly"  # 40 %
+    assert r04.load_time(_load({**target, "elapsed_s": 600.0})).verdict == "contradicted"  # 100 %
+    for rule in (r04.size_resident, r04.load_time):
+        assert rule(_load(None)).note == "not run: no 'Load weight end' line in the server log"

@@ -7,6 +7,7 @@ import pytest
 from ledger_fixtures import ledger_row
 from nvfp4study.serving import acceptance, measure
 from nvfp4study.stages import s06_mtp as mtp
+from nvfp4study.stages.claim_rules import r06_mtp as r06
 
 C = "sglang:generation_tokens_total"
 V = "sglang:spec_verify_calls_total"
@@ -187,23 +188,42 @@ def _depth_row(depth, **kw):
 K2 = {"tok_s": 45.1, "speedup": 2.0, "accept_len": [2.62, 2.70], "accept_rate": [0.81, 0.85]}
 
 
+def _depth(rule, row, card_id, card):
+    """One depth rule on a sweep whose summary holds ``row`` (model "study") alone."""
+    return rule(r06.MtpMeasurements([{"model": "study", **row}], [], "sglang 0.5.23", {card_id: card}))
+
+
 def test_the_card_estimator_decides_when_the_log_has_lines():
-    res = mtp.depth_result(2, _depth_row(2), K2)
+    res = _depth(r06.mtp_k2, _depth_row(2), "mtp.k2", K2)
     # log: 44.0 vs 45.1 (2.4 %), 1.9 vs 2.0 (5 %), 2.66 in [2.62, 2.70], 0.83 in [0.81, 0.85]: 4/4
-    assert res["verdict"] == "reproduced" and res["note"].startswith("4/4")
-    assert "decided by SGLang decode log" in res["note"] and "within 15%" in res["note"]
-    m = res["measured"]
+    assert res.verdict == "reproduced" and res.note.startswith("4/4")
+    assert "decided by SGLang decode log" in res.note and "within 15%" in res.note
+    m = res.measured
     assert (m["estimator"], m["tok_s"], m["accept_len"], m["accept_rate"]) == ("decode log", 44.0, 2.66, 0.83)
     # the per-request family is kept beside it: 30 tok/s, 2.2, 0.6 would have failed all four checks
     assert m["per_request"]["decode_tok_s"] == 30.0 and m["per_request"]["accept_len_token_weighted"] == 2.2
     # per-request values alone (no log line in our windows): contradicted, and the note names them
-    res = mtp.depth_result(2, _depth_row(2, **{"log lines": 0, "log gen tok/s median": None}), K2)
-    assert res["verdict"] == "contradicted" and "NOT the card's" in res["note"]
-    assert res["measured"]["estimator"] == "per request" and res["measured"]["tok_s"] == 30.0
+    res = _depth(r06.mtp_k2, _depth_row(2, **{"log lines": 0, "log gen tok/s median": None}), "mtp.k2", K2)
+    assert res.verdict == "contradicted" and "NOT the card's" in res.note
+    assert res.measured["estimator"] == "per request" and res.measured["tok_s"] == 30.0
+    # a depth not swept (or with no successful request) is not run
+    assert _depth(r06.mtp_k1, _depth_row(2), "mtp.k1", K2).note == (
+        "not run: depth 1 not in mtp.depths or no successful request")
 
 
 def test_depth_zero_tolerance_bands():
     off = {"tok_s": 22.60}
     for tok, verdict in ((22.0, "reproduced"), (17.0, "partly"), (15.0, "contradicted")):  # 2.7 %, 24.8 %, 33.6 %
         row = _depth_row(0, **{"log gen tok/s median": tok, "log accept len median": None})
-        assert mtp.depth_result(0, row, off)["verdict"] == verdict
+        assert _depth(r06.mtp_off, row, "mtp.off", off).verdict == verdict
+
+
+def test_best_depth_by_the_deciding_tok_s():
+    rows = [{"model": "study", **_depth_row(d, **{"log gen tok/s median": t})} for d, t in ((0, 22.0), (1, 40.0),
+                                                                                              (2, 45.0), (3, 41.0))]
+    res = r06.mtp_k2_best(r06.MtpMeasurements(rows, [], "sglang 0.5.23", {}))
+    assert res.verdict == "reproduced" and res.measured == {"best_depth": 2, "tok_s": {"0": 22.0, "1": 40.0,
+                                                                                      "2": 45.0, "3": 41.0}}
+    rows[3]["log gen tok/s median"] = 46.0
+    assert r06.mtp_k2_best(r06.MtpMeasurements(rows, [], "", {})).measured["best_depth"] == 3
+    assert r06.mtp_k2_best(r06.MtpMeasurements(rows[:1], [], "", {})).note == "not run: fewer than two depths measured"

@@ -4,7 +4,7 @@ Plan (source and output), build or check the BF16 source, quantize with
 :func:`nvfp4study.checkpoint.quantize.quantize_checkpoint`, measure the tool's behaviour on the Ling layout
 (probes), round-trip a sample of experts, write ``data/quantize.json`` (read by 02) and record
 the ledger rows of ``provenance.model-free-ptq`` / ``provenance.fused-maps`` plus the study's
-findings. Every number shown comes from files this stage wrote in the run folder.
+findings, each decided by its rule (:mod:`~nvfp4study.stages.claim_rules.r01_quantize`). Every number shown comes from files this stage wrote in the run folder.
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ from typing import Any
 from ..checkpoint import generate, ptq, quantize, recipe, roundtrip
 from ..checkpoint import layout as ling_layout
 from ..core import display
+from ..core.claim_rules import record_rules, rules_for
 from ..core.errors import OutputExists, SourceCheckpointMissing, StageInputMissing
 from ..core.files import atomic_write, write_json
-from ..core.ledger import Verdict, card_claims
 from ..core.params import Params
 from ..core.paths import RunPaths
 from ..core.stage import Stage, open_stage_named
+from .claim_rules import r01_quantize as rules
 
 NOTEBOOK = "01_quantize"
 
@@ -376,88 +377,18 @@ def run_roundtrip(params: Params, paths: RunPaths, p: dict[str, Any]) -> dict[st
 
 
 def record_ledger(stage: Stage, rep: dict[str, Any], probe: dict[str, Any], rt: dict[str, Any]) -> Any:
-    """Record the stage's claims and findings; returns the recorded rows as a DataFrame."""
+    """Record the stage's claims and findings, each decided by its rule
+    (:mod:`~nvfp4study.stages.claim_rules.r01_quantize`) from :func:`run_quantize`'s report,
+    :func:`probes` and :func:`run_roundtrip`; returns the recorded rows as a DataFrame. A
+    quantization that did not run records the claims "not run" with its reason, and no finding."""
     import pandas as pd
 
-    run = stage.run_dir
-    ev_q, ev_p = str(stage.paths.data("quantize", "json")), str(stage.paths.data("quantize-probes", "json"))
-    if rep.get("action") != "quantize":
-        stage.not_run(rep.get("reason", "quantization skipped"))
-        return pd.DataFrame([{k: r.get(k) for k in ("id", "verdict", "note")} for r in _rows(run, stage.claims())])
-    versions = f"llmcompressor {rep['llmcompressor']} / compressed-tensors {rep['compressed_tensors']}"
-    card = next(c["card"] for c in card_claims() if c["id"] == "provenance.model-free-ptq")
-    card_versions = f"llmcompressor {card['llmcompressor']} / compressed-tensors {card['compressed_tensors']}"
-    same_versions = (str(rep["llmcompressor"]), str(rep["compressed_tensors"])) == (str(card["llmcompressor"]),
-                                                                                   str(card["compressed_tensors"]))
-    pr = probe["probes"]
-    w4a4 = pr["w4a4_scheme_NVFP4"]
-    stage.record(
-        "provenance.model-free-ptq",
-        measured={"tool": "model_free_ptq", "scheme": rep["scheme"], "llmcompressor": rep["llmcompressor"],
-                  "compressed_tensors": rep["compressed_tensors"], "ran": True,
-                  "routed_expert_tensors_packed": rep["counts"]["expert_weight_packed"],
-                  "w4a4_scheme_refused": (f"{w4a4['error_type']}: {w4a4['error']}" if not w4a4["ok"] else False)},
-        verdict=Verdict.PARTLY, evidence=[ev_q, ev_p], checked_on=versions,
-        note=(f"model_free_ptq with scheme {rep['scheme']} quantized a Ling-layout checkpoint ("
-              + ("random weights, params' shape" if rep.get("random_weights") else "the given BF16 source")
-              + ") into the card's tensor layout"
-              + ("" if rep["scheme"] == card["scheme"] else f" (the card's scheme is {card['scheme']})")
-              + "; scheme NVFP4 (W4A4) "
-              + ("is refused by model_free_ptq, consistent with the card quantizing A16 and editing the "
-                 "config afterwards. " if not w4a4["ok"] else "was accepted here. ")
-              + f"Measured with {versions}, "
-              + ("the card's versions" if same_versions else f"NOT the card's {card_versions}")
-              + "; which tool produced the card's files cannot be checked from the files."))
-    stock, both = pr["stock_tables"], pr["both_emptied"]
-    ok = (not stock["ok"]) and both["ok"]
-    stage.record(
-        "provenance.fused-maps",
-        measured={k: ("accepted" if v["ok"] else f"fails: {v['error_type']}: {v['error']}")
-                  for k, v in pr.items() if k != "w4a4_scheme_NVFP4"} | {"oneshot": "not tested"},
-        verdict=Verdict.PARTLY if ok else Verdict.CONTRADICTED, evidence=[ev_p], checked_on=versions,
-        note=(("On this run's Ling layout the stock fused tables fail before anything is quantized and emptying "
-               "both tables makes model_free_ptq run, with MLA kept out by the ignore list. Emptying only the "
-               f"dict: {_verdict_word(pr['dict_only_emptied'])}; only the list: {_verdict_word(pr['list_only_emptied'])} "
-               "(whether the list trips depends on which tensors share a shard). Sequential oneshot was not "
-               "tested (needs the model class and the card's hardware), hence partly.") if ok else
-              "The stock fused tables did not fail, or emptying them did not make model_free_ptq run (see measured)."))
-    if "unshared" in probe:
-        sh, un = probe["shared"], probe["unshared"]
-        good = sh["share_fraction"] == 1.0 and un["share_fraction"] < 1.0 and probe["shared_is_min_of_unshared"]
-        stage.add_finding(
-            "quantize.gate-up-global-scale",
-            claim=("With both fused tables emptied, model_free_ptq gives each routed expert separate gate and up "
-                   "global scales; one gate/up pairing rule in both tables makes them share one (the smaller)."),
-            measured={"with_rule": sh, "without_rule": un, "shared_is_min_of_unshared": probe["shared_is_min_of_unshared"]},
-            verdict=Verdict.REPRODUCED if good else Verdict.CONTRADICTED, checked_on=versions,
-            evidence=[ev_p, str(stage.paths.data("gate-up-scales", "parquet", share="on")),
-                      str(stage.paths.data("gate-up-scales", "parquet", share="off"))],
-            note="Random weights; the card's own checkpoint is measured by 02_inspect_checkpoint.")
-    bf = probe["global_scales_bf16_exact"]
-    stage.add_finding(
-        "quantize.global-scale-bf16-values",
-        claim="weight_global_scale tensors are float32 but hold bfloat16-rounded values (2688/amax computed in the weights' dtype).",
-        measured=bf, verdict=Verdict.REPRODUCED if bf["bf16_exact"] == bf["values"] else Verdict.CONTRADICTED,
-        evidence=[ev_p], checked_on=versions,
-        note="compressed_tensors/quantization/utils/helpers.py generate_gparam computes 448 x 6 / absmax with a "
-             "bfloat16 absmax; PyTorch evaluates float / bf16 tensor as 2688 x reciprocal in bf16 "
-             "(torch/_tensor.py:1111-1114, two roundings), so a scale can sit one bf16 step off the exactly rounded 2688 / absmax, and "
-             "distinct experts can share a global scale by coincidence (a false 'copied scale' smell).")
-    if rt.get("run") and rt["summary"].get("tensors"):
-        s = rt["summary"]
-        stage.add_finding(
-            "quantize.roundtrip-within-bound",
-            claim="compressed-tensors' NVFP4 codec dequantizes the quantized experts back to the BF16 source within NVFP4's per-element bound.",
-            measured=s, verdict=Verdict.REPRODUCED if s["all_within_bound"] else Verdict.CONTRADICTED,
-            evidence=[rt["data"], rt["figure"]], checked_on=versions,
-            note=f"{s['tensors']} tensors; relative Frobenius error median {s['rel_error_median']:.4f} on random normal weights.")
-    ids = stage.claims() + [r for r in ("quantize.gate-up-global-scale", "quantize.global-scale-bf16-values",
-                                        "quantize.roundtrip-within-bound")]
-    return pd.DataFrame([{k: r.get(k) for k in ("id", "verdict", "measured", "note")} for r in _rows(run, ids)])
-
-
-def _verdict_word(probe: dict[str, Any]) -> str:
-    return "accepted" if probe["ok"] else f"fails ({probe['error_type']})"
+    x = rules.QuantizeMeasurements.gather(stage.paths, rep, probe, rt)
+    record_rules(stage, x)
+    if not x.quantized:
+        return pd.DataFrame([{k: r.get(k) for k in ("id", "verdict", "note")} for r in _rows(stage.run_dir, stage.claims())])
+    ids = stage.claims() + [r.id for r in rules_for(rules.QuantizeMeasurements, "finding")]
+    return pd.DataFrame([{k: r.get(k) for k in ("id", "verdict", "measured", "note")} for r in _rows(stage.run_dir, ids)])
 
 
 def _rows(run: Path, ids: list[str]) -> list[dict[str, Any]]:

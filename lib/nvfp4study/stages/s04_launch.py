@@ -16,23 +16,27 @@ log it names (``logs/sglang-<cfg>.log``). Facts parsed, with their 0.5.23 source
   with the gate's scale.
 - A reasoning parser: ``Auto-detected --reasoning-parser as '...'`` (``parser/
   template_detection.py`` 886-890) or ``reasoning_parser`` in ``/model_info``.
+
+The ledger rows are decided by the rules of :mod:`~nvfp4study.stages.claim_rules.r04_launch`
+(tolerances, units and the tensor-parallel size are there), from the ``LaunchMeasurements`` this
+module builds once.
 """
 
 from __future__ import annotations
 
 import re
-import signal
 from typing import Any
 
 from ..core import ledger
+from ..core.claim_rules import record_rules
 from ..core.errors import StageInputMissing
 from ..core.files import atomic_write, write_json
-from ..core.ledger import Verdict
 from ..core.params import Params
 from ..core.stage import Stage, open_stage_named
 from ..serving import measure, server
 from ..serving.measure import model_config_for
-from ..serving.server import SGLANG_STOP_SIGNAL, STANDIN_NOTE, card_config, card_refusal
+from ..serving.server import card_config, card_refusal
+from .claim_rules import r04_launch as rules
 
 NOTEBOOK = "04_launch_server"
 
@@ -65,7 +69,7 @@ def plan_table(params: Params) -> Any:
     (:func:`nvfp4study.serving.server.plan_table`)."""
     return server.plan_table(params)
 
-GIB = 1 << 30
+GIB = rules.GIB  # SGLang's "GB" is GiB (the rules convert with the same constant)
 CLAMP_TAG = "[swiglu-clamp-patch]"
 _RANK = re.compile(r"^\[[^\]]*?\b((?:TP|DP|EP|PP)\d+(?:\s+(?:TP|DP|EP|PP)\d+)*)\]")
 _KV = re.compile(r"(\w+)=(\S+)")
@@ -79,9 +83,6 @@ WARNINGS = {
     "traceback": re.compile(r"^Traceback \(most recent call last\)"),
     "out of memory": re.compile(r"out of memory", re.I),
 }
-# Tolerances for verdicts (documented in the ledger notes).
-LOAD_TIME_TOL = (0.25, 0.50)  # card "about 300 s": reproduced within 25 %, partly within 50 %
-RESIDENT_TOL = 0.05           # 71.8 GB within 5 %
 
 
 # --- parsing ---------------------------------------------------------------------------------
@@ -330,165 +331,54 @@ def memory_table(stage: Stage):
     return df
 
 
-SGLANG_TP_DEFAULT = 1  # SGLang 0.5.23 ``tp_size`` default: sglang/srt/arg_groups/fields/parallel.py:45-51
-                       # (``--tp-size``, alias ``--tensor-parallel-size``, ``] = 1``)
+SGLANG_TP_DEFAULT = rules.SGLANG_TP_DEFAULT
+#: the launch's tensor-parallel size and its source (:func:`~nvfp4study.stages.claim_rules.r04_launch.tensor_parallel`)
+tensor_parallel = rules.tensor_parallel
 
 
-def tensor_parallel(rec: dict[str, Any]) -> tuple[int, str]:
-    """The launch's tensor-parallel size and where it came from: ``/server_info`` ``tp_size``, else
-    the command's ``--tp-size``/``--tensor-parallel-size``, else SGLang's default
-    (:data:`SGLANG_TP_DEFAULT`). Returns ``(tp, source)``."""
-    info = rec.get("server_info") or {}
-    if info.get("tp_size") is not None:
-        return int(info["tp_size"]), "/server_info tp_size"
-    for flag in ("--tp-size", "--tensor-parallel-size"):
-        v = _cmd_value(rec.get("command"), flag)
-        if v is not None:
-            return int(v), f"command {flag}"
-    return SGLANG_TP_DEFAULT, "SGLang's default (no --tp-size in the command, none in /server_info)"
-
-
-def fit_result(rec: dict[str, Any]) -> dict[str, Any]:
-    """fit.single-gpu from a launch record: ``{"measured", "verdict", "note"}`` or ``{"not_run": reason}``.
-
-    Healthy = the launch record's status is "ok" or it has a launch-to-healthy time. One GPU and
-    healthy: reproduced; one GPU and not healthy: contradicted; more than one GPU: not tested.
-    """
-    healthy = rec.get("status") == "ok" or rec.get("load_s") is not None
-    tp, source = tensor_parallel(rec)
-    if tp != 1:
-        return {"not_run": f"served with tensor parallel size {tp} ({source}): one GPU was not tested"}
-    gpu = rec.get("gpu") or {}
-    return {"measured": {"gpus": tp, "gpu": gpu.get("name"), "gpu_memory_gb": gpu.get("memory_gb"), "healthy": healthy},
-            "verdict": Verdict.REPRODUCED if healthy else Verdict.CONTRADICTED,
-            "note": (f"server reached /health_generate 200 on one GPU (tp 1 from {source})" if healthy else
-                     f"the server did not become healthy on one GPU (tp 1 from {source}); status {rec.get('status')!r}")}
-
-
-def _rel(measured: float, card: float) -> float:
-    return abs(measured - card) / card
+def _measurements(stage: Stage) -> rules.LaunchMeasurements:
+    """The card configuration's last launch, its target model's ``Load weight end`` line and the
+    clamp table (:func:`clamp_table`, which writes ``data/launch-clamp.json``), read once."""
+    rec, text = _launch(stage)
+    params = measure.params_of(stage)
+    replay = params.replay_from
+    targets = [r for r in parse_load_lines(text) if "NextN" not in r["type"]]
+    df = clamp_table(stage)
+    return rules.LaunchMeasurements(
+        rec=rec, checked=f"sglang {rec.get('sglang_version')}" + (f" (replay of {replay})" if replay else ""),
+        log_ev=stage.run_dir / rec["log"], launch_ev=measure.launch_path(stage.paths, card_config(params)),
+        clamp_ev=stage.paths.data("launch-clamp"), target=targets[0] if targets else None, clamp=df,
+        groups=_by_limit(df), card={c["id"]: c["card"] for c in ledger.card_claims()})
 
 
 def record_claims(stage: Stage):
-    """Record fit.single-gpu, size.resident, load.time and clamp.log-lines. Returns the rows."""
+    """Record fit.single-gpu, size.resident, load.time and clamp.log-lines, each decided by its rule
+    (:mod:`~nvfp4study.stages.claim_rules.r04_launch`). Returns the rows."""
     import pandas as pd
 
     if (nr := _not_run(stage)) is not None:
         return nr
     if measure.resolve_mode(stage).engine == "cpu":
         return record_cpu_engine(stage)
-    rec, text = _launch(stage)
-    replay = measure.params_of(stage).replay_from
-    checked = f"sglang {rec.get('sglang_version')}" + (f" (replay of {replay})" if replay else "")
-    log_ev = stage.run_dir / rec["log"]
-    launch_ev = measure.launch_path(stage.paths, card_config(measure.params_of(stage)))
-    claims = {c["id"]: c["card"] for c in ledger.card_claims()}
-    loads = parse_load_lines(text)
-    targets = [r for r in loads if "NextN" not in r["type"]]
-    target = targets[0] if targets else None
-    # fit.single-gpu
-    fit = fit_result(rec)
-    if "not_run" in fit:
-        stage.not_run(fit["not_run"], ["fit.single-gpu"])
-    else:
-        stage.record("fit.single-gpu", evidence=[launch_ev, log_ev], checked_on=checked, **fit)
-    # size.resident
-    if target:
-        gb = round(target["mem_gib"] * GIB / 1e9, 2)
-        card_gb = claims["size.resident"]["resident_gb"]
-        if _rel(gb, card_gb) <= RESIDENT_TOL:
-            v, note = Verdict.REPRODUCED, "weights' memory from SGLang's Load weight end line"
-        elif _rel(target["mem_gib"], card_gb) <= RESIDENT_TOL:
-            v, note = Verdict.PARTLY, (f"SGLang logs {target['mem_gib']} 'GB' which is GiB (= {gb} GB); the card's "
-                                       "number matches the GiB figure, not GB")
-        else:
-            v, note = Verdict.CONTRADICTED, "weights' memory from SGLang's Load weight end line"
-        stage.record("size.resident", measured={"resident_gb": gb, "sglang_log_gib": target["mem_gib"]},
-                     verdict=v, evidence=[log_ev], checked_on=checked, note=note)
-        card_s = claims["load.time"]["load_s"]
-        r = _rel(target["elapsed_s"], card_s)
-        v = Verdict.REPRODUCED if r <= LOAD_TIME_TOL[0] else Verdict.PARTLY if r <= LOAD_TIME_TOL[1] else Verdict.CONTRADICTED
-        stage.record("load.time", measured={"load_s": target["elapsed_s"], "launch_to_healthy_s": rec.get("load_s")},
-                     verdict=v, evidence=[log_ev, launch_ev], checked_on=checked,
-                     note="weight load from SGLang's log (card: about 300 s; within 25 % = reproduced, "
-                          "50 % = partly); launch to healthy includes CUDA graphs and warm-up")
-    else:
-        stage.not_run("no 'Load weight end' line in the server log", ["size.resident", "load.time"])
-    # clamp.log-lines
-    df = clamp_table(stage)
-    layers = df[df.layer.str.isdigit()]
-    groups = _by_limit(df)
-    n_lines = int((layers["logged limit"] != "no line").sum())
-    if n_lines == 0:
-        v, note = Verdict.CONTRADICTED, "no [swiglu-clamp-patch] line in the log (is the patch applied?)"
-    elif bool(layers["match"].all()):
-        v, note = Verdict.REPRODUCED, ("one line per MoE layer, limits as in the checkpoint's list; dense layers "
-                                       f"0-{int(layers.layer.iloc[0]) - 1} have no MoE and log nothing")
-    else:
-        v, note = Verdict.PARTLY, "lines present but some layers are missing or disagree with the config's list"
-    stage.record("clamp.log-lines", measured=groups, verdict=v, evidence=[log_ev, stage.paths.data("launch-clamp")],
-                 checked_on=checked, note=note)
+    record_rules(stage, _measurements(stage))
     rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims()]
     return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
 
 
-def _cmd_value(cmd: list[str] | None, flag: str) -> str | None:
-    if not cmd or flag not in cmd:
-        return None
-    return cmd[cmd.index(flag) + 1]
-
-
 # --- the CPU engine --------------------------------------------------------------------------
-#: SGLang 0.5.23's server processes (``setproctitle`` names, ``srt/entrypoints/engine.py``):
-#: the launcher runs the HTTP server and tokenizer manager; scheduler and detokenizer are children.
-ENGINE_CHILDREN = ("sglang::scheduler", "sglang::detokenizer")
-
-
-def launch_result(rec: dict[str, Any]) -> dict[str, Any]:
-    """The ``serve.cpu-engine-launch`` finding from one launch record (pure).
-
-    Reproduced when the launch became healthy, its process tree held the launcher and every
-    process of :data:`ENGINE_CHILDREN`, and no process of the launch was alive after the stop.
-
-    Returns:
-        ``{"measured", "verdict", "note"}``.
-    """
-    tree = rec.get("process_tree") or []
-    names = [p["name"] for p in tree]
-    left = rec.get("left_after_stop") or []
-    children = all(c in names for c in ENGINE_CHILDREN)
-    ok = rec.get("load_s") is not None and children and not left and len(tree) >= 1 + len(ENGINE_CHILDREN)
-    measured = {"launch_to_healthy_s": rec.get("load_s"), "processes": names,
-                "resident_mb": {f"{p['name']} (pid {p['pid']})": p["rss_mb"] for p in tree},
-                "left_after_stop": len(left), "returncode": rec.get("returncode")}
-    missing = [c for c in ENGINE_CHILDREN if c not in names]
-    note = (f"{len(tree)} processes while healthy ({', '.join(names) or 'none'}); "
-            f"{len(left)} left after the stop ({signal.Signals(SGLANG_STOP_SIGNAL).name} to SGLang's first "
-            "process, then SIGKILL to the process group after server.shutdown_grace_s, marked and "
-            "adopted processes included)"
-            + (f"; missing: {', '.join(missing)}" if missing else ""))
-    return {"measured": measured, "verdict": Verdict.REPRODUCED if ok else Verdict.CONTRADICTED, "note": note}
-
-
 def record_cpu_engine(stage: Stage):
     """On the CPU engine: the card's 04 rows "not run" (:func:`card_refusal`), and the study
-    finding ``serve.cpu-engine-launch`` (:func:`launch_result`) from the card configuration's
-    launch. Returns this stage's ledger rows."""
+    finding ``serve.cpu-engine-launch`` (its rule in :mod:`~nvfp4study.stages.claim_rules.r04_launch`)
+    from the card configuration's launch. Returns this stage's ledger rows."""
     import pandas as pd
 
     params = measure.params_of(stage)
     stage.not_run(card_refusal(params))
     rec, _ = _launch(stage)
     engine = rec.get("engine") or {}
-    res = launch_result(rec)
-    stage.add_finding(
-        "serve.cpu-engine-launch",
-        claim="SGLang 0.5.23's real engine (tokenizer manager, scheduler, detokenizer) launches from the "
-              "study's own command builder and lifecycle, answers /health_generate, and is torn down as a "
-              "whole process tree: 0 processes left after the stop.",
-        evidence=[measure.launch_path(stage.paths, card_config(params)), stage.run_dir / rec["log"]],
-        checked_on=f"{engine.get('summary', 'SGLang ' + str(rec.get('sglang_version')))}",
-        **{**res, "note": res["note"] + f"; {STANDIN_NOTE}"})
+    record_rules(stage, rules.CpuLaunchMeasurements(
+        rec, [measure.launch_path(stage.paths, card_config(params)), stage.run_dir / rec["log"]],
+        f"{engine.get('summary', 'SGLang ' + str(rec.get('sglang_version')))}"))
     rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims() or r["stage"] == stage.name]
     return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
 

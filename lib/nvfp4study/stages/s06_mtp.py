@@ -12,7 +12,9 @@ The ``mtp.*`` verdicts compare the card's numbers with the estimator the card us
 our request windows. Only when the log gives no line there (no log recorded) do the per-request
 estimators decide (decode tok/s median, token-weighted acceptance), and the ledger note says so.
 Tolerances: tok/s and speedup within 15 % of the card = that check agrees (30 % = partly, for
-``mtp.off``); accept length and rate inside the card's range widened by :data:`RANGE_TOL`.
+``mtp.off``); accept length and rate inside the card's range widened by ``RANGE_TOL``. Each
+ledger row is decided by its rule in :mod:`~nvfp4study.stages.claim_rules.r06_mtp` (which holds
+the tolerances).
 
 A broken draft (fault F-08) at a depth with draft tokens > 1: a token-weighted accept rate below
 ``acceptance.BROKEN_RATE`` with accept length below ``acceptance.BROKEN_LEN`` is reported as
@@ -25,6 +27,7 @@ import json
 from typing import Any
 
 from ..core import ledger
+from ..core.claim_rules import record_rules
 from ..core.errors import StageInputMissing
 from ..core.files import atomic_write
 from ..core.ledger import Verdict
@@ -35,13 +38,13 @@ from ..serving.acceptance import median as _med
 from ..serving.known_acceptance import KNOWN, estimator_spread, known_acceptance_rows
 from ..serving.server import (
     CONTROL_LABELS,
-    STANDIN_NOTE,
     ServerConfig,
     card_refusal,
     engine_description,
     num_draft_tokens,
     stage_configs,
 )
+from .claim_rules import r06_mtp as rules
 
 NOTEBOOK = "06_mtp_sweep"
 
@@ -62,10 +65,8 @@ def collect(stage: Stage) -> Any:
     (:func:`nvfp4study.serving.measure.collect`): a DataFrame per configuration, or a note."""
     return measure.collect(stage)
 
-TOKS_TOL = (0.15, 0.30)  # tok/s and speedup vs the card: reproduced within 15 %, partly within 30 %
-RANGE_TOL = 0.05     # accept length / rate: within the card's range widened by this
 STAGE = "06_mtp_sweep"
-CARD_IDS = {0: "mtp.off", 1: "mtp.k1", 2: "mtp.k2", 3: "mtp.k3"}
+CARD_IDS = rules.CARD_IDS  # depth -> claim id
 
 
 def _nr(stage: Stage):
@@ -303,97 +304,9 @@ def figure(stage: Stage):
 
 
 # --- ledger ----------------------------------------------------------------------------------
-def _within(x: float | None, card: float, tol: tuple[float, float]) -> int:
-    """2 = within tol[0] (relative), 1 = within tol[1], 0 = outside or missing."""
-    if x is None:
-        return 0
-    r = abs(x - card) / card
-    return 2 if r <= tol[0] else 1 if r <= tol[1] else 0
-
-
-def _in_range(x: float | None, rng: list[float]) -> bool:
-    return x is not None and rng[0] - RANGE_TOL <= x <= rng[1] + RANGE_TOL
-
-
-LOG_NAME = "SGLang decode log (the card's estimator): median gen throughput tok/s, accept len, accept rate of the lines in our request windows"
-REQ_NAME = ("per-request estimators (NOT the card's: no decode log line in our request windows): median decode "
-            "tok/s, token-weighted accept length and rate")
-
-
-def deciding(row: dict[str, Any]) -> dict[str, Any]:
-    """The values a verdict compares with the card, from one :func:`summary_table` row.
-
-    The card's own estimator decides (SGLang's decode log inside our request windows) whenever it
-    has a line with ``gen throughput`` there (and, at a speculative depth, ``accept len``);
-    otherwise the per-request estimators decide and the name says so.
-
-    Returns:
-        ``{"estimator": name, "tok_s", "speedup", "accept_len", "accept_rate"}`` (tok/s, x, tokens
-        per verify pass, fraction; None where not measured).
-    """
-    log_ok = bool(row.get("log lines")) and row.get("log gen tok/s median") is not None and (
-        not row["depth"] or row.get("log accept len median") is not None)
-    if log_ok:
-        return {"estimator": LOG_NAME, "tok_s": row["log gen tok/s median"],
-                "speedup": row.get("speedup vs off (log gen tok/s medians)"),
-                "accept_len": row.get("log accept len median"), "accept_rate": row.get("log accept rate median")}
-    return {"estimator": REQ_NAME, "tok_s": row["decode tok/s median"],
-            "speedup": row.get("speedup vs off (decode medians)"),
-            "accept_len": row.get("accept len (token-weighted)"), "accept_rate": row.get("accept rate (token-weighted)")}
-
-
-TOL_NOTE = (f"tolerances: tok/s and speedup within {TOKS_TOL[0]:.0%} of the card agree ({TOKS_TOL[1]:.0%} = partly "
-            f"for mtp.off; tok/s is hardware-dependent), accept length and rate within the card's range "
-            f"+- {RANGE_TOL}")
-
-
-def depth_result(depth: int, row: dict[str, Any], card: dict[str, Any]) -> dict[str, Any]:
-    """The ``mtp.off`` / ``mtp.k<depth>`` verdict from one study row of :func:`summary_table` (pure).
-
-    Compares the card's tok/s, speedup, accept length and accept rate with :func:`deciding`'s
-    values; reproduced when all four agree (depth 0: tok/s within 15 %, partly within 30 %),
-    partly when some do, contradicted when none. ``measured`` carries the deciding values and both
-    estimator families beside them.
-
-    Returns:
-        ``{"measured", "verdict", "note"}``.
-    """
-    d = deciding(row)
-    measured = {"estimator": "decode log" if d["estimator"] == LOG_NAME else "per request",
-                "tok_s": acceptance.round4(d["tok_s"]), "n": row["requests ok"],
-                "decode_log": {"lines": row.get("log lines"), "gen_tok_s": acceptance.round4(row.get("log gen tok/s median")),
-                               "gen_tok_s_range": [acceptance.round4(row.get("log gen tok/s min")),
-                                                   acceptance.round4(row.get("log gen tok/s max"))]},
-                "per_request": {"decode_tok_s": acceptance.round4(row["decode tok/s median"]),
-                                "decode_tok_s_range": [acceptance.round4(row["decode tok/s min"]), acceptance.round4(row["decode tok/s max"])],
-                                "e2e_tok_s": acceptance.round4(row["e2e tok/s median"])}}
-    tok = _within(d["tok_s"], card["tok_s"], TOKS_TOL)
-    if depth == 0:
-        return {"measured": measured, "verdict": [Verdict.CONTRADICTED, Verdict.PARTLY, Verdict.REPRODUCED][tok],
-                "note": f"decided by {d['estimator']}; {TOL_NOTE}"}
-    measured.update(speedup=acceptance.round4(d["speedup"]), accept_len=acceptance.round4(d["accept_len"]), accept_rate=acceptance.round4(d["accept_rate"]),
-                    texts_identical_to_off=row["texts identical to off"])
-    measured["decode_log"].update(accept_len=acceptance.round4(row.get("log accept len median")),
-                                  accept_rate=acceptance.round4(row.get("log accept rate median")),
-                                  speedup=acceptance.round4(row.get("speedup vs off (log gen tok/s medians)")))
-    measured["per_request"].update(
-        speedup=acceptance.round4(row["speedup vs off (decode medians)"]),
-        accept_len_token_weighted=acceptance.round4(row["accept len (token-weighted)"]),
-        accept_len_range=[acceptance.round4(row["accept len min"]), acceptance.round4(row["accept len max"])],
-        accept_rate_token_weighted=acceptance.round4(row["accept rate (token-weighted)"]),
-        accept_rate_range=[acceptance.round4(row["accept rate min"]), acceptance.round4(row["accept rate max"])])
-    checks = [tok == 2, _within(d["speedup"], card["speedup"], TOKS_TOL) == 2,
-              _in_range(d["accept_len"], card["accept_len"]), _in_range(d["accept_rate"], card["accept_rate"])]
-    verdict = Verdict.REPRODUCED if all(checks) else Verdict.PARTLY if any(checks) else Verdict.CONTRADICTED
-    note = (f"{sum(checks)}/4 of tok/s, speedup, accept length, accept rate agree; decided by {d['estimator']}; "
-            f"{TOL_NOTE}")
-    if row.get("note"):
-        note += "; " + row["note"]
-    return {"measured": measured, "verdict": verdict, "note": note}
-
-
 def record_claims(stage: Stage):
-    """Record mtp.off, mtp.k1-k3, mtp.k2-best and mtp.broken-draft from the summary. Returns rows."""
+    """Record mtp.off, mtp.k1-k3, mtp.k2-best and mtp.broken-draft from the summary, each decided by
+    its rule (:mod:`~nvfp4study.stages.claim_rules.r06_mtp`). Returns rows."""
     import pandas as pd
 
     if (nr := _nr(stage)) is not None:
@@ -406,26 +319,8 @@ def record_claims(stage: Stage):
         return record_cpu_engine(stage, ev)
     replay = params.replay_from
     checked = "sglang " + params.sglang.version + (f" (replay of {replay})" if replay else "")
-    card = card_marks()
-    study = {int(r["depth"]): r for r in _records(s) if r["model"] == "study"}
-    for depth, cid in CARD_IDS.items():
-        r = study.get(depth)
-        if r is None or r["decode tok/s median"] is None:
-            stage.not_run(f"depth {depth} not in mtp.depths or no successful request", [cid])
-            continue
-        stage.record(cid, evidence=ev, checked_on=checked, **depth_result(depth, r, card[depth]))
-    dec = {d: deciding(r) for d, r in study.items()}
-    meds = {d: v["tok_s"] for d, v in dec.items() if v["tok_s"] is not None}
-    if len(meds) >= 2:
-        best = max(meds, key=meds.get)
-        names = sorted({dec[d]["estimator"] for d in meds})
-        stage.record("mtp.k2-best", measured={"best_depth": best, "tok_s": {str(k): acceptance.round4(v) for k, v in meds.items()}},
-                     verdict=Verdict.REPRODUCED if best == 2 else Verdict.CONTRADICTED, evidence=ev,
-                     checked_on=checked, note="best depth by tok/s over the swept depths; decided by "
-                     + " and ".join(names))
-    else:
-        stage.not_run("fewer than two depths measured", ["mtp.k2-best"])
-    _record_broken(stage, s, ev, checked)
+    record_rules(stage, rules.MtpMeasurements(_records(s), ev, checked,
+                                              {c["id"]: c["card"] for c in ledger.card_claims()}))
     rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims()]
     return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
 
@@ -461,15 +356,6 @@ def ceiling_table(stage: Stage):
                "reads not counted, so the true limit is lower. Bandwidths: vendor figures (see data/mtp-ceiling.json "
                "'source'), not verified from the vendor pages here.")
     return df
-
-
-def _record_broken(stage: Stage, s, ev, checked) -> None:
-    card = next(c["card"] for c in ledger.card_claims() if c["id"] == "mtp.broken-draft")
-    res = acceptance.broken_draft_result(_records(s), card)
-    if "not_run" in res:
-        stage.not_run(res["not_run"], ["mtp.broken-draft"])
-    else:
-        stage.record("mtp.broken-draft", evidence=ev, checked_on=checked, **res)
 
 
 def summary_json(stage: Stage) -> dict[str, Any]:
@@ -509,63 +395,18 @@ def record_cpu_engine(stage: Stage, ev: list) -> Any:
     fix), ``mtp.cpu-broken-draft-signature`` (the disagreeing draft gives the card's broken-draft
     log line, accept len 1.00 and accept rate 0.00, and 06's F-08 flag) and
     ``mtp.cpu-estimators`` (the three estimators side by side on the random-weight sweep; toy
-    scale, never compared with the card's table). Returns this stage's ledger rows."""
+    scale, never compared with the card's table), each decided by its rule
+    (:mod:`~nvfp4study.stages.claim_rules.r06_mtp`). Returns this stage's ledger rows."""
     import pandas as pd
 
     params = measure.params_of(stage)
     stage.not_run(card_refusal(params), [c for c in stage.claims() if c != "mtp.bandwidth-ceiling"])
-    checked = engine_description(params)["summary"]
     known = _records(known_acceptance_table(stage))
-    kev = [stage.paths.data("mtp-known-acceptance"), *ev]
-    if known:
-        bad = [r for r in known if not r["match"]]
-        stage.add_finding(
-            "mtp.cpu-known-acceptance",
-            claim="On SGLang's real engine, every acceptance estimator (decode-log line, response "
-                  "spec_tokens_details, /metrics deltas) gives the value a draft of known acceptance fixes: "
-                  "accept length k+1 and rate 1 when target and draft always agree, 1 and 0 when they never do.",
-            measured={m: {"depth": next(r["depth"] for r in known if r["model"] == m),
-                          "checks": sum(1 for r in known if r["model"] == m),
-                          "matching": sum(1 for r in known if r["model"] == m and r["match"])}
-                      for m in dict.fromkeys(r["model"] for r in known)},
-            verdict=Verdict.CONTRADICTED if bad else Verdict.REPRODUCED, evidence=kev, checked_on=checked,
-            note=("all match" if not bad else "mismatches: " + "; ".join(
-                f"{r['model']} {r['estimator']} {r['quantity']}: {r['measured']} (expected {r['expected']})"
-                for r in bad[:4])) + f"; {STANDIN_NOTE} with the draft constructions of checkpoint/served.py")
-    _record_signature(stage, kev, checked)
-    est = _records(estimator_table(stage))
-    spread = estimator_spread(est)
-    if spread:
-        stage.add_finding(
-            "mtp.cpu-estimators",
-            claim="The NEXTN sweep runs on SGLang's real engine at every depth of mtp.depths, and the three "
-                  "acceptance estimators (decode log, response meta_info, /metrics) are measured side by side "
-                  "on one data set.",
-            measured=spread, verdict=Verdict.REPRODUCED, evidence=ev, checked_on=checked,
-            note="toy scale (random weights, a few short prompts): these numbers describe the pipeline and its "
-                 "estimators, never the card's table; per-request lengths count the prefill token, the log's "
-                 f"do not; {STANDIN_NOTE}")
+    label = CONTROL_LABELS["disagree"]
+    disagree = [r for r in _records(summary_table(stage)) if r["model"] == label]
+    record_rules(stage, rules.CpuMtpMeasurements(
+        known=known, disagree=disagree[0] if disagree else None,
+        spread=estimator_spread(_records(estimator_table(stage))), evidence=ev,
+        known_evidence=[stage.paths.data("mtp-known-acceptance"), *ev], checked=engine_description(params)["summary"]))
     rows = [r for r in ledger.read_ledger(stage.run_dir) if r["stage"] == stage.name]
     return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
-
-
-def _record_signature(stage: Stage, ev: list, checked: str) -> None:
-    label = CONTROL_LABELS["disagree"]
-    rows = [r for r in _records(summary_table(stage)) if r["model"] == label]
-    if not rows:
-        return
-    r = rows[0]
-    log_len, log_rate = r.get("log accept len median"), r.get("log accept rate median")
-    sig = log_len is not None and log_rate is not None and f"{log_len:.2f}" == "1.00" and f"{log_rate:.2f}" == "0.00"
-    stage.add_finding(
-        "mtp.cpu-broken-draft-signature",
-        claim="A draft head that never agrees with the target gives, on SGLang's real engine, the card's "
-              "broken-draft signature in the decode log (accept len: 1.00, accept rate: 0.00), and the study's "
-              "F-08 check flags it.",
-        measured={"depth": r["depth"], "log_accept_len": acceptance.round4(log_len),
-                  "log_accept_rate": acceptance.round4(log_rate), "log_lines": r.get("log lines"),
-                  "token_weighted_rate": acceptance.round4(r["accept rate (token-weighted)"]),
-                  "flag": r["flag"]},
-        verdict=Verdict.REPRODUCED if sig and r["flag"] else Verdict.CONTRADICTED, evidence=ev, checked_on=checked,
-        note=f"the stand-in's draft always proposes token 1, its target always picks token 0 (checkpoint/served.py "
-             f"'disagree'); {STANDIN_NOTE}")

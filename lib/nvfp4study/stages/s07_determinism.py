@@ -18,6 +18,9 @@ beside it (median ``gen throughput (token/s)`` of SGLang's decode log lines in o
 spec-off is reported with how many of its pairs have identical texts; when texts differ the
 label says so (different text, different acceptance), and an identical-pairs-only figure is
 given beside it.
+
+The card's three rows are decided by the rules of :mod:`~nvfp4study.stages.claim_rules.r07_determinism`;
+on the CPU engine they are "not run" and the study's findings are recorded here.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import statistics
 from typing import Any
 
 from ..core import ledger
+from ..core.claim_rules import record_rules
 from ..core.files import atomic_write
 from ..core.ledger import Verdict
 from ..core.stage import Stage, open_stage_named
@@ -38,6 +42,7 @@ from ..serving.server import (
     lifecycle,
     stage_configs,
 )
+from .claim_rules import r07_determinism as rules
 
 NOTEBOOK = "07_determinism"
 
@@ -59,7 +64,6 @@ def collect(stage: Stage) -> Any:
     return measure.collect(stage)
 
 STAGE = "07_determinism"
-TOKS_TOL = (0.15, 0.30)
 
 
 def _nr(stage: Stage):
@@ -245,82 +249,9 @@ def throughput_table(stage: Stage):
     return df
 
 
-NO_PAIR = "no comparable pair: all requests failed"
-
-
-def _no_pair(c: dict | None) -> str:
-    """The not-run reason when a comparison has no comparable prompt."""
-    if c is None:
-        return "no comparable pair: no request of this comparison was recorded"
-    return f"{NO_PAIR} ({c['not comparable (failed request)']} prompt(s) with a failed request)"
-
-
-def claim_results(counts: dict[str, dict], det_tok_s: float | None, cards: dict[str, dict], *,
-                  spec_depth: int, repeats: int, deterministic_mode: bool) -> dict[str, dict]:
-    """Verdicts for det.spec-off, det.spec-on and det.deterministic-mode from :func:`identity_counts`.
-
-    Args:
-        counts: ``{comparison label: identity_counts row}``.
-        det_tok_s: median decode tok/s of "det spec-on" (None when unknown).
-        cards: ``{claim id: card dict}`` from ``claims.yaml``.
-        spec_depth, repeats, deterministic_mode: the stage's determinism params.
-
-    Returns:
-        ``{claim id: {"measured", "verdict", "note"}}``, or ``{claim id: {"not_run": reason}}`` when
-        no prompt of that comparison is comparable (every such request failed): with no data there is
-        nothing to reproduce or contradict.
-    """
-    out: dict[str, dict] = {}
-    off = counts.get("spec-off self-reproducibility")
-    if not (off and off["prompts compared"]):
-        out["det.spec-off"] = {"not_run": _no_pair(off)}
-    else:
-        out["det.spec-off"] = {
-            "measured": {"identical": off["identical prompts"], "n": off["prompts compared"], "repeats": repeats},
-            "verdict": Verdict.REPRODUCED if off["identical prompts"] == off["prompts compared"] else Verdict.CONTRADICTED,
-            "note": "every greedy repeat equal to the first, token by token"}
-    on = counts.get("spec-on vs spec-off")
-    on_n = on["prompts compared"] if on else 0
-    if not on_n:
-        out["det.spec-on"] = {"not_run": _no_pair(on)}
-    else:
-        all_same = on["identical prompts"] == on_n
-        card = cards["det.spec-on"]
-        out["det.spec-on"] = {
-            "measured": {"identical": on["identical prompts"], "n": on_n,
-                         "first_divergence": on["first divergence (min..max)"]},
-            "verdict": Verdict.CONTRADICTED if all_same else Verdict.REPRODUCED,
-            "note": (f"NEXTN k={spec_depth} vs speculation off, repeat 0 of each. "
-                     f"The card's count ({card['identical']}/{card['n']}) depends "
-                     "on its prompts; the claim tested is that speculation is not byte-identical. Whether the "
-                     "differences are paraphrases was not judged automatically (texts in det-pairs.json).")}
-    if not deterministic_mode:
-        out["det.deterministic-mode"] = {"not_run": "determinism.deterministic_mode is false"}
-        return out
-    det = counts.get("det spec-on vs det spec-off")
-    det_n = det["prompts compared"] if det else 0
-    if not det_n:
-        out["det.deterministic-mode"] = {"not_run": _no_pair(det)}
-        return out
-    card = cards["det.deterministic-mode"]
-    on_rate = on["identical prompts"] / on_n if on_n else None
-    better = det["identical prompts"] == det_n or (on_rate is not None and det["identical prompts"] / det_n > on_rate)
-    r = abs(det_tok_s - card["tok_s"]) / card["tok_s"] if det_tok_s else None
-    tok_ok = r is not None and r <= TOKS_TOL[0]
-    verdict = Verdict.REPRODUCED if better and tok_ok else Verdict.PARTLY if (better or tok_ok) else Verdict.CONTRADICTED
-    out["det.deterministic-mode"] = {
-        "measured": {"identical": det["identical prompts"], "n": det_n,
-                     "tok_s": None if det_tok_s is None else round(det_tok_s, 4),
-                     "identical_vs_plain_spec_off": counts.get("det spec-on vs plain spec-off", {}).get("identical prompts")},
-        "verdict": verdict,
-        "note": ("deterministic spec-on vs deterministic spec-off; 'reproduced' needs more identical prompts "
-                 "than without the mode (or all identical) and decode tok/s within 15 % of the card "
-                 "(hardware-dependent)" + ("" if on_n else "; plain spec-on had no comparable pair"))}
-    return out
-
-
 def record_claims(stage: Stage):
-    """Record det.spec-off, det.spec-on and det.deterministic-mode. Returns the ledger rows."""
+    """Record det.spec-off, det.spec-on and det.deterministic-mode, each decided by its rule
+    (:mod:`~nvfp4study.stages.claim_rules.r07_determinism`). Returns the ledger rows."""
     import pandas as pd
 
     if (nr := _nr(stage)) is not None:
@@ -328,22 +259,18 @@ def record_claims(stage: Stage):
     if measure.resolve_mode(stage).engine == "cpu":
         return record_cpu_engine(stage)
     pairs = _pairs(stage)
-    counts = {r["comparison"]: r for r in identity_counts(pairs)}
     thr = {r["row"]: r for r in throughput_rows(_rows(stage), pairs)}
-    cards = {c["id"]: c["card"] for c in ledger.card_claims()}
     params = measure.params_of(stage)
     replay = params.replay_from
-    checked = "sglang " + params.sglang.version + (f" (replay of {replay})" if replay else "")
     ev = [stage.paths.data("det-pairs"), stage.paths.data("det-identity"), stage.paths.data("det-throughput")]
     ev += [measure.raw_path(stage.paths, c) for c in configs(params).values()]
     d = params.determinism
-    results = claim_results(counts, thr.get("det spec-on", {}).get("decode tok/s median"), cards,
-                            spec_depth=d.spec_depth, repeats=d.repeats, deterministic_mode=d.deterministic_mode)
-    for cid, res in results.items():
-        if "not_run" in res:
-            stage.not_run(res["not_run"], [cid])
-        else:
-            stage.record(cid, evidence=ev, checked_on=checked, **res)
+    record_rules(stage, rules.DeterminismMeasurements(
+        counts={r["comparison"]: r for r in identity_counts(pairs)},
+        det_tok_s=thr.get("det spec-on", {}).get("decode tok/s median"),
+        cards={c["id"]: c["card"] for c in ledger.card_claims()}, spec_depth=d.spec_depth, repeats=d.repeats,
+        deterministic_mode=d.deterministic_mode, evidence=ev,
+        checked="sglang " + params.sglang.version + (f" (replay of {replay})" if replay else "")))
     rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims()]
     return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
 
@@ -398,7 +325,7 @@ def record_cpu_engine(stage: Stage):
     ):
         c = counts.get(label)
         if not c or not c["prompts compared"]:
-            stage.add_finding(fid, claim=claim, measured=None, verdict=Verdict.NOT_RUN, note=_no_pair(c))
+            stage.add_finding(fid, claim=claim, measured=None, verdict=Verdict.NOT_RUN, note=rules.no_pair(c))
             continue
         same = c["identical prompts"] == c["prompts compared"]
         stage.add_finding(fid, claim=claim, measured={"identical": c["identical prompts"], "n": c["prompts compared"],

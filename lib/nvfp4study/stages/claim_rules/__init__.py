@@ -6,4 +6,4 @@ only, and a rules module imports no stage. Importing a module registers its rule
 itself imports none, so a stage loads only its own).
 """
 
-__all__ = ["r02_inspect", "r03_sglang", "r05_corruption"]
+__all__ = ["r01_quantize", "r02_inspect", "r03_sglang", "r04_launch", "r05_corruption", "r06_mtp", "r07_determinism"]

@@ -1,0 +1,183 @@
+"""Stage 04's claim rules: the four ``04_launch_server`` claims of ``core/claims.yaml`` (one GPU,
+resident size, load time, clamp log lines) and the CPU engine's launch finding, one function per
+ledger row.
+
+The card's rows read :class:`LaunchMeasurements` (the last launch of the card's configuration, the
+target model's ``Load weight end`` line of its server log and the clamp table per MoE layer); the
+finding reads :class:`CpuLaunchMeasurements` (the launch record's process tree and what was left
+after the stop). SGLang's "GB" in ``Load weight end`` is GiB (``utils/common.py`` 576 divides bytes
+by ``1 << 30``); the ledger uses GB = 1e9 bytes.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ...core.claim_rules import Row, claim_rule, finding_rule
+from ...core.ledger import Verdict
+from ...serving.server import SGLANG_STOP_SIGNAL, STANDIN_NOTE
+
+GIB = 1 << 30  # SGLang's "GB" (bytes / 2**30)
+# Tolerances for verdicts (documented in the ledger notes).
+LOAD_TIME_TOL = (0.25, 0.50)  # card "about 300 s": reproduced within 25 %, partly within 50 %
+RESIDENT_TOL = 0.05           # 71.8 GB within 5 %
+
+SGLANG_TP_DEFAULT = 1  # SGLang 0.5.23 ``tp_size`` default: sglang/srt/arg_groups/fields/parallel.py:45-51
+                       # (``--tp-size``, alias ``--tensor-parallel-size``, ``] = 1``)
+
+
+def _cmd_value(cmd: list[str] | None, flag: str) -> str | None:
+    if not cmd or flag not in cmd:
+        return None
+    return cmd[cmd.index(flag) + 1]
+
+
+def tensor_parallel(rec: dict[str, Any]) -> tuple[int, str]:
+    """The launch's tensor-parallel size and where it came from: ``/server_info`` ``tp_size``, else
+    the command's ``--tp-size``/``--tensor-parallel-size``, else SGLang's default
+    (:data:`SGLANG_TP_DEFAULT`). Returns ``(tp, source)``."""
+    info = rec.get("server_info") or {}
+    if info.get("tp_size") is not None:
+        return int(info["tp_size"]), "/server_info tp_size"
+    for flag in ("--tp-size", "--tensor-parallel-size"):
+        v = _cmd_value(rec.get("command"), flag)
+        if v is not None:
+            return int(v), f"command {flag}"
+    return SGLANG_TP_DEFAULT, "SGLang's default (no --tp-size in the command, none in /server_info)"
+
+
+@dataclass(frozen=True)
+class LaunchMeasurements:
+    """The card configuration's last launch, as the stage-04 claim rules read it (the stage builds
+    it once from the launch record, its server log and the clamp table)."""
+
+    STAGE: ClassVar[str] = "04_launch_server"
+    rec: dict[str, Any]  # the launch record (data/serve-launch-<cfg>.jsonl, last row with a log)
+    checked: str  # checked_on: "sglang <version>" (and the replayed run)
+    log_ev: Path  # the server log
+    launch_ev: Path  # the launch record file
+    clamp_ev: Path  # data/launch-clamp.json
+    target: dict[str, Any] | None  # the target model's first "Load weight end" line (parse_load_lines), or None
+    clamp: Any  # the clamp table per MoE layer (pandas DataFrame: layer, logged limit, match, ...)
+    groups: dict[str, str]  # "limit=<v>" -> the MoE layers logging it, as ranges
+    card: dict[str, Any]  # claim id -> the card's value (claims.yaml)
+
+
+def _rel(measured: float, card: float) -> float:
+    return abs(measured - card) / card
+
+
+NO_LOAD_LINE = "no 'Load weight end' line in the server log"
+
+
+@claim_rule("fit.single-gpu", LaunchMeasurements)
+def fit_single_gpu(x: LaunchMeasurements) -> Row:
+    """Healthy = the launch record's status is "ok" or it has a launch-to-healthy time. One GPU and
+    healthy: reproduced; one GPU and not healthy: contradicted; more than one GPU: not run (not
+    tested)."""
+    rec = x.rec
+    healthy = rec.get("status") == "ok" or rec.get("load_s") is not None
+    tp, source = tensor_parallel(rec)
+    if tp != 1:
+        return Row.not_run(f"served with tensor parallel size {tp} ({source}): one GPU was not tested")
+    gpu = rec.get("gpu") or {}
+    return Row({"gpus": tp, "gpu": gpu.get("name"), "gpu_memory_gb": gpu.get("memory_gb"), "healthy": healthy},
+               Verdict.REPRODUCED if healthy else Verdict.CONTRADICTED, [x.launch_ev, x.log_ev],
+               (f"server reached /health_generate 200 on one GPU (tp 1 from {source})" if healthy else
+                f"the server did not become healthy on one GPU (tp 1 from {source}); status {rec.get('status')!r}"),
+               x.checked)
+
+
+@claim_rule("size.resident", LaunchMeasurements)
+def size_resident(x: LaunchMeasurements) -> Row:
+    """The target's weights' memory from ``Load weight end`` in GB (1e9 B) within
+    :data:`RESIDENT_TOL` of the card: reproduced; only the GiB figure within it: partly (the card
+    read SGLang's "GB" as GB); else contradicted."""
+    t = x.target
+    if t is None:
+        return Row.not_run(NO_LOAD_LINE)
+    gb = round(t["mem_gib"] * GIB / 1e9, 2)
+    card_gb = x.card["size.resident"]["resident_gb"]
+    if _rel(gb, card_gb) <= RESIDENT_TOL:
+        v, note = Verdict.REPRODUCED, "weights' memory from SGLang's Load weight end line"
+    elif _rel(t["mem_gib"], card_gb) <= RESIDENT_TOL:
+        v, note = Verdict.PARTLY, (f"SGLang logs {t['mem_gib']} 'GB' which is GiB (= {gb} GB); the card's "
+                                   "number matches the GiB figure, not GB")
+    else:
+        v, note = Verdict.CONTRADICTED, "weights' memory from SGLang's Load weight end line"
+    return Row({"resident_gb": gb, "sglang_log_gib": t["mem_gib"]}, v, [x.log_ev], note, x.checked)
+
+
+@claim_rule("load.time", LaunchMeasurements)
+def load_time(x: LaunchMeasurements) -> Row:
+    """The target's weight load (``elapsed`` of ``Load weight end``, s) against the card's: within
+    :data:`LOAD_TIME_TOL` ``[0]`` reproduced, ``[1]`` partly, else contradicted."""
+    t = x.target
+    if t is None:
+        return Row.not_run(NO_LOAD_LINE)
+    r = _rel(t["elapsed_s"], x.card["load.time"]["load_s"])
+    v = Verdict.REPRODUCED if r <= LOAD_TIME_TOL[0] else Verdict.PARTLY if r <= LOAD_TIME_TOL[1] else Verdict.CONTRADICTED
+    return Row({"load_s": t["elapsed_s"], "launch_to_healthy_s": x.rec.get("load_s")}, v, [x.log_ev, x.launch_ev],
+               "weight load from SGLang's log (card: about 300 s; within 25 % = reproduced, "
+               "50 % = partly); launch to healthy includes CUDA graphs and warm-up", x.checked)
+
+
+@claim_rule("clamp.log-lines", LaunchMeasurements)
+def clamp_log_lines(x: LaunchMeasurements) -> Row:
+    """One clamp line per MoE layer with the checkpoint's limits: reproduced; some missing or
+    disagreeing: partly; no line at all (patch not applied): contradicted."""
+    layers = x.clamp[x.clamp.layer.str.isdigit()]
+    n_lines = int((layers["logged limit"] != "no line").sum())
+    if n_lines == 0:
+        v, note = Verdict.CONTRADICTED, "no [swiglu-clamp-patch] line in the log (is the patch applied?)"
+    elif bool(layers["match"].all()):
+        v, note = Verdict.REPRODUCED, ("one line per MoE layer, limits as in the checkpoint's list; dense layers "
+                                       f"0-{int(layers.layer.iloc[0]) - 1} have no MoE and log nothing")
+    else:
+        v, note = Verdict.PARTLY, "lines present but some layers are missing or disagree with the config's list"
+    return Row(x.groups, v, [x.log_ev, x.clamp_ev], note, x.checked)
+
+
+# --- the CPU engine --------------------------------------------------------------------------
+#: SGLang 0.5.23's server processes (``setproctitle`` names, ``srt/entrypoints/engine.py``):
+#: the launcher runs the HTTP server and tokenizer manager; scheduler and detokenizer are children.
+ENGINE_CHILDREN = ("sglang::scheduler", "sglang::detokenizer")
+
+
+@dataclass(frozen=True)
+class CpuLaunchMeasurements:
+    """The card configuration's last launch on the CPU engine (the stage builds it once)."""
+
+    STAGE: ClassVar[str] = "04_launch_server"
+    rec: dict[str, Any]  # the launch record: load_s, process_tree, left_after_stop, returncode
+    evidence: list[Path]  # the launch record file and the server log
+    checked_on: str  # the engine's summary
+
+
+@finding_rule("serve.cpu-engine-launch", CpuLaunchMeasurements,
+              claim="SGLang 0.5.23's real engine (tokenizer manager, scheduler, detokenizer) launches from the "
+                    "study's own command builder and lifecycle, answers /health_generate, and is torn down as a "
+                    "whole process tree: 0 processes left after the stop.")
+def serve_cpu_engine_launch(x: CpuLaunchMeasurements) -> Row:
+    """Reproduced when the launch became healthy, its process tree held the launcher and every
+    process of :data:`ENGINE_CHILDREN`, and no process of the launch was alive after the stop."""
+    rec = x.rec
+    tree = rec.get("process_tree") or []
+    names = [p["name"] for p in tree]
+    left = rec.get("left_after_stop") or []
+    children = all(c in names for c in ENGINE_CHILDREN)
+    ok = rec.get("load_s") is not None and children and not left and len(tree) >= 1 + len(ENGINE_CHILDREN)
+    measured = {"launch_to_healthy_s": rec.get("load_s"), "processes": names,
+                "resident_mb": {f"{p['name']} (pid {p['pid']})": p["rss_mb"] for p in tree},
+                "left_after_stop": len(left), "returncode": rec.get("returncode")}
+    missing = [c for c in ENGINE_CHILDREN if c not in names]
+    note = (f"{len(tree)} processes while healthy ({', '.join(names) or 'none'}); "
+            f"{len(left)} left after the stop ({signal.Signals(SGLANG_STOP_SIGNAL).name} to SGLang's first "
+            "process, then SIGKILL to the process group after server.shutdown_grace_s, marked and "
+            "adopted processes included)"
+            + (f"; missing: {', '.join(missing)}" if missing else ""))
+    return Row(measured, Verdict.REPRODUCED if ok else Verdict.CONTRADICTED, x.evidence,
+               note + f"; {STANDIN_NOTE}", x.checked_on)
