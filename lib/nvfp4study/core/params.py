@@ -227,7 +227,8 @@ class ServerParams(_Strict):
     health_poll_s: float = _float(2.0, gt=0, le=3600)  # seconds between /health_generate polls while loading
     # launches of one install state that load at the same time; each then serves its requests
     # alone while the others wait idle (measure._sessions). 1 on a GPU (one model fills it); 2
-    # on the CPU engine, where loading is mostly one core's Python imports.
+    # on the CPU engine, where loading is mostly one core's Python imports. Needs port 0 (a
+    # free port per launch); with a fixed port launches load one at a time.
     parallel_loads: int = _int(1, 1, 16)
     env: dict[str, str] = Field(default_factory=dict)  # extra environment for the server
     # local: server.python runs SGLang here; docker: server.docker.image runs it in a container

@@ -1,7 +1,8 @@
 """A running SGLang server and the requests the study sends it.
 
 The launch command, the process lifecycle (health, log capture, teardown), the OpenAI-compatible
-HTTP client that keeps raw records, and request sessions with per-request metrics;
+HTTP client that keeps raw records, what each launch is asked and where its answers are recorded
+(``records``), and request sessions with per-request metrics;
 ``cpu_engine``: SGLang's real engine on a CPU (stand-in kernels, in-memory patches, flags).
 """
 
@@ -17,6 +18,7 @@ __all__ = [
     "launchers",
     "measure",
     "process",
+    "records",
     "request_numbers",
     "serve_cli",
     "server",

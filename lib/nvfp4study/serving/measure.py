@@ -25,27 +25,41 @@ from __future__ import annotations
 import contextlib
 import html
 import json
-import os
 import re
 import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from ..core.errors import ReplayDataMissing, StudyError
+from ..core.errors import ReplayDataMissing
 from ..core.files import atomic_write
 from ..core.stage import Stage
 from . import client
+
+# what to ask and where it is recorded (serving/records.py; re-exported: stages and tests name them here)
+from .records import (  # noqa: E402, F401
+    LAUNCH_STEM,
+    RAW_STEM,
+    SERVING_STAGES,
+    RequestSpec,
+    all_prompts,
+    append_jsonl,
+    det_requests,
+    launch_path,
+    launches,
+    mtp_requests,
+    needs,
+    prompts,
+    raw_path,
+    read_jsonl,
+    recorded,
+)
 from .server import (
     STANDIN_NOTE,
-    Launch,
     ServerConfig,
+    StartedLaunch,
     engine_description,
     gpu_refusal,
     is_cpu_engine,
@@ -54,114 +68,6 @@ from .server import (
     served_model_path,
     stage_configs,
 )
-
-RAW_STEM, LAUNCH_STEM = "serve-raw", "serve-launch"
-SERVING_STAGES = ("04_launch_server", "06_mtp_sweep", "07_determinism")
-
-
-# --- what to ask -----------------------------------------------------------------------------
-@cache
-def all_prompts() -> tuple[dict[str, str], ...]:
-    """The study's serving prompts (``data/serving_prompts.yaml``): ``({"id", "text"}, ...)``."""
-    rows = yaml.safe_load(resources.files(__package__).joinpath("data/serving_prompts.yaml").read_text())
-    return tuple({"id": r["id"], "text": r["text"]} for r in rows)
-
-
-def prompts(n: int) -> list[dict[str, str]]:
-    """The first ``n`` prompts. Raises StudyError when more are asked than exist."""
-    p = all_prompts()
-    if n > len(p):
-        raise StudyError(f"{n} prompts asked, the study has {len(p)} (data/serving_prompts.yaml)")
-    return list(p[:n])
-
-
-@dataclass(frozen=True)
-class RequestSpec:
-    """One request of a study: prompt, repeat index, token budget, thinking switch."""
-
-    prompt_id: str
-    repeat: int
-    max_tokens: int
-    thinking: bool = False
-
-    @property
-    def key(self) -> str:
-        return f"{self.prompt_id}/r{self.repeat}/max{self.max_tokens}/think={'on' if self.thinking else 'off'}"
-
-
-def mtp_requests(params) -> list[RequestSpec]:
-    """06's requests on each depth: ``mtp.prompts`` prompts once each."""
-    m = params.mtp
-    return [RequestSpec(p["id"], 0, m.max_tokens, m.thinking) for p in prompts(m.prompts)]
-
-
-def det_requests(params) -> list[RequestSpec]:
-    """07's requests on each of its configurations: ``determinism.prompts`` x ``repeats``."""
-    d = params.determinism
-    return [RequestSpec(p["id"], r, d.max_tokens, False) for r in range(d.repeats) for p in prompts(d.prompts)]
-
-
-def needs(params, config: ServerConfig) -> list[RequestSpec]:
-    """Every request stages 06 and 07 need from ``config``, each once, in sending order."""
-    sc = stage_configs(params)
-    out: dict[str, RequestSpec] = {}
-    if config in sc["06_mtp_sweep"]:
-        out.update((r.key, r) for r in mtp_requests(params))
-    if config in sc["07_determinism"]:
-        out.update((r.key, r) for r in det_requests(params))
-    return list(out.values())
-
-
-# --- files -----------------------------------------------------------------------------------
-def raw_path(paths, config: ServerConfig) -> Path:
-    return paths.data(RAW_STEM, "jsonl", **config.tags)
-
-
-def launch_path(paths, config: ServerConfig) -> Path:
-    return paths.data(LAUNCH_STEM, "jsonl", **config.tags)
-
-
-def append_jsonl(path: Path, row: dict[str, Any]) -> None:
-    """Append one JSON line and fsync it (a crash loses at most the line being written)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(row, default=str) + "\n"
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(line)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSONL file; an unparsable line (a write cut by a crash) is skipped."""
-    rows = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return rows
-
-
-def recorded(paths, config: ServerConfig) -> dict[str, dict[str, Any]]:
-    """``{request_key: row}`` of a configuration's timed rows: the last "ok" row of each key,
-    or the last row when none is ok (so failures stay visible). Warm-up rows are left out."""
-    p = raw_path(paths, config)
-    out: dict[str, dict[str, Any]] = {}
-    if not p.is_file():
-        return out
-    for row in read_jsonl(p):
-        if row.get("warmup"):
-            continue
-        k = row["request_key"]
-        if k not in out or row.get("status") == "ok" or out[k].get("status") != "ok":
-            out[k] = row
-    return out
-
-
-def launches(paths, config: ServerConfig) -> list[dict[str, Any]]:
-    p = launch_path(paths, config)
-    return read_jsonl(p) if p.is_file() else []
 
 
 # --- mode ------------------------------------------------------------------------------------
@@ -369,7 +275,7 @@ def collect(stage: Stage):
             rows += _sessions(stage, group)
             group = []
         group.append((c, pending))
-        if len(group) == stage.params.server.parallel_loads:
+        if len(group) == _parallel_loads(stage.params):
             rows += _sessions(stage, group)
             group = []
     if group:
@@ -432,6 +338,11 @@ def model_config_for(stage: Stage, model_path: str | None) -> dict[str, Any]:
             "source": "params checkpoint.shape"}
 
 
+def _parallel_loads(params) -> int:
+    """``server.parallel_loads``, or 1 with a fixed ``server.port`` (one port serves one launch)."""
+    return params.server.parallel_loads if params.server.port == 0 else 1
+
+
 def _same_install(a: ServerConfig, b: ServerConfig) -> bool:
     """Whether two launches serve one install state (clamp mode, deterministic edit), so that
     they may load at the same time (:func:`~nvfp4study.serving.server.launched`)."""
@@ -460,7 +371,7 @@ def _sessions(stage: Stage, group: list[tuple[ServerConfig, list[RequestSpec]]])
 
 
 @contextlib.contextmanager
-def _recorded_launch(stage: Stage, config: ServerConfig, loaded_with: int) -> Iterator[Launch]:
+def _recorded_launch(stage: Stage, config: ServerConfig, loaded_with: int) -> Iterator[StartedLaunch]:
     """:func:`~nvfp4study.serving.server.launched` whose record is appended to the config's
     launch file when it ends, with ``status`` "ok" or the exception that ended it."""
     n = len(launches(stage.paths, config)) + 1
@@ -478,8 +389,8 @@ def _recorded_launch(stage: Stage, config: ServerConfig, loaded_with: int) -> It
         append_jsonl(launch_path(stage.paths, config), rec)
 
 
-def _wait_all(started: list[Launch]) -> None:
-    """:meth:`Launch.wait_healthy` for every launch, each in its own thread so that each load
+def _wait_all(started: list[StartedLaunch]) -> None:
+    """:meth:`StartedLaunch.wait_healthy` for every launch, each in its own thread so that each load
     time is its own; the first failure is raised as soon as it happens (the caller's exit stack
     then stops every launch)."""
     if len(started) == 1:
@@ -489,7 +400,7 @@ def _wait_all(started: list[Launch]) -> None:
 
     errors: list[BaseException] = []
 
-    def wait(launch: Launch) -> None:
+    def wait(launch: StartedLaunch) -> None:
         try:
             launch.wait_healthy()
         except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
@@ -504,7 +415,7 @@ def _wait_all(started: list[Launch]) -> None:
         raise errors[0]
 
 
-def _serve(stage: Stage, launch: Launch, config: ServerConfig, pending: list[RequestSpec]) -> None:
+def _serve(stage: Stage, launch: StartedLaunch, config: ServerConfig, pending: list[RequestSpec]) -> None:
     """Send a healthy launch its warm-up and ``pending`` requests (rows appended by :func:`ask`)."""
     p, rec, url = stage.params, launch.record, launch.url
     rec["server_info"] = client.server_info(url)

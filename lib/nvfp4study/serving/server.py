@@ -371,7 +371,7 @@ def free_port(host: str) -> int:
 
 
 @dataclass
-class Launch:
+class StartedLaunch:
     """A started SGLang server of :func:`launched`: its process and launch record (load time and
     process tree filled in by :meth:`wait_healthy`)."""
 
@@ -402,7 +402,7 @@ class Launch:
 def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | None = None,
             launch_record: dict | None = None) -> Iterator[str]:
     """Run an SGLang server for ``config`` and yield its base URL once healthy; always stop it
-    afterwards (:func:`launched`, then :meth:`Launch.wait_healthy`).
+    afterwards (:func:`launched`, then :meth:`StartedLaunch.wait_healthy`).
 
     Args:
         stage: the :class:`~nvfp4study.core.stage.Stage` (params, run paths; log -> ``logs/``).
@@ -415,7 +415,7 @@ def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | No
         ``http://host:port``.
 
     Raises:
-        the errors of :func:`launched` and of :meth:`Launch.wait_healthy`.
+        the errors of :func:`launched` and of :meth:`StartedLaunch.wait_healthy`.
     """
     with launched(stage, config, startup_timeout_s=startup_timeout_s, launch_record=launch_record) as launch:
         yield launch.wait_healthy()
@@ -423,8 +423,8 @@ def serving(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | No
 
 @contextlib.contextmanager
 def launched(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | None = None,
-             launch_record: dict | None = None) -> Iterator[Launch]:
-    """Start an SGLang server for ``config`` and yield its :class:`Launch` without waiting for it
+             launch_record: dict | None = None) -> Iterator[StartedLaunch]:
+    """Start an SGLang server for ``config`` and yield its :class:`StartedLaunch` without waiting for it
     to load (several can load at once: :func:`nvfp4study.serving.measure.collect`); always stop
     it afterwards, then restore the install.
 
@@ -466,7 +466,7 @@ def launched(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | N
             try:
                 sp.start()
                 rec["started_at"] = round(time.time(), 3)  # epoch s: overlapping loads show here
-                yield Launch(sp, rec, startup_timeout_s or s.startup_timeout_s, s.health_poll_s)
+                yield StartedLaunch(sp, rec, startup_timeout_s or s.startup_timeout_s, s.health_poll_s)
                 sp.check_alive()
             finally:
                 sp.stop()
