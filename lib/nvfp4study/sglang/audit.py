@@ -38,6 +38,7 @@ from .clamp_flow import Interp
 from .code_index import CodeIndex, alias_target, class_defined, source_files
 from .dispatch import backend_values, derive_paths
 from .model_side import MODEL_FILE, ModelSide, model_side, no_model_line
+from .platforms import PLATFORMS, describe
 from .source import SGLangTree
 
 #: Order used when several kernel calls of one path disagree: the path is as bad as its worst.
@@ -63,6 +64,7 @@ class PathResult:
     live_mentions: list[str] = field(default_factory=list)
     dead_mentions: list[str] = field(default_factory=list)
     flashinfer_check: str | None = None
+    platform: str = describe(PLATFORMS)  # the device classes the path runs on, "CUDA|ROCm"
 
     def as_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -106,14 +108,14 @@ def path_specs(tree: SGLangTree) -> list[dict]:
             else:
                 named.add(p.key)
                 spec.update(steps=p.steps, assume={**p.assume, **entry.get("assume", {})},
-                            found_by=p.trail, lost=p.lost, runner_at=p.runner_at)
+                            found_by=p.trail, lost=p.lost, runner_at=p.runner_at, platforms=p.platforms)
         else:
             spec.update(steps=entry["entry"], found_by=["entered by name: the MoE dispatch does not reach it"])
         out.append(spec)
     for key, p in derived.items():
         if key not in named:
             out.append({"id": key, "label": key, "catalogued": False, "steps": p.steps, "assume": p.assume,
-                        "found_by": p.trail, "lost": p.lost, "runner_at": p.runner_at})
+                        "found_by": p.trail, "lost": p.lost, "runner_at": p.runner_at, "platforms": p.platforms})
     return out
 
 
@@ -164,12 +166,13 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
     """Audit one path of :func:`path_specs` in ``tree`` (see the module docstring for the verdicts)."""
     sinks = catalog()["sinks"]
     base = {"path": spec["id"], "label": spec["label"], "sglang_version": tree.version,
+            "platform": describe(spec.get("platforms", PLATFORMS)),
             "catalogued": spec.get("catalogued", True), "found_by": list(spec.get("found_by", []))}
     if "missing" in spec:
         verdict, why = spec["missing"]
         return PathResult(**base, verdict=verdict, rule=why, file=None, function=None, line=None)
     steps = [_split(s) for s in spec["steps"]]
-    interp = Interp(tree.root, set(sinks), spec.get("assume"))
+    interp = Interp(tree.root, set(sinks), spec.get("assume"), spec.get("platforms", PLATFORMS))
     if spec.get("lost"):
         rule = f"trail lost at {spec['lost']}"
         # a method that refuses this backend itself says so before the runner is ever built
@@ -338,7 +341,8 @@ def audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[Path
             out.append(PathResult(path=spec["id"], label=spec["label"], verdict=ClampVerdict.UNDECIDED,
                                   rule=f"trail lost: {why}", file=None, function=None, line=None,
                                   sglang_version=tree.version, catalogued=spec.get("catalogued", True),
-                                  found_by=list(spec.get("found_by", []))))
+                                  found_by=list(spec.get("found_by", [])),
+                                  platform=describe(spec.get("platforms", PLATFORMS))))
     if not side.ok:
         out = [_model_dropped(r, side) for r in out]
     return out
@@ -350,7 +354,7 @@ def _model_dropped(r: PathResult, side: ModelSide) -> PathResult:
                       rule=(f"BailingMoeV3 does not hand the limit to the MoE layer: {h.reason} "
                             f"(the path alone: {r.verdict.value})"),
                       file=MODEL_FILE, function=h.function, line=h.line, sglang_version=r.sglang_version,
-                      sink=r.sink, catalogued=r.catalogued, found_by=r.found_by)
+                      sink=r.sink, catalogued=r.catalogued, found_by=r.found_by, platform=r.platform)
 
 
 __all__ = ["ClampVerdict", "PathResult", "audit_path", "audit_tree", "catalog", "missing_reason",

@@ -15,6 +15,7 @@ import ast
 from pathlib import Path
 from typing import Any
 
+from . import platforms as pf
 from .clamp_values import (
     _TENSOR_VIEWS,
     CLAMP_FIELDS,
@@ -57,6 +58,33 @@ class ExprEval:
     entry_names: set[str]
     opaque: list[tuple[str, str, int]]  # (callee, file, line): the limit passed where it cannot follow
     runner_calls: list[tuple[str, int]]  # (file, line) of each live ``...runner.run(...)``
+    platforms: tuple[str, ...]  # the device classes the path runs on (platforms.PLATFORMS)
+    _flags: dict[tuple[str, str], Any]
+
+    def platform_value(self, name: str) -> bool | None:
+        """A platform predicate's value (``is_npu``, ``is_sm100_supported``): the path's assumed
+        fact ``name()`` first, else the value every platform of the path agrees on (None: not
+        a predicate, or not decided)."""
+        if f"{name}()" in self.assume:
+            v = self.assume[f"{name}()"]
+            return v if isinstance(v, bool) else None
+        vals = {pf.predicate_value(name, p) for p in self.platforms}
+        return vals.pop() if len(vals) == 1 else None
+
+    def module_flag(self, mod: Any, name: str) -> Any:
+        """A module-level platform flag (``_is_hip = is_hip()``) of ``mod``, or of the module it
+        is imported from, under the path's platforms (:func:`~nvfp4study.sglang.platforms.flag`);
+        UNK when ``name`` is no such flag or it is not decided."""
+        key = (mod.rel, name)
+        if key not in self._flags:
+            self._flags[key] = UNK  # a cycle of imports reads as unknown
+            v = pf.flag(mod.tree, name, self.platform_value)
+            src = mod.imports.get(name)
+            if v is None and src is not None:
+                other = self.module_for(src[0])
+                v = None if other is None else self.module_flag(other, src[1])
+            self._flags[key] = UNK if v is None else v
+        return self._flags[key]
 
     def attr_value(self, name: str, base: Any = UNK) -> Any:
         if name in self.assume:
@@ -85,7 +113,9 @@ class ExprEval:
                 return frame.locals[node.id]
             if node.id in self.sinks:
                 return FuncRef(node.id)
-            return self.assume.get(node.id, UNK)
+            if node.id in self.assume:
+                return self.assume[node.id]
+            return self.module_flag(frame.module, node.id)
         if isinstance(node, ast.Attribute):
             if node.attr == "gemm1_clamp_limit":
                 self.live.add((frame.module.rel, node.lineno))
@@ -230,6 +260,8 @@ class ExprEval:
             return self.assume[name]
         if f"{name}()" in self.assume:  # a call fact, whatever the arguments (use_intel_amx_backend(layer))
             return self.assume[f"{name}()"]
+        if pf.is_predicate(name) and (pv := self.platform_value(name)) is not None:
+            return pv  # is_npu(), is_sm100_supported(): decided by the path's platforms
         if name in self.sinks:
             origins = {}
             for k, kn in kw_nodes.items():

@@ -41,6 +41,7 @@ from .clamp_values import (
     truth,
 )
 from .code_index import class_methods, module_level
+from .platforms import PLATFORMS
 
 
 class Interp(ExprEval):
@@ -50,12 +51,17 @@ class Interp(ExprEval):
         root: the tree root (folder holding ``sglang/``).
         sinks: sink names (callee simple names) to record.
         assume: attribute-name facts for this path (e.g. ``{"use_flashinfer_trtllm": False}``).
+        platforms: the device classes the path runs on; the platform predicates and module flags
+            they all agree on are decided (:mod:`nvfp4study.sglang.platforms`).
     """
 
     MAX_STEPS = 20000
 
-    def __init__(self, root: Path, sinks: set[str], assume: dict | None = None):
+    def __init__(self, root: Path, sinks: set[str], assume: dict | None = None,
+                 platforms: tuple[str, ...] = PLATFORMS):
         self.root = Path(root)
+        self.platforms = tuple(platforms)
+        self._flags = {}
         self.sinks = set(sinks)
         self.assume = dict(assume or {})
         self.attrs: dict[str, Any] = {}

@@ -287,7 +287,7 @@ class Frame:
 
 _TENSOR_VIEWS = {"data", "to", "float", "contiguous", "clone", "detach", "view", "expand",
                  "reshape", "cuda"}
-_RELEVANT = ("clamp", "swiglu", "ActivationType", "gemm1_alpha", "activation_type")
+_RELEVANT = ("clamp", "swiglu", "ActivationType", "gemm1_alpha", "activation_type", "QuantInfo(")
 
 
 @cache
