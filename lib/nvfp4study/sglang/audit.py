@@ -9,6 +9,8 @@ no ``gemm1_alpha`` (Ling-3.0-flash), whether the routed-expert SwiGLU clamp is
 - ``APPROX``: it reaches a kernel in the GPT-OSS pre-SiLU form (``min(g, L)`` before the SiLU);
 - ``DROPPED``: no clamp reaches the kernel, silently;
 - ``REFUSED``: the path raises when the limit is set;
+- ``UNUSABLE``: the path raises for Ling whatever the limit (a step raises on every branch Ling
+  can take there, with the raise's file and line);
 
 plus ``ABSENT`` (the path does not exist in this version) and ``UNDECIDED`` (the audit cannot
 tell, with where it lost the trail). Every row carries file, function, line and the
@@ -43,7 +45,7 @@ from .source import SGLangTree
 
 #: Order used when several kernel calls of one path disagree: the path is as bad as its worst.
 _SEVERITY = [ClampVerdict.DROPPED, ClampVerdict.APPROX, ClampVerdict.UNDECIDED,
-             ClampVerdict.REFUSED, ClampVerdict.EXACT]
+             ClampVerdict.REFUSED, ClampVerdict.UNUSABLE, ClampVerdict.EXACT]
 
 
 @dataclass
@@ -172,13 +174,15 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
         verdict, why = spec["missing"]
         return PathResult(**base, verdict=verdict, rule=why, file=None, function=None, line=None)
     steps = [_split(s) for s in spec["steps"]]
-    interp = Interp(tree.root, set(sinks), spec.get("assume"), spec.get("platforms", PLATFORMS))
+    interp = Interp(tree.root, sinks, spec.get("assume"), spec.get("platforms", PLATFORMS))
     if spec.get("lost"):
         rule = f"trail lost at {spec['lost']}"
         # a method that refuses this backend itself says so before the runner is ever built
         for r, q in steps:
             if interp.find(r, q) is not None:
                 interp.run_step(r, q)
+                if interp.raising_steps:
+                    return _raising_verdict(base, interp)
         first = next((x for x in interp.refusals if x.certain), None)
         if first is not None:
             rule += f"; before it, {_short(first.file)}:{first.line} {first.function}: {first.text[:100]}"
@@ -207,6 +211,9 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
             steps, skipped_runner = steps[:i], True
             break
         interp.run_step(r, q)
+        if interp.raising_steps:  # the later steps never run
+            steps = steps[:i + 1]
+            break
     if interp.exhausted:
         r0, q0 = steps[-1] if steps else (None, None)
         return PathResult(**base, verdict=ClampVerdict.UNDECIDED,
@@ -226,6 +233,8 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
         x = refusals[0]
         return PathResult(**base, verdict=ClampVerdict.REFUSED, rule=f"raises when the limit is set: {x.text}",
                           file=_short(x.file), function=x.function, line=x.line, **extra)
+    if interp.raising_steps:
+        return _raising_verdict(base, interp, extra)
     if "returns_clamp" in spec:
         r, q = steps[-1]
         fn = interp.find(r, q)
@@ -284,6 +293,24 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
     return PathResult(**base, verdict=ClampVerdict.UNDECIDED, rule="limit read but no known sink reached",
                       file=_short(r), function=q, line=fn.lineno, **extra)
 
+
+
+def _raising_verdict(base: dict, interp: Interp, extra: dict | None = None) -> PathResult:
+    """The verdict of a path one of whose steps raises on every branch Ling can take: REFUSED
+    when one of those raises is about the clamp limit (its test or message names it), else
+    UNUSABLE (the path cannot run for Ling whatever the limit), at the first raise reached."""
+    rel, qual, raises = interp.raising_steps[0]
+    about = [x for x in raises if x.mentions_clamp or "clamp" in x.text]
+    x = (about or raises or [None])[0]
+    if x is None:  # a helper raised where no raise statement was recorded: keep the step's place
+        return PathResult(**base, verdict=ClampVerdict.UNUSABLE, rule=f"{_short(rel)}::{qual} raises on every branch",
+                          file=_short(rel), function=qual, line=None, **(extra or {}))
+    if about:
+        return PathResult(**base, verdict=ClampVerdict.REFUSED, rule=f"raises when the limit is set: {x.text}",
+                          file=_short(x.file), function=x.function, line=x.line, **(extra or {}))
+    return PathResult(**base, verdict=ClampVerdict.UNUSABLE,
+                      rule=f"raises for Ling whatever the limit, on every branch of {qual}: {x.text}",
+                      file=_short(x.file), function=x.function, line=x.line, **(extra or {}))
 
 
 def _function_at(tree: SGLangTree, rel: str, line: int) -> str | None:
