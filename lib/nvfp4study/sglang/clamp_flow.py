@@ -226,7 +226,9 @@ class Interp(ExprEval):
         elif isinstance(st, ast.Expr):
             self.eval(st.value, frame)
         elif isinstance(st, ast.Return):
-            frame.returns.append(self.eval(st.value, frame) if st.value is not None else None)
+            v = self.eval(st.value, frame) if st.value is not None else None
+            if not frame.raised:  # ``return f()`` where f() always raises does not return
+                frame.returns.append(v)
             frame.stopped = True
         elif isinstance(st, ast.If):
             t = truth(self.eval(st.test, frame))

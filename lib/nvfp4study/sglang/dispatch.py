@@ -287,12 +287,24 @@ def _members(node: ast.AST, values: dict[str, str], enum: set[str] = frozenset({
 
 
 # --- the platforms ------------------------------------------------------------------------------
-def runner_sites(code: CodeIndex, rel: str, cls: ast.ClassDef, backend: str) -> list[tuple[str, ast.Call]]:
+def runner_sites(code: CodeIndex, rel: str, cls: ast.ClassDef, backend: str) -> list[tuple[str, ast.AST]]:
     """``[(file, node)]``: where ``cls`` builds its runner for ``backend``: the ``MoeRunner(...)``
     calls naming that member and the assignments of it to a local, else (the backend passed
     through at run time) the calls naming none."""
-    values = backend_values(code)
-    named, passed = [], []
+    named = [(r, n) for r, n, members in _runner_nodes(code, rel, cls) if backend in members]
+    passed = [(r, n) for r, n, members in _runner_nodes(code, rel, cls)
+              if not members and isinstance(n, ast.Call)]
+    return named or passed
+
+
+def _runner_nodes(code: CodeIndex, rel: str, cls: ast.ClassDef) -> list[tuple[str, ast.AST, set[str]]]:
+    """``(file, node, backends named)`` for each ``MoeRunner(...)`` call of ``cls``'s methods and
+    each assignment of a ``MoeRunnerBackend`` member; read once per class (``code.memo``)."""
+    memo = code.__dict__.setdefault("_runner_nodes", {})
+    if (rel, cls.name) in memo:
+        return memo[(rel, cls.name)]
+    values = memo.setdefault("<values>", backend_values(code))
+    out = []
     for name in {f.name for f in funcs(cls)} | set(SETUP_STEPS):
         m = code.method(rel, cls, name)
         if not m:
@@ -302,11 +314,11 @@ def runner_sites(code: CodeIndex, rel: str, cls: ast.ClassDef, backend: str) -> 
             enum = _enum_names(code, m[0], fn)
             for c in ast.walk(fn):
                 if isinstance(c, ast.Call) and ast.unparse(c.func).split(".")[-1] == "MoeRunner" and c.args:
-                    members = _members(c.args[0], values, enum)
-                    (named if backend in members else passed if not members else []).append((m[0], c))
-                elif isinstance(c, ast.Assign) and backend in _members(c.value, values, enum):
-                    named.append((m[0], c))  # backend = MoeRunnerBackend.X, then MoeRunner(backend)
-    return named or passed
+                    out.append((m[0], c, _members(c.args[0], values, enum)))
+                elif isinstance(c, ast.Assign) and (members := _members(c.value, values, enum)):
+                    out.append((m[0], c, members))  # backend = MoeRunnerBackend.X, then MoeRunner(backend)
+    memo[(rel, cls.name)] = out
+    return out
 
 
 def path_platforms(code: CodeIndex, steps: list[str], built: list | None = None,

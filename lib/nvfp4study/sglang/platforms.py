@@ -155,7 +155,7 @@ def guards(tree: ast.Module, node: ast.AST) -> list[tuple[ast.expr, bool]]:
 def reachable_on(tree: ast.Module, node: ast.AST, platforms: Iterable[str] = PLATFORMS) -> set[str]:
     """The platforms of ``platforms`` on which no test around ``node`` (:func:`guards`) is
     decided against it."""
-    out = set()
+    out, tests = set(), guards(tree, node)
     for p in platforms:
         def value_of(name: str, p: str = p) -> bool | None:
             return predicate_value(name, p)
@@ -163,7 +163,7 @@ def reachable_on(tree: ast.Module, node: ast.AST, platforms: Iterable[str] = PLA
         def name_of(name: str, value_of=value_of) -> bool | None:
             return flag(tree, name, value_of)
 
-        if all(test_value(t, name_of, value_of) in (None, want) for t, want in guards(tree, node)):
+        if all(test_value(t, name_of, value_of) in (None, want) for t, want in tests):
             out.add(p)
     return out
 
