@@ -20,7 +20,8 @@
 # or run on a GPU) and decide, for a model that sets `gemm1_clamp_limit` and no `gemm1_alpha`
 # (Ling), where the clamp ends up on every MoE path:
 # **EXACT** (Ling's post-SiLU form `min(silu(g), L) * clamp(u, -L, L)`), **APPROX** (the GPT-OSS
-# pre-SiLU form), **DROPPED** (silently no clamp) or **REFUSED** (raises).
+# pre-SiLU form), **DROPPED** (silently no clamp), **REFUSED** (raises because the limit is set)
+# or **UNUSABLE** (raises for Ling whatever the limit).
 # Then we apply and revert the study's patch modes (`none`, `exact`, the deterministic edit, and
 # the card's own patch on 0.5.20) on a copy, re-audit, and size what APPROX means numerically.
 #

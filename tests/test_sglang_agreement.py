@@ -21,6 +21,7 @@ from nvfp4study.core.errors import HandReadingsError
 from nvfp4study.report import findings
 from nvfp4study.sglang import agreement as ag
 from nvfp4study.sglang.audit import audit_tree
+from nvfp4study.sglang.audit_sinks import ClampVerdict
 from sglang_fixtures import VERSIONS, released
 
 DATA = Path(ag.__file__).parent / "data" / "hand_readings.yaml"
@@ -94,10 +95,12 @@ def test_agreement_counted_by_hand(doc, rows):
         assert {g: [x["agree"], x["n"]] for g, x in group.items()} == want, key
     conf = Counter((r["verdict"], a) for r, a in pairs)
     assert {(h, a): c for h, row in got.confusion.items() for a, c in row.items()} == dict(conf)
-    # UNUSABLE is not an audit verdict: every such reading is a disagreement, and it is in n
-    unusable = [r for r, _ in pairs if r["verdict"] == "UNUSABLE"]
+    # every hand verdict is one the audit can give (UNUSABLE included, issue 23): an UNUSABLE
+    # reading the audit also calls UNUSABLE agrees
+    assert set(doc["verdicts"]) == {v.value for v in ClampVerdict} == set(ag.ORDER)
+    unusable = [(r, a) for r, a in pairs if r["verdict"] == "UNUSABLE"]
     assert unusable and sum(got.confusion["UNUSABLE"].values()) == len(unusable)
-    assert "UNUSABLE" not in got.confusion["UNUSABLE"]
+    assert got.confusion["UNUSABLE"].get("UNUSABLE", 0) == sum(a == "UNUSABLE" for _, a in unusable) > 0
     want_trusted = sorted(g for g, x in got.by_kind.items() if x["n"] >= 3 and x["agree"] / x["n"] >= 0.95)
     assert got.trusted_kinds == want_trusted
 

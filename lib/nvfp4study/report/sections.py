@@ -61,7 +61,8 @@ FIGURES: dict[str, dict[str, Any]] = {
                 "(ledger finding.audit-agreement).",
         read="Each cell is the audit's verdict for a limit set with no alpha: EXACT is Ling's "
              "post-SiLU clamp, APPROX the pre-SiLU (GPT-OSS) form, DROPPED means the limit never "
-             "reaches the kernel, REFUSED that the path raises, ABSENT that it does not exist then.",
+             "reaches the kernel, REFUSED that the path raises because the limit is set, UNUSABLE that "
+             "it raises for Ling whatever the limit, ABSENT that it does not exist then.",
         alt="Heatmap of clamp verdicts, MoE paths by SGLang release, coloured EXACT green, APPROX "
             "orange, DROPPED red."),
     "clamp_forms": dict(

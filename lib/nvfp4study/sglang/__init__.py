@@ -2,7 +2,7 @@
 
 Source trees from released wheels, the AST clamp-flow audit, the clamp patches (apply, verify,
 revert byte for byte), ``sglang serve`` flag facts, the clamp numerics (pre- vs post-SiLU) and
-the audit's agreement with a blind hand reading.
+the audit's agreement with a blind hand reading; the device class each path runs on.
 """
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "model_side",
     "patch",
     "patch_journal",
+    "platforms",
     "quant_methods",
     "releases",
     "source",

@@ -7,8 +7,9 @@ readers read a random sample of them by hand, blind to the audit
 module compares the two and decides which derived verdicts may be counted:
 
 - :func:`compare`: overall agreement k/n with a Wilson 95 % interval, per path kind
-  (:func:`path_kind`), per release, and the hand x audit confusion table. A reading the audit
-  cannot express (``UNUSABLE``) or a path the audit did not list counts as a disagreement.
+  (:func:`path_kind`), per release, and the hand x audit confusion table. A path the audit did
+  not list counts as a disagreement (the audit's verdicts include ``UNUSABLE``, so every hand
+  verdict can be matched).
 - :func:`counted_verdicts`: the trust rule (:data:`RULE`) applied to an audit's rows: each row is
   ``counted`` (catalogued, hand-read, or of a kind that agrees well enough) or a ``machine``
   reading, counted separately.
@@ -42,7 +43,7 @@ RULE = (f"A derived path's verdict is counted only when the path was hand-read (
         f"is used) or its path kind agreed with the hand reading on at least {MIN_AGREEMENT * 100:.0f} % of "
         f"at least {MIN_READINGS} sampled readings; the others are the audit's machine reading, "
         f"counted separately. Catalogued (hand-catalogued) paths are always counted.")
-#: the verdicts in the order tables show them (UNUSABLE: the hand reading's only)
+#: the verdicts in the order tables show them (the audit's ClampVerdict values, hand and audit alike)
 ORDER = ["EXACT", "APPROX", "DROPPED", "REFUSED", "UNUSABLE", "UNDECIDED", "ABSENT"]
 #: the audit's column for a hand-read path that is not among its rows of that release
 NOT_LISTED = "NOT LISTED"

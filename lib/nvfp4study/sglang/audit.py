@@ -9,6 +9,8 @@ no ``gemm1_alpha`` (Ling-3.0-flash), whether the routed-expert SwiGLU clamp is
 - ``APPROX``: it reaches a kernel in the GPT-OSS pre-SiLU form (``min(g, L)`` before the SiLU);
 - ``DROPPED``: no clamp reaches the kernel, silently;
 - ``REFUSED``: the path raises when the limit is set;
+- ``UNUSABLE``: the path raises for Ling whatever the limit (a step raises on every branch Ling
+  can take there, with the raise's file and line);
 
 plus ``ABSENT`` (the path does not exist in this version) and ``UNDECIDED`` (the audit cannot
 tell, with where it lost the trail). Every row carries file, function, line and the
@@ -38,11 +40,12 @@ from .clamp_flow import Interp
 from .code_index import CodeIndex, alias_target, class_defined, source_files
 from .dispatch import backend_values, derive_paths
 from .model_side import MODEL_FILE, ModelSide, model_side, no_model_line
+from .platforms import PLATFORMS, describe
 from .source import SGLangTree
 
 #: Order used when several kernel calls of one path disagree: the path is as bad as its worst.
 _SEVERITY = [ClampVerdict.DROPPED, ClampVerdict.APPROX, ClampVerdict.UNDECIDED,
-             ClampVerdict.REFUSED, ClampVerdict.EXACT]
+             ClampVerdict.REFUSED, ClampVerdict.UNUSABLE, ClampVerdict.EXACT]
 
 
 @dataclass
@@ -63,6 +66,7 @@ class PathResult:
     live_mentions: list[str] = field(default_factory=list)
     dead_mentions: list[str] = field(default_factory=list)
     flashinfer_check: str | None = None
+    platform: str = describe(PLATFORMS)  # the device classes the path runs on, "CUDA|ROCm"
 
     def as_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -106,14 +110,14 @@ def path_specs(tree: SGLangTree) -> list[dict]:
             else:
                 named.add(p.key)
                 spec.update(steps=p.steps, assume={**p.assume, **entry.get("assume", {})},
-                            found_by=p.trail, lost=p.lost, runner_at=p.runner_at)
+                            found_by=p.trail, lost=p.lost, runner_at=p.runner_at, platforms=p.platforms)
         else:
             spec.update(steps=entry["entry"], found_by=["entered by name: the MoE dispatch does not reach it"])
         out.append(spec)
     for key, p in derived.items():
         if key not in named:
             out.append({"id": key, "label": key, "catalogued": False, "steps": p.steps, "assume": p.assume,
-                        "found_by": p.trail, "lost": p.lost, "runner_at": p.runner_at})
+                        "found_by": p.trail, "lost": p.lost, "runner_at": p.runner_at, "platforms": p.platforms})
     return out
 
 
@@ -164,18 +168,21 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
     """Audit one path of :func:`path_specs` in ``tree`` (see the module docstring for the verdicts)."""
     sinks = catalog()["sinks"]
     base = {"path": spec["id"], "label": spec["label"], "sglang_version": tree.version,
+            "platform": describe(spec.get("platforms", PLATFORMS)),
             "catalogued": spec.get("catalogued", True), "found_by": list(spec.get("found_by", []))}
     if "missing" in spec:
         verdict, why = spec["missing"]
         return PathResult(**base, verdict=verdict, rule=why, file=None, function=None, line=None)
     steps = [_split(s) for s in spec["steps"]]
-    interp = Interp(tree.root, set(sinks), spec.get("assume"))
+    interp = Interp(tree.root, sinks, spec.get("assume"), spec.get("platforms", PLATFORMS))
     if spec.get("lost"):
         rule = f"trail lost at {spec['lost']}"
         # a method that refuses this backend itself says so before the runner is ever built
         for r, q in steps:
             if interp.find(r, q) is not None:
                 interp.run_step(r, q)
+                if interp.raising_steps:
+                    return _raising_verdict(base, interp)
         first = next((x for x in interp.refusals if x.certain), None)
         if first is not None:
             rule += f"; before it, {_short(first.file)}:{first.line} {first.function}: {first.text[:100]}"
@@ -204,6 +211,9 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
             steps, skipped_runner = steps[:i], True
             break
         interp.run_step(r, q)
+        if interp.raising_steps:  # the later steps never run
+            steps = steps[:i + 1]
+            break
     if interp.exhausted:
         r0, q0 = steps[-1] if steps else (None, None)
         return PathResult(**base, verdict=ClampVerdict.UNDECIDED,
@@ -223,6 +233,8 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
         x = refusals[0]
         return PathResult(**base, verdict=ClampVerdict.REFUSED, rule=f"raises when the limit is set: {x.text}",
                           file=_short(x.file), function=x.function, line=x.line, **extra)
+    if interp.raising_steps:
+        return _raising_verdict(base, interp, extra)
     if "returns_clamp" in spec:
         r, q = steps[-1]
         fn = interp.find(r, q)
@@ -283,6 +295,24 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
 
 
 
+def _raising_verdict(base: dict, interp: Interp, extra: dict | None = None) -> PathResult:
+    """The verdict of a path one of whose steps raises on every branch Ling can take: REFUSED
+    when one of those raises is about the clamp limit (its test or message names it), else
+    UNUSABLE (the path cannot run for Ling whatever the limit), at the first raise reached."""
+    rel, qual, raises = interp.raising_steps[0]
+    about = [x for x in raises if x.mentions_clamp or "clamp" in x.text]
+    x = (about or raises or [None])[0]
+    if x is None:  # a helper raised where no raise statement was recorded: keep the step's place
+        return PathResult(**base, verdict=ClampVerdict.UNUSABLE, rule=f"{_short(rel)}::{qual} raises on every branch",
+                          file=_short(rel), function=qual, line=None, **(extra or {}))
+    if about:
+        return PathResult(**base, verdict=ClampVerdict.REFUSED, rule=f"raises when the limit is set: {x.text}",
+                          file=_short(x.file), function=x.function, line=x.line, **(extra or {}))
+    return PathResult(**base, verdict=ClampVerdict.UNUSABLE,
+                      rule=f"raises for Ling whatever the limit, on every branch of {qual}: {x.text}",
+                      file=_short(x.file), function=x.function, line=x.line, **(extra or {}))
+
+
 def _function_at(tree: SGLangTree, rel: str, line: int) -> str | None:
     """Qualified name of the innermost function holding ``line`` in ``rel``."""
     mod = cv._parse(tree.file(rel))
@@ -338,7 +368,8 @@ def audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[Path
             out.append(PathResult(path=spec["id"], label=spec["label"], verdict=ClampVerdict.UNDECIDED,
                                   rule=f"trail lost: {why}", file=None, function=None, line=None,
                                   sglang_version=tree.version, catalogued=spec.get("catalogued", True),
-                                  found_by=list(spec.get("found_by", []))))
+                                  found_by=list(spec.get("found_by", [])),
+                                  platform=describe(spec.get("platforms", PLATFORMS))))
     if not side.ok:
         out = [_model_dropped(r, side) for r in out]
     return out
@@ -350,7 +381,7 @@ def _model_dropped(r: PathResult, side: ModelSide) -> PathResult:
                       rule=(f"BailingMoeV3 does not hand the limit to the MoE layer: {h.reason} "
                             f"(the path alone: {r.verdict.value})"),
                       file=MODEL_FILE, function=h.function, line=h.line, sglang_version=r.sglang_version,
-                      sink=r.sink, catalogued=r.catalogued, found_by=r.found_by)
+                      sink=r.sink, catalogued=r.catalogued, found_by=r.found_by, platform=r.platform)
 
 
 __all__ = ["ClampVerdict", "PathResult", "audit_path", "audit_tree", "catalog", "missing_reason",

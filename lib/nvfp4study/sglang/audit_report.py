@@ -68,8 +68,8 @@ def matrix_figure(results: list[PathResult], out: str | Path) -> Path:
     import seaborn as sns
 
     order = [ClampVerdict.EXACT, ClampVerdict.APPROX, ClampVerdict.DROPPED, ClampVerdict.REFUSED,
-             ClampVerdict.UNDECIDED, ClampVerdict.ABSENT]
-    colors = ["#1a9850", "#fdae61", "#d73027", "#7b3294", "#999999", "#f0f0f0"]
+             ClampVerdict.UNUSABLE, ClampVerdict.UNDECIDED, ClampVerdict.ABSENT]
+    colors = ["#1a9850", "#fdae61", "#d73027", "#7b3294", "#5e3c99", "#999999", "#f0f0f0"]
     df = results_frame(catalogued(results))
     paths = list(dict.fromkeys(df["path"]))
     versions = sorted(set(df["sglang"]), key=lambda v: [int(x) if x.isdigit() else x for x in v.split(".")])

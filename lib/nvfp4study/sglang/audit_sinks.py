@@ -27,6 +27,7 @@ class ClampVerdict(StrEnum):
     APPROX = "APPROX"
     DROPPED = "DROPPED"
     REFUSED = "REFUSED"
+    UNUSABLE = "UNUSABLE"
     ABSENT = "ABSENT"
     UNDECIDED = "UNDECIDED"
 

@@ -15,6 +15,7 @@ import ast
 from pathlib import Path
 from typing import Any
 
+from . import platforms as pf
 from .clamp_values import (
     _TENSOR_VIEWS,
     CLAMP_FIELDS,
@@ -31,6 +32,7 @@ from .clamp_values import (
     LocalFunc,
     Multi,
     Payload,
+    Refusal,
     SinkHit,
     _relevant,
     has_limit,
@@ -57,6 +59,34 @@ class ExprEval:
     entry_names: set[str]
     opaque: list[tuple[str, str, int]]  # (callee, file, line): the limit passed where it cannot follow
     runner_calls: list[tuple[str, int]]  # (file, line) of each live ``...runner.run(...)``
+    platforms: tuple[str, ...]  # the device classes the path runs on (platforms.PLATFORMS)
+    sink_from: dict[str, list[str]]  # sink -> the modules it comes from (the sink table's ``from``)
+    _flags: dict[tuple[str, str], Any]
+
+    def platform_value(self, name: str) -> bool | None:
+        """A platform predicate's value (``is_npu``, ``is_sm100_supported``): the path's assumed
+        fact ``name()`` first, else the value every platform of the path agrees on (None: not
+        a predicate, or not decided)."""
+        if f"{name}()" in self.assume:
+            v = self.assume[f"{name}()"]
+            return v if isinstance(v, bool) else None
+        vals = {pf.predicate_value(name, p) for p in self.platforms}
+        return vals.pop() if len(vals) == 1 else None
+
+    def module_flag(self, mod: Any, name: str) -> Any:
+        """A module-level platform flag (``_is_hip = is_hip()``) of ``mod``, or of the module it
+        is imported from, under the path's platforms (:func:`~nvfp4study.sglang.platforms.flag`);
+        UNK when ``name`` is no such flag or it is not decided."""
+        key = (mod.rel, name)
+        if key not in self._flags:
+            self._flags[key] = UNK  # a cycle of imports reads as unknown
+            v = pf.flag(mod.tree, name, self.platform_value)
+            src = mod.imports.get(name)
+            if v is None and src is not None:
+                other = self.module_for(src[0])
+                v = None if other is None else self.module_flag(other, src[1])
+            self._flags[key] = UNK if v is None else v
+        return self._flags[key]
 
     def attr_value(self, name: str, base: Any = UNK) -> Any:
         if name in self.assume:
@@ -85,7 +115,9 @@ class ExprEval:
                 return frame.locals[node.id]
             if node.id in self.sinks:
                 return FuncRef(node.id)
-            return self.assume.get(node.id, UNK)
+            if node.id in self.assume:
+                return self.assume[node.id]
+            return self.module_flag(frame.module, node.id)
         if isinstance(node, ast.Attribute):
             if node.attr == "gemm1_clamp_limit":
                 self.live.add((frame.module.rel, node.lineno))
@@ -95,6 +127,8 @@ class ExprEval:
             prop = self.property_value(node, frame)
             if prop is not None:
                 return prop
+            if self.none_attribute(node.value, frame):
+                return UNK
             base = self.eval(node.value, frame)
             if isinstance(base, Payload):
                 return base.get(node.attr)
@@ -226,11 +260,18 @@ class ExprEval:
             self.eval(f.value, frame)
         if isinstance(f, ast.Attribute) and f.attr == "run" and ast.unparse(f.value).endswith("runner"):
             self.runner_calls.append((frame.module.rel, node.lineno))  # self.runner.run(...): MoeRunner.run
+        n = f.value if isinstance(f, ast.Attribute) else None
+        while isinstance(n, ast.Attribute):  # self.runner.runner_backend.is_x() with self.runner None
+            if self.none_attribute(n, frame):
+                return UNK
+            n = n.value
         if name in self.assume and not node.args and not node.keywords:
             return self.assume[name]
         if f"{name}()" in self.assume:  # a call fact, whatever the arguments (use_intel_amx_backend(layer))
             return self.assume[f"{name}()"]
-        if name in self.sinks:
+        if pf.is_predicate(name) and (pv := self.platform_value(name)) is not None:
+            return pv  # is_npu(), is_sm100_supported(): decided by the path's platforms
+        if name in self.sinks and self.sink_source_ok(f, name, frame):
             origins = {}
             for k, kn in kw_nodes.items():
                 if isinstance(kn, ast.Attribute):
@@ -329,6 +370,8 @@ class ExprEval:
         sub.guards = list(frame.guards)
         self._bind(fn, sub, args, kwargs, method_call=cls is not None and not closure)
         self.exec_body(fn.body, sub)
+        if sub.raises_always():  # the helper raises on every branch: the caller never goes on
+            frame.stopped = frame.raised = True
         out: Any = None
         for r in sub.returns:
             out = r if out is None else join(out, r)
@@ -345,6 +388,61 @@ class ExprEval:
             return {}
         return {st.target.id: st.value.value for st in cls.body if isinstance(st, ast.AnnAssign)
                 and isinstance(st.target, ast.Name) and isinstance(st.value, ast.Constant)}
+
+    def sink_source_ok(self, f: ast.expr, name: str, frame: Frame) -> bool:
+        """Whether a call ``name(...)`` is the sink of that name: a sink whose table entry says
+        where it comes from (``from``: module prefixes) is that sink only when the name is
+        defined in, or imported from, such a module (``from sgl_kernel import fused_experts`` on
+        XPU is not SGLang's Triton ``fused_experts``). A name whose source cannot be told (an
+        attribute call, a local) keeps its sink."""
+        prefixes = self.sink_from.get(name)
+        if not prefixes or not isinstance(f, ast.Name) or f.id in frame.locals:
+            return True
+        src = frame.imports.get(name) or (None if name in frame.module.functions else frame.module.imports.get(name))
+        where = src[0] if src else frame.module.rel[:-3].replace("/", ".") if name in frame.module.functions else None
+        return where is None or any(where == p or where.startswith(p + ".") for p in prefixes)
+
+    def none_attribute(self, node: ast.expr, frame: Frame) -> bool:
+        """``self.x.y`` where nothing on this path set ``self.x`` and the class (or an in-tree
+        base) declares ``x = None`` at class level (``runner: MoeRunner | None = None``,
+        FusedMoEMethodBase, base_config.py): reading ``.y`` raises AttributeError. Records the
+        raise (a :class:`Refusal` not about the clamp) and stops the frame; False otherwise."""
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+                and frame.cls) or node.attr in self.attrs or node.attr in self.assume:
+            return False
+        where = self.class_none(frame.module, frame.cls, node.attr, 4)
+        if where is None:
+            return False
+        self.refusals.append(Refusal(frame.module.rel, frame.qualname, node.lineno, False,
+                                     f"AttributeError: self.{node.attr} is None here (class default "
+                                     f"{where[0][11:]}:{where[1]}): {ast.unparse(node)[:80]}",
+                                     certain=all(d for _, d in frame.guards)))
+        frame.stopped = frame.raised = True
+        return True
+
+    def class_none(self, mod: Any, cls: str, attr: str, depth: int) -> tuple[str, int] | None:
+        """(file, line) where class ``cls`` of ``mod`` or an in-tree base declares ``attr = None``
+        at class level; None when it is not declared so (or is a method or a property)."""
+        node = next((n for n in mod.tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+        if node is None or depth == 0:
+            return None
+        for st in node.body:
+            target = st.target if isinstance(st, ast.AnnAssign) else st.targets[0] if isinstance(st, ast.Assign) \
+                and len(st.targets) == 1 else None
+            if isinstance(target, ast.Name) and target.id == attr:
+                v = st.value
+                return (mod.rel, st.lineno) if isinstance(v, ast.Constant) and v.value is None else None
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)) and st.name == attr:
+                return None
+        for b in node.bases:
+            if not isinstance(b, ast.Name):
+                continue
+            src = mod.imports.get(b.id)
+            bmod = self.module_for(src[0]) if src else mod
+            hit = self.class_none(bmod, src[1] if src else b.id, attr, depth - 1) if bmod else None
+            if hit is not None:
+                return hit
+        return None
 
     def property_value(self, node: ast.Attribute, frame: Frame) -> Any:
         """``self.x`` where the class defines ``x`` as a ``@property``: its body's value, so a

@@ -41,6 +41,7 @@ from .clamp_values import (
     truth,
 )
 from .code_index import class_methods, module_level
+from .platforms import PLATFORMS
 
 
 class Interp(ExprEval):
@@ -48,14 +49,22 @@ class Interp(ExprEval):
 
     Args:
         root: the tree root (folder holding ``sglang/``).
-        sinks: sink names (callee simple names) to record.
+        sinks: sink names (callee simple names) to record, or the sink table (name -> entry),
+            whose ``from`` says which modules a sink comes from (:meth:`sink_source_ok`).
         assume: attribute-name facts for this path (e.g. ``{"use_flashinfer_trtllm": False}``).
+        platforms: the device classes the path runs on; the platform predicates and module flags
+            they all agree on are decided (:mod:`nvfp4study.sglang.platforms`).
     """
 
     MAX_STEPS = 20000
 
-    def __init__(self, root: Path, sinks: set[str], assume: dict | None = None):
+    def __init__(self, root: Path, sinks: set[str] | dict[str, dict], assume: dict | None = None,
+                 platforms: tuple[str, ...] = PLATFORMS):
         self.root = Path(root)
+        self.sink_from = {k: list(v.get("from", [])) for k, v in sinks.items()
+                          if isinstance(v, dict)} if isinstance(sinks, dict) else {}
+        self.platforms = tuple(platforms)
+        self._flags = {}
         self.sinks = set(sinks)
         self.assume = dict(assume or {})
         self.attrs: dict[str, Any] = {}
@@ -68,6 +77,9 @@ class Interp(ExprEval):
         self.runner_calls: list[tuple[str, int]] = []
         self.steps_done = 0
         self.entry_names: set[str] = set()
+        #: (file, qualname, raises reached) of each step that raises on every branch
+        self.raising_steps: list[tuple[str, str, list[Refusal]]] = []
+        self.class_defaults: dict[str, dict[str, Any]] = {}  # class -> {attr: None}, see none_default
         self._mods: dict[str, ParsedModule] = {}
 
     # --- modules ------------------------------------------------------------------------------
@@ -101,13 +113,19 @@ class Interp(ExprEval):
 
     # --- running ------------------------------------------------------------------------------
     def run_step(self, rel: str, qualname: str) -> bool:
-        """Execute one step with unbound parameters. Returns False if the function is absent."""
+        """Execute one step with unbound parameters. Returns False if the function is absent.
+
+        A step that raises on every branch it can take (:meth:`Frame.raises_always`) is recorded in
+        :attr:`raising_steps` with the raises it reached (its :attr:`refusals`)."""
         fn = self.find(rel, qualname)
         if fn is None:
             return False
         frame = Frame(self.module(rel), qualname.split(".")[0] if "." in qualname else None, qualname)
         self._bind(fn, frame, [], {}, method_call=False)
+        before = len(self.refusals)
         self.exec_body(fn.body, frame)
+        if frame.raises_always() and not self.exhausted:
+            self.raising_steps.append((rel, qualname, self.refusals[before:]))
         return True
 
     def _bind(self, fn, frame, args, kwargs, method_call):
@@ -187,6 +205,7 @@ class Interp(ExprEval):
             frame.returns.extend(f.returns)
             frame.imports.update(f.imports)
         frame.stopped = all(f.stopped for f, _ in results)
+        frame.raised = frame.stopped and all(f.raises_always() for f, _ in results)
 
     def exec_stmt(self, st: ast.stmt, frame: Frame) -> None:
         self.steps_done += 1
@@ -207,7 +226,9 @@ class Interp(ExprEval):
         elif isinstance(st, ast.Expr):
             self.eval(st.value, frame)
         elif isinstance(st, ast.Return):
-            frame.returns.append(self.eval(st.value, frame) if st.value is not None else None)
+            v = self.eval(st.value, frame) if st.value is not None else None
+            if not frame.raised:  # ``return f()`` where f() always raises does not return
+                frame.returns.append(v)
             frame.stopped = True
         elif isinstance(st, ast.If):
             t = truth(self.eval(st.test, frame))
@@ -236,10 +257,10 @@ class Interp(ExprEval):
             if isinstance(st, (ast.For, ast.AsyncFor)):
                 self.assign(st.target, UNK, frame)
             self._branch(frame, [st.body, []])
-            frame.stopped = False
+            frame.stopped = frame.raised = False
             if st.orelse:  # runs when the loop ends without break
                 self._branch(frame, [st.orelse, []])
-                frame.stopped = False
+                frame.stopped = frame.raised = False
         elif isinstance(st, (ast.With, ast.AsyncWith)):
             self.exec_body(st.body, frame)
         elif isinstance(st, (ast.Try, ast.TryStar)):
@@ -268,7 +289,7 @@ class Interp(ExprEval):
             self.refusals.append(Refusal(frame.module.rel, frame.qualname, st.lineno,
                                          frame.guard_mentions_clamp(), ast.unparse(st)[:160],
                                          certain=all(d for _, d in frame.guards)))
-            frame.stopped = True
+            frame.stopped = frame.raised = True
         elif isinstance(st, ast.Assert):
             t = truth(self.eval(st.test, frame))
             if t is False:

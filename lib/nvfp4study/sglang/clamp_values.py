@@ -271,6 +271,7 @@ class Frame:
     returns: list = field(default_factory=list)
     guards: list = field(default_factory=list)
     stopped: bool = False
+    raised: bool = False  # stopped by a raise (see raises_always)
 
     def fork(self) -> Frame:
         f = copy.copy(self)
@@ -279,7 +280,14 @@ class Frame:
         f.returns = []
         f.guards = list(self.guards)
         f.stopped = False
+        f.raised = False
         return f
+
+    def raises_always(self) -> bool:
+        """Whether the code run in this frame raises on every branch followed: stopped by a
+        raise, and no branch returned (a return recorded before an undecided ``if`` fell
+        through to the raise means that raise is not reached on every branch)."""
+        return self.raised and not self.returns
 
     def guard_mentions_clamp(self) -> bool:
         return any("clamp" in g for g, _ in self.guards)
@@ -287,7 +295,7 @@ class Frame:
 
 _TENSOR_VIEWS = {"data", "to", "float", "contiguous", "clone", "detach", "view", "expand",
                  "reshape", "cuda"}
-_RELEVANT = ("clamp", "swiglu", "ActivationType", "gemm1_alpha", "activation_type")
+_RELEVANT = ("clamp", "swiglu", "ActivationType", "gemm1_alpha", "activation_type", "QuantInfo(")
 
 
 @cache

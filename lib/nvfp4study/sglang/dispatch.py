@@ -45,6 +45,7 @@ from .code_index import (
     step_name,
     tree_stamp,
 )
+from .platforms import PLATFORMS, module_platforms, reachable_on
 from .quant_methods import APPLY_NAMES, QUANT_REGISTRY, moe_methods, quant_configs
 
 BACKEND_ENUM = SRT + "layers/moe/utils.py"
@@ -73,6 +74,9 @@ class DerivedPath:
         lost: where the derivation stopped, or None.
         runner_at: the index of the first runner step (what ``MoeRunner.run`` calls), for a method
             path; those steps run only if the method's entry reaches a ``runner.run(...)`` call.
+        platforms: the device classes the path can run on (:data:`~nvfp4study.sglang.platforms.PLATFORMS`),
+            from the guards around where its method and its ``MoeRunner`` are built and from the
+            modules of its steps that exist for one platform only (:func:`path_platforms`).
     """
 
     key: str
@@ -81,6 +85,7 @@ class DerivedPath:
     trail: list[str] = field(default_factory=list)
     lost: str | None = None
     runner_at: int | None = None  # steps[runner_at:] run only when the method calls its runner
+    platforms: tuple[str, ...] = PLATFORMS
 
 
 # --- the runner backends ------------------------------------------------------------------------
@@ -281,6 +286,65 @@ def _members(node: ast.AST, values: dict[str, str], enum: set[str] = frozenset({
             and isinstance(a.value, ast.Name) and a.value.id in enum and a.attr in values}
 
 
+# --- the platforms ------------------------------------------------------------------------------
+def runner_sites(code: CodeIndex, rel: str, cls: ast.ClassDef, backend: str) -> list[tuple[str, ast.AST]]:
+    """``[(file, node)]``: where ``cls`` builds its runner for ``backend``: the ``MoeRunner(...)``
+    calls naming that member and the assignments of it to a local, else (the backend passed
+    through at run time) the calls naming none."""
+    named = [(r, n) for r, n, members in _runner_nodes(code, rel, cls) if backend in members]
+    passed = [(r, n) for r, n, members in _runner_nodes(code, rel, cls)
+              if not members and isinstance(n, ast.Call)]
+    return named or passed
+
+
+def _runner_nodes(code: CodeIndex, rel: str, cls: ast.ClassDef) -> list[tuple[str, ast.AST, set[str]]]:
+    """``(file, node, backends named)`` for each ``MoeRunner(...)`` call of ``cls``'s methods and
+    each assignment of a ``MoeRunnerBackend`` member; read once per class (``code.memo``)."""
+    memo = code.__dict__.setdefault("_runner_nodes", {})
+    if (rel, cls.name) in memo:
+        return memo[(rel, cls.name)]
+    values = memo.setdefault("<values>", backend_values(code))
+    out = []
+    for name in {f.name for f in funcs(cls)} | set(SETUP_STEPS):
+        m = code.method(rel, cls, name)
+        if not m:
+            continue
+        owner = code.top(m[0], m[1].split(".")[0])
+        for fn in (f for f in funcs(owner) if f.name == name):
+            enum = _enum_names(code, m[0], fn)
+            for c in ast.walk(fn):
+                if isinstance(c, ast.Call) and ast.unparse(c.func).split(".")[-1] == "MoeRunner" and c.args:
+                    out.append((m[0], c, _members(c.args[0], values, enum)))
+                elif isinstance(c, ast.Assign) and (members := _members(c.value, values, enum)):
+                    out.append((m[0], c, members))  # backend = MoeRunnerBackend.X, then MoeRunner(backend)
+    memo[(rel, cls.name)] = out
+    return out
+
+
+def path_platforms(code: CodeIndex, steps: list[str], built: list | None = None,
+                   runner: tuple | None = None, runner_at: int | None = 0) -> tuple[str, ...]:
+    """The device classes a path can run on: those on which some place that builds its method
+    (``built``: ``[(file, call)]``) and some ``MoeRunner`` for its backend (``runner``:
+    ``(file, class, backend)``) are reachable (:func:`~nvfp4study.sglang.platforms.reachable_on`),
+    cut to the one platform of any step's module that exists for one platform only
+    (:func:`~nvfp4study.sglang.platforms.module_platforms`; ``steps[runner_at:]`` are runner
+    steps). An empty result is kept as every platform (the guards contradict each other: nothing
+    is cut rather than everything)."""
+    out = set(PLATFORMS)
+    if built:
+        out &= set().union(*(reachable_on(code.mod(r), c) for r, c in built if code.mod(r) is not None))
+    if runner and runner[2] is not None:
+        sites = runner_sites(code, *runner)
+        if sites:
+            out &= set().union(*(reachable_on(code.mod(r), c) for r, c in sites))
+    for i, st in enumerate(steps):
+        rel = SRT + st.split("::")[0] if not st.startswith("sglang/") else st.split("::")[0]
+        only = module_platforms(rel, code.mod(rel), runner=runner_at is not None and i >= runner_at)
+        if only:
+            out &= only
+    return tuple(p for p in PLATFORMS if p in out) or PLATFORMS
+
+
 # --- the paths ----------------------------------------------------------------------------------
 def _runner_steps(backend: str, fused: dict, cores: dict, code: CodeIndex) -> tuple[list[str], list[str], str | None]:
     steps, trail = [], []
@@ -320,7 +384,7 @@ def derive_paths(root: Path) -> list[DerivedPath]:
     """
     root = Path(root).resolve()
     stamp = tree_stamp(root)
-    return [DerivedPath(p.key, list(p.steps), dict(p.assume), list(p.trail), p.lost, p.runner_at)
+    return [DerivedPath(p.key, list(p.steps), dict(p.assume), list(p.trail), p.lost, p.runner_at, p.platforms)
             for p in _derive(root, hash(stamp))]
 
 
@@ -329,7 +393,8 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
     code = CodeIndex(root)
     preds, fused, cores = predicates(code), fused_registry(code), runner_cores(code)
     out: list[DerivedPath] = []
-    for name, (rel, cls, how) in sorted(moe_methods(code).items()):
+    sites: dict[str, list] = {}
+    for name, (rel, cls, how) in sorted(moe_methods(code, sites).items()):
         setup = [step_name(m) for s in SETUP_STEPS if (m := code.method(rel, cls, s))]
         # a CustomOp method's apply calls self.forward, which runs forward_cuda on CUDA
         # (MultiPlatformOp.forward, layers/utils/multi_platform.py)
@@ -351,6 +416,7 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
                 p.steps += steps
                 p.trail += trail
                 p.lost = p.lost or why
+            p.platforms = path_platforms(code, p.steps, sites.get(name, []), (rel, cls, b), p.runner_at)
             out.append(p)
     if code.mod(QUANT_REGISTRY) is None and QUANT_REGISTRY not in code.unreadable:
         out.append(DerivedPath(key="quantization:registry", steps=[],
@@ -362,6 +428,7 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
     for (a2a, runner), regs in sorted(fused.items()):
         rel, fn, line = regs[0]
         out.append(DerivedPath(key=f"fused:{a2a}/{runner}", steps=[step_name((rel, fn))], assume=facts_for(runner, preds),
+                               platforms=path_platforms(code, [step_name((rel, fn))]),
                                trail=[f"{r[len(SRT):]}:{ln} @register_fused_func({a2a!r}, {runner!r}) -> {f}"
                                       for r, f, ln in regs],
                                lost=None if len(regs) == 1 else f"{len(regs)} functions registered for "
@@ -370,6 +437,7 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
         cls = code.top(rel, core)
         steps = [step_name(m) for s in CORE_STEPS if (m := code.method(rel, cls, s))]
         out.append(DerivedPath(key=f"core:{backend}", steps=steps, assume=facts_for(backend, preds),
+                               platforms=path_platforms(code, steps),
                                trail=[f"{RUNNER[len(SRT):]}:{line} MoeRunner.__init__ -> {core}"]))
     for rel, why in sorted(code.unreadable.items()):  # files the dispatch needed and could not read
         out.append(DerivedPath(key=f"unreadable:{rel[len(SRT):] if rel.startswith(SRT) else rel}", steps=[],

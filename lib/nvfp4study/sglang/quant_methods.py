@@ -112,11 +112,13 @@ def _is_wrapper(code: CodeIndex, rel: str, cls: ast.ClassDef) -> bool:
     return False
 
 
-def moe_methods(code: CodeIndex) -> dict[str, tuple[str, ast.ClassDef, str]]:
+def moe_methods(code: CodeIndex, sites: dict | None = None) -> dict[str, tuple[str, ast.ClassDef, str]]:
     """``{Class: (file, ClassDef, how it was reached)}``: every MoE method the dispatch constructs.
 
     Follows the classes constructed in each quantization config's methods and in the functions
-    and class methods they call (up to three calls deep), and in ``FusedMoE.__init__``.
+    and class methods they call (up to three calls deep), and in ``FusedMoE.__init__``. When
+    ``sites`` is given it is filled with ``{Class: [(file, call node), ...]}``: where the class is built
+    (the guards around that call say on which platforms the method is chosen).
     """
     seen_fn: set[tuple[str, str]] = set()
     found: dict[str, tuple[str, ast.ClassDef, str]] = {}
@@ -150,11 +152,15 @@ def moe_methods(code: CodeIndex) -> dict[str, tuple[str, ast.ClassDef, str]]:
                     continue
                 hrel, node = hit
                 if isinstance(node, ast.ClassDef):
+                    if node.name in found and sites is not None and node.name in sites:
+                        sites[node.name].append((rel, c))
                     if node.name in found or not _is_moe_method(code, hrel, node):
                         continue
                     here = f"{how} -> {hrel[len(SRT):]}:{c.lineno} {node.name}"
                     if not _is_wrapper(code, hrel, node):
                         found[node.name] = (hrel, node, here)
+                        if sites is not None:
+                            sites[node.name] = [(rel, c)]
                     elif depth < 3:  # what a wrapper holds (self.kernel = ...) is built in its methods
                         todo += [(hrel, f, here, node, depth + 1) for f in funcs(node)]
                 elif depth < 3:

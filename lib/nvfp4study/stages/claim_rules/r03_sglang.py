@@ -33,7 +33,7 @@ CARD_RUNNERS = {"triton": ["triton"], "marlin": ["marlin"], "ascend": ["ascend"]
                 "deep_gemm": ["deep-gemm", "deep-gemm-contiguous"], "mxint4": ["mxint4-trtllm"]}
 
 #: a clamp path's verdicts that say nothing about forwarding (skipped, listed in the note)
-UNDECIDED = ("ABSENT", "UNDECIDED")
+UNDECIDED = ("ABSENT", "UNDECIDED", "UNUSABLE")  # tell nothing about forwarding (UNUSABLE: never runs)
 
 
 def _load(paths: RunPaths, stem: str) -> Any:
@@ -166,7 +166,7 @@ def clamp_nvfp4_dropped(x: SGLangMeasurements) -> Row:
 @claim_rule("clamp.others-forward", SGLangMeasurements)
 def clamp_others_forward(x: SGLangMeasurements) -> Row:
     """Every decided path of each card runner forwards (EXACT or APPROX); a runner with no decided
-    path is not counted (partly), since ABSENT / UNDECIDED tells nothing about forwarding."""
+    path is not counted (partly), since ABSENT / UNDECIDED / UNUSABLE tells nothing about forwarding."""
     m = x.m
     skipped = [f"{p} ({m[p]['verdict'] if p in m else 'not audited'})" for ps in CARD_RUNNERS.values()
                for p in ps if p not in m or m[p]["verdict"] in UNDECIDED]

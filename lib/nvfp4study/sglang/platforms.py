@@ -1,0 +1,201 @@
+"""The device class an MoE path of an SGLang tree can run on, read from its guards (``ast`` only).
+
+SGLang chooses platform code with predicates of ``sglang/srt/utils/common.py`` (0.5.23 lines):
+``is_hip()`` (141: ``torch.version.hip is not None``), ``is_cuda()`` (158), ``is_cuda_alike()``
+(163: CUDA or HIP), ``is_xpu()`` (173), ``is_npu()`` (189), ``is_cpu()`` (221: the CPU engine),
+and capability checks that are false off their platform (``is_sm90_supported`` ... built on
+``_check_cuda_device_version``, ``is_gfx95_supported`` 1239: "False on every non-HIP build",
+``cpu_has_amx_support``). Modules cache them in flags (``_is_hip = is_hip()``,
+``_use_aiter = get_bool_env_var("SGLANG_USE_AITER") and _is_hip``).
+
+- :func:`flag`: the value of such a module-level flag under a platform's facts (None: not a
+  platform flag, or not decided).
+- :func:`reachable_on`: the platforms on which a statement of a module is reachable, from the
+  ``if`` tests around it and the early ``return``/``raise`` blocks before it.
+- :func:`module_platforms`: a module that exists for one platform only (under
+  ``hardware_backend/<platform>/``, or importing that package or ``torch_npu`` at module level).
+- :func:`facts`: the interpreter facts (``{"is_npu()": True, ...}``) shared by every platform of a
+  set; a predicate whose value differs between them stays unknown.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Iterable
+from functools import cache
+
+#: the device classes, in the order paths name them
+PLATFORMS = ("CUDA", "ROCm", "XPU", "NPU", "CPU")
+#: predicates whose value is the platform itself (utils/common.py, see the module docstring)
+EXACT = {"is_cuda": {"CUDA"}, "is_hip": {"ROCm"}, "is_cuda_alike": {"CUDA", "ROCm"},
+         "is_xpu": {"XPU"}, "is_npu": {"NPU"}, "is_cpu": {"CPU"}}
+#: capability checks: unknown on their platform, False on every other
+_ONLY_ON = [(re.compile(r"^_?(is_sm\d+|is_blackwell|is_hopper)"), "CUDA"),
+            (re.compile(r"gfx9"), "ROCm"), (re.compile(r"amx"), "CPU")]
+#: folders of sglang/srt/hardware_backend and the platform each serves
+_BACKEND_DIRS = {"npu": "NPU", "xpu": "XPU", "cpu": "CPU"}
+_ONLY_PACKAGES = {"torch_npu": "NPU"}
+
+
+def predicate_value(name: str, platform: str) -> bool | None:
+    """``is_npu`` on ``NPU`` -> True; ``is_sm100_supported`` on CUDA -> None (unknown), on ROCm
+    -> False; a name that is no platform predicate -> None."""
+    if name in EXACT:
+        return platform in EXACT[name]
+    for pat, only in _ONLY_ON:
+        if pat.search(name):
+            return None if platform == only else False
+    return None
+
+
+def is_predicate(name: str) -> bool:
+    """Whether ``name`` is one of the platform predicates :func:`predicate_value` knows."""
+    return name in EXACT or any(p.search(name) for p, _ in _ONLY_ON)
+
+
+def facts(platforms: Iterable[str]) -> dict[str, bool]:
+    """``{"is_npu()": False, ...}``: each predicate's value where every platform in ``platforms``
+    agrees on it (the interpreter's call facts)."""
+    ps = list(platforms)
+    out = {}
+    for name in EXACT:
+        vals = {predicate_value(name, p) for p in ps}
+        if len(vals) == 1 and None not in vals:
+            out[f"{name}()"] = vals.pop()
+    return out
+
+
+def _module_flags(tree: ast.Module) -> dict[str, ast.expr]:
+    """``{name: value}`` for names assigned exactly once, directly in the module body."""
+    seen: dict[str, list[ast.expr]] = {}
+    for st in tree.body:
+        if isinstance(st, ast.Assign):
+            for t in st.targets:
+                if isinstance(t, ast.Name):
+                    seen.setdefault(t.id, []).append(st.value)
+        elif isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.value is not None:
+            seen.setdefault(st.target.id, []).append(st.value)
+    return {k: v[0] for k, v in seen.items() if len(v) == 1}
+
+
+@cache
+def _flags_of(tree: ast.Module) -> dict[str, ast.expr]:
+    return _module_flags(tree)
+
+
+def flag(tree: ast.Module, name: str, value_of: Callable[[str], bool | None], depth: int = 0) -> bool | None:
+    """The value of module-level flag ``name`` of ``tree`` (``_is_hip = is_hip()``) when it is
+    built from platform predicates only; ``value_of(predicate)`` gives a predicate's value
+    (None: unknown). None when the flag is not such a flag or is not decided."""
+    node = _flags_of(tree).get(name)
+    if node is None or depth > 4:
+        return None
+    return test_value(node, lambda n: flag(tree, n, value_of, depth + 1), value_of)
+
+
+def test_value(node: ast.expr, name_of: Callable[[str], bool | None],
+               value_of: Callable[[str], bool | None]) -> bool | None:
+    """Three-valued truth of a test made of platform predicates: calls (``is_npu()``,
+    ``x.is_hip()``), names (``name_of``), ``not``/``and``/``or``, bool constants."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.Call):
+        f = node.func
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+        return value_of(name) if is_predicate(name) else None
+    if isinstance(node, ast.Name):
+        return value_of(node.id) if node.id in EXACT else name_of(node.id)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        v = test_value(node.operand, name_of, value_of)
+        return None if v is None else not v
+    if isinstance(node, ast.BoolOp):
+        vals = [test_value(v, name_of, value_of) for v in node.values]
+        stop = isinstance(node.op, ast.Or)
+        if stop in vals:
+            return stop
+        return None if None in vals else not stop
+    return None
+
+
+@cache
+def _parents(tree: ast.Module) -> dict[int, ast.AST]:
+    out = {}
+    for n in ast.walk(tree):
+        for c in ast.iter_child_nodes(n):
+            out[id(c)] = n
+    return out
+
+
+def _ends(body: list[ast.stmt]) -> bool:
+    return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise))
+
+
+def guards(tree: ast.Module, node: ast.AST) -> list[tuple[ast.expr, bool]]:
+    """The tests ``node`` of ``tree`` sits under, each with the value it needs: the enclosing
+    ``if`` (True in its body, False in its ``else``) and each earlier ``if`` of the same block
+    whose body ends in ``return``/``raise`` without an ``else`` (False), up to the function."""
+    parents, out = _parents(tree), []
+    child = node
+    while (parent := parents.get(id(child))) is not None:
+        if isinstance(parent, ast.If) and child is not parent.test:
+            out.append((parent.test, child in parent.body))
+        for block in ("body", "orelse"):
+            stmts = getattr(parent, block, None)
+            if isinstance(stmts, list) and child in stmts:
+                for st in stmts[:stmts.index(child)]:
+                    if isinstance(st, ast.If) and not st.orelse and _ends(st.body):
+                        out.append((st.test, False))
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            break
+        child = parent
+    return out
+
+
+def reachable_on(tree: ast.Module, node: ast.AST, platforms: Iterable[str] = PLATFORMS) -> set[str]:
+    """The platforms of ``platforms`` on which no test around ``node`` (:func:`guards`) is
+    decided against it."""
+    out, tests = set(), guards(tree, node)
+    for p in platforms:
+        def value_of(name: str, p: str = p) -> bool | None:
+            return predicate_value(name, p)
+
+        def name_of(name: str, value_of=value_of) -> bool | None:
+            return flag(tree, name, value_of)
+
+        if all(test_value(t, name_of, value_of) in (None, want) for t, want in tests):
+            out.add(p)
+    return out
+
+
+def module_platforms(rel: str, tree: ast.Module | None, runner: bool = False) -> set[str] | None:
+    """The one platform a module exists for, or None (any): a file under
+    ``sglang/srt/hardware_backend/<npu|xpu|cpu>/``, or one importing ``torch_npu`` in its module
+    body (not under ``if``/``try``). A ``runner`` module (a runner core or fused function: it
+    implements one backend) is also one platform's when its body imports that platform's
+    ``hardware_backend`` package (``moe_runner/ascend.py``); a quantization method's module may
+    import one for its branch of that platform only, so that does not count for it."""
+    m = re.match(r"sglang/srt/hardware_backend/(\w+)/", rel)
+    if m and m.group(1) in _BACKEND_DIRS:
+        return {_BACKEND_DIRS[m.group(1)]}
+    for st in tree.body if tree is not None else []:
+        names = ([st.module or ""] if isinstance(st, ast.ImportFrom) and not st.level
+                 else [a.name for a in st.names] if isinstance(st, ast.Import) else [])
+        for mod in names:
+            top = mod.split(".")[0]
+            if top in _ONLY_PACKAGES:
+                return {_ONLY_PACKAGES[top]}
+            hb = re.match(r"sglang\.srt\.hardware_backend\.(\w+)", mod)
+            if runner and hb and hb.group(1) in _BACKEND_DIRS:
+                return {_BACKEND_DIRS[hb.group(1)]}
+    return None
+
+
+def describe(platforms: Iterable[str]) -> str:
+    """``{"CUDA", "ROCm"}`` -> ``"CUDA|ROCm"`` (in :data:`PLATFORMS` order); ``"none"`` if empty."""
+    ps = [p for p in PLATFORMS if p in set(platforms)]
+    return "|".join(ps) if ps else "none"
+
+
+__all__ = ["EXACT", "PLATFORMS", "describe", "facts", "flag", "guards", "is_predicate", "module_platforms",
+           "predicate_value", "reachable_on", "test_value"]
