@@ -56,25 +56,42 @@ def _wilson(k: int, n: int) -> tuple[float, float]:
     return c - h, c + h
 
 
-def test_the_readings_are_the_documented_sample_none_dropped(doc, rows):
-    """>= 40 readings over all five releases, 9 per release and reader, and exactly the pairs the
-    header's rule draws from the audit's derived keys (re-drawn here): a dropped, added or swapped
-    reading fails."""
-    rd, s = doc["readings"], doc["method"]["sample"]
-    assert len(rd) >= 40 and len(rd) == 45
-    # the sample's releases are its own (a later release is audited, not sampled) and all audited
-    assert s["releases"] == list(VERSIONS[: len(s["releases"])])
-    assert Counter(r["release"] for r in rd) == {v: 9 for v in s["releases"]}
-    assert Counter(r["reader"] for r in rd) == {f"part{i}": 9 for i in range(1, 6)}
-    assert len({(r["release"], r["path"]) for r in rd}) == len(rd)
-    rng, pairs = random.Random(s["seed"]), []
-    for v in s["releases"]:
-        keys = sorted(r.path for r in rows if r.sglang_version == v and not r.catalogued)
-        pairs += [[v, k] for k in rng.sample(keys, s["per_release"])]
+def _redraw(sample: dict[str, Any], rows: list[Any], exclude: list[list[str]]) -> list[list[str]]:
+    """The header's rule, written out again: sorted derived keys per release (less ``exclude``),
+    rng.sample per release in order, then one shuffle."""
+    rng, pairs = random.Random(sample["seed"]), []
+    for v in sample["releases"]:
+        keys = sorted(r.path for r in rows if r.sglang_version == v and not r.catalogued
+                      and [v, r.path] not in exclude)
+        pairs += [[v, k] for k in rng.sample(keys, sample["per_release"])]
     rng.shuffle(pairs)
-    assert pairs == s["pairs"]
+    return pairs
+
+
+def test_the_readings_are_the_documented_samples_none_dropped(doc, rows):
+    """>= 40 readings over all five releases: the first sample (9 per release, five readers, 9
+    each) and the held-out second (8 per release, four readers, 10 each), exactly the pairs the
+    header's rule draws from the audit's derived keys (re-drawn here): a dropped, added or
+    swapped reading fails."""
+    rd = doc["readings"]
+    first = [r for r in rd if r.get("sample", "first") == "first"]
+    second = [r for r in rd if r.get("sample") == "second"]
+    assert len(rd) >= 40 and (len(first), len(second)) == (45, 40) and len(first) + len(second) == len(rd)
+    assert len({(r["release"], r["path"]) for r in rd}) == len(rd)
+    s1, s2 = doc["method"]["sample"], doc["method"]["second_sample"]
+    for s, got, readers, per in ((s1, first, range(1, 6), 9), (s2, second, range(6, 10), 10)):
+        # the sample's releases are its own (a later release is audited, not sampled) and all audited
+        assert s["releases"] == list(VERSIONS[: len(s["releases"])])
+        assert Counter(r["release"] for r in got) == {v: s["per_release"] for v in s["releases"]}
+        assert Counter(r["reader"] for r in got) == {f"part{i}": per for i in readers}
+    p1 = _redraw(s1, rows, [])
+    assert p1 == s1["pairs"]
     for i in range(1, 6):
-        assert [[r["release"], r["path"]] for r in rd if r["reader"] == f"part{i}"] == pairs[i - 1::5]
+        assert [[r["release"], r["path"]] for r in first if r["reader"] == f"part{i}"] == p1[i - 1::5]
+    p2 = _redraw(s2, rows, p1)
+    assert p2 == s2["pairs"] and not {tuple(x) for x in p1} & {tuple(x) for x in p2}
+    for i in range(6, 10):
+        assert [[r["release"], r["path"]] for r in second if r["reader"] == f"part{i}"] == p2[i - 6::4]
     assert all(r["verdict"] in doc["verdicts"] and r["deciding"] and r["reason"] for r in rd)
 
 
@@ -86,10 +103,11 @@ def test_agreement_counted_by_hand(doc, rows):
     assert (got.overall["agree"], got.overall["n"]) == (k, n) and n == len(doc["readings"])
     assert got.not_audited == []  # every reading is compared: none left out
     assert got.overall["wilson95"] == pytest.approx(list(_wilson(k, n)))
-    for key, group in (("kind", got.by_kind), ("release", got.by_release)):
+    for key, group in (("kind", got.by_kind), ("release", got.by_release), ("sample", got.by_sample)):
         want: dict[str, list[int]] = {}
         for r, a in pairs:
-            g = want.setdefault(_kind(r["path"]) if key == "kind" else r["release"], [0, 0])
+            g = want.setdefault({"kind": _kind(r["path"]), "release": r["release"],
+                                 "sample": r.get("sample", "first")}[key], [0, 0])
             g[0] += r["verdict"] == a
             g[1] += 1
         assert {g: [x["agree"], x["n"]] for g, x in group.items()} == want, key

@@ -60,6 +60,7 @@ class Reading:
     deciding: tuple[str, ...]
     reason: str
     reader: str
+    sample: str = "first"  # "second": the held-out sample (data/hand_readings.yaml header)
 
 
 @cache
@@ -77,7 +78,7 @@ def hand_readings() -> tuple[dict[str, Any], tuple[Reading, ...]]:
     for i, r in enumerate(doc.get("readings") or []):
         try:
             rd = Reading(str(r["release"]), r["path"], r["verdict"], r["device"], tuple(r["deciding"]),
-                         r["reason"], r["reader"])
+                         r["reason"], r["reader"], str(r.get("sample", "first")))
         except (KeyError, TypeError) as exc:
             raise HandReadingsError(f"hand reading #{i} lacks {exc}") from exc
         if rd.verdict not in verdicts:
@@ -129,11 +130,13 @@ class Agreement:
     pairs: list[dict[str, Any]]
     not_audited: list[str] = field(default_factory=list)  # "release path" of readings left out
     trusted_kinds: list[str] = field(default_factory=list)
+    by_sample: dict[str, dict[str, Any]] = field(default_factory=dict)  # "first", "second" (held out)
 
     def as_json(self) -> dict[str, Any]:
         return {"overall": self.overall, "by_kind": self.by_kind, "by_release": self.by_release,
                 "confusion": self.confusion, "trusted_kinds": self.trusted_kinds,
-                "not_audited": self.not_audited, "rule": RULE, "pairs": self.pairs}
+                "not_audited": self.not_audited, "rule": RULE, "by_sample": self.by_sample,
+                "pairs": self.pairs}
 
     def sentence(self) -> str:
         """E.g. "18 of 45 sampled derived paths (40.0 %, Wilson 95 % 27.0-54.5 %) ..."."""
@@ -142,9 +145,15 @@ class Agreement:
             return "No hand reading falls on an audited release: agreement not measured."
         lo, hi = o["wilson95"]
         kinds = ", ".join(f"`{k}`" for k in self.trusted_kinds) or "none"
+        held = self.by_sample.get("second")
+        held_s = (f" On the second sample alone, read blind while the audit was being changed and never "
+                  f"seen by whoever changed it (a held-out measurement of that change), {held['agree']} of "
+                  f"{held['n']} ({pct(held['rate'])}, Wilson 95 % {pct(held['wilson95'][0])} to "
+                  f"{pct(held['wilson95'][1])}).") if held and held["n"] else ""
         return (f"The audit's verdict agreed with a blind hand reading on {o['agree']} of {o['n']} "
                 f"sampled derived paths ({pct(o['rate'])}, Wilson 95 % {pct(lo)} to {pct(hi)}); path "
-                f"kinds trusted (>= {MIN_AGREEMENT * 100:.0f} % over >= {MIN_READINGS} readings): {kinds}.")
+                f"kinds trusted (>= {MIN_AGREEMENT * 100:.0f} % over >= {MIN_READINGS} readings): {kinds}."
+                + held_s)
 
 
 def compare(rows: list[Any], readings: tuple[Reading, ...] | None = None) -> Agreement:
@@ -163,7 +172,8 @@ def compare(rows: list[Any], readings: tuple[Reading, ...] | None = None) -> Agr
             continue
         got = audit.get((rd.release, rd.path), NOT_LISTED)
         pairs.append({"release": rd.release, "path": rd.path, "kind": path_kind(rd.path),
-                      "hand": rd.verdict, "audit": got, "agree": got == rd.verdict, "reader": rd.reader})
+                      "hand": rd.verdict, "audit": got, "agree": got == rd.verdict, "reader": rd.reader,
+                      "sample": rd.sample})
 
     def group(key: str) -> dict[str, dict[str, Any]]:
         n, k = Counter(p[key] for p in pairs), Counter(p[key] for p in pairs if p["agree"])
@@ -176,7 +186,7 @@ def compare(rows: list[Any], readings: tuple[Reading, ...] | None = None) -> Agr
         row[p["audit"]] = row.get(p["audit"], 0) + 1
     trusted = [g for g, x in by_kind.items() if x["n"] >= MIN_READINGS and x["rate"] >= MIN_AGREEMENT]
     return Agreement(_rate(sum(p["agree"] for p in pairs), len(pairs)), by_kind, group("release"),
-                     confusion, pairs, left, trusted)
+                     confusion, pairs, left, trusted, group("sample"))
 
 
 def counted_verdicts(rows: list[Any], agreement: Agreement,
@@ -262,14 +272,16 @@ def finding(res: dict[str, Any], main_rows: list[Any], version: str) -> dict[str
     :class:`~nvfp4study.core.ledger.Verdict`, checked_on, note) from :func:`write`'s result and
     the stage's own audit rows."""
     a, o = res["agreement"], res["agreement"].overall
-    s = hand_readings()[0]["sample"]
+    method = hand_readings()[0]
+    samples = [x for x in (method.get("sample"), method.get("second_sample")) if x]
+    drawn = " and ".join(f"{x['per_release']} per release, seed {x['seed']}" for x in samples)
     readers = len({rd.reader for rd in hand_readings()[1]})
     return dict(
         measured=ledger_measured(a, res["counted"], stage_counts(main_rows, a, version)),
         verdict=(Verdict.NOT_RUN if not o["n"] else Verdict.REPRODUCED if o["rate"] >= MIN_AGREEMENT
                  else Verdict.PARTLY if a.trusted_kinds else Verdict.CONTRADICTED),
-        checked_on=(f"{o['n']} blind hand readings ({readers} readers, {s['per_release']} per release, seed "
-                    f"{s['seed']}; lib/nvfp4study/sglang/data/hand_readings.yaml) against the audit of sglang "
+        checked_on=(f"{o['n']} blind hand readings ({readers} readers; {len(samples)} samples: {drawn}; "
+                    f"lib/nvfp4study/sglang/data/hand_readings.yaml) against the audit of sglang "
                     f"{', '.join(sorted(a.by_release))}"),
         note=res["sentence"] + " " + RULE
              + (f" Left out (release not audited): {', '.join(a.not_audited)}." if a.not_audited else ""))
