@@ -60,5 +60,6 @@ def real_params(tmp_path: Path, *overrides: str, outputs: Path = OUTPUTS):
     Startup allows 180 s: importing SGLang's HTTP layer takes about 20 s on an idle 2-core box."""
     exe = make_interpreter(tmp_path / "sgl-env", outputs)
     return live_params(tmp_path, exe, ["server.health_poll_s=0.2", "server.shutdown_grace_s=10",
-                                       "server.startup_timeout_s=180", "server.request_timeout_s=30"],
+                                       "server.startup_timeout_s=180", "server.request_timeout_s=30",
+                                       "server.port=0"],  # a free port per launch: collect loads two at once
                        overrides)
