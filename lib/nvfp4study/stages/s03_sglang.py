@@ -85,15 +85,35 @@ def found_paths(results: list[PathResult]):
     return text_table(dispatch_summary(results))
 
 
+def _audit_release(version: str) -> list[PathResult] | str:
+    """One release's audit rows, or the one-line reason it has none (no BailingMoeV3)."""
+    try:
+        return audit_tree(unpack_wheel(version))
+    except NoBailingMoeV3 as exc:
+        return str(exc)
+
+
 def audit_versions(stage: Stage) -> list[PathResult]:
-    """Audit every ``params.sglang.audit_versions`` from its released wheel; writes
-    ``data/sglang_audit_versions.json``."""
+    """Audit every ``params.sglang.audit_versions`` from its released wheel, the releases in
+    parallel processes (one per release, at most one per CPU: each audit is pure-Python AST
+    work on one core); writes ``data/sglang_audit_versions.json``."""
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    versions = expand_versions(stage.params.sglang.audit_versions)
+    jobs = min(len(versions), os.cpu_count() or 1)
+    if jobs > 1:  # spawn: a notebook kernel has threads, which a forked child must not inherit
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
+            results = list(ex.map(_audit_release, versions))
+    else:
+        results = [_audit_release(v) for v in versions]
     out: list[PathResult] = []
-    for v in expand_versions(stage.params.sglang.audit_versions):
-        try:
-            out += audit_tree(unpack_wheel(v))
-        except NoBailingMoeV3 as exc:
-            print(exc)  # one line, no matrix rows for a release Ling cannot load on
+    for res in results:
+        if isinstance(res, str):
+            print(res)  # one line, no matrix rows for a release Ling cannot load on
+        else:
+            out += res
     write_json(stage.paths.data("sglang_audit_versions"), [r.as_json() for r in out])
     return out
 
