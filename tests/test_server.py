@@ -459,3 +459,34 @@ def test_parallel_load_failure_stops_the_other_launch(tmp_path):
     assert all(r["status"].startswith("ServerExitedDuringLoad") for r in rows)
     assert all(r["left_after_stop"] == [] for r in rows)
     assert not fake_processes()
+
+
+@pytest.mark.usefixtures("no_leftover")
+def test_interrupt_while_two_launches_load_stops_both_and_restores_the_install(tmp_path):
+    """Ctrl-C while two launches are loading together: both process groups are stopped, both
+    launch records say KeyboardInterrupt, and the install is back in its state byte for byte."""
+    import _thread
+    import threading
+
+    from nvfp4study.core.stage import open_stage
+    from nvfp4study.serving import measure
+
+    site, files = installed_sglang(tmp_path / "site")
+    before = {f: (site / f).read_bytes() for f in files}
+    _, pf, run = fake_params(tmp_path, "server.parallel_loads=2", "server.port=0", "mtp.depths=[0,1]",
+                             "mtp.prompts=1", "mtp.max_tokens=8", "sglang.apply_to_install=true",
+                             "sglang.source=installed",
+                             fake={"clamp_form": "install", "sglang_origin": str(site / "sglang/__init__.py"),
+                                   "listen_delay_s": 30.0})
+    timer = threading.Timer(3.0, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            measure.collect(open_stage("06_mtp_sweep", str(pf), str(run)))
+    finally:
+        timer.cancel()
+    rows = [_launch_rows(run, f"clamp=exact-spec={d}-det=off")[0] for d in ("off", "1")]
+    assert [r["status"].split(":")[0] for r in rows] == ["KeyboardInterrupt"] * 2
+    assert all("started_at" in r and "healthy_at" not in r for r in rows)  # both were loading
+    assert not fake_processes()
+    assert {f: (site / f).read_bytes() for f in files} == before
