@@ -384,5 +384,22 @@ def _model_dropped(r: PathResult, side: ModelSide) -> PathResult:
                       sink=r.sink, catalogued=r.catalogued, found_by=r.found_by, platform=r.platform)
 
 
-__all__ = ["ClampVerdict", "PathResult", "audit_path", "audit_tree", "catalog", "missing_reason",
+__all__ = ["ClampVerdict", "PathResult", "audit_path", "audit_release", "audit_tree", "catalog", "missing_reason",
            "path_specs"]
+
+
+def audit_release(version: str) -> list[PathResult] | str:
+    """:func:`audit_tree` of the released wheel of ``version`` (unpacked once into the cache),
+    or the one-line reason it has no rows (:class:`~nvfp4study.core.errors.NoBailingMoeV3`).
+    Light to import, so a process pool's workers start fast (stage 03 audits releases in parallel).
+
+    Raises:
+        SGLangSourceError, NotAnSGLangTree: as :func:`nvfp4study.sglang.source.unpack_wheel`.
+    """
+    from .source import unpack_wheel
+
+    try:
+        return audit_tree(unpack_wheel(version))
+    except NoBailingMoeV3 as exc:
+        return str(exc)
+
