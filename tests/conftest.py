@@ -80,12 +80,12 @@ def _bounded_tree_caches():
 # --no-loadscope-reorder: xdist keeps this order instead of sorting files by their number of tests): the
 # files that take minutes start first, so that neither worker is left with one of them at the end.
 # Within a file the order is unchanged. A pattern names files by fnmatch; earlier runs first.
-SLOW_FIRST = ("test_study_e2e.py", "test_card_files_profile.py", "test_real_engine*.py", "test_cpu_engine*.py", "test_real_sglang*.py",
-              "test_sglang_dispatch_hostile.py", "test_sglang_model_side.py", "test_corruption_served.py",
-              "test_serving_replay.py", "test_real_vs_fake.py", "test_sglang_audit.py",
-              "test_checkpoint_audit.py", "test_sandbox.py", "test_sglang_dispatch.py",
-              "test_quantize*.py", "test_sglang_patch.py",
-              "test_sglang_stage.py", "test_server.py")
+SLOW_FIRST = ("test_study_e2e.py", "test_card_files_profile.py", "test_real_engine*.py",
+              "test_cpu_engine*.py", "test_real_sglang*.py", "test_sglang_dispatch_hostile.py",
+              "test_sglang_model_side.py", "test_corruption_served.py", "test_serving_replay.py",
+              "test_real_vs_fake.py", "test_sglang_audit.py", "test_checkpoint_audit.py",
+              "test_sandbox.py", "test_sglang_dispatch.py", "test_quantize*.py",
+              "test_sglang_patch.py", "test_sglang_stage.py", "test_server.py")
 
 
 def _slow_rank(item) -> int:
