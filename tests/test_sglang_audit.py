@@ -281,6 +281,51 @@ def test_refusal(tmp_path):
     assert (r.verdict.value, r.line) == ("REFUSED", 4)
 
 
+def test_an_activation_without_the_limit_is_a_dropped_branch(tmp_path):
+    # issue 23 (first-sample hand readings of the Ascend paths): a reachable branch runs an
+    # activation the sink table knows takes no limit, beside one that clamps
+    t = mini_tree(tmp_path, "0.5.23", {SINK_MOD: """
+        from sglang.srt.hardware_backend.npu.moe.activation import NPUSwigluQuant, NPUSwigluStepAndMul
+
+        def run(config, kernel):
+            if kernel.int8:
+                act = NPUSwigluQuant()
+            else:
+                act = NPUSwigluStepAndMul(clamp_limit=config.gemm1_clamp_limit)
+            return act
+    """})
+    r = sa.audit_path(t, _spec("run"))
+    assert (r.verdict.value, r.sink, r.line) == ("DROPPED", "NPUSwigluQuant", 6)
+    # the same name from another module is another function
+    t2 = mini_tree(tmp_path / "b", "0.5.23", {SINK_MOD: """
+        from mylib import NPUSwigluQuant
+
+        def run(config):
+            NPUSwigluQuant()
+            return cutlass_fused_moe(swiglu_limit=config.gemm1_clamp_limit, activation_type=ActivationType.SwigluStep)
+    """})
+    assert sa.audit_path(t2, _spec("run")).verdict.value == "EXACT"
+
+
+@pytest.mark.parametrize("other,verdict", [
+    ("cutlass_fused_moe(swiglu_limit=config.gemm1_clamp_limit, activation_type=ActivationType.SwigluStep)", "EXACT"),
+    ("fused_experts_mxfp8(gemm1_limit=config.gemm1_clamp_limit, gate_up_interleaved=True)", "UNUSABLE"),
+])
+def test_a_kernel_that_raises_for_ling_is_a_branch_not_taken(tmp_path, other, verdict):
+    # issue 23 (first-sample hand readings of Fp8MoEMethod/triton): the MXFP8 kernel raises on
+    # Ling's gate_up_interleaved=True, so its pre-SiLU form is not the path's
+    t = mini_tree(tmp_path, "0.5.23", {SINK_MOD: f"""
+        def run(config, quant_info):
+            if quant_info.use_mxfp8:
+                return fused_experts_mxfp8(gemm1_limit=config.gemm1_clamp_limit,
+                                           gate_up_interleaved=config.gate_up_interleaved)
+            return {other}
+    """})
+    r = sa.audit_path(t, _spec("run"))
+    assert r.verdict.value == verdict
+    assert "fused_experts_mxfp8() raise" in r.rule or verdict == "UNUSABLE"
+
+
 def test_absent_path(tmp_path):
     t = mini_tree(tmp_path, "0.5.23")
     assert sa.audit_path(t, _spec("run")).verdict.value == "ABSENT"

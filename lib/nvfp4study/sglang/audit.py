@@ -254,6 +254,11 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
     only = set(spec.get("sinks", sinks))
     judged = [(judge_hit(h, sinks[h.callee], tree, interp.origin), h) for h in interp.hits
               if h.callee in only]
+    # a kernel call that raises for Ling is a branch it cannot take: the others decide
+    runs = [j for j in judged if j[0][0] != ClampVerdict.UNUSABLE]
+    raising = sorted({h.callee for j, h in judged if j[0] == ClampVerdict.UNUSABLE})
+    if runs and raising:
+        judged = runs
     if judged:
         (verdict, rule, where), hit = min(judged, key=lambda j: _SEVERITY.index(j[0][0]))
         kinds = sorted({(j[0].value, h.callee) for j, h in judged})
@@ -263,6 +268,8 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
                     and x.text.startswith("assert")]
         if blockers:
             rule += f" | note: {blockers[0].text} fails for Ling ({_short(blockers[0].file)}:{blockers[0].line})"
+        if runs and raising:
+            rule += f" | not taken: {', '.join(raising)}() raise for Ling"
         if dead and verdict == ClampVerdict.DROPPED:
             rule += f" | gemm1_clamp_limit mentioned only where dead for Ling: {', '.join(dead[:3])}"
         file, line, func = _short(hit.file), hit.line, hit.function

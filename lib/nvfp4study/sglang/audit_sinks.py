@@ -169,7 +169,20 @@ def judge_hit(hit: cv.SinkHit, sink: dict, tree: SGLangTree,
     return v, rule, where
 
 
+def kernel_raises(hit: cv.SinkHit, sink: dict) -> str | None:
+    """The sink table's ``raises`` fact met by this call: ``"arg=value"`` when the call passes an
+    argument value the kernel raises on whatever the limit (e.g. ``fused_experts_mxfp8`` with
+    ``gate_up_interleaved=True``), else None (an argument not passed or not decided never counts)."""
+    for arg, bad in (sink.get("raises") or {}).items():
+        if arg in hit.kwargs and hit.kwargs[arg] is not cv.UNK and hit.kwargs[arg] == bad:
+            return f"{arg}={bad!r}"
+    return None
+
+
 def _judge(hit, sink, tree, origin):
+    raise_arg = kernel_raises(hit, sink)
+    if raise_arg is not None:
+        return ClampVerdict.UNUSABLE, f"{hit.callee}() raises for Ling whatever the limit ({raise_arg})", None
     specs = sink.get("clamp", [])
     if not specs:
         return ClampVerdict.DROPPED, f"{hit.callee}() takes no clamp argument", None
@@ -205,4 +218,4 @@ def _judge(hit, sink, tree, origin):
     return ClampVerdict.UNDECIDED, f"{hit.callee}(): clamp argument undecided ({value!r})", None
 
 
-__all__ = ["ClampVerdict", "flashinfer_check", "flashinfer_pin", "judge_hit", "sink_form_in_code"]
+__all__ = ["ClampVerdict", "flashinfer_check", "flashinfer_pin", "judge_hit", "kernel_raises", "sink_form_in_code"]

@@ -111,6 +111,9 @@ LING_FACTS: dict[str, Any] = {
     "swiglu_limit": None,
     "activation": "silu",
     "is_gated": True,
+    # Bailing passes no gate_up_interleaved: FusedMoE's default True (layers/moe/fused_moe_triton/
+    # layer.py:367 in 0.5.23; MoeRunnerConfig base.py:70)
+    "gate_up_interleaved": True,
 }
 #: FusedMoE attributes Bailing leaves at their defaults (bailing_moe_v3.py never passes them).
 LAYER_FACTS: dict[str, Any] = {"routing_method_type": None}
