@@ -186,8 +186,10 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
         first = next((x for x in interp.refusals if x.certain), None)
         if first is not None:
             rule += f"; before it, {_short(first.file)}:{first.line} {first.function}: {first.text[:100]}"
-        return PathResult(**base, verdict=ClampVerdict.UNDECIDED, rule=rule,
-                          file=spec["lost"].split(":")[0], function=None, line=None)
+        lost_file, _, rest = spec["lost"].partition(":")
+        lost_line = rest.split(":", 1)[0]
+        return PathResult(**base, verdict=ClampVerdict.UNDECIDED, rule=rule, file=lost_file, function=None,
+                          line=int(lost_line) if lost_line.isdigit() else None)
     interp.entry_names = {q.split(".")[-1] for _, q in steps}
     missing = [(r, q) for r, q in steps if interp.find(r, q) is None]
     if missing:
