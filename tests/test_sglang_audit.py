@@ -326,6 +326,57 @@ def test_a_kernel_that_raises_for_ling_is_a_branch_not_taken(tmp_path, other, ve
     assert "fused_experts_mxfp8() raise" in r.rule or verdict == "UNUSABLE"
 
 
+AITER_RUNNER = """
+    from aiter import ActivationType
+
+    # aiter's ActivationType.Swiglu is SwiGLU-OAI with alpha and the (up + beta) bias baked in
+    _ACTS = {"silu": "Silu", "swiglu": "Swiglu"}
+
+    class Core:
+        def run(self, quant_info: AiterMoeQuantInfo):
+            from aiter.fused_moe import fused_moe
+            extra = {}
+            if quant_info.swiglu_limit > 0:
+                extra["swiglu_limit"] = quant_info.swiglu_limit
+            act = getattr(ActivationType, _ACTS.get(self.config.activation, "Gelu"))
+            return fused_moe(activation=act, **extra)
+"""
+AITER_METHOD = """
+    from dataclasses import replace
+
+    class Method:
+        def create_moe_runner(self, layer, moe_runner_config):
+            self.runner = MoeRunner(MoeRunnerBackend.AITER, {cfg})
+
+        def apply(self, layer, x):
+            quant_info = AiterMoeQuantInfo(swiglu_limit={limit})
+            return self.runner.run(x, quant_info)
+"""
+
+
+@pytest.mark.parametrize("cfg,limit,stated,verdict", [
+    ('replace(moe_runner_config, activation="swiglu")', "self.moe_runner_config.gemm1_clamp_limit or 0.0", True, "APPROX"),
+    ('replace(moe_runner_config, activation="swiglu")', "self.moe_runner_config.gemm1_clamp_limit or 0.0", False, "UNDECIDED"),
+    ('replace(moe_runner_config, activation="swiglu")', "self.moe_runner_config.swiglu_limit or 0.0", True, "DROPPED"),
+    ("moe_runner_config", "self.moe_runner_config.gemm1_clamp_limit or 0.0", True, "UNDECIDED"),
+])
+def test_the_activation_a_method_gives_its_runner_decides_the_form(tmp_path, cfg, limit, stated, verdict):
+    # issue 23 (first-sample hand readings of Mxfp4MoEMethod/aiter and QuarkW4A8MXFp4MoE/aiter
+    # 0.5.22): the method replaces the runner config's activation with "swiglu", the runner maps it
+    # to aiter's Swiglu, whose GPT-OSS form SGLang's aiter.py states in a comment; a limit of 0.0
+    # never reaches the kernel (Fp8MoEMethod/aiter 0.5.20); Ling's own "silu" (Silu) has no stated form
+    runner = AITER_RUNNER if stated else AITER_RUNNER.replace("is SwiGLU-OAI", "is something")
+    t = mini_tree(tmp_path, "0.5.23", {"sglang/srt/layers/moe/moe_runner/aiter.py": runner,
+                                       SINK_MOD: AITER_METHOD.format(cfg=cfg, limit=limit)})
+    spec = {"id": "toy", "label": "toy", "runner_at": 2,
+            "steps": ["layers/moe/toy.py::Method.create_moe_runner", "layers/moe/toy.py::Method.apply",
+                      "layers/moe/moe_runner/aiter.py::Core.run"]}
+    r = sa.audit_path(t, spec)
+    assert r.verdict.value == verdict, r.rule
+    if verdict == "APPROX":
+        assert "activation Swiglu -> pre-SiLU form (layers/moe/moe_runner/aiter.py:4)" in r.rule
+
+
 def test_absent_path(tmp_path):
     t = mini_tree(tmp_path, "0.5.23")
     assert sa.audit_path(t, _spec("run")).verdict.value == "ABSENT"

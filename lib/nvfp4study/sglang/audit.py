@@ -212,6 +212,7 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
             # (fused func or core) never runs on this path
             steps, skipped_runner = steps[:i], True
             break
+        interp.in_runner = spec.get("runner_at") is not None and i >= spec["runner_at"]
         interp.run_step(r, q)
         if interp.raising_steps:  # the later steps never run
             steps = steps[:i + 1]

@@ -27,6 +27,7 @@ from .clamp_values import (
     CONFIG,
     CONFIG_NAMES,
     UNK,
+    AbstractDict,
     Frame,
     Limit,
     LocalFunc,
@@ -42,6 +43,12 @@ from .clamp_values import (
 )
 from .code_index import class_methods, module_level
 from .platforms import PLATFORMS
+
+
+def _dicts(v: Any) -> list[AbstractDict]:
+    """The abstract dicts ``v`` may be (one, or each option of a Multi of dicts); [] otherwise."""
+    opts = v.options if isinstance(v, Multi) else (v,)
+    return list(opts) if opts and all(isinstance(o, AbstractDict) for o in opts) else []
 
 
 class Interp(ExprEval):
@@ -71,6 +78,8 @@ class Interp(ExprEval):
         self.origin: dict[str, tuple] = {}  # attr -> (file, line, how it was set)
         self.hits: list[SinkHit] = []
         self.refusals: list[Refusal] = []
+        self.runner_overrides: dict[str, Any] = {}
+        self.in_runner = False
         self.live: set[tuple[str, int]] = set()
         self.opaque: list[tuple[str, str, int]] = []
         self.exhausted = False
@@ -311,6 +320,14 @@ class Interp(ExprEval):
         elif isinstance(target, ast.Attribute):
             self.attrs[target.attr] = v
             self.origin[target.attr] = (frame.module.rel, target.lineno, ast.unparse(target))
+        elif (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)
+              and isinstance(target.slice, ast.Constant) and isinstance(target.slice.value, str)
+              and _dicts(frame.locals.get(target.value.id))):
+            # extra["swiglu_limit"] = x on a local dict: a new dict (branches keep their own)
+            key = target.slice.value
+            new = [AbstractDict({**d.items, key: v}, {**d.nodes, key: target})
+                   for d in _dicts(frame.locals[target.value.id])]
+            frame.locals[target.value.id] = new[0] if len(new) == 1 else Multi(tuple(new))
         elif isinstance(target, (ast.Tuple, ast.List)):
             n = len(target.elts)
             if isinstance(v, tuple) and len(v) == n:
