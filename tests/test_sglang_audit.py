@@ -377,6 +377,25 @@ def test_the_activation_a_method_gives_its_runner_decides_the_form(tmp_path, cfg
         assert "activation Swiglu -> pre-SiLU form (layers/moe/moe_runner/aiter.py:4)" in r.rule
 
 
+@pytest.mark.parametrize("elsewhere,verdict", [("", "UNUSABLE"), ("        self.fused_experts = None\n", "EXACT"),
+                                               ("    fused_experts = None\n", "EXACT")])
+def test_an_attribute_never_set_anywhere_raises(tmp_path, elsewhere, verdict):
+    # issue 23 (first-sample hand reading of GGUFMoEMethod/direct 0.5.19): apply() asserts on
+    # self.fused_experts, which no file of the tree ever sets: AttributeError whatever the limit
+    t = mini_tree(tmp_path, "0.5.23", {SINK_MOD: """
+        class Method:
+            def apply(self, config):
+                assert self.fused_experts is None
+                return cutlass_fused_moe(swiglu_limit=config.gemm1_clamp_limit, activation_type=ActivationType.SwigluStep)
+    """, "sglang/srt/layers/other.py": "class Base:\n    def __init__(self):\n        pass\n" + (
+        "class Other:\n" + elsewhere if elsewhere.startswith("    f") else "class Other:\n    def f(self):\n" + elsewhere
+        if elsewhere else "")})
+    r = sa.audit_path(t, {"id": "toy", "label": "toy", "steps": ["layers/moe/toy.py::Method.apply"]})
+    assert r.verdict.value == verdict
+    if verdict == "UNUSABLE":
+        assert (r.line, r.rule.endswith("self.fused_experts is never set anywhere in the tree")) == (4, True)
+
+
 def test_absent_path(tmp_path):
     t = mini_tree(tmp_path, "0.5.23")
     assert sa.audit_path(t, _spec("run")).verdict.value == "ABSENT"

@@ -37,7 +37,7 @@ from ..core.errors import AuditError, NoBailingMoeV3
 from . import clamp_values as cv
 from .audit_sinks import ClampVerdict, flashinfer_check, judge_hit
 from .clamp_flow import Interp
-from .code_index import CodeIndex, alias_target, class_defined, source_files
+from .code_index import CodeIndex, alias_target, class_defined, forget_settable, source_files
 from .dispatch import backend_values, derive_paths
 from .model_side import MODEL_FILE, ModelSide, model_side, no_model_line
 from .platforms import PLATFORMS, describe
@@ -362,6 +362,7 @@ def audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[Path
     if not side.present:
         raise NoBailingMoeV3(no_model_line(tree.version))
     out = []
+    forget_settable(tree.root)  # a tree edited in place since its last audit is read again
     try:
         specs = path_specs(tree)
     except (SyntaxError, RecursionError, MemoryError) as exc:

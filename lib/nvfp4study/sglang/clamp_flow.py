@@ -41,7 +41,7 @@ from .clamp_values import (
     join,
     truth,
 )
-from .code_index import class_methods, module_level
+from .code_index import attribute_never_set, bound_in_module, class_methods, module_level
 from .platforms import PLATFORMS
 
 
@@ -216,11 +216,32 @@ class Interp(ExprEval):
         frame.stopped = all(f.stopped for f, _ in results)
         frame.raised = frame.stopped and all(f.raises_always() for f, _ in results)
 
+    def unset_attribute(self, st: ast.stmt, frame: Frame) -> str | None:
+        """``self.X`` read by an ``assert`` or ``if`` test (not its nested bodies) where no
+        file of the tree ever sets an attribute ``X`` (:func:`~nvfp4study.sglang.code_index.
+        attribute_never_set`): the read raises AttributeError. None when there is none."""
+        if not isinstance(st, (ast.Assert, ast.If)):  # where code tests its state (kept cheap)
+            return None
+        for e in (st.test,):
+            for n in ast.walk(e):
+                if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load) and isinstance(n.value, ast.Name) \
+                        and n.value.id == "self" and n.attr not in self.attrs and n.attr not in self.assume \
+                        and not bound_in_module(frame.module.tree, n.attr) and attribute_never_set(self.root, n.attr):
+                    return ast.unparse(n)
+        return None
+
     def exec_stmt(self, st: ast.stmt, frame: Frame) -> None:
         self.steps_done += 1
         if self.steps_done > self.MAX_STEPS:
             self.exhausted = True  # the audit says UNDECIDED, not what the cut-off run saw
             frame.stopped = True
+            return
+        unset = self.unset_attribute(st, frame)
+        if unset is not None:
+            self.refusals.append(Refusal(frame.module.rel, frame.qualname, st.lineno, False,
+                                         f"AttributeError: {unset} is never set anywhere in the tree",
+                                         certain=all(d for _, d in frame.guards)))
+            frame.stopped = frame.raised = True
             return
         if isinstance(st, ast.Assign):
             v = self.eval(st.value, frame)
