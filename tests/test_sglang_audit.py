@@ -396,6 +396,24 @@ def test_an_attribute_never_set_anywhere_raises(tmp_path, elsewhere, verdict):
         assert (r.line, r.rule.endswith("self.fused_experts is never set anywhere in the tree")) == (4, True)
 
 
+def test_a_runner_entry_takes_the_worst_form_its_callers_hand_it():
+    # issue 23 (first-sample hand readings of fused:flashinfer/flashinfer_cutlass 0.5.23, APPROX,
+    # and core:aiter 0.5.21, DROPPED): the entry alone cannot know the quant info's limit; the
+    # method paths run with its backend that reach the same kernel decide, the worst first
+    def row(path, verdict, sink, rule="r"):
+        return sa.PathResult(path=path, label=path, verdict=sa.ClampVerdict(verdict), rule=rule, file="f.py",
+                             function="g", line=3, sglang_version="0.5.23", sink=sink)
+    alone = "k(): clamp argument undecided (?) | a runner-level entry alone: the value comes from the quant info"
+    specs = [{"id": "fused:none/be"}, {"id": "card", "via": "A/be"}, {"id": "B/be"}, {"id": "C/be"}, {"id": "D/other"},
+             {"id": "core:none2"}]
+    rows = [row("fused:none/be", "UNDECIDED", "k", alone), row("card", "EXACT", "k"), row("B/be", "APPROX", "k"),
+            row("C/be", "DROPPED", "other_kernel"), row("D/other", "DROPPED", "k"),
+            row("core:none2", "UNDECIDED", "k", alone)]
+    out = sa.entries_decided_by_callers(rows, specs)
+    assert out[0].verdict.value == "APPROX" and "2 method path(s)" in out[0].rule and "the worst B/be" in out[0].rule
+    assert [r.verdict.value for r in out[1:]] == ["EXACT", "APPROX", "DROPPED", "DROPPED", "UNDECIDED"]
+
+
 def test_absent_path(tmp_path):
     t = mini_tree(tmp_path, "0.5.23")
     assert sa.audit_path(t, _spec("run")).verdict.value == "ABSENT"

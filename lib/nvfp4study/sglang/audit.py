@@ -381,8 +381,43 @@ def audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[Path
                                   sglang_version=tree.version, catalogued=spec.get("catalogued", True),
                                   found_by=list(spec.get("found_by", [])),
                                   platform=describe(spec.get("platforms", PLATFORMS))))
+    out = entries_decided_by_callers(out, [sp for sp in specs if not path_ids or sp["id"] in path_ids])
     if not side.ok:
         out = [_model_dropped(r, side) for r in out]
+    return out
+
+
+#: what a runner entry's callers may hand it: the forms, worst first
+_CALLER_FORMS = [ClampVerdict.DROPPED, ClampVerdict.APPROX, ClampVerdict.EXACT]
+
+
+def _backend_of(spec: dict) -> str | None:
+    key = spec.get("via", spec["id"])
+    return key.rsplit("/", 1)[1] if "/" in key and not key.startswith(("fused:", "core:")) else None
+
+
+def entries_decided_by_callers(rows: list[PathResult], specs: list[dict]) -> list[PathResult]:
+    """A runner-level entry (``fused:``/``core:``) left UNDECIDED because its clamp comes from the
+    quant info a method builds takes the worst form (DROPPED, APPROX, EXACT) among this tree's
+    method paths run with its backend (``Method/<backend>``) that reach the same kernel, naming
+    that caller; without such a caller it stays UNDECIDED."""
+    by_backend: dict[str, list[PathResult]] = {}
+    for sp, r in zip(specs, rows, strict=True):
+        b = _backend_of(sp)
+        if b is not None and r.verdict in _CALLER_FORMS:
+            by_backend.setdefault(b, []).append(r)
+    out = []
+    for sp, r in zip(specs, rows, strict=True):
+        backend = sp["id"].split("/")[-1] if sp["id"].startswith("fused:") else sp["id"][5:]
+        callers = [c for c in by_backend.get(backend, []) if c.sink == r.sink]  # the same kernel call
+        if r.verdict != ClampVerdict.UNDECIDED or "a runner-level entry alone" not in r.rule or not callers:
+            out.append(r)
+            continue
+        worst = min(callers, key=lambda c: _CALLER_FORMS.index(c.verdict))
+        rule = (f"the quant info comes from its callers: {len(callers)} method path(s) run with this backend, "
+                f"the worst {worst.path} {worst.verdict.value} ({worst.rule[:120]}) | alone: {r.rule[:100]}")
+        out.append(PathResult(**{**asdict(r), "verdict": worst.verdict, "rule": rule, "file": worst.file,
+                                 "function": worst.function, "line": worst.line}))
     return out
 
 
@@ -395,5 +430,5 @@ def _model_dropped(r: PathResult, side: ModelSide) -> PathResult:
                       sink=r.sink, catalogued=r.catalogued, found_by=r.found_by, platform=r.platform)
 
 
-__all__ = ["ClampVerdict", "PathResult", "audit_path", "audit_tree", "catalog", "missing_reason",
-           "path_specs"]
+__all__ = ["ClampVerdict", "PathResult", "audit_path", "audit_tree", "catalog", "entries_decided_by_callers",
+           "missing_reason", "path_specs"]
