@@ -39,7 +39,7 @@ from .clamp_values import (
     compare_values,
     has_limit,
     join,
-    module_constants,
+    module_constant,
     truth,
 )
 
@@ -87,7 +87,7 @@ class ExprEval:
             self._flags[key] = UNK  # a cycle of imports reads as unknown
             v = pf.flag(mod.tree, name, self.platform_value)
             if v is None:
-                v = module_constants(mod.tree).get(name)
+                v = module_constant(mod.tree, name)
             src = mod.imports.get(name)
             if v is None and src is not None:
                 other = self.module_for(src[0])

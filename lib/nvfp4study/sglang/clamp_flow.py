@@ -222,12 +222,15 @@ class Interp(ExprEval):
         attribute_never_set`): the read raises AttributeError. None when there is none."""
         if not isinstance(st, (ast.Assert, ast.If)):  # where code tests its state (kept cheap)
             return None
-        for e in (st.test,):
-            for n in ast.walk(e):
-                if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load) and isinstance(n.value, ast.Name) \
-                        and n.value.id == "self" and n.attr not in self.attrs and n.attr not in self.assume \
-                        and not bound_in_module(frame.module.tree, n.attr) and attribute_never_set(self.root, n.attr):
-                    return ast.unparse(n)
+        reads = getattr(st, "_self_reads", None)  # kept on the node: it lives as long as its tree
+        if reads is None:
+            reads = st._self_reads = tuple(dict.fromkeys(
+                n.attr for n in ast.walk(st.test) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)
+                and isinstance(n.value, ast.Name) and n.value.id == "self"))
+        for attr in reads:
+            if attr not in self.attrs and attr not in self.assume and attribute_never_set(self.root, attr) \
+                    and not bound_in_module(frame.module.tree, attr):
+                return f"self.{attr}"
         return None
 
     def exec_stmt(self, st: ast.stmt, frame: Frame) -> None:

@@ -367,27 +367,31 @@ def compare_values(a: Any, op: ast.cmpop, b: Any, right: ast.expr) -> Any:
     return UNK
 
 
-@cache
-def module_constants(tree: ast.Module) -> dict[str, Any]:
-    """The module's named constants: a name bound once in the whole module, at its top level, to
-    a literal dict, string or number (``_AITER_ACTIVATIONS = {"silu": "Silu"}``,
+def module_constant(tree: ast.Module, name: str) -> Any:
+    """The module's constant ``name``, or None: a name bound once in the whole module, at its top
+    level, to a literal dict, string or number (``_AITER_ACTIVATIONS = {"silu": "Silu"}``,
     ``_AITER_SWIGLU_OAI_ALPHA = 1.702``; booleans and None are left to the platform flags)."""
-    stores: dict[str, int] = {}
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-            stores[n.id] = stores.get(n.id, 0) + 1
-    out: dict[str, Any] = {}
-    for st in tree.body:
-        targets = st.targets if isinstance(st, ast.Assign) else [st.target] if isinstance(st, ast.AnnAssign) else []
-        if len(targets) != 1 or not isinstance(targets[0], ast.Name) or stores.get(targets[0].id) != 1 \
-                or not isinstance(st.value, (ast.Dict, ast.Constant)):
-            continue
-        try:
-            v = ast.literal_eval(st.value)
-        except (ValueError, TypeError, SyntaxError, RecursionError):
-            continue
-        if isinstance(v, dict):
-            out[targets[0].id] = AbstractDict(v)
-        elif isinstance(v, (str, int, float)) and not isinstance(v, bool):
-            out[targets[0].id] = v
-    return out
+    tops = getattr(tree, "_constants", None)  # kept on the tree: it lives as long as the tree
+    if tops is None:
+        tops = tree._constants = {}
+        for st in tree.body:
+            targets = st.targets if isinstance(st, ast.Assign) else [st.target] if isinstance(st, ast.AnnAssign) else []
+            if len(targets) == 1 and isinstance(targets[0], ast.Name) and isinstance(st.value, (ast.Dict, ast.Constant)):
+                tops.setdefault(targets[0].id, []).append(st.value)
+    if len(tops.get(name, ())) != 1:
+        return None
+    stores = getattr(tree, "_stores", None)  # counted only for a module asked for a constant
+    if stores is None:
+        stores = tree._stores = {}
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                stores[n.id] = stores.get(n.id, 0) + 1
+    if stores.get(name) != 1:
+        return None
+    try:
+        v = ast.literal_eval(tops[name][0])
+    except (ValueError, TypeError, SyntaxError, RecursionError):
+        return None
+    if isinstance(v, dict):
+        return AbstractDict(v)
+    return v if isinstance(v, (str, int, float)) and not isinstance(v, bool) else None

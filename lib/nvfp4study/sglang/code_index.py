@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
-from functools import cache, lru_cache
+from functools import lru_cache
 from pathlib import Path
 
 from .clamp_values import _imports, _parse
@@ -283,11 +283,13 @@ def alias_target(root: Path, name: str) -> str | None:
 
 
 
-@cache
 def _bound_names(tree: ast.Module) -> frozenset[str]:
     """Names a module may bind as attributes: attribute stores (``x.a = ...``, ``x.a: T = ...``),
     functions, names assigned or annotated anywhere, keyword names and string constants (what
     ``setattr``/``getattr``/dataclass fields spell)."""
+    memo = getattr(tree, "_bound_names", None)  # kept on the tree: it lives as long as the tree
+    if memo is not None:
+        return memo
     out = set()
     for n in ast.walk(tree):
         if isinstance(n, ast.Attribute) and not isinstance(n.ctx, ast.Load):
@@ -300,7 +302,8 @@ def _bound_names(tree: ast.Module) -> frozenset[str]:
             out.add(n.arg)
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.isidentifier():
             out.add(n.value)
-    return frozenset(out)
+    tree._bound_names = frozenset(out)
+    return tree._bound_names
 
 
 def bound_in_module(tree: ast.Module, name: str) -> bool:
@@ -309,6 +312,7 @@ def bound_in_module(tree: ast.Module, name: str) -> bool:
 
 
 _NEVER_SET: dict[tuple[str, str], bool] = {}
+_TEXTS: dict[str, list[str]] = {}  # root -> its sources' texts, for attribute_never_set
 
 
 def forget_settable(root: Path) -> None:
@@ -316,6 +320,7 @@ def forget_settable(root: Path) -> None:
     so a tree edited in place is read again)."""
     for key in [k for k in _NEVER_SET if k[0] == str(root)]:
         del _NEVER_SET[key]
+    _TEXTS.pop(str(root), None)
 
 
 def attribute_never_set(root: Path, name: str) -> bool:
@@ -330,7 +335,9 @@ def attribute_never_set(root: Path, name: str) -> bool:
         n = re.escape(name)
         pat = re.compile(rf"\.{n}[ \t]*(?::[^=\n]*)?[-+*/|&]?=(?!=)|(?:setattr|register_\w+)\([^)\n]*[\"']{n}[\"']"
                          rf"|^[ \t]+(?:async[ \t]+)?def[ \t]+{n}[ \t]*\(|^ {{4}}{n}[ \t]*(?::|=(?!=))", re.M)
-        _NEVER_SET[key] = not any(pat.search(text) for _, text in source_files(root) if name in text)
+        if key[0] not in _TEXTS:
+            _TEXTS[key[0]] = [text for _, text in source_files(root)]
+        _NEVER_SET[key] = not any(pat.search(text) for text in _TEXTS[key[0]] if name in text)
     return _NEVER_SET[key]
 
 
