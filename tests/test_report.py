@@ -64,6 +64,28 @@ def test_headline_from_data_and_fallback():
     assert set(by) == {"W4A16", "Deterministic mode"}  # headlines whose rows are absent are left out
 
 
+def test_other_runners_headline_names_raising_runners():
+    # each runner classed by its worst path; REFUSED / UNUSABLE named only when a runner is one
+    assert findings.runner_class({"EXACT", "UNUSABLE"}) == "UNUSABLE"
+    assert findings.runner_class({"REFUSED", "APPROX"}) == "APPROX"
+    assert findings.runner_class({"REFUSED", "DROPPED"}) == "DROPPED"
+    assert findings.runner_class({"UNDECIDED"}) == "APPROX"
+    agreement = {"stage_counts": {k: 0 for k in ("dropped_trusted_kind", "trusted_kind", "dropped_counted",
+                                                  "dropped_catalogued", "dropped_hand", "hand_read",
+                                                  "dropped_machine", "machine")},
+                 "overall": {"n": 1, "agree": 1, "rate": 1.0, "wilson95": [0.2, 1.0]}, "trusted_kinds": []}
+    measured = {"triton": {"t": "EXACT"}, "marlin": {"m": "DROPPED"}, "lora": {"l": "REFUSED"},
+                "gguf": {"g": "UNUSABLE", "h": "EXACT"}}
+    rows = [_claim_row("clamp.others-forward", measured, "contradicted"),
+            _claim_row("finding.audit-agreement", agreement, "partly")]
+    s = {f.title: f for f in findings.headlines(rows)}["Other MoE runners"].sentence
+    assert ("of the 4 runners the card names, `triton` forward it exactly, none approximately, `lora` refuse to "
+            "start when the limit is set, `gguf` cannot run for Ling at all and `marlin` drop it;") in s
+    rows[0] = _claim_row("clamp.others-forward", {"triton": {"t": "EXACT"}}, "reproduced")
+    s = {f.title: f for f in findings.headlines(rows)}["Other MoE runners"].sentence
+    assert "`triton` forward it exactly, none approximately and none drop it;" in s
+
+
 def test_open_items_group_gpu_stages_once():
     rows = [_claim_row("a", None, "not run", stage="04_launch_server", note="not run: needs an NVFP4-capable GPU (no GPU)"),
             _claim_row("b", None, "not run", stage="06_mtp_sweep", note="not run: needs an NVFP4-capable GPU (no GPU)"),

@@ -281,6 +281,139 @@ def test_refusal(tmp_path):
     assert (r.verdict.value, r.line) == ("REFUSED", 4)
 
 
+def test_an_activation_without_the_limit_is_a_dropped_branch(tmp_path):
+    # issue 23 (first-sample hand readings of the Ascend paths): a reachable branch runs an
+    # activation the sink table knows takes no limit, beside one that clamps
+    t = mini_tree(tmp_path, "0.5.23", {SINK_MOD: """
+        from sglang.srt.hardware_backend.npu.moe.activation import NPUSwigluQuant, NPUSwigluStepAndMul
+
+        def run(config, kernel):
+            if kernel.int8:
+                act = NPUSwigluQuant()
+            else:
+                act = NPUSwigluStepAndMul(clamp_limit=config.gemm1_clamp_limit)
+            return act
+    """})
+    r = sa.audit_path(t, _spec("run"))
+    assert (r.verdict.value, r.sink, r.line) == ("DROPPED", "NPUSwigluQuant", 6)
+    # the same name from another module is another function
+    t2 = mini_tree(tmp_path / "b", "0.5.23", {SINK_MOD: """
+        from mylib import NPUSwigluQuant
+
+        def run(config):
+            NPUSwigluQuant()
+            return cutlass_fused_moe(swiglu_limit=config.gemm1_clamp_limit, activation_type=ActivationType.SwigluStep)
+    """})
+    assert sa.audit_path(t2, _spec("run")).verdict.value == "EXACT"
+
+
+@pytest.mark.parametrize("other,verdict", [
+    ("cutlass_fused_moe(swiglu_limit=config.gemm1_clamp_limit, activation_type=ActivationType.SwigluStep)", "EXACT"),
+    ("fused_experts_mxfp8(gemm1_limit=config.gemm1_clamp_limit, gate_up_interleaved=True)", "UNUSABLE"),
+])
+def test_a_kernel_that_raises_for_ling_is_a_branch_not_taken(tmp_path, other, verdict):
+    # issue 23 (first-sample hand readings of Fp8MoEMethod/triton): the MXFP8 kernel raises on
+    # Ling's gate_up_interleaved=True, so its pre-SiLU form is not the path's
+    t = mini_tree(tmp_path, "0.5.23", {SINK_MOD: f"""
+        def run(config, quant_info):
+            if quant_info.use_mxfp8:
+                return fused_experts_mxfp8(gemm1_limit=config.gemm1_clamp_limit,
+                                           gate_up_interleaved=config.gate_up_interleaved)
+            return {other}
+    """})
+    r = sa.audit_path(t, _spec("run"))
+    assert r.verdict.value == verdict
+    assert "fused_experts_mxfp8() raise" in r.rule or verdict == "UNUSABLE"
+
+
+AITER_RUNNER = """
+    from aiter import ActivationType
+
+    # aiter's ActivationType.Swiglu is SwiGLU-OAI with alpha and the (up + beta) bias baked in
+    _ACTS = {"silu": "Silu", "swiglu": "Swiglu"}
+
+    class Core:
+        def run(self, quant_info: AiterMoeQuantInfo):
+            from aiter.fused_moe import fused_moe
+            extra = {}
+            if quant_info.swiglu_limit > 0:
+                extra["swiglu_limit"] = quant_info.swiglu_limit
+            act = getattr(ActivationType, _ACTS.get(self.config.activation, "Gelu"))
+            return fused_moe(activation=act, **extra)
+"""
+AITER_METHOD = """
+    from dataclasses import replace
+
+    class Method:
+        def create_moe_runner(self, layer, moe_runner_config):
+            self.runner = MoeRunner(MoeRunnerBackend.AITER, {cfg})
+
+        def apply(self, layer, x):
+            quant_info = AiterMoeQuantInfo(swiglu_limit={limit})
+            return self.runner.run(x, quant_info)
+"""
+
+
+@pytest.mark.parametrize("cfg,limit,stated,verdict", [
+    ('replace(moe_runner_config, activation="swiglu")', "self.moe_runner_config.gemm1_clamp_limit or 0.0", True, "APPROX"),
+    ('replace(moe_runner_config, activation="swiglu")', "self.moe_runner_config.gemm1_clamp_limit or 0.0", False, "UNDECIDED"),
+    ('replace(moe_runner_config, activation="swiglu")', "self.moe_runner_config.swiglu_limit or 0.0", True, "DROPPED"),
+    ("moe_runner_config", "self.moe_runner_config.gemm1_clamp_limit or 0.0", True, "UNDECIDED"),
+])
+def test_the_activation_a_method_gives_its_runner_decides_the_form(tmp_path, cfg, limit, stated, verdict):
+    # issue 23 (first-sample hand readings of Mxfp4MoEMethod/aiter and QuarkW4A8MXFp4MoE/aiter
+    # 0.5.22): the method replaces the runner config's activation with "swiglu", the runner maps it
+    # to aiter's Swiglu, whose GPT-OSS form SGLang's aiter.py states in a comment; a limit of 0.0
+    # never reaches the kernel (Fp8MoEMethod/aiter 0.5.20); Ling's own "silu" (Silu) has no stated form
+    runner = AITER_RUNNER if stated else AITER_RUNNER.replace("is SwiGLU-OAI", "is something")
+    t = mini_tree(tmp_path, "0.5.23", {"sglang/srt/layers/moe/moe_runner/aiter.py": runner,
+                                       SINK_MOD: AITER_METHOD.format(cfg=cfg, limit=limit)})
+    spec = {"id": "toy", "label": "toy", "runner_at": 2,
+            "steps": ["layers/moe/toy.py::Method.create_moe_runner", "layers/moe/toy.py::Method.apply",
+                      "layers/moe/moe_runner/aiter.py::Core.run"]}
+    r = sa.audit_path(t, spec)
+    assert r.verdict.value == verdict, r.rule
+    if verdict == "APPROX":
+        assert "activation Swiglu -> pre-SiLU form (layers/moe/moe_runner/aiter.py:4)" in r.rule
+
+
+@pytest.mark.parametrize("elsewhere,verdict", [("", "UNUSABLE"), ("        self.fused_experts = None\n", "EXACT"),
+                                               ("    fused_experts = None\n", "EXACT")])
+def test_an_attribute_never_set_anywhere_raises(tmp_path, elsewhere, verdict):
+    # issue 23 (first-sample hand reading of GGUFMoEMethod/direct 0.5.19): apply() asserts on
+    # self.fused_experts, which no file of the tree ever sets: AttributeError whatever the limit
+    t = mini_tree(tmp_path, "0.5.23", {SINK_MOD: """
+        class Method:
+            def apply(self, config):
+                assert self.fused_experts is None
+                return cutlass_fused_moe(swiglu_limit=config.gemm1_clamp_limit, activation_type=ActivationType.SwigluStep)
+    """, "sglang/srt/layers/other.py": "class Base:\n    def __init__(self):\n        pass\n" + (
+        "class Other:\n" + elsewhere if elsewhere.startswith("    f") else "class Other:\n    def f(self):\n" + elsewhere
+        if elsewhere else "")})
+    r = sa.audit_path(t, {"id": "toy", "label": "toy", "steps": ["layers/moe/toy.py::Method.apply"]})
+    assert r.verdict.value == verdict
+    if verdict == "UNUSABLE":
+        assert (r.line, r.rule.endswith("self.fused_experts is never set anywhere in the tree")) == (4, True)
+
+
+def test_a_runner_entry_takes_the_worst_form_its_callers_hand_it():
+    # issue 23 (first-sample hand readings of fused:flashinfer/flashinfer_cutlass 0.5.23, APPROX,
+    # and core:aiter 0.5.21, DROPPED): the entry alone cannot know the quant info's limit; the
+    # method paths run with its backend that reach the same kernel decide, the worst first
+    def row(path, verdict, sink, rule="r"):
+        return sa.PathResult(path=path, label=path, verdict=sa.ClampVerdict(verdict), rule=rule, file="f.py",
+                             function="g", line=3, sglang_version="0.5.23", sink=sink)
+    alone = "k(): clamp argument undecided (?) | a runner-level entry alone: the value comes from the quant info"
+    specs = [{"id": "fused:none/be"}, {"id": "card", "via": "A/be"}, {"id": "B/be"}, {"id": "C/be"}, {"id": "D/other"},
+             {"id": "core:none2"}]
+    rows = [row("fused:none/be", "UNDECIDED", "k", alone), row("card", "EXACT", "k"), row("B/be", "APPROX", "k"),
+            row("C/be", "DROPPED", "other_kernel"), row("D/other", "DROPPED", "k"),
+            row("core:none2", "UNDECIDED", "k", alone)]
+    out = sa.entries_decided_by_callers(rows, specs)
+    assert out[0].verdict.value == "APPROX" and "2 method path(s)" in out[0].rule and "the worst B/be" in out[0].rule
+    assert [r.verdict.value for r in out[1:]] == ["EXACT", "APPROX", "DROPPED", "DROPPED", "UNDECIDED"]
+
+
 def test_absent_path(tmp_path):
     t = mini_tree(tmp_path, "0.5.23")
     assert sa.audit_path(t, _spec("run")).verdict.value == "ABSENT"

@@ -55,6 +55,15 @@ def test_registry_and_cores():
     assert cores["deep_gemm"][1] == "DeepGemmRunnerCore"
 
 
+@pytest.mark.parametrize("version,line", [("0.5.19", 163), ("0.5.23", 178)])
+def test_a_backend_without_runner_says_where_moe_runner_raises(version, line):
+    # runner.py read by hand: "if self.runner_core is None and self.fused_func is None: raise
+    # NotImplementedError(...requires a fused func...)" at 162-166 (0.5.19), 177-181 (0.5.23)
+    assert dp.no_fused_func_raise(CodeIndex(released(version).root)) == line
+    r = sa.audit_tree(released(version), ["Fp8MoEMethod/cutlass"])[0]
+    assert (r.verdict.value, r.file, r.line) == ("UNDECIDED", "layers/moe/moe_runner/runner.py", line)
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_wrappers_are_skipped_and_what_they_wrap_is_found(version):
     methods = qm.moe_methods(CodeIndex(released(version).root))

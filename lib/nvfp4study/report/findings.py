@@ -119,16 +119,33 @@ def _approx_size(r: dict) -> tuple[str, str]:
     return s, r["finding.approx-size"]["verdict"]
 
 
+def runner_class(verdicts: set[str]) -> str:
+    """One runner's class over its paths' verdicts, worst first: ``DROPPED`` when one drops the
+    clamp, ``EXACT`` when all forward it exactly, ``APPROX`` when one applies it in another form,
+    else ``REFUSED`` (one raises because the limit is set) or ``UNUSABLE`` (one raises for Ling
+    whatever the limit) when one does, else ``APPROX`` (undecided paths, as before)."""
+    if "DROPPED" in verdicts:
+        return "DROPPED"
+    if verdicts == {"EXACT"}:
+        return "EXACT"
+    for key in ("APPROX", "REFUSED", "UNUSABLE"):
+        if key in verdicts:
+            return key
+    return "APPROX"
+
+
 def _others(r: dict) -> tuple[str, str]:
     row = r["clamp.others-forward"]
-    by: dict[str, list[str]] = {"EXACT": [], "APPROX": [], "DROPPED": []}
+    by: dict[str, list[str]] = {"EXACT": [], "APPROX": [], "DROPPED": [], "REFUSED": [], "UNUSABLE": []}
     for runner, paths in row["measured"].items():
-        verdicts = set(paths.values())
-        key = "DROPPED" if "DROPPED" in verdicts else "EXACT" if verdicts == {"EXACT"} else "APPROX"
-        by[key].append(f"`{runner}`")
+        by[runner_class(set(paths.values()))].append(f"`{runner}`")
+    # the raising classes are named only when a runner falls in them (the sentence is unchanged else)
+    raising = "".join(f", {_join(by[k])} {what}" for k, what in (
+        ("REFUSED", "refuse to start when the limit is set"), ("UNUSABLE", "cannot run for Ling at all"))
+        if by[k])
     s = (f"\"Every other MoE runner forwards the clamp\" does not hold on {row['checked_on']}: of the "
          f"{len(row['measured'])} runners the card names, {_join(by['EXACT'])} forward it exactly, "
-         f"{_join(by['APPROX'])} approximately and {_join(by['DROPPED'])} drop it; "
+         f"{_join(by['APPROX'])} approximately{raising} and {_join(by['DROPPED'])} drop it; "
          + _trusted_drops(r["finding.audit-agreement"]["measured"]))
     return s, row["verdict"]
 

@@ -37,7 +37,7 @@ from ..core.errors import AuditError, NoBailingMoeV3
 from . import clamp_values as cv
 from .audit_sinks import ClampVerdict, flashinfer_check, judge_hit
 from .clamp_flow import Interp
-from .code_index import CodeIndex, alias_target, class_defined, source_files
+from .code_index import CodeIndex, alias_target, class_defined, forget_settable, source_files
 from .dispatch import backend_values, derive_paths
 from .model_side import MODEL_FILE, ModelSide, model_side, no_model_line
 from .platforms import PLATFORMS, describe
@@ -186,8 +186,10 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
         first = next((x for x in interp.refusals if x.certain), None)
         if first is not None:
             rule += f"; before it, {_short(first.file)}:{first.line} {first.function}: {first.text[:100]}"
-        return PathResult(**base, verdict=ClampVerdict.UNDECIDED, rule=rule,
-                          file=spec["lost"].split(":")[0], function=None, line=None)
+        lost_file, _, rest = spec["lost"].partition(":")
+        lost_line = rest.split(":", 1)[0]
+        return PathResult(**base, verdict=ClampVerdict.UNDECIDED, rule=rule, file=lost_file, function=None,
+                          line=int(lost_line) if lost_line.isdigit() else None)
     interp.entry_names = {q.split(".")[-1] for _, q in steps}
     missing = [(r, q) for r, q in steps if interp.find(r, q) is None]
     if missing:
@@ -210,6 +212,7 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
             # (fused func or core) never runs on this path
             steps, skipped_runner = steps[:i], True
             break
+        interp.in_runner = spec.get("runner_at") is not None and i >= spec["runner_at"]
         interp.run_step(r, q)
         if interp.raising_steps:  # the later steps never run
             steps = steps[:i + 1]
@@ -254,6 +257,11 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
     only = set(spec.get("sinks", sinks))
     judged = [(judge_hit(h, sinks[h.callee], tree, interp.origin), h) for h in interp.hits
               if h.callee in only]
+    # a kernel call that raises for Ling is a branch it cannot take: the others decide
+    runs = [j for j in judged if j[0][0] != ClampVerdict.UNUSABLE]
+    raising = sorted({h.callee for j, h in judged if j[0] == ClampVerdict.UNUSABLE})
+    if runs and raising:
+        judged = runs
     if judged:
         (verdict, rule, where), hit = min(judged, key=lambda j: _SEVERITY.index(j[0][0]))
         kinds = sorted({(j[0].value, h.callee) for j, h in judged})
@@ -263,6 +271,8 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
                     and x.text.startswith("assert")]
         if blockers:
             rule += f" | note: {blockers[0].text} fails for Ling ({_short(blockers[0].file)}:{blockers[0].line})"
+        if runs and raising:
+            rule += f" | not taken: {', '.join(raising)}() raise for Ling"
         if dead and verdict == ClampVerdict.DROPPED:
             rule += f" | gemm1_clamp_limit mentioned only where dead for Ling: {', '.join(dead[:3])}"
         file, line, func = _short(hit.file), hit.line, hit.function
@@ -352,6 +362,7 @@ def audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[Path
     if not side.present:
         raise NoBailingMoeV3(no_model_line(tree.version))
     out = []
+    forget_settable(tree.root)  # a tree edited in place since its last audit is read again
     try:
         specs = path_specs(tree)
     except (SyntaxError, RecursionError, MemoryError) as exc:
@@ -370,8 +381,43 @@ def audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[Path
                                   sglang_version=tree.version, catalogued=spec.get("catalogued", True),
                                   found_by=list(spec.get("found_by", [])),
                                   platform=describe(spec.get("platforms", PLATFORMS))))
+    out = entries_decided_by_callers(out, [sp for sp in specs if not path_ids or sp["id"] in path_ids])
     if not side.ok:
         out = [_model_dropped(r, side) for r in out]
+    return out
+
+
+#: what a runner entry's callers may hand it: the forms, worst first
+_CALLER_FORMS = [ClampVerdict.DROPPED, ClampVerdict.APPROX, ClampVerdict.EXACT]
+
+
+def _backend_of(spec: dict) -> str | None:
+    key = spec.get("via", spec["id"])
+    return key.rsplit("/", 1)[1] if "/" in key and not key.startswith(("fused:", "core:")) else None
+
+
+def entries_decided_by_callers(rows: list[PathResult], specs: list[dict]) -> list[PathResult]:
+    """A runner-level entry (``fused:``/``core:``) left UNDECIDED because its clamp comes from the
+    quant info a method builds takes the worst form (DROPPED, APPROX, EXACT) among this tree's
+    method paths run with its backend (``Method/<backend>``) that reach the same kernel, naming
+    that caller; without such a caller it stays UNDECIDED."""
+    by_backend: dict[str, list[PathResult]] = {}
+    for sp, r in zip(specs, rows, strict=True):
+        b = _backend_of(sp)
+        if b is not None and r.verdict in _CALLER_FORMS:
+            by_backend.setdefault(b, []).append(r)
+    out = []
+    for sp, r in zip(specs, rows, strict=True):
+        backend = sp["id"].split("/")[-1] if sp["id"].startswith("fused:") else sp["id"][5:]
+        callers = [c for c in by_backend.get(backend, []) if c.sink == r.sink]  # the same kernel call
+        if r.verdict != ClampVerdict.UNDECIDED or "a runner-level entry alone" not in r.rule or not callers:
+            out.append(r)
+            continue
+        worst = min(callers, key=lambda c: _CALLER_FORMS.index(c.verdict))
+        rule = (f"the quant info comes from its callers: {len(callers)} method path(s) run with this backend, "
+                f"the worst {worst.path} {worst.verdict.value} ({worst.rule[:120]}) | alone: {r.rule[:100]}")
+        out.append(PathResult(**{**asdict(r), "verdict": worst.verdict, "rule": rule, "file": worst.file,
+                                 "function": worst.function, "line": worst.line}))
     return out
 
 
@@ -384,14 +430,9 @@ def _model_dropped(r: PathResult, side: ModelSide) -> PathResult:
                       sink=r.sink, catalogued=r.catalogued, found_by=r.found_by, platform=r.platform)
 
 
-__all__ = ["ClampVerdict", "PathResult", "audit_path", "audit_release", "audit_tree", "catalog", "missing_reason",
-           "path_specs"]
-
-
 def audit_release(version: str) -> list[PathResult] | str:
     """:func:`audit_tree` of the released wheel of ``version`` (unpacked once into the cache),
     or the one-line reason it has no rows (:class:`~nvfp4study.core.errors.NoBailingMoeV3`).
-    Light to import, so a process pool's workers start fast (stage 03 audits releases in parallel).
 
     Raises:
         SGLangSourceError, NotAnSGLangTree: as :func:`nvfp4study.sglang.source.unpack_wheel`.
@@ -403,3 +444,6 @@ def audit_release(version: str) -> list[PathResult] | str:
     except NoBailingMoeV3 as exc:
         return str(exc)
 
+
+__all__ = ["ClampVerdict", "PathResult", "audit_path", "audit_release", "audit_tree", "catalog",
+           "entries_decided_by_callers", "missing_reason", "path_specs"]

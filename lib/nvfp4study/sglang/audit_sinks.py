@@ -90,6 +90,39 @@ def sink_form_in_code(tree: SGLangTree, verify: dict) -> tuple[str | None, str]:
     return ("post" if silu_line <= clamp_line else "pre"), where
 
 
+def stated_form(tree: SGLangTree, statement: dict) -> str | None:
+    """``"file:line"`` where ``statement["text"]`` stands in ``statement["file"]`` (relative to
+    ``sglang/srt``) of ``tree``, or None when the file or the text is not there: a kernel form the
+    sink table takes from SGLang's own words holds only in a release that still says it."""
+    path = tree.file("sglang/srt/" + statement["file"])
+    if not path.is_file():
+        return None
+    for i, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if statement["text"] in line:
+            return f"{statement['file']}:{i}"
+    return None
+
+
+def _activation_form(hit: cv.SinkHit, sink: dict, tree: SGLangTree) -> tuple[ClampVerdict, str]:
+    """The ``by-activation`` form: the activation type the call passes, looked up in the sink's
+    ``forms`` (each stated by SGLang's code at a file:line :func:`stated_form` finds); on several
+    possible activation types, the worst."""
+    act = hit.kwargs.get(sink.get("activation", "activation"), cv.UNK)
+    opts = act.options if isinstance(act, cv.Multi) else (act,)
+    names = {o.name if isinstance(o, cv.Act) else None for o in opts}
+    if None in names:
+        return ClampVerdict.UNDECIDED, f"activation type undecided ({act!r})"
+    out = []
+    for name in sorted(names):
+        fact = (sink.get("forms") or {}).get(name)
+        where = stated_form(tree, fact) if fact else None
+        if where is None:
+            return ClampVerdict.UNDECIDED, f"activation {name}: no form stated in this release"
+        v = ClampVerdict.EXACT if fact["form"] == "post" else ClampVerdict.APPROX
+        out.append((v, f"activation {name} -> {'post' if v == ClampVerdict.EXACT else 'pre'}-SiLU form ({where})"))
+    return min(out, key=lambda x: x[0] == ClampVerdict.EXACT)
+
+
 def _arg(hit: cv.SinkHit, spec: str) -> tuple[bool, Any, ast.AST | None]:
     """(present, value, keyword node) for one clamp/alpha spec of a sink call."""
     if spec.startswith("#"):
@@ -112,6 +145,8 @@ def _form_verdict(form: str, hit: cv.SinkHit, sink: dict, tree: SGLangTree) -> t
         if present:
             alpha = v
             break
+    if form == "by-activation":
+        return _activation_form(hit, sink, tree)
     if form == "cutlass":
         act = hit.kwargs.get(sink.get("activation", "activation_type"), cv.Act("Swiglu"))
         names = {o.name for o in (act.options if isinstance(act, cv.Multi) else (act,))
@@ -169,7 +204,20 @@ def judge_hit(hit: cv.SinkHit, sink: dict, tree: SGLangTree,
     return v, rule, where
 
 
+def kernel_raises(hit: cv.SinkHit, sink: dict) -> str | None:
+    """The sink table's ``raises`` fact met by this call: ``"arg=value"`` when the call passes an
+    argument value the kernel raises on whatever the limit (e.g. ``fused_experts_mxfp8`` with
+    ``gate_up_interleaved=True``), else None (an argument not passed or not decided never counts)."""
+    for arg, bad in (sink.get("raises") or {}).items():
+        if arg in hit.kwargs and hit.kwargs[arg] is not cv.UNK and hit.kwargs[arg] == bad:
+            return f"{arg}={bad!r}"
+    return None
+
+
 def _judge(hit, sink, tree, origin):
+    raise_arg = kernel_raises(hit, sink)
+    if raise_arg is not None:
+        return ClampVerdict.UNUSABLE, f"{hit.callee}() raises for Ling whatever the limit ({raise_arg})", None
     specs = sink.get("clamp", [])
     if not specs:
         return ClampVerdict.DROPPED, f"{hit.callee}() takes no clamp argument", None
@@ -205,4 +253,4 @@ def _judge(hit, sink, tree, origin):
     return ClampVerdict.UNDECIDED, f"{hit.callee}(): clamp argument undecided ({value!r})", None
 
 
-__all__ = ["ClampVerdict", "flashinfer_check", "flashinfer_pin", "judge_hit", "sink_form_in_code"]
+__all__ = ["ClampVerdict", "flashinfer_check", "flashinfer_pin", "judge_hit", "kernel_raises", "sink_form_in_code", "stated_form"]

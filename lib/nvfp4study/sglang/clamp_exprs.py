@@ -26,6 +26,7 @@ from .clamp_values import (
     UNK,
     AbstractDict,
     Act,
+    ConfigWith,
     Frame,
     FuncRef,
     Limit,
@@ -35,8 +36,10 @@ from .clamp_values import (
     Refusal,
     SinkHit,
     _relevant,
+    compare_values,
     has_limit,
     join,
+    module_constant,
     truth,
 )
 
@@ -59,6 +62,8 @@ class ExprEval:
     entry_names: set[str]
     opaque: list[tuple[str, str, int]]  # (callee, file, line): the limit passed where it cannot follow
     runner_calls: list[tuple[str, int]]  # (file, line) of each live ``...runner.run(...)``
+    runner_overrides: dict[str, Any]  # config fields a method replaced in the config its MoeRunner gets
+    in_runner: bool  # running the runner's steps (fused func or core): they see runner_overrides
     platforms: tuple[str, ...]  # the device classes the path runs on (platforms.PLATFORMS)
     sink_from: dict[str, list[str]]  # sink -> the modules it comes from (the sink table's ``from``)
     _flags: dict[tuple[str, str], Any]
@@ -81,6 +86,8 @@ class ExprEval:
         if key not in self._flags:
             self._flags[key] = UNK  # a cycle of imports reads as unknown
             v = pf.flag(mod.tree, name, self.platform_value)
+            if v is None:
+                v = module_constant(mod.tree, name)
             src = mod.imports.get(name)
             if v is None and src is not None:
                 other = self.module_for(src[0])
@@ -91,6 +98,12 @@ class ExprEval:
     def attr_value(self, name: str, base: Any = UNK) -> Any:
         if name in self.assume:
             return self.assume[name]
+        if isinstance(base, ConfigWith):
+            if name in dict(base.overrides):
+                return dict(base.overrides)[name]
+            base = CONFIG
+        if base is CONFIG and self.in_runner and name in self.runner_overrides:
+            return self.runner_overrides[name]
         if isinstance(base, Act) and name == "value":
             return base
         if isinstance(base, AbstractDict):
@@ -208,25 +221,7 @@ class ExprEval:
         a = self.eval(node.left, frame)
         b = self.eval(node.comparators[0], frame)
         op = node.ops[0]
-        if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(node.comparators[0], ast.Constant) \
-                and node.comparators[0].value is None:
-            if isinstance(a, Multi):
-                rs = {(o is None) for o in a.options if o is not UNK}
-                if len(rs) != 1 or any(o is UNK for o in a.options):
-                    return UNK
-                r = rs.pop()
-            elif a is UNK:
-                return UNK
-            else:
-                r = a is None
-            return r if isinstance(op, ast.Is) else (not r)
-        known = (str, int, float, bool)
-        if isinstance(op, (ast.Eq, ast.NotEq)) and isinstance(a, known) and isinstance(b, known):
-            return (a == b) if isinstance(op, ast.Eq) else (a != b)
-        if isinstance(op, (ast.In, ast.NotIn)) and isinstance(a, known) and isinstance(b, tuple) \
-                and all(isinstance(x, known) for x in b):
-            return (a in b) if isinstance(op, ast.In) else (a not in b)
-        return UNK
+        return compare_values(a, op, b, node.comparators[0])
 
     def call(self, node: ast.Call, frame: Frame) -> Any:
         f = node.func
@@ -253,6 +248,18 @@ class ExprEval:
                 if isinstance(v, AbstractDict):
                     kwargs.update(v.items)
                     kw_nodes.update(v.nodes)
+                elif isinstance(v, Multi) and all(isinstance(o, AbstractDict) for o in v.options):
+                    # **extra, a dict that differs by branch: each key one of its branches' values
+                    # (None where a branch lacks it: the keyword is then not passed)
+                    for key in dict.fromkeys(x for o in v.options for x in o.items):
+                        vals = [o.items.get(key) for o in v.options]
+                        joined = vals[0]
+                        for x in vals[1:]:
+                            joined = join(joined, x)
+                        kwargs[key] = joined
+                        node_of = next((o.nodes[key] for o in v.options if key in o.nodes), None)
+                        if node_of is not None:
+                            kw_nodes[key] = node_of
             else:
                 kwargs[k.arg] = v
                 kw_nodes[k.arg] = k.value
@@ -315,14 +322,27 @@ class ExprEval:
             return UNK if t is None else t
         if name == "dict" and not args:
             return AbstractDict(dict(kwargs), dict(kw_nodes))
+        if name == "replace" and args and (args[0] is CONFIG or isinstance(args[0], ConfigWith)):
+            # dataclasses.replace(moe_runner_config, activation="swiglu")
+            old = dict(args[0].overrides) if isinstance(args[0], ConfigWith) else {}
+            return ConfigWith(tuple({**old, **kwargs}.items()))
+        if name == "MoeRunner":
+            # the config the runner is built with: its replaced fields hold in the runner's steps
+            for v in [*args, *kwargs.values()]:
+                if isinstance(v, ConfigWith):
+                    self.runner_overrides.update(dict(v.overrides))
+        if name == "getattr" and len(node.args) >= 2 and ast.unparse(node.args[0]).endswith("ActivationType") \
+                and isinstance(args[1], str):
+            return Act(args[1])
         if name == "ActivationType" and len(args) == 1:
             return args[0] if isinstance(args[0], Act) else UNK
-        if name == "get" and isinstance(f, ast.Attribute) and args:
+        if name in ("get", "pop") and isinstance(f, ast.Attribute) and args:
             base = self.eval(f.value, frame)
+            default = args[1] if len(args) > 1 else None
             if isinstance(base, AbstractDict) and isinstance(args[0], (str, int)):
-                return base.items.get(args[0], args[1] if len(args) > 1 else None)
+                return base.items.get(args[0], default)
             if isinstance(base, Multi) and isinstance(args[0], str):
-                return Multi(tuple(o.items.get(args[0]) if isinstance(o, AbstractDict) else UNK
+                return Multi(tuple(o.items.get(args[0], default) if isinstance(o, AbstractDict) else UNK
                                    for o in base.options))
         if name.endswith("QuantInfo"):
             # the dataclass's own constant defaults first (use_mxfp8: bool = False), then the

@@ -27,6 +27,7 @@ from .clamp_values import (
     CONFIG,
     CONFIG_NAMES,
     UNK,
+    AbstractDict,
     Frame,
     Limit,
     LocalFunc,
@@ -40,8 +41,14 @@ from .clamp_values import (
     join,
     truth,
 )
-from .code_index import class_methods, module_level
+from .code_index import attribute_never_set, bound_in_module, class_methods, module_level
 from .platforms import PLATFORMS
+
+
+def _dicts(v: Any) -> list[AbstractDict]:
+    """The abstract dicts ``v`` may be (one, or each option of a Multi of dicts); [] otherwise."""
+    opts = v.options if isinstance(v, Multi) else (v,)
+    return list(opts) if opts and all(isinstance(o, AbstractDict) for o in opts) else []
 
 
 class Interp(ExprEval):
@@ -71,6 +78,8 @@ class Interp(ExprEval):
         self.origin: dict[str, tuple] = {}  # attr -> (file, line, how it was set)
         self.hits: list[SinkHit] = []
         self.refusals: list[Refusal] = []
+        self.runner_overrides: dict[str, Any] = {}
+        self.in_runner = False
         self.live: set[tuple[str, int]] = set()
         self.opaque: list[tuple[str, str, int]] = []
         self.exhausted = False
@@ -207,11 +216,35 @@ class Interp(ExprEval):
         frame.stopped = all(f.stopped for f, _ in results)
         frame.raised = frame.stopped and all(f.raises_always() for f, _ in results)
 
+    def unset_attribute(self, st: ast.stmt, frame: Frame) -> str | None:
+        """``self.X`` read by an ``assert`` or ``if`` test (not its nested bodies) where no
+        file of the tree ever sets an attribute ``X`` (:func:`~nvfp4study.sglang.code_index.
+        attribute_never_set`): the read raises AttributeError. None when there is none."""
+        if not isinstance(st, (ast.Assert, ast.If)):  # where code tests its state (kept cheap)
+            return None
+        reads = getattr(st, "_self_reads", None)  # kept on the node: it lives as long as its tree
+        if reads is None:
+            reads = st._self_reads = tuple(dict.fromkeys(
+                n.attr for n in ast.walk(st.test) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)
+                and isinstance(n.value, ast.Name) and n.value.id == "self"))
+        for attr in reads:
+            if attr not in self.attrs and attr not in self.assume and attribute_never_set(self.root, attr) \
+                    and not bound_in_module(frame.module.tree, attr):
+                return f"self.{attr}"
+        return None
+
     def exec_stmt(self, st: ast.stmt, frame: Frame) -> None:
         self.steps_done += 1
         if self.steps_done > self.MAX_STEPS:
             self.exhausted = True  # the audit says UNDECIDED, not what the cut-off run saw
             frame.stopped = True
+            return
+        unset = self.unset_attribute(st, frame)
+        if unset is not None:
+            self.refusals.append(Refusal(frame.module.rel, frame.qualname, st.lineno, False,
+                                         f"AttributeError: {unset} is never set anywhere in the tree",
+                                         certain=all(d for _, d in frame.guards)))
+            frame.stopped = frame.raised = True
             return
         if isinstance(st, ast.Assign):
             v = self.eval(st.value, frame)
@@ -311,6 +344,14 @@ class Interp(ExprEval):
         elif isinstance(target, ast.Attribute):
             self.attrs[target.attr] = v
             self.origin[target.attr] = (frame.module.rel, target.lineno, ast.unparse(target))
+        elif (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)
+              and isinstance(target.slice, ast.Constant) and isinstance(target.slice.value, str)
+              and _dicts(frame.locals.get(target.value.id))):
+            # extra["swiglu_limit"] = x on a local dict: a new dict (branches keep their own)
+            key = target.slice.value
+            new = [AbstractDict({**d.items, key: v}, {**d.nodes, key: target})
+                   for d in _dicts(frame.locals[target.value.id])]
+            frame.locals[target.value.id] = new[0] if len(new) == 1 else Multi(tuple(new))
         elif isinstance(target, (ast.Tuple, ast.List)):
             n = len(target.elts)
             if isinstance(v, tuple) and len(v) == n:

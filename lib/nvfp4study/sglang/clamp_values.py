@@ -46,6 +46,14 @@ class Act:
 
 
 @dataclass(frozen=True)
+class ConfigWith:
+    """The ``MoeRunnerConfig`` with some fields replaced (``dataclasses.replace(config,
+    activation="swiglu")``): ``overrides`` are (field, value) pairs; other fields are Ling's."""
+
+    overrides: tuple
+
+
+@dataclass(frozen=True)
 class Multi:
     """One of several values (a branch the interpreter could not decide)."""
 
@@ -111,6 +119,9 @@ LING_FACTS: dict[str, Any] = {
     "swiglu_limit": None,
     "activation": "silu",
     "is_gated": True,
+    # Bailing passes no gate_up_interleaved: FusedMoE's default True (layers/moe/fused_moe_triton/
+    # layer.py:367 in 0.5.23; MoeRunnerConfig base.py:70)
+    "gate_up_interleaved": True,
 }
 #: FusedMoE attributes Bailing leaves at their defaults (bailing_moe_v3.py never passes them).
 LAYER_FACTS: dict[str, Any] = {"routing_method_type": None}
@@ -318,3 +329,69 @@ def clamp_mentions(fn: ast.AST) -> list[int]:
         elif isinstance(n, ast.Constant) and n.value == "gemm1_clamp_limit":
             lines.add(n.lineno)
     return sorted(lines)
+
+
+_NUM_OPS = {ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b,
+            ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b}
+
+
+def compare_values(a: Any, op: ast.cmpop, b: Any, right: ast.expr) -> Any:
+    """``a <op> b`` on abstract values (``right``: the right operand's node): ``is None`` on
+    decided values, a clamp limit against zero (positive: Ling's is), numbers, and ``==`` / ``in``
+    on constants (None included: a field Ling leaves unset, ``gemm1_alpha``); UNK otherwise."""
+    if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(right, ast.Constant) \
+            and right.value is None:
+        if isinstance(a, Multi):
+            rs = {(o is None) for o in a.options if o is not UNK}
+            if len(rs) != 1 or any(o is UNK for o in a.options):
+                return UNK
+            r = rs.pop()
+        elif a is UNK:
+            return UNK
+        else:
+            r = a is None
+        return r if isinstance(op, ast.Is) else (not r)
+    if isinstance(a, Limit) and isinstance(b, (int, float)) and not isinstance(b, bool) and b <= 0 \
+            and isinstance(op, (ast.Gt, ast.GtE, ast.Lt, ast.LtE)):
+        return isinstance(op, (ast.Gt, ast.GtE))  # a clamp limit is positive (Ling's is)
+    num = (int, float)
+    if isinstance(a, num) and isinstance(b, num) and not isinstance(a, bool) and not isinstance(b, bool) \
+            and type(op) in _NUM_OPS:
+        return _NUM_OPS[type(op)](a, b)
+    known = (str, int, float, bool, type(None))  # None: a field Ling leaves unset (gemm1_alpha)
+    if isinstance(op, (ast.Eq, ast.NotEq)) and isinstance(a, known) and isinstance(b, known):
+        return (a == b) if isinstance(op, ast.Eq) else (a != b)
+    if isinstance(op, (ast.In, ast.NotIn)) and isinstance(a, known) and isinstance(b, tuple) \
+            and all(isinstance(x, known) for x in b):
+        return (a in b) if isinstance(op, ast.In) else (a not in b)
+    return UNK
+
+
+def module_constant(tree: ast.Module, name: str) -> Any:
+    """The module's constant ``name``, or None: a name bound once in the whole module, at its top
+    level, to a literal dict, string or number (``_AITER_ACTIVATIONS = {"silu": "Silu"}``,
+    ``_AITER_SWIGLU_OAI_ALPHA = 1.702``; booleans and None are left to the platform flags)."""
+    tops = getattr(tree, "_constants", None)  # kept on the tree: it lives as long as the tree
+    if tops is None:
+        tops = tree._constants = {}
+        for st in tree.body:
+            targets = st.targets if isinstance(st, ast.Assign) else [st.target] if isinstance(st, ast.AnnAssign) else []
+            if len(targets) == 1 and isinstance(targets[0], ast.Name) and isinstance(st.value, (ast.Dict, ast.Constant)):
+                tops.setdefault(targets[0].id, []).append(st.value)
+    if len(tops.get(name, ())) != 1:
+        return None
+    stores = getattr(tree, "_stores", None)  # counted only for a module asked for a constant
+    if stores is None:
+        stores = tree._stores = {}
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                stores[n.id] = stores.get(n.id, 0) + 1
+    if stores.get(name) != 1:
+        return None
+    try:
+        v = ast.literal_eval(tops[name][0])
+    except (ValueError, TypeError, SyntaxError, RecursionError):
+        return None
+    if isinstance(v, dict):
+        return AbstractDict(v)
+    return v if isinstance(v, (str, int, float)) and not isinstance(v, bool) else None

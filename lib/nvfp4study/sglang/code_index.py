@@ -282,6 +282,66 @@ def alias_target(root: Path, name: str) -> str | None:
     return m.group(1) if m else None
 
 
-__all__ = ["SRT", "CodeIndex", "alias_target", "called_name", "class_defined", "class_methods", "funcs",
-           "local_imports", "module_level", "module_name",
+
+def _bound_names(tree: ast.Module) -> frozenset[str]:
+    """Names a module may bind as attributes: attribute stores (``x.a = ...``, ``x.a: T = ...``),
+    functions, names assigned or annotated anywhere, keyword names and string constants (what
+    ``setattr``/``getattr``/dataclass fields spell)."""
+    memo = getattr(tree, "_bound_names", None)  # kept on the tree: it lives as long as the tree
+    if memo is not None:
+        return memo
+    out = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Attribute) and not isinstance(n.ctx, ast.Load):
+            out.add(n.attr)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(n.name)
+        elif isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            out.add(n.id)
+        elif isinstance(n, ast.keyword) and n.arg:
+            out.add(n.arg)
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.isidentifier():
+            out.add(n.value)
+    tree._bound_names = frozenset(out)
+    return tree._bound_names
+
+
+def bound_in_module(tree: ast.Module, name: str) -> bool:
+    """Whether ``tree`` may bind the attribute ``name`` (:func:`_bound_names`)."""
+    return name in _bound_names(tree)
+
+
+_NEVER_SET: dict[tuple[str, str], bool] = {}
+_TEXTS: dict[str, list[str]] = {}  # root -> its sources' texts, for attribute_never_set
+
+
+def forget_settable(root: Path) -> None:
+    """Drop :func:`attribute_never_set`'s readings of ``root`` (the audit of a tree starts with it,
+    so a tree edited in place is read again)."""
+    for key in [k for k in _NEVER_SET if k[0] == str(root)]:
+        del _NEVER_SET[key]
+    _TEXTS.pop(str(root), None)
+
+
+def attribute_never_set(root: Path, name: str) -> bool:
+    """Whether no file of the tree at ``root`` can give an object an attribute ``name``: no
+    attribute store (``x.name = ...``, annotated or augmented), no ``setattr`` / ``register_*``
+    naming it, no method ``def name(`` (indented) and no class-level binding (``    name = ...`` /
+    ``    name: T`` at a class body's indentation). Reading it then raises AttributeError (e.g.
+    ``self.fused_experts`` of GGUFMoEMethod, layers/quantization/gguf.py:568 in 0.5.19). Read
+    once per tree and name (until :func:`forget_settable`)."""
+    key = (str(root), name)
+    if key not in _NEVER_SET:
+        n = re.escape(name)
+        pat = re.compile(rf"\.{n}[ \t]*(?::[^=\n]*)?[-+*/|&]?=(?!=)|(?:setattr|register_\w+)\([^)\n]*[\"']{n}[\"']"
+                         rf"|^[ \t]+(?:async[ \t]+)?def[ \t]+{n}[ \t]*\(|^ {{4}}{n}[ \t]*(?::|=(?!=))", re.M)
+        if key[0] not in _TEXTS:
+            _TEXTS[key[0]] = [text for _, text in source_files(root)]
+        _NEVER_SET[key] = not any(pat.search(text) for text in _TEXTS[key[0]] if name in text)
+    return _NEVER_SET[key]
+
+
+
+__all__ = ["SRT", "CodeIndex", "alias_target", "attribute_never_set", "bound_in_module", "called_name", "forget_settable",
+           "class_defined", "class_methods", "funcs", "local_imports", "module_level", "module_name",
            "py_files", "source_files", "step_name", "tree_stamp"]

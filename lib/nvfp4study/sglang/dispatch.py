@@ -371,9 +371,24 @@ def _runner_steps(backend: str, fused: dict, cores: dict, code: CodeIndex) -> tu
     if not steps:
         # MoeRunner.__init__ raises NotImplementedError then ("requires a fused func"), unless LoRA
         # is on; whether the method builds a MoeRunner for it at all is not decided here
-        return [], trail, (f"{RUNNER[len(SRT):]}: no fused func and no runner core for {backend!r} "
-                           "(MoeRunner raises NotImplementedError for it unless LoRA is on)")
+        line = no_fused_func_raise(code)
+        return [], trail, (f"{RUNNER[len(SRT):]}{f':{line}' if line else ''}: no fused func and no runner "
+                           f"core for {backend!r} (MoeRunner raises NotImplementedError for it unless LoRA is on)")
     return steps, trail, None
+
+
+def no_fused_func_raise(code: CodeIndex) -> int | None:
+    """The line of ``MoeRunner.__init__``'s raise when a backend has neither a runner core nor a
+    fused func (``if self.runner_core is None and self.fused_func is None: raise ...``, runner.py
+    177-181 in 0.5.23), or None when the runner module has no such raise."""
+    cls = code.top(RUNNER, "MoeRunner")
+    init = next((n for n in getattr(cls, "body", []) if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    for n in ast.walk(init) if init is not None else ():
+        if isinstance(n, ast.If) and "fused_func" in ast.unparse(n.test) and "runner_core" in ast.unparse(n.test):
+            r = next((b for b in n.body if isinstance(b, ast.Raise)), None)
+            if r is not None:
+                return r.lineno
+    return None
 
 
 def derive_paths(root: Path) -> list[DerivedPath]:
