@@ -34,7 +34,7 @@ BROKEN_RATE = 0.10   # token-weighted accept rate below this ...
 BROKEN_LEN = 1.10    # ... with accept length below this = broken draft (card: 0.00 / 1.00)
 WORKING_RATE = 0.30  # accept rate at or above this = draft clearly working (3x the broken threshold;
                      # the card's working draft: 0.53-0.95 at k=1..3, claims.yaml mtp.k1-k3)
-SPEEDUP_TOL = 0.15   # broken draft's speedup within 15 % of the card's = reproduced (06's TOKS_TOL[0])
+SPEEDUP_TOL = 0.15   # broken draft's speedup within 15 % of the card's = reproduced (stages/claim_rules/r06_mtp.py TOKS_TOL[0])
 
 
 def median(xs: list[float]) -> float | None:
