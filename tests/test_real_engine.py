@@ -44,9 +44,11 @@ def agree_server(tmp_path_factory):
     with server.serving(stage, config, launch_record=rec) as url:
         yield url, rec, stage
     # the whole real tree is gone after the stop (a failure here is an error of the last test),
-    # by SIGINT's graceful stop, not after SIGKILL (SIGTERM took SGLang's child-crash route)
+    # by SIGINT's graceful stop, not after SIGKILL (SIGTERM took SGLang's child-crash route).
+    # After uvicorn's shutdown and SGLang's kill_process_tree the leader either dies by the
+    # SIGINT it got (-2) or returns from main (0); both were seen, -9 (SIGKILL) never
     assert rec["left_after_stop"] == [], rec["left_after_stop"]
-    assert rec["returncode"] == -signal.SIGINT, rec["returncode"]
+    assert rec["returncode"] in (0, -signal.SIGINT), rec["returncode"]
     log = (stage.run_dir / rec["log"]).read_text(errors="replace")
     assert "kill_process_tree called" in log and "before crash diagnostics" not in log
     assert alive([p["pid"] for p in rec["process_tree"]]) == []
