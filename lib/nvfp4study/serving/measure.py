@@ -268,12 +268,13 @@ def collect(stage: Stage):
             rows.append({"config": c.key, "launched": False, "sent": 0, "failed": 0,
                          "note": "all requests already recorded"})
             continue
-        if c.deterministic and is_cpu_engine(stage.params):
+        refusable = c.deterministic and is_cpu_engine(stage.params)
+        if group and (refusable or not _same_install(group[0][0], c)):
+            rows += _sessions(stage, group)  # launches keep the configurations' order
+            group = []
+        if refusable:
             rows.append(_refusable_session(stage, c, pending))
             continue
-        if group and not _same_install(group[0][0], c):
-            rows += _sessions(stage, group)
-            group = []
         group.append((c, pending))
         if len(group) == _parallel_loads(stage.params):
             rows += _sessions(stage, group)
@@ -392,27 +393,21 @@ def _recorded_launch(stage: Stage, config: ServerConfig, loaded_with: int) -> It
 def _wait_all(started: list[StartedLaunch]) -> None:
     """:meth:`StartedLaunch.wait_healthy` for every launch, each in its own thread so that each load
     time is its own; the first failure is raised as soon as it happens (the caller's exit stack
-    then stops every launch)."""
+    then stops every launch, which ends the other waits)."""
     if len(started) == 1:
         started[0].wait_healthy()
         return
-    import threading
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
-    errors: list[BaseException] = []
-
-    def wait(launch: StartedLaunch) -> None:
-        try:
-            launch.wait_healthy()
-        except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=wait, args=(x,), daemon=True) for x in started]
-    for t in threads:
-        t.start()
-    while any(t.is_alive() for t in threads) and not errors:
-        threads[0].join(0.1)
-    if errors:
-        raise errors[0]
+    pool = ThreadPoolExecutor(len(started), thread_name_prefix="wait-healthy")
+    try:
+        futures = [pool.submit(x.wait_healthy) for x in started]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for f in futures:
+            if f in done and f.exception() is not None:
+                raise f.exception()
+    finally:
+        pool.shutdown(wait=False)  # a wait still running ends when its launch is stopped
 
 
 def _serve(stage: Stage, launch: StartedLaunch, config: ServerConfig, pending: list[RequestSpec]) -> None:
