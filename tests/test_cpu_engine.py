@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -144,6 +145,26 @@ def test_flags_env_and_description():
         assert target.split(":")[0].split(" ")[0] in site, target
 
 
+@pytest.mark.parametrize("env, expected", [
+    ({"SGLANG_USE_CPU_ENGINE": "1"}, "llama,qwen3,registry"),  # the served two are scanned
+    ({"SGLANG_USE_CPU_ENGINE": "1", "NVFP4STUDY_CPU_ENGINE_MODELS": "llama"},
+     "bailing_moe_nextn,bailing_moe_v3,qwen3,registry"),
+    ({"SGLANG_USE_CPU_ENGINE": "1", "SGLANG_DISABLED_MODEL_ARCHS": "mine"}, "mine"),  # the user's kept
+    ({}, "None"),  # not a server process: nothing set
+])
+def test_the_registry_scan_skips_unserved_models(tmp_path, env, expected):
+    models = tmp_path / "sglang" / "srt" / "models"
+    models.mkdir(parents=True)
+    (tmp_path / "sglang" / "__init__.py").write_text("")
+    for name in ("__init__", "bailing_moe_v3", "bailing_moe_nextn", "llama", "qwen3", "registry"):
+        (models / f"{name}.py").write_text("raise SystemExit('imported')\n")
+    (models / "deepseek_common").mkdir()  # a package: the registry skips packages itself
+    r = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('SGLANG_DISABLED_MODEL_ARCHS'))"],
+                       capture_output=True, text=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{cpu_engine.SITE_DIR}:{tmp_path}", **env})
+    assert r.returncode == 0 and r.stdout.strip() == expected, r.stderr
+
+
 def test_children_are_forked_not_spawned(ckpt):
     # the speed patch (entrypoints/engine.py 1995): SGLang's own function leaves "spawn"
     py = require_sglang_env()
@@ -231,6 +252,9 @@ def test_plain_generate_chat_stream_metrics(plain):
     assert m.status_code == 200 and "sglang:generation_tokens_total" in m.text
     lines = decode_lines(sp)
     assert lines and not any("accept len" in ln for ln in lines)
+    # the registry scanned only the served models (site/sitecustomize.py): SGLang logs each
+    # model module whose import fails on this machine (falcon_mamba, mamba, ...) when it scans all
+    assert "Ignore import error when loading sglang.srt.models" not in sp.log_path.read_text()
 
 
 # --- NEXTN k=2: intel_amx attention over the stand-in ops ------------------------------------------

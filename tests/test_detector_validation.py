@@ -78,6 +78,33 @@ def test_small_sample_clean_and_flagged(small):
     assert res.isolation in ("bwrap", "subprocess-unsafe")
 
 
+def test_an_identical_program_is_run_once_and_shared(small):
+    """A fence variant's extracted program is the clean one: the two share one sandboxed run
+    (counted here by a runner that records what it is given); the others run alone."""
+    _, tasks, _ = small
+    samples = detector_samples.build_samples(tasks, per_kind=1)
+    given: list[list[tuple]] = []
+
+    class Result:
+        def __init__(self, i):
+            self.outcome, self.exception, self.name, self.isolation, self.duration_s = f"r{i}", None, None, "x", 0.0
+
+    def runner(items):
+        given.append(items)
+        return [Result(i) for i in range(len(items))]
+
+    frame, _ = detector_samples.classify(samples, tasks, execute=runner)
+    codes = [(t.task_id, c) for t, c in given[0]]
+    assert len(given) == 1 and len(codes) == len(set(codes)) < len(samples)
+    clean = frame[frame["kind"] == "clean"].set_index("task_id")
+    fence = frame[frame["kind"] == "closing_fence"].set_index("task_id")
+    assert (fence["exec_program"] == clean.loc[fence.index, "exec_program"]).all()
+    assert (fence["exec_outcome"] == clean.loc[fence.index, "exec_outcome"]).all()
+    assert frame["exec_program"].nunique() == len(codes)
+    # each distinct program's own result: program i got result "r{i}"
+    assert (frame["exec_outcome"] == "r" + frame["exec_program"].astype(str)).all()
+
+
 def test_small_sample_summary_matches_samples(small):
     _, _, res = small
     f, s = res.samples, res.summary.set_index(["method", "kind"])

@@ -115,7 +115,9 @@ def classify(samples: list[dict[str, Any]], tasks: Sequence[Any], *,
         ``detector_status``, ``detector_label``, ``finding_kinds`` (comma-joined),
         ``findings`` (JSON), ``parses``, one boolean column per method (``execution`` nullable),
         ``exec_outcome``, ``exec_exception``, ``exec_name``, ``exec_isolation``,
-        ``exec_duration_s``; and seconds spent in detection and execution.
+        ``exec_duration_s``, ``exec_program`` (samples with the same task and extracted program
+        share one sandboxed run and its number; absent without execution); and seconds spent
+        in detection and execution.
     """
     by_id = {t.task_id: t for t in tasks}
     rows = []
@@ -145,8 +147,9 @@ def classify(samples: list[dict[str, Any]], tasks: Sequence[Any], *,
         frame["exec_duration_s"] = float("nan")
         return frame, seconds
     t1 = time.perf_counter()
-    results = execute(codes)
+    results, program = _execute_once_each(codes, execute)
     seconds["execute"] = time.perf_counter() - t1
+    frame["exec_program"] = program
     frame["exec_outcome"] = [str(r.outcome) for r in results]
     frame["execution"] = pd.array([str(r.outcome) != "pass" for r in results], dtype="boolean")
     frame["exec_exception"] = [r.exception for r in results]
@@ -154,6 +157,24 @@ def classify(samples: list[dict[str, Any]], tasks: Sequence[Any], *,
     frame["exec_isolation"] = [r.isolation for r in results]
     frame["exec_duration_s"] = [float(r.duration_s) for r in results]
     return frame, seconds
+
+
+def _execute_once_each(codes: list[tuple[Any, str]],
+                       execute: Callable[[list[tuple[Any, str]]], list[Any]]) -> tuple[list[Any], list[int]]:
+    """``execute`` over the distinct ``(task, code)`` pairs (by task id and program text), each
+    result given to every sample with that pair: a junk kind whose junk extraction removes (a
+    closing fence) leaves the clean program, and the same program against the same checks is
+    one run. Returns one result per item of ``codes``, in order, and each item's program number
+    (the index of its distinct pair: equal numbers shared one run)."""
+    first: dict[tuple[str, str], int] = {}
+    for task, code in codes:
+        first.setdefault((task.task_id, code), len(first))
+    unique = [None] * len(first)
+    for task, code in codes:
+        unique[first[(task.task_id, code)]] = (task, code)
+    results = execute(unique)
+    program = [first[(task.task_id, code)] for task, code in codes]
+    return [results[i] for i in program], program
 
 
 # The card's four junk lines, rebuilt on the study's card-style tasks they come from:

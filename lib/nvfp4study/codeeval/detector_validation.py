@@ -145,6 +145,7 @@ def run(stage: Stage, *, execute: bool | None = None, tasks: Sequence[Any] | Non
         "tasks": len(tasks), "samples": len(frame), "junk_kinds": [str(k) for k in JunkKind],
         "fragments": list(FRAGMENTS), "junk_variants_per_kind": cp.junk_variants_per_kind,
         "junk_seed": cp.junk_seed, "executed": bool(do_exec), "isolation": iso,
+        "programs_run": int(frame["exec_program"].nunique()) if "exec_program" in frame else 0,
         "seconds": seconds,
         "estimators": "recall = tp/n_junk per kind; precision = tp/(tp+fp) with fp from all clean "
                       "samples; Wilson 95% intervals",
@@ -177,8 +178,10 @@ def describe(result: ValidationResult) -> str:
     n_junk = int((f["kind"] != CLEAN).sum())
     det = s[(s["method"] == "detector") & (s["kind"] == "all")].iloc[0]
     srcs = ", ".join(f"{n} {src}" for src, n in clean["task_source"].value_counts().items())
+    runs = f["exec_program"].nunique() if "exec_program" in f else len(f)
     ex = ("not executed (validation_execute is false)" if result.isolation is None else
-          f"each executed against its assertions in the sandbox (isolation: **{result.isolation}**)")
+          f"each executed against its assertions in the sandbox (isolation: **{result.isolation}**; "
+          f"{runs} distinct programs, one run each)")
     passed = "" if result.isolation is None else (
         f" {int((clean['exec_outcome'] == 'pass').sum())}/{len(clean)} clean programs pass their tests.")
     return (f"**{len(clean)}** clean canonical programs ({srcs}) and **{n_junk}** junk-injected "

@@ -159,7 +159,10 @@ def describe() -> dict:
             "NEXTN tree, top-k 2 (intel_amx)": replaced_ops(),
         },
         "env": {"SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1",
-                "PYTHONPATH": "the stand-in site folder first"},
+                "PYTHONPATH": "the stand-in site folder first",
+                "SGLANG_DISABLED_MODEL_ARCHS": "every srt/models module but bailing_moe_v3 and "
+                                               "bailing_moe_nextn (set by site/sitecustomize.py; "
+                                               "speed only: the registry scan imports no others)"},
         "limits": [
             "all-MLA models only (layer_group_size 1): KDA prefill is Triton-only",
             "EAGLE top-k 1 tested; the stand-in ops are unoptimised torch loops",
