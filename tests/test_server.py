@@ -170,6 +170,13 @@ def test_nvfp4_capability_rule():
         == [True, True, True, False, False, False, False]
 
 
+def test_no_gpu_device_nodes(tmp_path):
+    node = tmp_path / "nvidia0"
+    assert server.no_gpu_device((str(node),)) is True
+    node.write_text("")
+    assert server.no_gpu_device((str(tmp_path / "dxg"), str(node))) is False
+
+
 def test_gpu_probe_and_refusal(tmp_path):
     hopper = fake_sglang.make_interpreter(tmp_path / "h", gpu=[9, 0, "H100", 80_000_000_000])
     none = fake_sglang.make_interpreter(tmp_path / "n", gpu=None)

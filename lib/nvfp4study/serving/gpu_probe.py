@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 import subprocess
 from typing import Any
 
@@ -33,6 +34,17 @@ def gpu_capability(python: str | tuple[str, ...] | None = None) -> tuple[int, in
     """
     info = gpu_info(python)
     return None if info is None else (info["capability"][0], info["capability"][1])
+
+
+#: device nodes without which no CUDA (or ROCm) GPU is visible to torch here or to a container
+#: started here: the NVIDIA driver's nodes, WSL2's GPU node, ROCm's kernel driver node
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg", "/dev/kfd")
+
+
+def no_gpu_device(nodes: tuple[str, ...] = GPU_DEVICE_NODES) -> bool:
+    """True when none of ``nodes`` exists: then torch sees no GPU (a CPU-engine launch records
+    no GPU without starting an interpreter that imports torch, about 1.5 s of CPU per notebook)."""
+    return not any(os.path.exists(n) for n in nodes)
 
 
 @functools.lru_cache(maxsize=8)

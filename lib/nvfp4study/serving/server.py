@@ -45,6 +45,7 @@ from .gpu_probe import (  # noqa: F401  (re-exported)
     gpu_capability,
     gpu_info,
     gpu_refusal,
+    no_gpu_device,
     nvfp4_w4a4_supported,
     probe_python,
 )
@@ -441,7 +442,8 @@ def launched(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | N
     s = params.server
     launcher = launcher_for(params)
     version = launcher.sglang_version(params)
-    gpu = gpu_info(probe_python(params))
+    cpu_only = is_cpu_engine(params) and no_gpu_device()  # nothing to probe
+    gpu = None if cpu_only else gpu_info(probe_python(params))
     if s.require_gpu and not nvfp4_w4a4_supported(None if gpu is None else gpu["capability"]):
         raise NoCapableGPU(gpu_refusal(params) or "needs an NVFP4-capable GPU")
     if s.port == 0:  # a free port chosen now (a shared machine: no fixed port to collide on)
