@@ -20,7 +20,7 @@ from nvfp4study.core.errors import (
 )
 from nvfp4study.sglang import patch as sp
 from nvfp4study.sglang.audit import audit_tree
-from nvfp4study.sglang.source import copy_tree, open_tree
+from nvfp4study.sglang.source import COPY_SKIP_DIRS, copy_tree, open_tree
 from sglang_fixtures import copy23_shared_fixture, mini_tree, released  # noqa: F401  (the copy23_shared fixture)
 
 NVFP4 = "sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4_moe.py"
@@ -116,7 +116,8 @@ def test_release_modes_available(version):
                                           for m in (*RELEASE_VERDICTS[v], "det") if m != "stock"])
 def test_release_roundtrip(release_copy, tmp_path, version, mode):
     tree = release_copy(version)
-    release = _all_bytes(released(version))
+    release = {k: h for k, h in _all_bytes(released(version)).items()  # what copy_tree copies
+               if k.split("/")[1] not in COPY_SKIP_DIRS}
     assert _all_bytes(tree) == release
     written = sp.apply(tree, mode)
     assert written and sp.apply(tree, mode) == []  # idempotent
@@ -430,3 +431,23 @@ def test_det_refuses_a_locally_edited_file(mini23):
     with pytest.raises(PatchConflict):
         sp.switch_mode(mini23, "stock", det=True)
     assert f.read_bytes() == edited
+
+
+def test_copy_tree_leaves_out_what_no_copy_reads(tmp_path):
+    """The copy keeps srt/ and kernels/ (a nested ``test`` folder too) and the dist-info; it
+    leaves out the top-level multimodal_gen/, test/ and benchmark/, caches and compiled files."""
+    from nvfp4study.sglang.source import SGLangTree
+
+    src = tmp_path / "src"
+    files = ["sglang/__init__.py", "sglang/srt/a.py", "sglang/srt/test/t.py", "sglang/kernels/k.py",
+             "sglang/multimodal_gen/m.py", "sglang/test/u.py", "sglang/benchmark/b.py",
+             "sglang/srt/__pycache__/a.cpython-311.pyc", "sglang/srt/ext.so",
+             "sglang-0.5.23.dist-info/METADATA"]
+    for f in files:
+        (src / f).parent.mkdir(parents=True, exist_ok=True)
+        (src / f).write_text("x = 1\n")
+    out = copy_tree(SGLangTree(root=src, version="0.5.23", origin="path"), tmp_path / "dst")
+    got = sorted(str(p.relative_to(out.root)) for p in out.root.rglob("*") if p.is_file())
+    assert got == ["sglang-0.5.23.dist-info/METADATA", "sglang/__init__.py", "sglang/kernels/k.py",
+                   "sglang/srt/a.py", "sglang/srt/test/t.py"]
+    assert sorted(str(p.relative_to(src)) for p in src.rglob("*") if p.is_file()) == sorted(files)
