@@ -76,10 +76,12 @@ def test_the_readings_are_the_documented_samples_none_dropped(doc, rows):
     rd = doc["readings"]
     first = [r for r in rd if r.get("sample", "first") == "first"]
     second = [r for r in rd if r.get("sample") == "second"]
-    assert len(rd) >= 40 and (len(first), len(second)) == (45, 40) and len(first) + len(second) == len(rd)
+    third = [r for r in rd if r.get("sample") == "third"]
+    assert (len(first), len(second), len(third)) == (45, 40, 20) and len(first) + len(second) + len(third) == len(rd)
     assert len({(r["release"], r["path"]) for r in rd}) == len(rd)
-    s1, s2 = doc["method"]["sample"], doc["method"]["second_sample"]
-    for s, got, readers, per in ((s1, first, range(1, 6), 9), (s2, second, range(6, 10), 10)):
+    s1, s2, s3 = doc["method"]["sample"], doc["method"]["second_sample"], doc["method"]["third_sample"]
+    for s, got, readers, per in ((s1, first, range(1, 6), 9), (s2, second, range(6, 10), 10),
+                                 (s3, third, range(10, 14), 5)):
         # the sample's releases are its own (a later release is audited, not sampled) and all audited
         assert s["releases"] == list(VERSIONS[: len(s["releases"])])
         assert Counter(r["release"] for r in got) == {v: s["per_release"] for v in s["releases"]}
@@ -92,6 +94,10 @@ def test_the_readings_are_the_documented_samples_none_dropped(doc, rows):
     assert p2 == s2["pairs"] and not {tuple(x) for x in p1} & {tuple(x) for x in p2}
     for i in range(6, 10):
         assert [[r["release"], r["path"]] for r in second if r["reader"] == f"part{i}"] == p2[i - 6::4]
+    p3 = _redraw(s3, rows, p1 + p2)
+    assert p3 == s3["pairs"] and not {tuple(x) for x in p1 + p2} & {tuple(x) for x in p3}
+    for i in range(10, 14):
+        assert [[r["release"], r["path"]] for r in third if r["reader"] == f"part{i}"] == p3[i - 10::4]
     assert all(r["verdict"] in doc["verdicts"] and r["deciding"] and r["reason"] for r in rd)
 
 

@@ -47,6 +47,11 @@ RULE = (f"A derived path's verdict is counted only when the path was hand-read (
 ORDER = ["EXACT", "APPROX", "DROPPED", "REFUSED", "UNUSABLE", "UNDECIDED", "ABSENT"]
 #: the audit's column for a hand-read path that is not among its rows of that release
 NOT_LISTED = "NOT LISTED"
+#: the sample no one who changed the audit has seen (data/hand_readings.yaml header): its
+#: agreement is the held-out measurement of the latest change; the earlier samples guided it
+HELD_OUT = "third"
+#: the ``method`` keys of the samples, in the order they were drawn
+SAMPLE_KEYS = ("sample", "second_sample", "third_sample")
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ class Reading:
     deciding: tuple[str, ...]
     reason: str
     reader: str
-    sample: str = "first"  # "second": the held-out sample (data/hand_readings.yaml header)
+    sample: str = "first"  # "second", "third" (:data:`HELD_OUT`; data/hand_readings.yaml header)
 
 
 @cache
@@ -130,7 +135,7 @@ class Agreement:
     pairs: list[dict[str, Any]]
     not_audited: list[str] = field(default_factory=list)  # "release path" of readings left out
     trusted_kinds: list[str] = field(default_factory=list)
-    by_sample: dict[str, dict[str, Any]] = field(default_factory=dict)  # "first", "second" (held out)
+    by_sample: dict[str, dict[str, Any]] = field(default_factory=dict)  # "first", "second", "third"
 
     def as_json(self) -> dict[str, Any]:
         return {"overall": self.overall, "by_kind": self.by_kind, "by_release": self.by_release,
@@ -145,9 +150,9 @@ class Agreement:
             return "No hand reading falls on an audited release: agreement not measured."
         lo, hi = o["wilson95"]
         kinds = ", ".join(f"`{k}`" for k in self.trusted_kinds) or "none"
-        held = self.by_sample.get("second")
-        held_s = (f" On the second sample alone, read blind while the audit was being changed and never "
-                  f"seen by whoever changed it (a held-out measurement of that change), {held['agree']} of "
+        held = self.by_sample.get(HELD_OUT)
+        held_s = (f" On the {HELD_OUT} sample alone, drawn and read blind while the audit was being changed "
+                  f"and never seen by whoever changed it (a held-out measurement of that change), {held['agree']} of "
                   f"{held['n']} ({pct(held['rate'])}, Wilson 95 % {pct(held['wilson95'][0])} to "
                   f"{pct(held['wilson95'][1])}).") if held and held["n"] else ""
         return (f"The audit's verdict agreed with a blind hand reading on {o['agree']} of {o['n']} "
@@ -273,7 +278,7 @@ def finding(res: dict[str, Any], main_rows: list[Any], version: str) -> dict[str
     the stage's own audit rows."""
     a, o = res["agreement"], res["agreement"].overall
     method = hand_readings()[0]
-    samples = [x for x in (method.get("sample"), method.get("second_sample")) if x]
+    samples = [method[k] for k in SAMPLE_KEYS if method.get(k)]
     drawn = " and ".join(f"{x['per_release']} per release, seed {x['seed']}" for x in samples)
     readers = len({rd.reader for rd in hand_readings()[1]})
     return dict(
