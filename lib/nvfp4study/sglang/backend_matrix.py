@@ -1,0 +1,331 @@
+"""The answer a Ling user needs: per SGLang release, checkpoint format x device class, which
+``--moe-runner-backend`` values reach a MoE path, what ``auto`` picks, and each path's clamp verdict.
+
+Rows (:data:`FORMATS`) are checkpoint formats; each is mapped to the MoE method class SGLang
+builds for a routed-expert layer on a device:
+
+- compressed-tensors formats by *running* the tree's ``CompressedTensorsConfig.get_moe_scheme``
+  on the format's ``config_groups`` entry with the device's compute capability
+  (:func:`nvfp4study.sglang.checks.moe_scheme_for`; 0.5.23 ``compressed_tensors.py`` 864-1004:
+  W4A4 NVFP4 below capability 100 is served weight-only by ``CompressedTensorsW4A16Nvfp4MoE``, 962-975);
+- the others by the class their config's ``get_quant_method`` constructs (named in the format,
+  located in the tree with its line; the ``--quantization`` name must be registered on the
+  device's platform, read from the guards around the registry entry, ``quantization/__init__.py``);
+- BF16 by ``UnquantizedFusedMoEMethod``, which ``FusedMoE.__init__`` builds without a config.
+
+Columns are :data:`~nvfp4study.sglang.auto_backend.DEVICES`. A cell lists the audit's rows
+(:func:`nvfp4study.sglang.audit.audit_tree`) of that method, ``Method/<backend>``, whose platform
+(``PathResult.platform``) includes the device's, each with its verdict; a backend value the
+server refuses for this ``--quantization`` at start is marked (``handle_moe_kernel_config``'s
+asserts, :func:`~nvfp4study.sglang.auto_backend.server_refusals`). The audit does not split CUDA
+by capability: a CUDA path is listed on every CUDA column, and the capability shows only in the
+method chosen, a raise at load and ``auto``. ``auto`` is resolved by
+:mod:`nvfp4study.sglang.auto_backend` (model override, server arguments, the method); its verdict
+is that of the audit row it lands on. Anything not decided is UNDECIDED with the place.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..core.errors import SGLangSourceError
+from . import auto_backend as ab
+from .audit import PathResult, catalog
+from .checks import NVFP4_ACTS, NVFP4_WEIGHTS, moe_scheme_for
+from .code_index import SRT, CodeIndex, funcs
+from .platforms import reachable_on
+from .quant_methods import FUSED_MOE_LAYER, QUANT_REGISTRY, quant_configs
+from .source import SGLangTree
+
+UNDECIDED = "UNDECIDED"
+
+
+@dataclass(frozen=True)
+class Format:
+    """A checkpoint format (a matrix row). ``ct_group``: the compressed-tensors ``(weights,
+    input_activations)`` entry; else ``method``: the MoE class the ``quantization`` config builds
+    (``None`` quantization: BF16), or several names: the first the release builds (a class renamed,
+    or a scheme's kernel class). ``facts``: what the format fixes in the method's tests
+    (``{"self.block_quant": True}``)."""
+
+    key: str
+    label: str
+    quantization: str | None
+    ct_group: tuple[dict, dict | None] | None = None
+    method: str | tuple[str, ...] | None = None
+    facts: dict = field(default_factory=dict)
+
+
+#: The rows, the card's format first. ``gptq``/``awq`` checkpoints are served as ``gptq_marlin`` /
+#: ``awq_marlin`` on CUDA (SGLang converts them where Marlin runs).
+FORMATS = (
+    Format("ct-nvfp4-w4a4", "compressed-tensors NVFP4 W4A4 (the card's)", "compressed-tensors",
+           ct_group=(NVFP4_WEIGHTS, NVFP4_ACTS)),
+    Format("ct-nvfp4-w4a16", "compressed-tensors NVFP4 W4A16", "compressed-tensors", ct_group=(NVFP4_WEIGHTS, None)),
+    Format("modelopt-nvfp4", "ModelOpt NVFP4", "modelopt_fp4", method="ModelOptNvFp4FusedMoEMethod"),
+    Format("fp8-block", "FP8 block 128x128", "fp8", method="Fp8MoEMethod", facts={"self.block_quant": True}),
+    Format("fp8-tensor", "FP8 per-tensor", "fp8", method="Fp8MoEMethod", facts={"self.block_quant": False}),
+    Format("w8a8-int8", "W8A8 INT8", "w8a8_int8", method="W8A8Int8MoEMethod"),
+    Format("mxfp4", "MXFP4", "mxfp4", method="Mxfp4MoEMethod"),
+    # 0.5.23 builds them as schemes whose kernels the audit names (gptq/schemes/gptq_moe.py 456,
+    # awq/schemes/awq_moe.py 399); earlier releases as the config's method class
+    Format("gptq-int4", "GPTQ INT4 (gptq_marlin)", "gptq_marlin", method=("GPTQMarlinMoEKernel", "GPTQMarlinMoEMethod")),
+    Format("awq-int4", "AWQ INT4 (awq_marlin)", "awq_marlin", method=("AWQMoEKernel", "AWQMarlinMoEMethod", "AWQMoEMethod")),
+    Format("bf16", "BF16 (unquantized)", None, method="UnquantizedFusedMoEMethod"),
+)
+#: the card's format, whose ``auto`` the matrix must name on SM100 and SM120
+CARD_FORMAT = "ct-nvfp4-w4a4"
+
+
+def path_key(row: PathResult) -> str:
+    """The derived key (``Method/backend``) of an audit row: a catalogued row's ``via``."""
+    if row.catalogued:
+        via = {e["id"]: e.get("via") for e in catalog()["paths"]}.get(row.path)
+        return via or row.path
+    return row.path
+
+
+def _names(fmt: Format) -> tuple[str, ...]:
+    return (fmt.method,) if isinstance(fmt.method, str) else tuple(fmt.method or ())
+
+
+def _from_trail(code: CodeIndex, fmt: Format, rows: list[PathResult]) -> tuple[str | None, str | None, str | None]:
+    """``(class, file, where)`` of the first of ``fmt``'s classes that an audit row reached from
+    its ``--quantization`` entry (the row's ``found_by`` trail names the config and the class)."""
+    for name in _names(fmt):
+        for r in rows:
+            if path_key(r).split("/")[0] == name and r.found_by and f"'{fmt.quantization}' ->" in r.found_by[0]:
+                hit = code.resolve(QUANT_REGISTRY, name) or _class_file(code, name)
+                return name, hit[0] if hit else None, r.found_by[0].split(" -> ")[-1]
+    return None, None, None
+
+
+def _class_file(code: CodeIndex, name: str) -> tuple[str, ast.AST] | None:
+    from .code_index import class_defined
+
+    where = class_defined(code.root, name)
+    if where is None:
+        return None
+    rel = where.split(":")[0]
+    rel = rel if rel.startswith("sglang/") else SRT + rel
+    node = code.top(rel, name)
+    return (rel, node) if node is not None else None
+
+
+def _locate_method(code: CodeIndex, fmt: Format, name: str) -> tuple[str | None, str | None, str | None]:
+    """``(file, "file:line", why not)`` of where class ``name`` is constructed by ``fmt``'s
+    config's methods (``FusedMoE.__init__`` for BF16)."""
+    if fmt.quantization is None:
+        places = [(FUSED_MOE_LAYER, code.top(FUSED_MOE_LAYER, "FusedMoE"))]
+    else:
+        hits = [(rel, code.top(rel, cname)) for q, rel, cname, _ in quant_configs(code) if q == fmt.quantization and rel]
+        if not hits:
+            return None, None, f"no --quantization {fmt.quantization!r} in {QUANT_REGISTRY[len(SRT):]}"
+        places = hits
+    for rel, cls in places:
+        for fn in funcs(cls) if isinstance(cls, ast.ClassDef) else []:
+            for c in ast.walk(fn):
+                if isinstance(c, ast.Call) and ast.unparse(c.func).split(".")[-1] == name:
+                    hit = code.resolve(rel, name)
+                    return (hit[0] if hit else None), f"{rel[len(SRT):]}:{c.lineno}", None
+    return None, None, f"the {fmt.quantization or 'FusedMoE'} config builds no {name} in this release"
+
+
+def registered_on(code: CodeIndex, quantization: str | None, platform: str) -> str | None:
+    """None when ``--quantization quantization`` is registered on ``platform``, else why not
+    (the guards around its registry entry, ``quantization/__init__.py``)."""
+    if quantization is None:
+        return None
+    mod = code.mod(QUANT_REGISTRY)
+    cpu = _cpu_methods(mod)
+    if platform == "CPU" and cpu is not None and quantization not in cpu[0]:
+        return (f"--quantization {quantization} is not in CPU_QUANTIZATION_METHODS "
+                f"({QUANT_REGISTRY[len(SRT):]}:{cpu[1]}; get_quantization_config refuses it on an AMX CPU)")
+    lines = [line for q, _, _, line in quant_configs(code) if q == quantization]
+    for node in ast.walk(mod) if mod else ():
+        if isinstance(node, ast.Constant) and node.value == quantization and getattr(node, "lineno", 0) in lines:
+            if platform in reachable_on(mod, node):
+                return None
+    return (f"--quantization {quantization} is not registered on {platform} "
+            f"({QUANT_REGISTRY[len(SRT):]}:{','.join(map(str, lines)) or '-'})")
+
+
+def _cpu_methods(mod: ast.Module | None) -> tuple[set[str], int] | None:
+    """The keys of ``CPU_QUANTIZATION_METHODS`` (``quantization/__init__.py`` 148-156 in 0.5.23) and its line."""
+    for st in mod.body if mod else []:
+        if isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "CPU_QUANTIZATION_METHODS"
+                                              for t in st.targets) and isinstance(st.value, ast.Dict):
+            return {k.value for k in st.value.keys if isinstance(k, ast.Constant)}, st.lineno
+    return None
+
+
+def method_on(tree: SGLangTree, code: CodeIndex, fmt: Format, dev: ab.Device,
+              rows: list[PathResult] = ()) -> dict[str, Any]:
+    """``{"method", "file", "where", "error"}``: the MoE class ``fmt`` gets on ``dev`` (or the
+    error that stops it: a raise in the scheme choice, an unregistered quantization, UNDECIDED);
+    ``rows`` (the audit's) give the class where a scheme builds it (:func:`_from_trail`)."""
+    why = registered_on(code, fmt.quantization, dev.platform)
+    if why:
+        return {"method": None, "file": None, "where": None, "error": why}
+    if fmt.ct_group is not None:
+        flags = {"_is_hip": dev.platform == "ROCm", "_is_npu": dev.platform == "NPU", "_is_xpu": dev.platform == "XPU"}
+        got = moe_scheme_for(tree, fmt.ct_group[0], fmt.ct_group[1], capability=dev.capability, flags=flags)
+        if "capability unknown" in got.get("error", ""):
+            return {"method": None, "file": None, "where": got.get("file"),
+                    "error": f"{UNDECIDED}: get_moe_scheme asks the GPU's compute capability; none on {dev.key}"}
+        if "error" in got and "scheme" not in got:
+            return {"method": None, "file": None, "where": f"{got.get('file')}:{got.get('line')}", "error": got["error"]}
+        hit = code.resolve(SRT + "layers/quantization/compressed_tensors/compressed_tensors.py", got["scheme"])
+        return {"method": got["scheme"], "file": hit[0] if hit else None,
+                "where": "compressed_tensors.get_moe_scheme (replayed)", "error": got.get("error")}
+    audited = {path_key(r).split("/")[0] for r in rows}
+    first_why = None
+    for name in _names(fmt):  # the first class the audit has rows of, else the first built
+        rel, where, why = _locate_method(code, fmt, name)
+        if rel and (name in audited or not audited & set(_names(fmt))):
+            return {"method": name, "file": rel, "where": where, "error": None}
+        first_why = first_why or why
+    name, rel, where = _from_trail(code, fmt, list(rows))
+    if name:
+        return {"method": name, "file": rel, "where": where, "error": None}
+    return {"method": None, "file": None, "where": None, "error": first_why}
+
+
+def _auto(code: CodeIndex, fmt: Format, dev: ab.Device, method: str | None, file: str | None) -> ab.AutoChoice:
+    """``auto`` for ``fmt`` on ``dev``: the model override, then the server arguments, then the method."""
+    for reader in (ab.model_auto, ab.server_auto):
+        got = reader(code, fmt.quantization, ab.Facts(code, dev, extra=fmt.facts))
+        if got is not None:
+            return got
+    cls = code.top(file, method) if file and method else None
+    if not isinstance(cls, ast.ClassDef):
+        return ab.AutoChoice(None, undecided="no MoE method here")
+    return ab.method_auto(code, file, cls, ab.Facts(code, dev, extra=fmt.facts, quantization=fmt.quantization))
+
+
+def build_cell(tree: SGLangTree, code: CodeIndex, rows: list[PathResult], fmt: Format, dev: ab.Device,
+               refusals: dict) -> dict[str, Any]:
+    """One cell: the method, the backends whose audit rows run on ``dev`` (value, path, verdict,
+    refused), and ``auto`` (backend, path, verdict, where, stage, undecided)."""
+    m = method_on(tree, code, fmt, dev, rows)
+    cell: dict[str, Any] = {"format": fmt.key, "device": dev.key, "quantization": fmt.quantization, **m,
+                            "backends": [], "auto": None}
+    if m["method"] is None:
+        return cell
+    cls = code.top(m["file"], m["method"]) if m["file"] else None
+    raises = ab.init_raises(code, m["file"], cls, ab.Facts(code, dev, extra=fmt.facts)) \
+        if isinstance(cls, ast.ClassDef) else None
+    if raises:
+        cell["error"] = f"raises at load: {raises}"
+    mine = [(path_key(r), r) for r in rows if path_key(r).split("/")[0] == m["method"]]
+    for key, r in mine:
+        if dev.platform not in r.platform.split("|"):
+            continue
+        value = key.split("/", 1)[1]
+        allowed = refusals.get(value)
+        refused = allowed[1] if allowed and fmt.quantization not in allowed[0] else None
+        cell["backends"].append({"value": value, "path": key, "audit_id": r.path, "verdict": r.verdict.value,
+                                 "refused": refused})
+    a = _auto(code, fmt, dev, m["method"], m["file"])
+    path = f"{m['method']}/{a.backend}" if a.backend else None
+    row = next((r for k, r in mine if k == path), None) if path else None
+    verdict = row.verdict.value if row is not None and dev.platform in row.platform.split("|") else UNDECIDED
+    undecided = a.undecided or (None if row is not None else f"no audit row {path}" if path else None)
+    cell["auto"] = {"backend": a.backend, "path": path, "verdict": verdict, "where": a.where, "stage": a.stage,
+                    "undecided": undecided, "trail": a.trail}
+    return cell
+
+
+def build_matrix(tree: SGLangTree, rows: list[PathResult]) -> dict[str, Any]:
+    """The matrix of one release: ``{"sglang_version", "devices", "formats", "cells"}`` (one cell
+    per format x device, :func:`build_cell`), from ``rows`` = ``audit_tree(tree)``.
+
+    Raises:
+        SGLangSourceError: ``rows`` are not of ``tree``'s release.
+    """
+    other = {r.sglang_version for r in rows} - {tree.version}
+    if other:
+        raise SGLangSourceError(f"audit rows of {sorted(other)} given for the tree of SGLang {tree.version}")
+    code = CodeIndex(tree.root)
+    refusals = ab.server_refusals(code)
+    cells = [build_cell(tree, code, rows, f, d, refusals) for f in FORMATS for d in ab.DEVICES]
+    return {"sglang_version": tree.version, "devices": [asdict(d) for d in ab.DEVICES],
+            "formats": [{"key": f.key, "label": f.label, "quantization": f.quantization} for f in FORMATS],
+            "cells": cells}
+
+
+def cell(matrix: dict[str, Any], fmt: str, device: str) -> dict[str, Any]:
+    """The cell of ``fmt`` x ``device`` (keys of :data:`FORMATS` / ``DEVICES``); KeyError names the valid ones."""
+    for c in matrix["cells"]:
+        if c["format"] == fmt and c["device"] == device:
+            return c
+    raise KeyError(f"no cell {fmt} x {device}; formats {[f.key for f in FORMATS]}, devices {[d.key for d in ab.DEVICES]}")
+
+
+def auto_text(c: dict[str, Any]) -> str:
+    """One cell in a few words: ``auto -> flashinfer_cutlass: APPROX``, the load error, or UNDECIDED."""
+    a = c.get("auto")
+    if c["method"] is None:
+        return f"no MoE method: {c['error']}"
+    if c.get("error"):
+        return f"{c['method']} {c['error']}"
+    if a is None or a["backend"] is None:
+        return f"auto: {UNDECIDED} ({(a or {}).get('undecided')})"
+    return f"auto -> {a['backend']}: {a['verdict']}"
+
+
+def card_answer(matrix: dict[str, Any]) -> str:
+    """The sentence a Ling user needs: what ``auto`` picks for the card's format on SM100 and SM120."""
+    parts = []
+    for dev in ("SM100", "SM120"):
+        c = cell(matrix, CARD_FORMAT, dev)
+        a = c.get("auto") or {}
+        if a.get("backend"):
+            parts.append(f"on {dev} `{a['backend']}` ({a['path']}, decided at {a['where']}): "
+                         f"clamp {a['verdict']}")
+        else:
+            parts.append(f"on {dev} {UNDECIDED}: {a.get('undecided') or c.get('error')}")
+    return (f"SGLang {matrix['sglang_version']}, Ling's checkpoint (compressed-tensors NVFP4 W4A4) with "
+            f"`--moe-runner-backend auto`: " + "; ".join(parts) + ".")
+
+
+def summary_rows(matrix: dict[str, Any]) -> list[dict[str, str]]:
+    """One row per format: ``{"format": label, <device>: auto_text}`` (the compact table)."""
+    labels = {f["key"]: f["label"] for f in matrix["formats"]}
+    out: dict[str, dict[str, str]] = {}
+    for c in matrix["cells"]:
+        out.setdefault(c["format"], {"format": labels[c["format"]]})[c["device"]] = auto_text(c)
+    return list(out.values())
+
+
+def text_report(matrix: dict[str, Any], width: int = 110) -> str:
+    """The whole matrix for a terminal: per format, per device the method, ``auto``'s choice with
+    its deciding line, and every backend that reaches a MoE path there with its verdict."""
+    import textwrap
+
+    lines = [f"MoE backend matrix, SGLang {matrix['sglang_version']} (clamp verdicts for Ling: limit set, no alpha)",
+             textwrap.fill(card_answer(matrix), width), ""]
+    labels = {f["key"]: f["label"] for f in matrix["formats"]}
+    for fmt in labels:
+        lines.append(f"{labels[fmt]}")
+        for c in (c for c in matrix["cells"] if c["format"] == fmt):
+            a = c.get("auto") or {}
+            head = f"  {c['device']:<7} {auto_text(c)}"
+            if a.get("where"):
+                head += f"  [{a.get('stage')}: {a['where']}]"
+            lines.append(head)
+            if c["method"]:
+                lines.append(f"          method {c['method']} ({c['where']})")
+            paths = ", ".join(f"{b['value']} {b['verdict']}" + (f" (explicit value refused at start, {b['refused']})"
+                                                                 if b["refused"] else "") for b in c["backends"])
+            if paths:
+                lines += textwrap.wrap("backends: " + paths, width, initial_indent="          ",
+                                       subsequent_indent="            ")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+__all__ = ["CARD_FORMAT", "auto_text", "card_answer", "summary_rows", "text_report", "FORMATS", "UNDECIDED", "Format", "build_cell", "build_matrix", "cell", "method_on",
+           "path_key", "registered_on"]
