@@ -194,6 +194,8 @@ def truth(node: ast.AST, facts: Facts, rel: str, cls: ast.ClassDef | None = None
             return facts.predicate(node.id)
         mod = facts.code.mod(rel)
         value = _module_value(mod, node.id) if mod else None
+        if value is None:
+            value = _local(node.id, facts, depth)
         return rec(value) if value is not None else None
     return None
 
@@ -236,9 +238,13 @@ def _capability_compare(node: ast.Compare, facts: Facts) -> bool | None:
     parts = [node.left, *node.comparators]
     if cap is None or facts.device.platform != "CUDA":
         return None
+    def is_cap(p: ast.expr) -> bool:
+        if isinstance(p, ast.Name):
+            p = _local(p.id, facts, 0) or p
+        return isinstance(p, ast.expr) and ast.unparse(p).startswith("get_device_capability(")
+
     try:
-        vals = [(cap // 10, cap % 10) if ast.unparse(p).startswith("get_device_capability(") else ast.literal_eval(p)
-                for p in parts]
+        vals = [(cap // 10, cap % 10) if is_cap(p) else ast.literal_eval(p) for p in parts]
     except ValueError:
         return None
     ops = {ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b,
@@ -251,7 +257,7 @@ def _capability_compare(node: ast.Compare, facts: Facts) -> bool | None:
 def _compare(node: ast.Compare, facts: Facts) -> bool | None:
     """``x.moe_runner_backend == "auto"``, ``x.quantization == "q"`` / ``in [...]``,
     ``x.device != "cuda"``, ``x.moe_a2a_backend != "none"``: the server-argument view's fields."""
-    if "get_device_capability(" in ast.unparse(node):
+    if "get_device_capability(" in ast.unparse(node) or "capability" in ast.unparse(node):
         return _capability_compare(node, facts)
     if len(node.ops) != 1:
         return None
@@ -297,15 +303,55 @@ def _self_attr(attr: str, facts: Facts, rel: str, cls: ast.ClassDef, depth: int)
 
 
 def _site_state(mod: ast.Module, node: ast.AST, facts: Facts, rel: str, cls) -> tuple[bool | None, str | None]:
-    """Whether ``node`` runs under ``facts``: True, False, or None with the first undecided test."""
+    """Whether ``node`` runs under ``facts``: True, False, or None with the first undecided test.
+    A local name in a test is read from its assignments in the enclosing function (:func:`_local`)."""
     undecided = None
-    for test, want in guards(mod, node):
-        v = truth(test, facts, rel, cls)
-        if v is None:
-            undecided = undecided or f"{_short(rel)}:{test.lineno} `{ast.unparse(test)[:90]}`"
-        elif v != want:
-            return False, None
+    outer = facts.__dict__.get("scope")
+    facts.scope = (mod, _enclosing_function(mod, node), rel, cls)
+    try:
+        for test, want in guards(mod, node):
+            v = truth(test, facts, rel, cls)
+            if v is None:
+                undecided = undecided or f"{_short(rel)}:{test.lineno} `{ast.unparse(test)[:90]}`"
+            elif v != want:
+                return False, None
+    finally:
+        facts.scope = outer
     return (None, undecided) if undecided else (True, None)
+
+
+def _enclosing_function(mod: ast.Module, node: ast.AST) -> ast.FunctionDef | None:
+    from .platforms import _parents
+
+    parents = _parents(mod)
+    while (node := parents.get(id(node))) is not None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return node
+    return None
+
+
+def _local(name: str, facts: Facts, depth: int) -> ast.expr | bool | None:
+    """The value of local ``name`` in the function being read (``facts.scope``): the expression
+    of its one assignment that runs under ``facts`` (every other one decided not to run), else None."""
+    scope = facts.__dict__.get("scope")
+    if not scope or scope[1] is None or depth > 4:
+        return None
+    mod, fn, rel, cls = scope
+    assigns = [st for st in ast.walk(fn) if isinstance(st, ast.Assign)
+               and any(isinstance(t, ast.Name) and t.id == name for t in st.targets)]
+    running = []
+    for st in assigns:
+        state = True
+        for test, want in guards(mod, st):
+            v = truth(test, facts, rel, cls, depth + 1)
+            if v is None:
+                return None
+            if v != want:
+                state = False
+                break
+        if state:
+            running.append(st.value)
+    return running[0] if len(running) == 1 else None
 
 
 def method_auto(code: CodeIndex, rel: str, cls: ast.ClassDef, facts: Facts) -> AutoChoice:

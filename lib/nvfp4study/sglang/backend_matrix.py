@@ -87,6 +87,14 @@ def path_key(row: PathResult) -> str:
     return row.path
 
 
+def _configs(code: CodeIndex) -> list[tuple[str, str | None, str, int]]:
+    """:func:`~nvfp4study.sglang.quant_methods.quant_configs`, read once per index."""
+    memo = code.__dict__.setdefault("_matrix_memo", {})
+    if "configs" not in memo:
+        memo["configs"] = quant_configs(code)
+    return memo["configs"]
+
+
 def _names(fmt: Format) -> tuple[str, ...]:
     return (fmt.method,) if isinstance(fmt.method, str) else tuple(fmt.method or ())
 
@@ -105,7 +113,10 @@ def _from_trail(code: CodeIndex, fmt: Format, rows: list[PathResult]) -> tuple[s
 def _class_file(code: CodeIndex, name: str) -> tuple[str, ast.AST] | None:
     from .code_index import class_defined
 
-    where = class_defined(code.root, name)
+    memo = code.__dict__.setdefault("_matrix_memo", {}).setdefault("class", {})
+    if name not in memo:
+        memo[name] = class_defined(code.root, name)
+    where = memo[name]
     if where is None:
         return None
     rel = where.split(":")[0]
@@ -120,7 +131,7 @@ def _locate_method(code: CodeIndex, fmt: Format, name: str) -> tuple[str | None,
     if fmt.quantization is None:
         places = [(FUSED_MOE_LAYER, code.top(FUSED_MOE_LAYER, "FusedMoE"))]
     else:
-        hits = [(rel, code.top(rel, cname)) for q, rel, cname, _ in quant_configs(code) if q == fmt.quantization and rel]
+        hits = [(rel, code.top(rel, cname)) for q, rel, cname, _ in _configs(code) if q == fmt.quantization and rel]
         if not hits:
             return None, None, f"no --quantization {fmt.quantization!r} in {QUANT_REGISTRY[len(SRT):]}"
         places = hits
@@ -143,7 +154,7 @@ def registered_on(code: CodeIndex, quantization: str | None, platform: str) -> s
     if platform == "CPU" and cpu is not None and quantization not in cpu[0]:
         return (f"--quantization {quantization} is not in CPU_QUANTIZATION_METHODS "
                 f"({QUANT_REGISTRY[len(SRT):]}:{cpu[1]}; get_quantization_config refuses it on an AMX CPU)")
-    lines = [line for q, _, _, line in quant_configs(code) if q == quantization]
+    lines = [line for q, _, _, line in _configs(code) if q == quantization]
     for node in ast.walk(mod) if mod else ():
         if isinstance(node, ast.Constant) and node.value == quantization and getattr(node, "lineno", 0) in lines:
             if platform in reachable_on(mod, node):
