@@ -288,6 +288,50 @@ def sections_html(run_dir: str | Path) -> str:
     return "".join(parts)
 
 
+# --- the MoE backend matrix (stage 03's data/sglang_backend_matrix.json) ----------------------
+def _short_cell(c: dict[str, Any]) -> str:
+    """A matrix cell in a few words: ``flashinfer_cutlass APPROX``, or why there is none."""
+    a = c.get("auto") or {}
+    if c.get("method") is None:
+        return "UNDECIDED" if "UNDECIDED" in (c.get("error") or "") else "not served"
+    if (c.get("error") or "").startswith("raises at load"):
+        return "raises at load"
+    if not a.get("backend"):
+        return "auto UNDECIDED"
+    return f"{a['backend']} {a['verdict']}"
+
+
+def backend_matrix_html(run_dir: str | Path) -> str:
+    """The latest audited release's format x device table of what ``--moe-runner-backend auto``
+    picks and its clamp verdict, with the sentence for Ling's checkpoint on SM100/SM120 (compact:
+    the other releases and every backend's verdict stay in the data file). Empty when stage 03
+    wrote no matrix."""
+    from ..sglang.backend_matrix import card_answer
+
+    f = Path(run_dir) / "data" / "sglang_backend_matrix.json"
+    if not f.is_file():
+        return ""
+    doc = json.loads(f.read_text())
+    if not doc.get("latest"):
+        return ""
+    m = doc["releases"][doc["latest"]]
+    devices = [d["key"] for d in m["devices"]]
+    head = "".join(f"<th>{_e(d)}</th>" for d in devices)
+    by = {(c["format"], c["device"]): c for c in m["cells"]}
+    body = "".join(
+        f"<tr><th>{_e(fm['label'])}</th>"
+        + "".join(f"<td>{_e(_short_cell(by[(fm['key'], d)])).replace('_', '_<wbr>')}</td>" for d in devices)
+        + "</tr>" for fm in m["formats"])
+    return (f'<div class="nv"><section id="backend-matrix"><h2>Which MoE runner a Ling user gets</h2>'
+            f"<p>{md_inline(card_answer(m))}</p>"
+            f'<p class="meta">SGLang {_e(m["sglang_version"])}: what <code>--moe-runner-backend auto</code> '
+            "picks per checkpoint format and device, and the clamp verdict of that path. Every backend "
+            "that reaches a MoE path, and the other releases: <code>data/sglang_backend_matrix.json</code>, "
+            "<code>nvfp4study audit-sglang --matrix</code>.</p>"
+            f'<table class="plain"><thead><tr><th>format</th>{head}</tr></thead><tbody>{body}</tbody></table>'
+            "</section></div>")
+
+
 # --- the run ---------------------------------------------------------------------------------
 def notebook_links(run_dir: str | Path) -> str:
     """HTML list linking each executed notebook's code-free HTML copy (relative links)."""
