@@ -14,7 +14,7 @@ from nvfp4study.sglang import auto_backend as ab
 from nvfp4study.sglang import backend_matrix as bm
 from nvfp4study.sglang.audit import audit_tree
 from nvfp4study.sglang.code_index import CodeIndex
-from sglang_fixtures import copy23_fixture, released  # noqa: F401 (the copy23 fixture)
+from sglang_fixtures import VERSIONS, copy23_fixture, release_gaps, released  # noqa: F401 (the copy23 fixture)
 
 W4A4 = "layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4_moe.py"
 W4A16 = "layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a16_nvfp4_moe.py"
@@ -116,6 +116,38 @@ def test_every_cell_is_decided_or_names_its_place(m23):
         assert all(plat != "CPU" or b["value"] != "aiter" for b in c["backends"])
 
 
+#: Ling's format with auto, per release, by hand: (the MoeRunner(FLASHINFER_CUTLASS) line of
+#: compressed_tensors_w4a4_nvfp4_moe.py's create_moe_runner, the audit verdict of that path (the
+#: README's table: no clamp field before 0.5.21, Swiglu + limit from 0.5.21), what Hopper gets:
+#: the scheme's __init__ raise below Blackwell up to 0.5.21, W4A16 Marlin from 0.5.22
+#: (compressed_tensors.py's weight-only fallback)).
+CARD_AUTO = {
+    "auto": {"0.5.19": (293, "DROPPED", "raises:37"), "0.5.20": (292, "DROPPED", "raises:36"),
+             "0.5.21": (303, "APPROX", "raises:36"), "0.5.22": (303, "APPROX", "marlin"),
+             "0.5.23": (307, "APPROX", "marlin")},
+}
+
+
+def test_card_format_per_release():
+    assert release_gaps(CARD_AUTO, VERSIONS) == {}
+    for v in VERSIONS:
+        line, verdict, hopper = CARD_AUTO["auto"][v]
+        tree = released(v)
+        rows = audit_tree(tree)
+        code = CodeIndex(tree.root)
+        fmt = next(f for f in bm.FORMATS if f.key == bm.CARD_FORMAT)
+        dev = {d.key: d for d in ab.DEVICES}
+        for d in ("SM100", "SM120"):
+            a = bm.build_cell(tree, code, rows, fmt, dev[d], ab.server_refusals(code))["auto"]
+            assert (a["backend"], a["where"], a["verdict"]) == ("flashinfer_cutlass", f"{W4A4}:{line}", verdict), (v, d)
+        h = bm.build_cell(tree, code, rows, fmt, dev["Hopper"], ab.server_refusals(code))
+        if hopper == "marlin":
+            assert (h["method"], h["auto"]["backend"], h["auto"]["verdict"]) == (
+                "CompressedTensorsW4A16Nvfp4MoE", "marlin", "DROPPED"), v
+        else:
+            assert h["error"].startswith(f"raises at load: {W4A4}:{hopper.split(':')[1]} "), (v, h["error"])
+
+
 def test_auto_on_0519():
     # 0.5.19 by hand: w4a4_nvfp4_moe.py 288-293 MoeRunner(FLASHINFER_CUTLASS) unless
     # use_flashinfer_trtllm; __init__ raises below Blackwell (line 37: is_blackwell, utils/common.py
@@ -207,7 +239,7 @@ def test_stage_writes_the_matrix_file(tmp_path, rows23):
     st = open_stage("03_patch_sglang", str(DEFAULT_PARAMS), str(tmp_path / "run"))
     with pytest.raises(StageInputMissing, match="sglang_backend_matrix"):
         s3.backend_answer(st)
-    table = s3.backend_matrix(st, rows23)
+    table = s3.backend_matrix(st, rows23).data
     assert list(table.columns) == ["format", *(d.key for d in ab.DEVICES)]
     assert table.iloc[0]["SM100"] == "auto -> flashinfer_cutlass: APPROX"
     f = st.paths.data("sglang_backend_matrix")

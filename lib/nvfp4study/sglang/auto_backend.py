@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass, field
 
 from .code_index import SRT, CodeIndex
-from .dispatch import _runner_nodes, backend_values, predicates
+from .dispatch import _runner_nodes, predicates
 from .platforms import EXACT, guards, predicate_value
 
 COMMON = SRT + "utils/common.py"
@@ -490,11 +490,6 @@ def server_refusals(code: CodeIndex) -> dict[str, tuple[list[str | None], str]]:
     return out
 
 
-def backend_choices(code: CodeIndex) -> list[str]:
-    """The ``--moe-runner-backend`` values (the ``MoeRunnerBackend`` enum, ``layers/moe/utils.py``)."""
-    return list(backend_values(code).values())
-
-
 __all__ = ["BAILING_OVERRIDE", "DEVICES", "HELPERS", "MOE_HOOK", "OVERRIDES", "AutoChoice", "Device", "Facts",
-           "backend_choices", "capability_majors", "init_raises", "method_auto", "model_auto", "platform_probes",
+           "capability_majors", "init_raises", "method_auto", "model_auto", "platform_probes",
            "server_auto", "server_refusals", "truth"]

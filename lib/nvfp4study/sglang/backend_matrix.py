@@ -276,14 +276,18 @@ def cell(matrix: dict[str, Any], fmt: str, device: str) -> dict[str, Any]:
 
 
 def auto_text(c: dict[str, Any]) -> str:
-    """One cell in a few words: ``auto -> flashinfer_cutlass: APPROX``, the load error, or UNDECIDED."""
-    a = c.get("auto")
+    """One cell in a few words: ``auto -> flashinfer_cutlass: APPROX``, ``raises at load (file:line)``,
+    ``not served: why``, or ``UNDECIDED (the first place not decided)``."""
+    a = c.get("auto") or {}
     if c["method"] is None:
-        return f"no MoE method: {c['error']}"
+        err = c.get("error") or ""
+        return err if err.startswith(UNDECIDED) else f"not served: {err}"
+    if (c.get("error") or "").startswith("raises at load"):
+        return f"{c['method']} raises at load ({c['error'].split()[3]})"
     if c.get("error"):
-        return f"{c['method']} {c['error']}"
-    if a is None or a["backend"] is None:
-        return f"auto: {UNDECIDED} ({(a or {}).get('undecided')})"
+        return f"{c['method']}: {c['error']}"
+    if not a.get("backend"):
+        return f"auto: {UNDECIDED} ({(a.get('undecided') or '').split('; ')[0]})"
     return f"auto -> {a['backend']}: {a['verdict']}"
 
 

@@ -107,7 +107,8 @@ def backend_matrix(stage: Stage, results: list[PathResult]):
     """The format x device matrix of every audited release (:mod:`nvfp4study.sglang.backend_matrix`,
     from the audit rows ``results`` of :func:`audit_versions`); writes
     ``data/sglang_backend_matrix.json`` (``{"latest", "releases": {version: matrix}}``) and
-    returns the latest release's compact table (format x device: what ``auto`` picks, its verdict)."""
+    returns the latest release's compact table (format x device: what ``auto`` picks, its verdict;
+    a wrapped ``Styler``, its frame in ``.data``)."""
     import pandas as pd
 
     from ..sglang import backend_matrix as bm
@@ -120,7 +121,7 @@ def backend_matrix(stage: Stage, results: list[PathResult]):
                                                                            key=lambda kv: release_key(kv[0]))}
     latest = list(mats)[-1] if mats else None
     write_json(stage.paths.data("sglang_backend_matrix"), {"latest": latest, "releases": mats})
-    return pd.DataFrame(bm.summary_rows(mats[latest])) if latest else pd.DataFrame()
+    return text_table(pd.DataFrame(bm.summary_rows(mats[latest]) if latest else []))
 
 
 def backend_answer(stage: Stage) -> Any:
