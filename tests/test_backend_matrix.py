@@ -226,7 +226,7 @@ def test_report_table_is_compact(tmp_path, m23):
                                                                                "releases": {"0.5.23": m23}}))
     html = report.backend_matrix_html(tmp_path)
     assert html.count("<tr>") == len(bm.FORMATS) + 1 and html.count("<th>") == len(ab.DEVICES) + 1 + len(bm.FORMATS)
-    assert "flashinfer_<wbr>cutlass APPROX" in html
+    assert "flashinfer_<wbr>cutlass<br>APPROX" in html and "table-layout:fixed" in html
     assert report.backend_matrix_html(tmp_path / "nothing") == ""
 
 

@@ -317,10 +317,12 @@ def backend_matrix_html(run_dir: str | Path) -> str:
     m = doc["releases"][doc["latest"]]
     devices = [d["key"] for d in m["devices"]]
     head = "".join(f"<th>{_e(d)}</th>" for d in devices)
+    cols = f'<col style="width:{78 / len(devices):.1f}%">' * len(devices)
     by = {(c["format"], c["device"]): c for c in m["cells"]}
     body = "".join(
         f"<tr><th>{_e(fm['label'])}</th>"
-        + "".join(f"<td>{_e(_short_cell(by[(fm['key'], d)])).replace('_', '_<wbr>')}</td>" for d in devices)
+        + "".join(f"<td>{_e(_short_cell(by[(fm['key'], d)])).replace('_', '_<wbr>').replace(' ', '<br>', 1)}</td>"
+                  for d in devices)
         + "</tr>" for fm in m["formats"])
     return (f'<div class="nv"><section id="backend-matrix"><h2>Which MoE runner a Ling user gets</h2>'
             f"<p>{md_inline(card_answer(m))}</p>"
@@ -328,7 +330,11 @@ def backend_matrix_html(run_dir: str | Path) -> str:
             "picks per checkpoint format and device, and the clamp verdict of that path. Every backend "
             "that reaches a MoE path, and the other releases: <code>data/sglang_backend_matrix.json</code>, "
             "<code>nvfp4study audit-sglang --matrix</code>.</p>"
-            f'<table class="plain"><thead><tr><th>format</th>{head}</tr></thead><tbody>{body}</tbody></table>'
+            # fixed columns and a smaller face: seven columns fit the printed page without a
+            # verdict broken inside its word
+            f'<table class="plain" style="font-size:0.8em;table-layout:fixed;width:100%">'
+            f'<colgroup><col style="width:22%">{cols}</colgroup>'
+            f"<thead><tr><th>format</th>{head}</tr></thead><tbody>{body}</tbody></table>"
             "</section></div>")
 
 
