@@ -93,6 +93,18 @@ def test_other_formats_auto_0523(m23):
         assert (a["backend"], a["where"], a["stage"]) == (backend, where, stage), (fmt, dev, a)
     # Triton forwards Ling's form (triton_utils/fused_moe.py 411-416)
     assert bm.cell(m23, "fp8-block", "SM100")["auto"]["verdict"] == "EXACT"
+    # fp8.py 2974-2984: an explicit flashinfer_cutlass / flashinfer_cutedsl runs the FP8 experts on
+    # Triton; flashinfer_cutlass is also refused for fp8 at start (moe_hook.py 80-88)
+    by = {b["value"]: b for b in bm.cell(m23, "fp8-tensor", "SM100")["backends"]}
+    for v in ("flashinfer_cutlass", "flashinfer_cutedsl"):
+        assert (by[v]["path"], by[v]["verdict"], by[v]["where"]) == (
+            "Fp8MoEMethod/triton", "EXACT", "layers/quantization/fp8.py:2984"), by[v]
+    assert by["flashinfer_cutlass"]["refused"] == "arg_groups/moe_hook.py:81"
+    # moe_hook.py 94-101: cutedsl needs an NVFP4 quantization or the model's NVFP4 MoE metadata
+    assert by["flashinfer_cutedsl"]["refused"] == (
+        "arg_groups/moe_hook.py:96 (unless model_config_of(server_args).nvfp4_moe_meta is not None)")
+    # an explicit triton is handed to MoeRunner as it is (fp8.py 2986-2995)
+    assert (by["triton"]["path"], by["triton"]["undecided"]) == ("Fp8MoEMethod/triton", None)
     # modelopt_quant.py 2377-2387: off CUDA use_marlin_fallback = is_marlin() (False for auto), and
     # not is_blackwell -> ValueError at 2383 when the method is built on ROCm
     assert bm.cell(m23, "modelopt-nvfp4", "ROCm")["error"].startswith(

@@ -80,13 +80,15 @@ DEVICES = (
 class AutoChoice:
     """What ``auto`` resolves to. ``backend`` None with ``undecided`` set: not decided (why, with
     ``file:line``); ``where`` the deciding ``file:line`` (relative to ``sglang/srt``); ``stage``
-    ``model`` / ``server`` / ``method``; ``passthrough``: ``auto`` is handed to ``MoeRunner``."""
+    ``model`` / ``server`` / ``method``; ``passthrough``: no place sets a backend, the configured
+    value is handed to ``MoeRunner`` as it is (at ``where``)."""
 
     backend: str | None
     where: str | None = None
     stage: str | None = None
     undecided: str | None = None
     trail: list[str] = field(default_factory=list)
+    passthrough: bool = False
 
 
 def _short(rel: str) -> str:
@@ -388,7 +390,8 @@ def method_auto(code: CodeIndex, rel: str, cls: ast.ClassDef, facts: Facts) -> A
             trail.append("other places not decided: " + "; ".join(undecided[:2]))
         return AutoChoice(b, where, "method", trail=trail)
     if not taken and passthrough:
-        return AutoChoice(None, None, "method", undecided=f"{cls.name} hands the configured value to MoeRunner "
+        return AutoChoice(None, passthrough[0], "method", passthrough=True,
+                          undecided=f"{cls.name} hands the configured value to MoeRunner "
                           f"({', '.join(passthrough[:2])}) and sets none for {facts.backend!r}")
     if not taken:
         return AutoChoice(None, None, "method", undecided=f"no place in {cls.name} sets a backend for "
@@ -468,8 +471,9 @@ def init_raises(code: CodeIndex, rel: str, cls: ast.ClassDef, facts: Facts) -> s
 def server_refusals(code: CodeIndex) -> dict[str, tuple[list[str | None], str]]:
     """``{backend: (the --quantization values it accepts, "file:line")}``: the asserts of
     ``handle_moe_kernel_config`` (``arg_groups/moe_hook.py`` 80-148 in 0.5.23) of the form
-    ``if view.moe_runner_backend == "x": assert view.quantization in [...]``; another
-    quantization with that explicit value stops the server at start."""
+    ``if view.moe_runner_backend == "x": assert view.quantization in [...]`` (or that ``or`` other
+    conditions, named in the place); another quantization with that explicit value stops the
+    server at start."""
     mod = code.mod(MOE_HOOK)
     fn = next((n for n in ast.walk(mod) if isinstance(n, ast.FunctionDef) and n.name == "handle_moe_kernel_config"),
               None) if mod else None
@@ -482,11 +486,19 @@ def server_refusals(code: CodeIndex) -> dict[str, tuple[list[str | None], str]]:
         backends = [right.value] if isinstance(right, ast.Constant) else \
             [e.value for e in getattr(right, "elts", []) if isinstance(e, ast.Constant)]
         for st in node.body:
-            if isinstance(st, ast.Assert) and isinstance(st.test, ast.Compare) \
-                    and ast.unparse(st.test.left).endswith("quantization") and isinstance(st.test.ops[0], ast.In):
-                allowed = [e.value for e in getattr(st.test.comparators[0], "elts", []) if isinstance(e, ast.Constant)]
-                for b in backends:
-                    out[b] = (allowed, f"{_short(MOE_HOOK)}:{st.lineno}")
+            if not isinstance(st, ast.Assert):
+                continue
+            # ``quantization in [...]``, or that ``or`` another condition (named after the line)
+            parts = st.test.values if isinstance(st.test, ast.BoolOp) and isinstance(st.test.op, ast.Or) else [st.test]
+            test = next((p for p in parts if isinstance(p, ast.Compare) and isinstance(p.ops[0], ast.In)
+                         and ast.unparse(p.left).endswith("quantization")), None)
+            if test is None:
+                continue
+            allowed = [e.value for e in getattr(test.comparators[0], "elts", []) if isinstance(e, ast.Constant)]
+            others = [ast.unparse(p) for p in parts if p is not test]
+            where = f"{_short(MOE_HOOK)}:{st.lineno}" + (f" (unless {' or '.join(others)})" if others else "")
+            for b in backends:
+                out[b] = (allowed, where)
     return out
 
 

@@ -204,22 +204,39 @@ def method_on(tree: SGLangTree, code: CodeIndex, fmt: Format, dev: ab.Device,
     return {"method": None, "file": None, "where": None, "error": first_why}
 
 
-def _auto(code: CodeIndex, fmt: Format, dev: ab.Device, method: str | None, file: str | None) -> ab.AutoChoice:
-    """``auto`` for ``fmt`` on ``dev``: the model override, then the server arguments, then the method."""
+def resolve(code: CodeIndex, fmt: Format, dev: ab.Device, method: str | None, file: str | None,
+            value: str = "auto") -> ab.AutoChoice:
+    """The backend ``--moe-runner-backend value`` ends with for ``fmt`` on ``dev``: BailingMoeV3's
+    model override, then the server arguments, then the method (:mod:`~nvfp4study.sglang.auto_backend`);
+    an explicit value the method hands to ``MoeRunner`` unchanged stays itself."""
     for reader in (ab.model_auto, ab.server_auto):
-        got = reader(code, fmt.quantization, ab.Facts(code, dev, extra=fmt.facts))
+        got = reader(code, fmt.quantization, ab.Facts(code, dev, backend=value, extra=fmt.facts))
         if got is not None:
             return got
     cls = code.top(file, method) if file and method else None
     if not isinstance(cls, ast.ClassDef):
         return ab.AutoChoice(None, undecided="no MoE method here")
-    return ab.method_auto(code, file, cls, ab.Facts(code, dev, extra=fmt.facts, quantization=fmt.quantization))
+    got = ab.method_auto(code, file, cls, ab.Facts(code, dev, backend=value, extra=fmt.facts,
+                                                  quantization=fmt.quantization))
+    if got.passthrough and value != "auto":
+        return ab.AutoChoice(value, got.where, "method", trail=[f"{method} hands {value!r} to MoeRunner at {got.where}"])
+    return got
+
+
+def _reached(mine: list[tuple[str, PathResult]], method: str, got: ab.AutoChoice, dev: ab.Device) -> dict[str, Any]:
+    """``{"path", "verdict", "undecided"}`` of the audit row ``got``'s backend lands on (on ``dev``)."""
+    path = f"{method}/{got.backend}" if got.backend else None
+    row = next((r for k, r in mine if k == path and dev.platform in r.platform.split("|")), None) if path else None
+    undecided = got.undecided or (None if row is not None else f"no audit row {path} on {dev.platform}" if path else None)
+    return {"path": path, "verdict": row.verdict.value if row is not None else UNDECIDED, "undecided": undecided}
 
 
 def build_cell(tree: SGLangTree, code: CodeIndex, rows: list[PathResult], fmt: Format, dev: ab.Device,
                refusals: dict) -> dict[str, Any]:
-    """One cell: the method, the backends whose audit rows run on ``dev`` (value, path, verdict,
-    refused), and ``auto`` (backend, path, verdict, where, stage, undecided)."""
+    """One cell: the method; for each backend value the method names or tests (its audit rows that
+    run on ``dev``; ``direct``/``native``: any value) the path it reaches, its verdict, and whether
+    the server refuses it for this quantization; and ``auto`` (backend, path, verdict, where, stage,
+    undecided)."""
     m = method_on(tree, code, fmt, dev, rows)
     cell: dict[str, Any] = {"format": fmt.key, "device": dev.key, "quantization": fmt.quantization, **m,
                             "backends": [], "auto": None}
@@ -231,21 +248,26 @@ def build_cell(tree: SGLangTree, code: CodeIndex, rows: list[PathResult], fmt: F
     if raises:
         cell["error"] = f"raises at load: {raises}"
     mine = [(path_key(r), r) for r in rows if path_key(r).split("/")[0] == m["method"]]
+    seen: set[str] = set()
     for key, r in mine:
-        if dev.platform not in r.platform.split("|"):
+        backend = key.split("/", 1)[1]
+        if dev.platform not in r.platform.split("|") or backend in seen:
             continue
-        value = key.split("/", 1)[1]
-        allowed = refusals.get(value)
-        refused = allowed[1] if allowed and fmt.quantization not in allowed[0] else None
-        cell["backends"].append({"value": value, "path": key, "audit_id": r.path, "verdict": r.verdict.value,
-                                 "refused": refused})
-    a = _auto(code, fmt, dev, m["method"], m["file"])
-    path = f"{m['method']}/{a.backend}" if a.backend else None
-    row = next((r for k, r in mine if k == path), None) if path else None
-    verdict = row.verdict.value if row is not None and dev.platform in row.platform.split("|") else UNDECIDED
-    undecided = a.undecided or (None if row is not None else f"no audit row {path}" if path else None)
-    cell["auto"] = {"backend": a.backend, "path": path, "verdict": verdict, "where": a.where, "stage": a.stage,
-                    "undecided": undecided, "trail": a.trail}
+        seen.add(backend)
+        if backend in ("direct", "native"):
+            cell["backends"].append({"value": f"any ({backend})", "path": key, "verdict": r.verdict.value,
+                                     "refused": None, "where": None, "undecided": None})
+            continue
+        allowed = refusals.get(backend)
+        got = resolve(code, fmt, dev, m["method"], m["file"], backend)
+        reached = _reached(mine, m["method"], got, dev)
+        if got.backend is None:  # the method's choice is not decided here: the audit's path of that name
+            reached.update(path=key, verdict=r.verdict.value)
+        cell["backends"].append({"value": backend, **reached, "where": got.where,
+                                 "refused": allowed[1] if allowed and fmt.quantization not in allowed[0] else None})
+    a = resolve(code, fmt, dev, m["method"], m["file"])
+    cell["auto"] = {"backend": a.backend, **_reached(mine, m["method"], a, dev), "where": a.where, "stage": a.stage,
+                    "trail": a.trail}
     return cell
 
 
@@ -315,13 +337,27 @@ def summary_rows(matrix: dict[str, Any]) -> list[dict[str, str]]:
     return list(out.values())
 
 
+def _backend_text(b: dict[str, Any], method: str) -> str:
+    """``flashinfer_cutlass APPROX`` / ``flashinfer_cutlass -> triton EXACT`` (+ refused at start);
+    ``?`` after the verdict: which runner the method picks for the value was not decided (the
+    verdict is the audit's path of that name)."""
+    reached = (b.get("path") or "").split("/", 1)[-1] if b.get("path") else UNDECIDED
+    head = b["value"] if reached == b["value"] or b["value"].startswith("any") else f"{b['value']} -> {reached}"
+    refused = f" (explicit value refused at start, {b['refused']})" if b.get("refused") else ""
+    return f"{head} {b['verdict']}{'?' if b.get('undecided') else ''}{refused}"
+
+
 def text_report(matrix: dict[str, Any], width: int = 110) -> str:
     """The whole matrix for a terminal: per format, per device the method, ``auto``'s choice with
     its deciding line, and every backend that reaches a MoE path there with its verdict."""
     import textwrap
 
     lines = [f"MoE backend matrix, SGLang {matrix['sglang_version']} (clamp verdicts for Ling: limit set, no alpha)",
-             textwrap.fill(card_answer(matrix), width), ""]
+             textwrap.fill(card_answer(matrix), width),
+             textwrap.fill("backends: each --moe-runner-backend value the method names or tests, the path it "
+                           "reaches (value -> backend where the method swaps it) and that path's verdict; '?': "
+                           "the method's choice for the value is not decided from the source (the data file "
+                           "says where), the verdict is the audit's path of that name.", width), ""]
     labels = {f["key"]: f["label"] for f in matrix["formats"]}
     for fmt in labels:
         lines.append(f"{labels[fmt]}")
@@ -333,8 +369,7 @@ def text_report(matrix: dict[str, Any], width: int = 110) -> str:
             lines.append(head)
             if c["method"]:
                 lines.append(f"          method {c['method']} ({c['where']})")
-            paths = ", ".join(f"{b['value']} {b['verdict']}" + (f" (explicit value refused at start, {b['refused']})"
-                                                                 if b["refused"] else "") for b in c["backends"])
+            paths = ", ".join(_backend_text(b, c["method"]) for b in c["backends"])
             if paths:
                 lines += textwrap.wrap("backends: " + paths, width, initial_indent="          ",
                                        subsequent_indent="            ")
@@ -342,5 +377,5 @@ def text_report(matrix: dict[str, Any], width: int = 110) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-__all__ = ["CARD_FORMAT", "auto_text", "card_answer", "summary_rows", "text_report", "FORMATS", "UNDECIDED", "Format", "build_cell", "build_matrix", "cell", "method_on",
+__all__ = ["CARD_FORMAT", "resolve", "auto_text", "card_answer", "summary_rows", "text_report", "FORMATS", "UNDECIDED", "Format", "build_cell", "build_matrix", "cell", "method_on",
            "path_key", "registered_on"]
