@@ -37,9 +37,6 @@ HTML(report.summary_html(stage.run_dir, stage.params.model_dump(mode="json"), st
 # %%
 HTML(report.sections_html(stage.run_dir))
 
-# %%
-HTML(report.backend_matrix_html(stage.run_dir))
-
 # %% [markdown]
 # ## This run: notebooks and manifest
 

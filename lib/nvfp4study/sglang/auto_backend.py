@@ -137,6 +137,8 @@ class Facts:
             memo.update(majors=capability_majors(code), probes=platform_probes(code), preds=predicates(code))
         self.majors, self.probes, self.preds = memo["majors"], memo["probes"], memo["preds"]
         self.extra = dict(extra or {})
+        #: ``(module, function, file, class)`` whose locals a test may name (set while a place is read)
+        self.scope: tuple | None = None
 
     def predicate(self, name: str) -> bool | None:
         """A platform or capability predicate by name (``is_sm100_supported``, ``is_hip``, ``is_gfx95_supported``)."""
@@ -308,7 +310,7 @@ def _site_state(mod: ast.Module, node: ast.AST, facts: Facts, rel: str, cls) -> 
     """Whether ``node`` runs under ``facts``: True, False, or None with the first undecided test.
     A local name in a test is read from its assignments in the enclosing function (:func:`_local`)."""
     undecided = None
-    outer = facts.__dict__.get("scope")
+    outer = facts.scope
     facts.scope = (mod, _enclosing_function(mod, node), rel, cls)
     try:
         for test, want in guards(mod, node):
@@ -335,7 +337,7 @@ def _enclosing_function(mod: ast.Module, node: ast.AST) -> ast.FunctionDef | Non
 def _local(name: str, facts: Facts, depth: int) -> ast.expr | bool | None:
     """The value of local ``name`` in the function being read (``facts.scope``): the expression
     of its one assignment that runs under ``facts`` (every other one decided not to run), else None."""
-    scope = facts.__dict__.get("scope")
+    scope = facts.scope
     if not scope or scope[1] is None or depth > 4:
         return None
     mod, fn, rel, cls = scope

@@ -13,15 +13,21 @@ builds for a routed-expert layer on a device:
   device's platform, read from the guards around the registry entry, ``quantization/__init__.py``);
 - BF16 by ``UnquantizedFusedMoEMethod``, which ``FusedMoE.__init__`` builds without a config.
 
-Columns are :data:`~nvfp4study.sglang.auto_backend.DEVICES`. A cell lists the audit's rows
+Columns are :data:`~nvfp4study.sglang.auto_backend.DEVICES`. A cell takes the audit's rows
 (:func:`nvfp4study.sglang.audit.audit_tree`) of that method, ``Method/<backend>``, whose platform
-(``PathResult.platform``) includes the device's, each with its verdict; a backend value the
-server refuses for this ``--quantization`` at start is marked (``handle_moe_kernel_config``'s
-asserts, :func:`~nvfp4study.sglang.auto_backend.server_refusals`). The audit does not split CUDA
-by capability: a CUDA path is listed on every CUDA column, and the capability shows only in the
-method chosen, a raise at load and ``auto``. ``auto`` is resolved by
-:mod:`nvfp4study.sglang.auto_backend` (model override, server arguments, the method); its verdict
-is that of the audit row it lands on. Anything not decided is UNDECIDED with the place.
+(``PathResult.platform``) includes the device's: each such backend is a ``--moe-runner-backend``
+value the method names or tests, resolved as SGLang resolves it (:func:`resolve`: an explicit
+``flashinfer_cutlass`` on ``Fp8MoEMethod`` runs Triton, ``fp8.py`` 2974-2984 in 0.5.23), with the
+verdict of the row it reaches; a value the server refuses for this ``--quantization`` at start is
+marked (``handle_moe_kernel_config``'s asserts, :func:`~nvfp4study.sglang.auto_backend.server_refusals`).
+The audit does not split CUDA by capability: a CUDA path is listed on every CUDA column, and the
+capability shows only in the method chosen, a raise at load, and what a value resolves to.
+``auto`` is resolved the same way (model override, server arguments, the method); its verdict is
+that of the audit row it lands on. Anything not decided is UNDECIDED with the place.
+
+Not covered: a non-default ``--moe-a2a-backend`` (DeepEP, MegaMoE, ... change both the choice
+and the path), environment variables set away from their defaults, and a checkpoint mixing
+formats (the mixed FP8/MXFP4 override of BailingMoeV3 is read, but no row is such a checkpoint).
 """
 
 from __future__ import annotations
@@ -328,6 +334,20 @@ def card_answer(matrix: dict[str, Any]) -> str:
             f"`--moe-runner-backend auto`: " + "; ".join(parts) + ".")
 
 
+def card_answer_short(matrix: dict[str, Any]) -> str:
+    """:func:`card_answer` in one line: ``SGLang 0.5.23, Ling's checkpoint with auto: SM100
+    `flashinfer_cutlass` (clamp APPROX), SM120 ... (decided at file:line)``."""
+    parts, places = [], []
+    for dev in ("SM100", "SM120"):
+        a = cell(matrix, CARD_FORMAT, dev).get("auto") or {}
+        parts.append(f"{dev} `{a['backend']}` (clamp {a['verdict']})" if a.get("backend") else f"{dev} {UNDECIDED}")
+        if a.get("where") and a["where"] not in places:
+            places.append(a["where"])
+    where = f" (decided at `{'`, `'.join(p.rsplit('/', 1)[-1] for p in places)}`)" if places else ""
+    return (f"SGLang {matrix['sglang_version']}, Ling's checkpoint (compressed-tensors NVFP4 W4A4) with "
+            f"`--moe-runner-backend auto`: {', '.join(parts)}{where}.")
+
+
 def summary_rows(matrix: dict[str, Any]) -> list[dict[str, str]]:
     """One row per format: ``{"format": label, <device>: auto_text}`` (the compact table)."""
     labels = {f["key"]: f["label"] for f in matrix["formats"]}
@@ -377,5 +397,5 @@ def text_report(matrix: dict[str, Any], width: int = 110) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-__all__ = ["CARD_FORMAT", "resolve", "auto_text", "card_answer", "summary_rows", "text_report", "FORMATS", "UNDECIDED", "Format", "build_cell", "build_matrix", "cell", "method_on",
+__all__ = ["CARD_FORMAT", "resolve", "auto_text", "card_answer", "card_answer_short", "summary_rows", "text_report", "FORMATS", "UNDECIDED", "Format", "build_cell", "build_matrix", "cell", "method_on",
            "path_key", "registered_on"]
