@@ -1,4 +1,4 @@
-"""The format x device MoE backend matrix (``sglang.backend_matrix``, ``sglang.auto_backend``).
+"""The format x device MoE backend matrix (``sglang.backend_matrix``, ``sglang.auto_backend``, ``sglang.auto_server``).
 
 Expected values are read by hand from the released source (paths relative to ``sglang/srt``).
 """
@@ -12,6 +12,7 @@ import pytest
 
 from nvfp4study import cli
 from nvfp4study.sglang import auto_backend as ab
+from nvfp4study.sglang import auto_server as asv
 from nvfp4study.sglang import backend_matrix as bm
 from nvfp4study.sglang.audit import audit_tree
 from nvfp4study.sglang.code_index import CodeIndex
@@ -116,6 +117,12 @@ def test_other_formats_auto_0523(m23):
     # not is_blackwell -> ValueError at 2383 when the method is built on ROCm
     assert bm.cell(m23, "modelopt-nvfp4", "ROCm")["error"].startswith(
         "raises at load: layers/quantization/modelopt_quant.py:2383 ")
+    # quantization/__init__.py 97-103: mxfp4 is registered only `if is_cpu() or is_cuda() or
+    # _is_gfx95_supported or is_xpu()` (line 102; 114 is the NPU's), so not on an MI300X (gfx942)
+    rocm = bm.cell(m23, "mxfp4", "ROCm")
+    assert rocm["method"] is None and rocm["error"] == (
+        "--quantization mxfp4 is not registered on ROCm (layers/quantization/__init__.py:102,114)")
+    assert bm.cell(m23, "mxfp4", "SM100")["method"] == "Mxfp4MoEMethod"
     # quantization/__init__.py 148-156: modelopt_fp4 is not a CPU quantization method
     assert "CPU_QUANTIZATION_METHODS" in bm.cell(m23, "modelopt-nvfp4", "CPU")["error"]
 
@@ -157,9 +164,9 @@ def test_card_format_per_release():
         fmt = next(f for f in bm.FORMATS if f.key == bm.CARD_FORMAT)
         dev = {d.key: d for d in ab.DEVICES}
         for d in ("SM100", "SM120"):
-            a = bm.build_cell(tree, code, rows, fmt, dev[d], ab.server_refusals(code))["auto"]
+            a = bm.build_cell(tree, code, rows, fmt, dev[d], asv.server_refusals(code))["auto"]
             assert (a["backend"], a["where"], a["verdict"]) == ("flashinfer_cutlass", f"{W4A4}:{line}", verdict), (v, d)
-        h = bm.build_cell(tree, code, rows, fmt, dev["Hopper"], ab.server_refusals(code))
+        h = bm.build_cell(tree, code, rows, fmt, dev["Hopper"], asv.server_refusals(code))
         if hopper == "marlin":
             assert (h["method"], h["auto"]["backend"], h["auto"]["verdict"]) == (
                 "CompressedTensorsW4A16Nvfp4MoE", "marlin", "DROPPED"), v
@@ -181,10 +188,10 @@ def test_auto_on_0519():
     assert ab.init_raises(code, rel, cls, ab.Facts(code, dev["SM100"])) is None
     assert ab.init_raises(code, rel, cls, ab.Facts(code, dev["Hopper"])).startswith(f"{W4A4}:37 ")
     assert ab.capability_majors(code)["is_blackwell"] == [10, 11, 12]
-    srv = ab.server_auto(code, "modelopt_fp4", ab.Facts(code, dev["SM120"]))
+    srv = asv.server_auto(code, "modelopt_fp4", ab.Facts(code, dev["SM120"]))
     assert (srv.backend, srv.where) == ("flashinfer_cutlass", "arg_groups/overrides.py:1513")
-    assert ab.server_auto(code, "modelopt_fp4", ab.Facts(code, dev["SM100"])) is None
-    assert ab.server_auto(code, "compressed-tensors", ab.Facts(code, dev["SM120"])) is None
+    assert asv.server_auto(code, "modelopt_fp4", ab.Facts(code, dev["SM100"])) is None
+    assert asv.server_auto(code, "compressed-tensors", ab.Facts(code, dev["SM120"])) is None
 
 
 def test_undecided_test_is_named(copy23):
@@ -205,10 +212,10 @@ def test_bailing_model_override_applies_only_to_fp4_experts():
     # SM90/SM100/SM120 -> flashinfer_mxfp4; a plain FP8 checkpoint gets nothing from it
     code = CodeIndex(released("0.5.23").root)
     sm100 = ab.DEVICES[0]
-    assert ab.model_auto(code, "fp8", ab.Facts(code, sm100)) is None
-    mixed = ab.model_auto(code, "fp8", ab.Facts(code, sm100, extra={"model_config.is_fp4_experts": True}))
+    assert asv.model_auto(code, "fp8", ab.Facts(code, sm100)) is None
+    mixed = asv.model_auto(code, "fp8", ab.Facts(code, sm100, extra={"model_config.is_fp4_experts": True}))
     assert (mixed.backend, mixed.where) == ("flashinfer_mxfp4", "arg_groups/model_overrides/bailing_moe_v3.py:44")
-    assert ab.model_auto(code, "fp8", ab.Facts(code, ab.DEVICES[3], extra={"model_config.is_fp4_experts": True})) is None
+    assert asv.model_auto(code, "fp8", ab.Facts(code, ab.DEVICES[3], extra={"model_config.is_fp4_experts": True})) is None
 
 
 def test_rows_of_another_release_are_refused():
@@ -245,11 +252,11 @@ def test_report_table_is_compact(tmp_path, m23):
                                                                                "releases": {"0.5.23": m23}}))
     html = report.backend_matrix_html(tmp_path)
     # one header row, then one row per run of formats whose cells are all alike (0.5.23: FP8 block,
-    # FP8 per-tensor, W8A8 INT8 and MXFP4 all 'triton EXACT' on every device share one)
+    # FP8 per-tensor and W8A8 INT8 are 'triton EXACT' on every device; MXFP4 is not served on ROCm)
     body = html.split("<tbody>")[1]
-    assert body.count("<tr>") == len(bm.FORMATS) - 3
-    assert "FP8 block 128x128; FP8 per-tensor; W8A8 INT8; MXFP4" in body
-    assert html.count("<th>") == len(ab.DEVICES) + 1 + len(bm.FORMATS) - 3
+    assert body.count("<tr>") == len(bm.FORMATS) - 2
+    assert "<th>FP8 block 128x128; FP8 per-tensor; W8A8 INT8</th>" in body and "<th>MXFP4</th>" in body
+    assert html.count("<th>") == len(ab.DEVICES) + 1 + len(bm.FORMATS) - 2
     assert "flashinfer_<wbr>cutlass APPROX" in html and "table-layout:fixed" in html
     assert "SM100 <code>flashinfer_cutlass</code> (clamp APPROX), SM120 <code>flashinfer_cutlass</code> (clamp APPROX)" in html
     assert report.backend_matrix_html(tmp_path / "nothing") == ""

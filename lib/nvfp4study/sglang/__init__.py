@@ -12,6 +12,7 @@ __all__ = [
     "audit_report",
     "audit_sinks",
     "auto_backend",
+    "auto_server",
     "backend_matrix",
     "card_patches",
     "checks",

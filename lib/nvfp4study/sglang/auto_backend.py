@@ -6,11 +6,12 @@ SGLang resolves ``auto`` in up to three places, in this order (0.5.23 lines, rel
 
 1. **Model overrides** (``arg_groups/model_overrides/<model>.py``): BailingMoeV3's returns
    ``{"moe_runner_backend": "flashinfer_mxfp4"}`` for a mixed FP8/MXFP4 checkpoint on CUDA
-   SM90/SM100/SM120 (``bailing_moe_v3.py`` 20-44, from 0.5.21); :func:`model_auto`.
+   SM90/SM100/SM120 (``bailing_moe_v3.py`` 20-44, from 0.5.21);
+   :func:`~nvfp4study.sglang.auto_server.model_auto`.
 2. **Server arguments** (``arg_groups/overrides.py`` ``_moe_runner_backend_quant_constraints``,
    1449-1525): by ``--quantization`` and device, e.g. ``modelopt_fp4`` on SM110/SM120 ->
-   ``flashinfer_cutlass`` (1513-1518); :func:`server_auto`. A compressed-tensors checkpoint
-   leaves ``auto`` as it is there.
+   ``flashinfer_cutlass`` (1513-1518); :func:`~nvfp4study.sglang.auto_server.server_auto`. A
+   compressed-tensors checkpoint leaves ``auto`` as it is there.
 3. **The MoE method** (``create_moe_runner`` of the class the quantization config builds): a
    ``if backend.is_auto(): backend = MoeRunnerBackend.X`` chain (``fp8.py`` 2962-2972), or a
    choice made by the backend predicates, which are all False for ``auto`` except ``is_auto``
@@ -42,9 +43,6 @@ from .platforms import EXACT, guards, predicate_value
 COMMON = SRT + "utils/common.py"
 ENVIRON = SRT + "environ.py"
 RUNTIME = SRT + "runtime_context.py"
-OVERRIDES = SRT + "arg_groups/overrides.py"
-MOE_HOOK = SRT + "arg_groups/moe_hook.py"
-BAILING_OVERRIDE = SRT + "arg_groups/model_overrides/bailing_moe_v3.py"
 #: helper calls whose value under ``auto`` with the a2a backend ``none`` is read by hand:
 #: ``Fp8MoEMethod.is_deepgemm_moe_runner_backend_enabled`` returns False for ``auto`` unless the
 #: a2a backend is DeepEP, Mooncake or NIXL (``fp8.py`` 1520-1542 in 0.5.23)
@@ -91,7 +89,8 @@ class AutoChoice:
     passthrough: bool = False
 
 
-def _short(rel: str) -> str:
+def short(rel: str) -> str:
+    """``sglang/srt/x.py`` -> ``x.py`` (places are named relative to ``sglang/srt``)."""
     return rel[len(SRT):] if rel.startswith(SRT) else rel
 
 
@@ -160,6 +159,7 @@ class Facts:
         return predicate_value(name, d.platform)
 
     def backend_pred(self, name: str) -> bool | None:
+        """A ``MoeRunnerBackend`` predicate (``is_flashinfer_trtllm``) for the configured value; None if unknown."""
         if name not in self.preds:
             return None
         return self.backend in self.preds[name]
@@ -316,12 +316,19 @@ def _site_state(mod: ast.Module, node: ast.AST, facts: Facts, rel: str, cls) -> 
         for test, want in guards(mod, node):
             v = truth(test, facts, rel, cls)
             if v is None:
-                undecided = undecided or f"{_short(rel)}:{test.lineno} `{ast.unparse(test)[:90]}`"
+                undecided = undecided or f"{short(rel)}:{test.lineno} `{ast.unparse(test)[:90]}`"
             elif v != want:
                 return False, None
     finally:
         facts.scope = outer
     return (None, undecided) if undecided else (True, None)
+
+
+def runs(mod: ast.Module, node: ast.AST, facts: Facts, rel: str, cls: ast.ClassDef | None = None
+         ) -> tuple[bool | None, str | None]:
+    """Whether statement ``node`` of module ``rel`` runs under ``facts``: True, False, or None
+    with the first test not decided (``file:line `test```)."""
+    return _site_state(mod, node, facts, rel, cls)
 
 
 def _enclosing_function(mod: ast.Module, node: ast.AST) -> ast.FunctionDef | None:
@@ -366,7 +373,7 @@ def method_auto(code: CodeIndex, rel: str, cls: ast.ClassDef, facts: Facts) -> A
     a place whose tests are not decided makes it UNDECIDED (the test and line)."""
     sites = _runner_nodes(code, rel, cls)
     if not sites:
-        return AutoChoice("direct", f"{_short(rel)}:{cls.lineno}", "method",
+        return AutoChoice("direct", f"{short(rel)}:{cls.lineno}", "method",
                           trail=[f"{cls.name} builds no MoeRunner: it calls its kernels itself"])
     taken: dict[str, str] = {}
     undecided: list[str] = []
@@ -374,7 +381,7 @@ def method_auto(code: CodeIndex, rel: str, cls: ast.ClassDef, facts: Facts) -> A
     for frel, node, members in sites:
         mod = code.mod(frel)
         state, why = _site_state(mod, node, facts, frel, cls)
-        where = f"{_short(frel)}:{node.lineno}"
+        where = f"{short(frel)}:{node.lineno}"
         if state is None:
             undecided.append(f"{where} (test {why})")
         elif state and members:
@@ -402,55 +409,6 @@ def method_auto(code: CodeIndex, rel: str, cls: ast.ClassDef, facts: Facts) -> A
                       + ", ".join(f"{b} at {w}" for b, w in taken.items()))
 
 
-def _string_sets(code: CodeIndex, rel: str, func: str, facts: Facts, want: str) -> list[tuple[str, int, bool | None, str | None]]:
-    """``(value, line, runs, undecided)`` for each place in function ``func`` of ``rel`` that sets
-    ``want`` to a string: ``want = "x"`` or a returned ``{"want": "x"}``."""
-    mod = code.mod(rel)
-    fn = next((n for n in ast.walk(mod) if isinstance(n, ast.FunctionDef) and n.name == func), None) if mod else None
-    out = []
-    for node in ast.walk(fn) if fn else ():
-        value = None
-        if isinstance(node, ast.Assign) and any(ast.unparse(t).split(".")[-1] == want for t in node.targets) \
-                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-            value = node.value.value
-        elif isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
-            for k, v in zip(node.value.keys, node.value.values, strict=False):
-                if isinstance(k, ast.Constant) and k.value == want and isinstance(v, ast.Constant):
-                    value = v.value
-        if value is not None:
-            state, why = _site_state(mod, node, facts, rel, None)
-            out.append((value, node.lineno, state, why))
-    return out
-
-
-def _first_run(sets: list, rel: str, stage: str) -> AutoChoice | None:
-    for value, line, state, why in sets:
-        if state is None:
-            return AutoChoice(None, None, stage, undecided=f"{_short(rel)}:{line} sets {value!r} under {why}")
-        if state:
-            return AutoChoice(value, f"{_short(rel)}:{line}", stage, trail=[f"{stage}: {value} at {_short(rel)}:{line}"])
-    return None
-
-
-def server_auto(code: CodeIndex, quantization: str | None, facts: Facts) -> AutoChoice | None:
-    """What the server-argument pass (``_moe_runner_backend_quant_constraints``,
-    ``arg_groups/overrides.py``) turns ``auto`` into for ``quantization`` on ``facts.device``;
-    None when it leaves it ``auto`` (or the release has no such pass)."""
-    facts.quantization = quantization
-    return _first_run(_string_sets(code, OVERRIDES, "_moe_runner_backend_quant_constraints", facts,
-                                   "moe_runner_backend"), OVERRIDES, "server")
-
-
-def model_auto(code: CodeIndex, quantization: str | None, facts: Facts) -> AutoChoice | None:
-    """What BailingMoeV3's model override (``arg_groups/model_overrides/bailing_moe_v3.py``, from
-    0.5.21) turns ``auto`` into; None when it returns nothing for this format and device. The
-    format's facts name ``model_config.is_fp4_experts`` (False for a checkpoint of one format)."""
-    facts.quantization = quantization
-    facts.extra.setdefault("model_config.is_fp4_experts", False)
-    return _first_run(_string_sets(code, BAILING_OVERRIDE, "_bailing_moe_v3_overrides", facts,
-                                   "moe_runner_backend"), BAILING_OVERRIDE, "model")
-
-
 def init_raises(code: CodeIndex, rel: str, cls: ast.ClassDef, facts: Facts) -> str | None:
     """``file:line message`` of a ``raise`` in ``cls.__init__`` (own or inherited) that runs on
     ``facts.device`` (every test around it decided True), else None."""
@@ -466,44 +424,9 @@ def init_raises(code: CodeIndex, rel: str, cls: ast.ClassDef, facts: Facts) -> s
             if state:
                 msg = next((ast.literal_eval(a) for a in ast.walk(node) if isinstance(a, ast.Constant)
                             and isinstance(a.value, str)), "")
-                return f"{_short(hit[0])}:{node.lineno} {msg[:80]}"
+                return f"{short(hit[0])}:{node.lineno} {msg[:80]}"
     return None
 
 
-def server_refusals(code: CodeIndex) -> dict[str, tuple[list[str | None], str]]:
-    """``{backend: (the --quantization values it accepts, "file:line")}``: the asserts of
-    ``handle_moe_kernel_config`` (``arg_groups/moe_hook.py`` 80-148 in 0.5.23) of the form
-    ``if view.moe_runner_backend == "x": assert view.quantization in [...]`` (or that ``or`` other
-    conditions, named in the place); another quantization with that explicit value stops the
-    server at start."""
-    mod = code.mod(MOE_HOOK)
-    fn = next((n for n in ast.walk(mod) if isinstance(n, ast.FunctionDef) and n.name == "handle_moe_kernel_config"),
-              None) if mod else None
-    out: dict[str, tuple[list[str | None], str]] = {}
-    for node in ast.walk(fn) if fn else ():
-        if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
-                and ast.unparse(node.test.left).endswith("moe_runner_backend")):
-            continue
-        right = node.test.comparators[0]
-        backends = [right.value] if isinstance(right, ast.Constant) else \
-            [e.value for e in getattr(right, "elts", []) if isinstance(e, ast.Constant)]
-        for st in node.body:
-            if not isinstance(st, ast.Assert):
-                continue
-            # ``quantization in [...]``, or that ``or`` another condition (named after the line)
-            parts = st.test.values if isinstance(st.test, ast.BoolOp) and isinstance(st.test.op, ast.Or) else [st.test]
-            test = next((p for p in parts if isinstance(p, ast.Compare) and isinstance(p.ops[0], ast.In)
-                         and ast.unparse(p.left).endswith("quantization")), None)
-            if test is None:
-                continue
-            allowed = [e.value for e in getattr(test.comparators[0], "elts", []) if isinstance(e, ast.Constant)]
-            others = [ast.unparse(p) for p in parts if p is not test]
-            where = f"{_short(MOE_HOOK)}:{st.lineno}" + (f" (unless {' or '.join(others)})" if others else "")
-            for b in backends:
-                out[b] = (allowed, where)
-    return out
-
-
-__all__ = ["BAILING_OVERRIDE", "DEVICES", "HELPERS", "MOE_HOOK", "OVERRIDES", "AutoChoice", "Device", "Facts",
-           "capability_majors", "init_raises", "method_auto", "model_auto", "platform_probes",
-           "server_auto", "server_refusals", "truth"]
+__all__ = ["DEVICES", "HELPERS", "AutoChoice", "Device", "Facts", "capability_majors", "env_default",
+           "init_raises", "method_auto", "platform_probes", "runs", "short", "truth"]

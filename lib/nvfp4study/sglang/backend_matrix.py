@@ -19,7 +19,7 @@ Columns are :data:`~nvfp4study.sglang.auto_backend.DEVICES`. A cell takes the au
 value the method names or tests, resolved as SGLang resolves it (:func:`resolve`: an explicit
 ``flashinfer_cutlass`` on ``Fp8MoEMethod`` runs Triton, ``fp8.py`` 2974-2984 in 0.5.23), with the
 verdict of the row it reaches; a value the server refuses for this ``--quantization`` at start is
-marked (``handle_moe_kernel_config``'s asserts, :func:`~nvfp4study.sglang.auto_backend.server_refusals`).
+marked (``handle_moe_kernel_config``'s asserts, :func:`~nvfp4study.sglang.auto_server.server_refusals`).
 The audit does not split CUDA by capability: a CUDA path is listed on every CUDA column, and the
 capability shows only in the method chosen, a raise at load, and what a value resolves to.
 ``auto`` is resolved the same way (model override, server arguments, the method); its verdict is
@@ -38,10 +38,10 @@ from typing import Any
 
 from ..core.errors import SGLangSourceError
 from . import auto_backend as ab
+from . import auto_server as asv
 from .audit import PathResult, catalog
 from .checks import NVFP4_ACTS, NVFP4_WEIGHTS, moe_scheme_for
 from .code_index import SRT, CodeIndex, funcs
-from .platforms import reachable_on
 from .quant_methods import FUSED_MOE_LAYER, QUANT_REGISTRY, quant_configs
 from .source import SGLangTree
 
@@ -150,31 +150,37 @@ def _locate_method(code: CodeIndex, fmt: Format, name: str) -> tuple[str | None,
     return None, None, f"the {fmt.quantization or 'FusedMoE'} config builds no {name} in this release"
 
 
-def registered_on(code: CodeIndex, quantization: str | None, platform: str) -> str | None:
-    """None when ``--quantization quantization`` is registered on ``platform``, else why not
-    (the guards around its registry entry, ``quantization/__init__.py``)."""
+def registered_on(code: CodeIndex, quantization: str | None, dev: ab.Device) -> str | None:
+    """None when ``--quantization quantization`` is registered on device ``dev`` (or that is not
+    decided), else why not: every registry entry of that name sits under a test decided against
+    the device (``if is_cpu() or is_cuda() or _is_gfx95_supported ...``, ``quantization/__init__.py``
+    93-101 in 0.5.23), or the CPU engine's ``CPU_QUANTIZATION_METHODS`` lacks it."""
     if quantization is None:
         return None
     mod = code.mod(QUANT_REGISTRY)
     cpu = _cpu_methods(mod)
-    if platform == "CPU" and cpu is not None and quantization not in cpu[0]:
+    if dev.platform == "CPU" and cpu is not None and quantization not in cpu[0]:
         return (f"--quantization {quantization} is not in CPU_QUANTIZATION_METHODS "
                 f"({QUANT_REGISTRY[len(SRT):]}:{cpu[1]}; get_quantization_config refuses it on an AMX CPU)")
-    lines = [line for q, _, _, line in _configs(code) if q == quantization]
+    # the CPU engine's subset is no registration of its own (it only narrows the registry on CPU)
+    cpu_lines = set(range(cpu[1], cpu[2] + 1)) if cpu else set()
+    lines = [line for q, _, _, line in _configs(code) if q == quantization and line not in cpu_lines]
+    facts = ab.Facts(code, dev)
     for node in ast.walk(mod) if mod else ():
         if isinstance(node, ast.Constant) and node.value == quantization and getattr(node, "lineno", 0) in lines:
-            if platform in reachable_on(mod, node):
+            if ab.runs(mod, node, facts, QUANT_REGISTRY)[0] is not False:
                 return None
-    return (f"--quantization {quantization} is not registered on {platform} "
+    return (f"--quantization {quantization} is not registered on {dev.key} "
             f"({QUANT_REGISTRY[len(SRT):]}:{','.join(map(str, lines)) or '-'})")
 
 
-def _cpu_methods(mod: ast.Module | None) -> tuple[set[str], int] | None:
-    """The keys of ``CPU_QUANTIZATION_METHODS`` (``quantization/__init__.py`` 148-156 in 0.5.23) and its line."""
+def _cpu_methods(mod: ast.Module | None) -> tuple[set[str], int, int] | None:
+    """The keys of ``CPU_QUANTIZATION_METHODS`` (``quantization/__init__.py`` 148-156 in 0.5.23)
+    and the first and last line of its assignment."""
     for st in mod.body if mod else []:
         if isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "CPU_QUANTIZATION_METHODS"
                                               for t in st.targets) and isinstance(st.value, ast.Dict):
-            return {k.value for k in st.value.keys if isinstance(k, ast.Constant)}, st.lineno
+            return {k.value for k in st.value.keys if isinstance(k, ast.Constant)}, st.lineno, st.end_lineno or st.lineno
     return None
 
 
@@ -183,7 +189,7 @@ def method_on(tree: SGLangTree, code: CodeIndex, fmt: Format, dev: ab.Device,
     """``{"method", "file", "where", "error"}``: the MoE class ``fmt`` gets on ``dev`` (or the
     error that stops it: a raise in the scheme choice, an unregistered quantization, UNDECIDED);
     ``rows`` (the audit's) give the class where a scheme builds it (:func:`_from_trail`)."""
-    why = registered_on(code, fmt.quantization, dev.platform)
+    why = registered_on(code, fmt.quantization, dev)
     if why:
         return {"method": None, "file": None, "where": None, "error": why}
     if fmt.ct_group is not None:
@@ -214,8 +220,9 @@ def resolve(code: CodeIndex, fmt: Format, dev: ab.Device, method: str | None, fi
             value: str = "auto") -> ab.AutoChoice:
     """The backend ``--moe-runner-backend value`` ends with for ``fmt`` on ``dev``: BailingMoeV3's
     model override, then the server arguments, then the method (:mod:`~nvfp4study.sglang.auto_backend`);
-    an explicit value the method hands to ``MoeRunner`` unchanged stays itself."""
-    for reader in (ab.model_auto, ab.server_auto):
+    an explicit value the method hands to ``MoeRunner`` unchanged stays itself (:mod:`~nvfp4study.sglang.auto_server`
+    for the first two)."""
+    for reader in (asv.model_auto, asv.server_auto):
         got = reader(code, fmt.quantization, ab.Facts(code, dev, backend=value, extra=fmt.facts))
         if got is not None:
             return got
@@ -288,7 +295,7 @@ def build_matrix(tree: SGLangTree, rows: list[PathResult]) -> dict[str, Any]:
     if other:
         raise SGLangSourceError(f"audit rows of {sorted(other)} given for the tree of SGLang {tree.version}")
     code = CodeIndex(tree.root)
-    refusals = ab.server_refusals(code)
+    refusals = asv.server_refusals(code)
     cells = [build_cell(tree, code, rows, f, d, refusals) for f in FORMATS for d in ab.DEVICES]
     return {"sglang_version": tree.version, "devices": [asdict(d) for d in ab.DEVICES],
             "formats": [{"key": f.key, "label": f.label, "quantization": f.quantization} for f in FORMATS],
