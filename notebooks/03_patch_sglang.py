@@ -30,8 +30,9 @@
 # `det.min-deepgemm-dim`, plus the study's own findings.
 #
 # **How to read it.** Each table row names the file and line that decided. The verdict matrix
-# shows how the answer changes across releases. The patch table shows each mode's verdict after
-# applying it and that the revert is byte-identical.
+# shows how the answer changes across releases. The backend matrix answers which MoE runner a
+# Ling user gets per checkpoint format and GPU, and with which verdict. The patch table shows
+# each mode's verdict after applying it and that the revert is byte-identical.
 
 # %% tags=["parameters"]
 params_file: str = "../params/default.yaml"  # study params; the runner passes the run's resolved copy
