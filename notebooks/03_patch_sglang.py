@@ -30,8 +30,9 @@
 # `det.min-deepgemm-dim`, plus the study's own findings.
 #
 # **How to read it.** Each table row names the file and line that decided. The verdict matrix
-# shows how the answer changes across releases. The patch table shows each mode's verdict after
-# applying it and that the revert is byte-identical.
+# shows how the answer changes across releases. The backend matrix answers which MoE runner a
+# Ling user gets per checkpoint format and GPU, and with which verdict. The patch table shows
+# each mode's verdict after applying it and that the revert is byte-identical.
 
 # %% tags=["parameters"]
 params_file: str = "../params/default.yaml"  # study params; the runner passes the run's resolved copy
@@ -84,6 +85,22 @@ Image(str(s3.matrix_png(stage, results)))
 
 # %%
 s3.found_paths(results)
+
+# %% [markdown]
+# ## Which MoE runner a Ling user gets, per checkpoint format and GPU
+# For each checkpoint format (compressed-tensors NVFP4 W4A4, the card's, and W4A16; ModelOpt
+# NVFP4; FP8 block and per-tensor; W8A8 INT8; MXFP4; GPTQ/AWQ INT4; BF16) and device class
+# (Blackwell SM100 and SM120, Hopper, Ampere, ROCm, CPU): the MoE method SGLang builds there, what
+# `--moe-runner-backend auto` resolves to (model override, server arguments, then the method; the
+# deciding line is in the data) and the clamp verdict of the path it lands on. Every backend value
+# that reaches a MoE path there, with its verdict, is in `data/sglang_backend_matrix.json` and
+# `nvfp4study audit-sglang --matrix --version X`. The latest release:
+
+# %%
+s3.backend_matrix(stage, results)
+
+# %%
+s3.backend_answer(stage)
 
 # %% [markdown]
 # ## How far the derived paths' verdicts can be trusted

@@ -2,7 +2,8 @@
 
 Source trees from released wheels, the AST clamp-flow audit, the clamp patches (apply, verify,
 revert byte for byte), ``sglang serve`` flag facts, the clamp numerics (pre- vs post-SiLU) and
-the audit's agreement with a blind hand reading; the device class each path runs on.
+the audit's agreement with a blind hand reading; the device class each path runs on; the
+format x device matrix of MoE runner backends and what ``auto`` picks.
 """
 
 __all__ = [
@@ -10,6 +11,9 @@ __all__ = [
     "audit",
     "audit_report",
     "audit_sinks",
+    "auto_backend",
+    "auto_server",
+    "backend_matrix",
     "card_patches",
     "checks",
     "clamp_exprs",

@@ -94,13 +94,15 @@ def matrix_figure(results: list[PathResult], out: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``nvfp4study audit-sglang PATH | --installed [--python EXE] | --version X [--json]``."""
+    """``nvfp4study audit-sglang PATH | --installed [--python EXE] | --version X [--json]``, or
+    ``--matrix [--version X]`` (:mod:`nvfp4study.sglang.backend_matrix`; the newest release
+    carrying BailingMoeV3 by default)."""
     ap = argparse.ArgumentParser(
         prog="nvfp4study audit-sglang",
         description="Audit where SGLang sends Ling's SwiGLU clamp (gemm1_clamp_limit set, no alpha).",
-        epilog="example: nvfp4study audit-sglang --version 0.5.23 --json",
+        epilog="examples: nvfp4study audit-sglang --version 0.5.23 --json; nvfp4study audit-sglang --matrix",
     )
-    src = ap.add_mutually_exclusive_group(required=True)
+    src = ap.add_mutually_exclusive_group()
     src.add_argument("path", nargs="?", help="an SGLang tree (folder holding sglang/, or a checkout)")
     src.add_argument("--installed", action="store_true", help="the SGLang installed for --python")
     src.add_argument("--version", help="a released version, read from its wheel (downloaded if needed)")
@@ -109,7 +111,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checks", action="store_true", help="also print the other checks (JSON)")
     ap.add_argument("--all", action="store_true",
                     help="list every path found by following the dispatch, not only the catalogued ones")
+    ap.add_argument("--matrix", action="store_true",
+                    help="format x device matrix: the --moe-runner-backend values reaching a MoE path, "
+                         "what auto picks, each verdict (--json: the matrix as JSON)")
     a = ap.parse_args(argv)
+    if a.matrix:
+        return _matrix_main(a)
+    if not (a.path or a.installed or a.version is not None):
+        ap.error("one of the arguments path --installed --version is required")
     if a.installed:
         tree = installed_tree(a.python)
     elif a.version is not None:  # --version "" is a bad release number, not "no version"
@@ -141,6 +150,38 @@ def main(argv: list[str] | None = None) -> int:
 
         print(json.dumps({**extra_checks(tree), "model_side": model_side(tree).as_json()},
                          indent=1, default=str))
+    return 0
+
+
+def _matrix_main(a: argparse.Namespace) -> int:
+    """``--matrix``: the release's matrix (a released wheel by ``--version``, else a ``path``
+    tree, else the newest BailingMoeV3 release).
+
+    Raises:
+        SGLangSourceError: ``--version`` names no release carrying BailingMoeV3.
+    """
+    from ..core.errors import SGLangSourceError
+    from .backend_matrix import build_matrix, text_report
+    from .releases import bailing_releases
+
+    known = list(bailing_releases())
+    if a.installed:
+        tree = installed_tree(a.python)
+    elif a.path:
+        tree = open_tree(a.path)
+    else:
+        version = a.version if a.version is not None else known[-1]
+        if version not in known:
+            raise SGLangSourceError(f"no SGLang release {version!r} with BailingMoeV3 to build the matrix of; "
+                                    f"releases: {', '.join(known)}")
+        tree = unpack_wheel(version)
+    try:
+        results = audit_tree(tree)
+    except NoBailingMoeV3 as exc:
+        print(exc)
+        return 0
+    matrix = build_matrix(tree, results)
+    print(json.dumps(matrix, indent=1) if a.json else text_report(matrix), end="" if not a.json else "\n")
     return 0
 
 

@@ -193,13 +193,18 @@ def _scheme_stub(name: str, facts: dict[str, Any]) -> type:
 
 
 def moe_scheme_for(tree: SGLangTree, weights: dict, input_activations: dict | None,
-                   capability: int = 100, quant_format: str = "nvfp4-pack-quantized") -> dict[str, Any]:
+                   capability: int | None = 100, quant_format: str = "nvfp4-pack-quantized",
+                   flags: dict[str, bool] | None = None) -> dict[str, Any]:
     """Run the tree's ``CompressedTensorsConfig.get_moe_scheme`` on one config group.
 
     Args:
         weights / input_activations: the ``config_groups`` entries (``input_activations`` None
             for weight-only), as in a checkpoint's ``quantization_config``.
-        capability: GPU compute capability x10 (100 = Blackwell, 90 = Hopper).
+        capability: GPU compute capability x10 (100 = Blackwell, 90 = Hopper); None: no CUDA
+            device (the replayed ``_check_scheme_supported`` then raises, as
+            ``torch.cuda.get_device_capability()`` does there, compressed_tensors.py 416 in 0.5.23).
+        flags: module flags of ``compressed_tensors.py`` to set (``{"_is_hip": True}`` for ROCm);
+            every other ``_is_*`` flag is False (a CUDA machine).
 
     Returns:
         ``{"scheme": name, "kwargs": {...}}`` or ``{"error": "Type: message", "function": the
@@ -225,7 +230,7 @@ def moe_scheme_for(tree: SGLangTree, weights: dict, input_activations: dict | No
     ns.update({k: getattr(typing, k) for k in ("Optional", "Any", "List", "Dict", "Tuple", "Union", "cast")})
     for name in names - set(ns) - set(dir(builtins)) - {"self"}:
         if name.startswith("_is_"):
-            ns[name] = False  # _is_npu, _is_hip, _is_xpu: a CUDA machine
+            ns[name] = (flags or {}).get(name, False)  # _is_npu, _is_hip, _is_xpu: a CUDA machine
         elif name[0].isupper():
             ns[name] = _scheme_stub(name, _scheme_class_facts(tree, name) if name.endswith("MoE") else {})
         else:
@@ -238,7 +243,7 @@ def moe_scheme_for(tree: SGLangTree, weights: dict, input_activations: dict | No
         quant_format=quant_format,
         _add_fused_moe_to_target_scheme_map=lambda: None,
         get_scheme_dict=lambda layer, name: {"weights": wq, "input_activations": iq},
-        _check_scheme_supported=lambda min_capability, error=True: capability >= min_capability,
+        _check_scheme_supported=lambda min_capability, error=True: _capability_at_least(capability, min_capability),
         _is_mxfp4_moe=lambda **k: False,
     )
     for m in methods:
@@ -253,7 +258,7 @@ def moe_scheme_for(tree: SGLangTree, weights: dict, input_activations: dict | No
     out = {"scheme": getattr(scheme, "scheme_name", type(scheme).__name__),
            "kwargs": getattr(scheme, "kwargs", {})}
     guard = getattr(scheme, "facts", {}).get("raises_unless_blackwell")
-    if guard and capability < 100:
+    if guard and capability is not None and capability < 100:
         out["error"] = f"{out['scheme']}.__init__ raises below Blackwell"
         out.update(file=guard["file"], line=guard["line"], function="__init__")
     return out
@@ -264,6 +269,12 @@ NVFP4_WEIGHTS = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "gr
                  "symmetric": True, "dynamic": False}
 NVFP4_ACTS = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16,
               "symmetric": True, "dynamic": "local"}
+
+
+def _capability_at_least(capability: int | None, min_capability: int) -> bool:
+    if capability is None:
+        raise RuntimeError("compute capability unknown: no CUDA device (torch.cuda.get_device_capability)")
+    return capability >= min_capability
 
 
 def w4a16_loads(tree: SGLangTree) -> dict[str, Any]:

@@ -5,6 +5,8 @@ something to show (a DataFrame, a figure path, a Markdown string). Files written
 
 - ``data/sglang_audit.json``: the clamp audit of ``params.sglang.version`` (one object per path);
 - ``data/sglang_audit_versions.json``: the audit of every ``params.sglang.audit_versions``;
+- ``data/sglang_backend_matrix.json``: per audited release, checkpoint format x device class: the
+  ``--moe-runner-backend`` values reaching a MoE path, what ``auto`` picks, each verdict;
 - ``data/sglang_audit_agreement.json``: the derived paths' verdicts against the blind hand readings;
 - ``data/sglang_checks.json``: the other checks per version (MIN_DEEPGEMM_DIM, scales, W4A16, ...);
 - ``data/sglang_patch_roundtrip.json``: apply / audit / compile / revert of each mode on a copy;
@@ -99,6 +101,44 @@ def audit_versions(stage: Stage) -> list[PathResult]:
             out += res
     write_json(stage.paths.data("sglang_audit_versions"), [r.as_json() for r in out])
     return out
+
+
+def backend_matrix(stage: Stage, results: list[PathResult]):
+    """The format x device matrix of every audited release (:mod:`nvfp4study.sglang.backend_matrix`,
+    from the audit rows ``results`` of :func:`audit_versions`); writes
+    ``data/sglang_backend_matrix.json`` (``{"latest", "releases": {version: matrix}}``) and
+    returns the latest release's compact table (format x device: what ``auto`` picks, its verdict;
+    a wrapped ``Styler``, its frame in ``.data``)."""
+    import pandas as pd
+
+    from ..sglang import backend_matrix as bm
+    from ..sglang.releases import release_key
+
+    by_version: dict[str, list[PathResult]] = {}
+    for r in results:
+        by_version.setdefault(r.sglang_version, []).append(r)
+    mats = {v: bm.build_matrix(unpack_wheel(v), rows) for v, rows in sorted(by_version.items(),
+                                                                           key=lambda kv: release_key(kv[0]))}
+    latest = list(mats)[-1] if mats else None
+    write_json(stage.paths.data("sglang_backend_matrix"), {"latest": latest, "releases": mats})
+    return text_table(pd.DataFrame(bm.summary_rows(mats[latest]) if latest else []))
+
+
+def backend_answer(stage: Stage) -> Any:
+    """The sentence a Ling user needs (what ``auto`` picks for the card's checkpoint on SM100 and
+    SM120, with the verdict), read from ``data/sglang_backend_matrix.json``, as Markdown.
+
+    Raises:
+        StageInputMissing: :func:`backend_matrix` has not written its file.
+    """
+    from ..core.errors import StageInputMissing
+    from ..sglang.backend_matrix import card_answer
+
+    f = stage.paths.data("sglang_backend_matrix")
+    if not f.is_file():
+        raise StageInputMissing(f"{f} is missing: run the backend-matrix cell first")
+    doc = json.loads(f.read_text())
+    return markdown(card_answer(doc["releases"][doc["latest"]]) if doc["latest"] else "No release audited.")
 
 
 def audit_agreement(stage: Stage, rows: list[PathResult] | list[dict[str, Any]]) -> dict[str, Any]:

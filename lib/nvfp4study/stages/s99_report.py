@@ -255,7 +255,8 @@ def figure_html(path: Path, info: dict[str, Any]) -> str:
 
 
 def sections_html(run_dir: str | Path) -> str:
-    """Every section of the card with its ledger rows and figures, in the card's order."""
+    """Every section of the card with its ledger rows and figures, in the card's order; after the
+    clamp section, stage 03's backend matrix (:func:`backend_matrix_html`)."""
     run_dir = Path(run_dir)
     rows = ledger.read_ledger(run_dir)
     by_section: dict[str, list[dict]] = {}
@@ -284,8 +285,64 @@ def sections_html(run_dir: str | Path) -> str:
             parts.append(ledger_table_html(srows))
         parts.extend(sfigs)
         parts.append("</section>")
+        if key == "clamp":  # which runner a Ling user gets, beside where the clamp goes
+            parts.append(backend_matrix_html(run_dir))
     parts.append("</div>")
     return "".join(parts)
+
+
+# --- the MoE backend matrix (stage 03's data/sglang_backend_matrix.json) ----------------------
+def _short_cell(c: dict[str, Any]) -> str:
+    """A matrix cell in a few words: ``flashinfer_cutlass APPROX``, or why there is none."""
+    a = c.get("auto") or {}
+    if c.get("method") is None:
+        return "UNDECIDED" if "UNDECIDED" in (c.get("error") or "") else "not served"
+    if (c.get("error") or "").startswith("raises at load"):
+        return "raises at load"
+    if not a.get("backend"):
+        return "auto UNDECIDED"
+    return f"{a['backend']} {a['verdict']}"
+
+
+def backend_matrix_html(run_dir: str | Path) -> str:
+    """The latest audited release's format x device table of what ``--moe-runner-backend auto``
+    picks and its clamp verdict, with one sentence for Ling's checkpoint on SM100/SM120 (compact:
+    formats whose cells are all alike share a row; the other releases and every backend value's
+    verdict stay in the data file), as a ``<section>``; :func:`sections_html` places it after the
+    clamp section. Empty when stage 03 wrote no matrix."""
+    from ..sglang.backend_matrix import card_answer_short
+
+    f = Path(run_dir) / "data" / "sglang_backend_matrix.json"
+    doc = json.loads(f.read_text()) if f.is_file() else {}
+    if not doc.get("latest"):
+        return ""
+    m = doc["releases"][doc["latest"]]
+    devices = [d["key"] for d in m["devices"]]
+    by = {(c["format"], c["device"]): _short_cell(c) for c in m["cells"]}
+    rows: list[tuple[list[str], list[str]]] = []
+    for fm in m["formats"]:
+        cells = [by[(fm["key"], d)] for d in devices]
+        if rows and rows[-1][1] == cells:
+            rows[-1][0].append(fm["label"])
+        else:
+            rows.append(([fm["label"]], cells))
+    body = "".join(f"<tr><th>{_e('; '.join(labels))}</th>"
+                   + "".join(f"<td>{_e(c).replace('_', '_<wbr>')}</td>" for c in cells) + "</tr>"
+                   for labels, cells in rows)
+    head = "".join(f"<th>{_e(d)}</th>" for d in devices)
+    cols = f'<col style="width:{78 / len(devices):.1f}%">' * len(devices)
+    # fixed columns, a smaller face and tight cells: seven columns fit the printed page without a
+    # verdict broken inside its word, in about a third of it
+    return ('<style>#backend-matrix td, #backend-matrix th {padding: 1px 4px}</style>'
+            '<section id="backend-matrix"><h2>Which MoE runner a Ling user gets</h2>'
+            f"<p>{md_inline(card_answer_short(m))} "
+            f'<span class="meta">Per checkpoint format and device: what <code>auto</code> picks and the '
+            "clamp verdict of that path; every backend value and the other releases: "
+            "<code>data/sglang_backend_matrix.json</code>, <code>nvfp4study audit-sglang --matrix</code>.</span></p>"
+            f'<table class="plain" style="font-size:0.75em;table-layout:fixed;width:100%">'
+            f'<colgroup><col style="width:22%">{cols}</colgroup>'
+            f"<thead><tr><th>format</th>{head}</tr></thead><tbody>{body}</tbody></table>"
+            "</section>")
 
 
 # --- the run ---------------------------------------------------------------------------------
