@@ -21,12 +21,17 @@ from __future__ import annotations
 
 import ast
 import builtins
+import copy
+import functools
+import json
 import re
 import traceback
 import types
 import typing
+from pathlib import Path
 from typing import Any
 
+from .clamp_values import _parse as parse_file
 from .source import SGLangTree
 
 SRT = "sglang/srt/"
@@ -35,12 +40,30 @@ NVFP4_W4A4 = "layers/quantization/compressed_tensors/schemes/compressed_tensors_
 NVFP4_W4A16 = "layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a16_nvfp4_moe.py"
 CT_CONFIG = "layers/quantization/compressed_tensors/compressed_tensors.py"
 CT_UTILS = "layers/quantization/compressed_tensors/utils.py"
+SCHEMES = "layers/quantization/compressed_tensors/schemes"
 BAILING = "models/bailing_moe_v3.py"
 
 
 def _parse(tree: SGLangTree, rel: str) -> ast.Module | None:
+    """The parsed file (shared, read-only: the audit's cache keyed by content), None if absent."""
     p = tree.file(SRT + rel)
-    return ast.parse(p.read_text(encoding="utf-8"), filename=str(p)) if p.is_file() else None
+    return parse_file(p) if p.is_file() else None
+
+
+def _stamp(files: list[Path]) -> tuple:
+    """(name, mtime, size) of each file: a file edited in place is read again."""
+    out = []
+    for f in files:
+        try:
+            st = f.stat()
+            out.append((str(f), st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append((str(f), None, None))
+    return tuple(out)
+
+
+def _schemes(tree: SGLangTree) -> list[Path]:
+    return sorted(tree.file(SRT + SCHEMES).glob("*.py"))
 
 
 def _func(mod: ast.AST, name: str) -> ast.FunctionDef | None:
@@ -162,13 +185,20 @@ class _Stub:
 
 
 def _scheme_class_facts(tree: SGLangTree, name: str) -> dict[str, Any]:
-    """``get_min_capability`` (a constant) and the Blackwell guard of a scheme class, from its file."""
+    """``get_min_capability`` (a constant) and the Blackwell guard of a scheme class, from its file
+    (read once per state of the schemes folder: the backend matrix asks for each cell)."""
+    files = _schemes(tree)
+    return dict(_scheme_facts_cached(str(tree.srt), name, _stamp(files)))
+
+
+@functools.lru_cache(maxsize=256)
+def _scheme_facts_cached(srt: str, name: str, stamp: tuple) -> dict[str, Any]:
     facts: dict[str, Any] = {}
-    for f in sorted(tree.file(SRT + "layers/quantization/compressed_tensors/schemes").glob("*.py")):
+    for f in (Path(x[0]) for x in stamp):
         src = f.read_text(encoding="utf-8")
         if f"class {name}(" not in src:
             continue
-        cls = _func(ast.parse(src), name)
+        cls = _func(parse_file(f), name)
         cap = _func(cls, "get_min_capability") if cls else None
         ret = next((r for r in ast.walk(cap) if isinstance(r, ast.Return)), None) if cap else None
         if ret is not None and isinstance(ret.value, ast.Constant):
@@ -177,7 +207,7 @@ def _scheme_class_facts(tree: SGLangTree, name: str) -> dict[str, Any]:
         for n in ast.walk(init) if init else ():
             if isinstance(n, ast.If) and "is_blackwell" in ast.unparse(n.test) and \
                     any(isinstance(x, ast.Raise) for x in ast.walk(n)):
-                facts["raises_unless_blackwell"] = {"file": str(f.relative_to(tree.srt)), "line": n.lineno}
+                facts["raises_unless_blackwell"] = {"file": str(f.relative_to(srt)), "line": n.lineno}
         break
     return facts
 
@@ -208,8 +238,17 @@ def moe_scheme_for(tree: SGLangTree, weights: dict, input_activations: dict | No
 
     Returns:
         ``{"scheme": name, "kwargs": {...}}`` or ``{"error": "Type: message", "function": the
-        predicate that raised, "file", "line"}``.
+        predicate that raised, "file", "line"}`` (a new dict each call: replays are remembered
+        per state of the config file and the schemes folder, the backend matrix asks for each cell).
     """
+    key = json.dumps([weights, input_activations, capability, quant_format, flags], sort_keys=True, default=str)
+    stamp = _stamp([tree.file(SRT + CT_CONFIG), *_schemes(tree)])
+    return copy.deepcopy(_moe_scheme_cached(tree, key, stamp))
+
+
+@functools.lru_cache(maxsize=512)
+def _moe_scheme_cached(tree: SGLangTree, key: str, _stamp: tuple) -> dict[str, Any]:
+    weights, input_activations, capability, quant_format, flags = json.loads(key)
     from compressed_tensors.config import CompressionFormat
     from compressed_tensors.quantization import (
         QuantizationArgs,
