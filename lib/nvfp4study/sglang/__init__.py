@@ -13,6 +13,7 @@ __all__ = [
     "card_patches",
     "checks",
     "clamp_exprs",
+    "clamp_lookup",
     "clamp_flow",
     "clamp_numerics",
     "kernel_evidence",
