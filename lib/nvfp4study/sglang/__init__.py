@@ -27,5 +27,6 @@ __all__ = [
     "platforms",
     "quant_methods",
     "releases",
+    "runner_builds",
     "source",
 ]

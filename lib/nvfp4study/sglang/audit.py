@@ -118,6 +118,8 @@ def path_specs(tree: SGLangTree) -> list[dict]:
         if key not in named:
             out.append({"id": key, "label": key, "catalogued": False, "steps": p.steps, "assume": p.assume,
                         "found_by": p.trail, "lost": p.lost, "runner_at": p.runner_at, "platforms": p.platforms})
+            if p.absent:  # the code is there but never runs: no path
+                out[-1]["missing"] = (ClampVerdict.ABSENT, p.absent)
     return out
 
 

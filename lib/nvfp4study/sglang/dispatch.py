@@ -47,6 +47,7 @@ from .code_index import (
 )
 from .platforms import PLATFORMS, module_platforms, reachable_on
 from .quant_methods import APPLY_NAMES, QUANT_REGISTRY, moe_methods, quant_configs
+from .runner_builds import core_never_built, runner_switch
 
 BACKEND_ENUM = SRT + "layers/moe/utils.py"
 RUNNER = SRT + "layers/moe/moe_runner/runner.py"
@@ -86,6 +87,7 @@ class DerivedPath:
     lost: str | None = None
     runner_at: int | None = None  # steps[runner_at:] run only when the method calls its runner
     platforms: tuple[str, ...] = PLATFORMS
+    absent: str | None = None  # why the code exists but never runs (a runner core never built)
 
 
 # --- the runner backends ------------------------------------------------------------------------
@@ -399,8 +401,8 @@ def derive_paths(root: Path) -> list[DerivedPath]:
     """
     root = Path(root).resolve()
     stamp = tree_stamp(root)
-    return [DerivedPath(p.key, list(p.steps), dict(p.assume), list(p.trail), p.lost, p.runner_at, p.platforms)
-            for p in _derive(root, hash(stamp))]
+    return [DerivedPath(p.key, list(p.steps), dict(p.assume), list(p.trail), p.lost, p.runner_at, p.platforms,
+                        p.absent) for p in _derive(root, hash(stamp))]
 
 
 @cache
@@ -425,8 +427,14 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
         for b in backends:
             p = DerivedPath(key=f"{name}/{b or 'direct'}", steps=setup + entries, assume=facts_for(b, preds),
                             trail=[how], lost=lost)
+            run = b
+            if b is not None and (switch := runner_switch(code, rel, cls, b, facts_for(b, preds),
+                                                         backend_values(code))) is not None:
+                run = switch[0]  # the method runs another backend's runner: its facts and steps
+                p.assume = facts_for(run, preds)
+                p.trail.append(f"{switch[1][len(SRT):]}:{switch[2]} create_moe_runner runs {b!r} as {run!r}")
             if b is not None:
-                steps, trail, why = _runner_steps(b, fused, cores, code)
+                steps, trail, why = _runner_steps(run, fused, cores, code)
                 p.runner_at = len(p.steps) if steps else None
                 p.steps += steps
                 p.trail += trail
@@ -448,12 +456,16 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
                                       for r, f, ln in regs],
                                lost=None if len(regs) == 1 else f"{len(regs)} functions registered for "
                                f"({a2a!r}, {runner!r}) (which one wins depends on import order)"))
+    runner = code.resolve(RUNNER, "MoeRunner")
+    init = next((f for f in funcs(runner[1]) if f.name == "__init__"), None) if runner else None
     for backend, (rel, core, line) in sorted(cores.items()):
         cls = code.top(rel, core)
         steps = [step_name(m) for s in CORE_STEPS if (m := code.method(rel, cls, s))]
         out.append(DerivedPath(key=f"core:{backend}", steps=steps, assume=facts_for(backend, preds),
                                platforms=path_platforms(code, steps),
-                               trail=[f"{RUNNER[len(SRT):]}:{line} MoeRunner.__init__ -> {core}"]))
+                               trail=[f"{RUNNER[len(SRT):]}:{line} MoeRunner.__init__ -> {core}"],
+                               absent=core_never_built(code, runner[0], init, facts_for(backend, preds))
+                               if init is not None else None))
     for rel, why in sorted(code.unreadable.items()):  # files the dispatch needed and could not read
         out.append(DerivedPath(key=f"unreadable:{rel[len(SRT):] if rel.startswith(SRT) else rel}", steps=[],
                                lost=f"{why} (the paths through this file were not followed)"))
