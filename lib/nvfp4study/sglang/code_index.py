@@ -140,9 +140,22 @@ def module_name(rel: str) -> str:
     return rel[:-3].replace("/", ".")
 
 
+def walk(node: ast.AST) -> tuple[ast.AST, ...]:
+    """``ast.walk(node)`` as a tuple, kept on the node: the parsed trees are shared and never
+    changed (clamp_values._parse), and the dispatch and the interpreter walk the same methods
+    again for every class and path that has them."""
+    nodes = getattr(node, "_walk", None)
+    if nodes is None:
+        nodes = node._walk = tuple(ast.walk(node))
+    return nodes
+
+
 def local_imports(fn: ast.AST, rel: str) -> dict:
     """The ``from ... import`` names made inside ``fn`` (module ``rel``): ``{name: (module, attr)}``."""
-    return _imports([n for n in ast.walk(fn) if isinstance(n, ast.ImportFrom)], module_name(rel))
+    found = getattr(fn, "_import_froms", None)  # kept on the node: a parsed tree never changes
+    if found is None:
+        found = fn._import_froms = [n for n in ast.walk(fn) if isinstance(n, ast.ImportFrom)]
+    return _imports(found, module_name(rel))
 
 
 def module_level(body: list[ast.stmt]) -> list[ast.stmt]:

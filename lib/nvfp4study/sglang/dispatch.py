@@ -44,6 +44,7 @@ from .code_index import (
     source_files,
     step_name,
     tree_stamp,
+    walk,
 )
 from .platforms import PLATFORMS, module_platforms, reachable_on
 from .quant_methods import APPLY_NAMES, QUANT_REGISTRY, moe_methods, quant_configs
@@ -98,7 +99,15 @@ def _enum(code: CodeIndex) -> tuple[str, ast.ClassDef] | None:
 
 
 def backend_values(code: CodeIndex) -> dict[str, str]:
-    """``{"FLASHINFER_CUTLASS": "flashinfer_cutlass", ...}``: the ``MoeRunnerBackend`` enum."""
+    """``{"FLASHINFER_CUTLASS": "flashinfer_cutlass", ...}``: the ``MoeRunnerBackend`` enum (read
+    once per :class:`CodeIndex`: a copy)."""
+    memo = code.__dict__.setdefault("_backend_values", {})
+    if not memo:
+        memo["values"] = _backend_values(code)
+    return dict(memo["values"])
+
+
+def _backend_values(code: CodeIndex) -> dict[str, str]:
     hit = _enum(code)
     out = {}
     for st in hit[1].body if hit else []:
@@ -110,7 +119,15 @@ def backend_values(code: CodeIndex) -> dict[str, str]:
 def predicates(code: CodeIndex) -> dict[str, set[str]]:
     """``{"is_flashinfer_trtllm": {"flashinfer_trtllm", "experimental_sgl_trtllm"}, ...}``: for each
     predicate of ``MoeRunnerBackend`` (its own or its in-tree bases', ``_MoeRunnerBackendPredicates``
-    in 0.5.23), the backend values it is true for (the members it names)."""
+    in 0.5.23), the backend values it is true for (the members it names). Read once per
+    :class:`CodeIndex` (a copy)."""
+    memo = code.__dict__.setdefault("_predicates", {})
+    if not memo:
+        memo["preds"] = _predicates(code)
+    return {k: set(v) for k, v in memo["preds"].items()}
+
+
+def _predicates(code: CodeIndex) -> dict[str, set[str]]:
     values, hit = backend_values(code), _enum(code)
     out: dict[str, set[str]] = {}
     classes = [hit] if hit else []
@@ -122,7 +139,7 @@ def predicates(code: CodeIndex) -> dict[str, set[str]]:
         for fn in funcs(node):
             if not fn.name.startswith("is_"):
                 continue
-            names = {a.attr for a in ast.walk(fn) if isinstance(a, ast.Attribute)
+            names = {a.attr for a in walk(fn) if isinstance(a, ast.Attribute)
                      and isinstance(a.value, ast.Name) and a.value.id == "MoeRunnerBackend"}
             out.setdefault(fn.name, set()).update(values[n] for n in names if n in values)
     return out
@@ -236,14 +253,14 @@ def method_backends(code: CodeIndex, rel: str, cls: ast.ClassDef) -> tuple[list[
         enum = _enum_names(code, frel, fn)
         assigned: dict[str, set[str]] = {}
         computed: set[str] = set()  # locals also assigned from something else (the configured backend)
-        for st in ast.walk(fn):
+        for st in walk(fn):
             if isinstance(st, ast.Assign) and isinstance(st.targets[0], ast.Name):
                 members = _members(st.value, values, enum)
                 if members:
                     assigned.setdefault(st.targets[0].id, set()).update(members)
                 else:
                     computed.add(st.targets[0].id)
-        for c in ast.walk(fn):
+        for c in walk(fn):
             if not (isinstance(c, ast.Call) and ast.unparse(c.func).split(".")[-1] == "MoeRunner"):
                 continue
             arg = c.args[0] if c.args else next((k.value for k in c.keywords if k.arg == "runner_backend"), None)
@@ -257,14 +274,14 @@ def method_backends(code: CodeIndex, rel: str, cls: ast.ClassDef) -> tuple[list[
                 runtime = True
                 lost = f"{frel[len(SRT):]}:{c.lineno} MoeRunner({ast.unparse(arg)}) (backend chosen at run time)"
     if runtime:
-        tested = {c.func.attr for _, fn in bodies for c in ast.walk(fn) if isinstance(c, ast.Call)
+        tested = {c.func.attr for _, fn in bodies for c in walk(fn) if isinstance(c, ast.Call)
                   and isinstance(c.func, ast.Attribute) and c.func.attr in preds}
         extra = sorted({v for p in tested for v in preds[p]} - {"auto"})
         out += extra
         if out:  # the backends it can end up with are known: the ones it names or tests
             lost = None
     if not out and not runtime:
-        calls = [(frel, c.lineno) for frel, fn in bodies for c in ast.walk(fn) if isinstance(c, ast.Call)
+        calls = [(frel, c.lineno) for frel, fn in bodies for c in walk(fn) if isinstance(c, ast.Call)
                  and isinstance(c.func, ast.Attribute) and c.func.attr == "run"
                  and ast.unparse(c.func.value).endswith("runner")]
         if calls and not built:
@@ -314,7 +331,7 @@ def _runner_nodes(code: CodeIndex, rel: str, cls: ast.ClassDef) -> list[tuple[st
         owner = code.top(m[0], m[1].split(".")[0])
         for fn in (f for f in funcs(owner) if f.name == name):
             enum = _enum_names(code, m[0], fn)
-            for c in ast.walk(fn):
+            for c in walk(fn):
                 if isinstance(c, ast.Call) and ast.unparse(c.func).split(".")[-1] == "MoeRunner" and c.args:
                     out.append((m[0], c, _members(c.args[0], values, enum)))
                 elif isinstance(c, ast.Assign) and (members := _members(c.value, values, enum)):
