@@ -10,6 +10,7 @@ import ast
 import re
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from .clamp_values import _imports, _parse
 
@@ -51,11 +52,11 @@ class CodeIndex:
         m = self.mod(rel)
         if m is None:
             return None
-        hit = None
-        for n in module_level(m.body):
-            if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name:
-                hit = n
-        return hit
+        defs = getattr(m, "_top_defs", None)  # kept on the module node: a parsed tree never changes
+        if defs is None:
+            defs = m._top_defs = {n.name: n for n in module_level(m.body)
+                                  if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))}
+        return defs.get(name)
 
     def resolve(self, rel: str, name: str, local: dict | None = None, hops: int = 3) -> tuple[str, ast.AST] | None:
         """The top-level class or function ``name`` means in module ``rel`` (following imports,
@@ -68,13 +69,7 @@ class CodeIndex:
             return None
         # the module's last top-level binding of the name wins, as when Python runs it: an import
         # or an alias ``Old = New`` (0.5.19's quantization/__init__.py binds a fallback first)
-        last = None
-        for st in module_level(m.body):
-            if isinstance(st, ast.ImportFrom) and name in _imports([st], module_name(rel)):
-                last = ("import", _imports([st], module_name(rel))[name])
-            elif isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in st.targets) \
-                    and isinstance(st.value, ast.Name) and st.value.id != name:
-                last = ("alias", st.value.id)
+        last = _bindings(m, rel).get(name)
         if local and name in local:
             last = ("import", local[name])
         if last and last[0] == "alias":
@@ -140,6 +135,25 @@ def module_name(rel: str) -> str:
     return rel[:-3].replace("/", ".")
 
 
+def _bindings(m: ast.Module, rel: str) -> dict[str, tuple[str, Any]]:
+    """``{name: ("import", (module, attr)) | ("alias", other)}``: the last module-level import or
+    alias (``Old = New``) binding each name in module ``m`` at ``rel``; kept on the module node
+    per ``rel`` (one parsed tree may stand for identical files at several places)."""
+    per_rel = m.__dict__.setdefault("_bindings", {})
+    if rel not in per_rel:
+        out: dict[str, tuple[str, Any]] = {}
+        for st in module_level(m.body):
+            if isinstance(st, ast.ImportFrom):
+                for k, v in _imports([st], module_name(rel)).items():
+                    out[k] = ("import", v)
+            elif isinstance(st, ast.Assign) and isinstance(st.value, ast.Name):
+                for t in st.targets:
+                    if isinstance(t, ast.Name) and t.id != st.value.id:
+                        out[t.id] = ("alias", st.value.id)
+        per_rel[rel] = out
+    return per_rel[rel]
+
+
 def walk(node: ast.AST) -> tuple[ast.AST, ...]:
     """``ast.walk(node)`` as a tuple, kept on the node: the parsed trees are shared and never
     changed (clamp_values._parse), and the dispatch and the interpreter walk the same methods
@@ -177,7 +191,15 @@ def module_level(body: list[ast.stmt]) -> list[ast.stmt]:
 
 def class_methods(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
     """``{name: function}`` for the methods of ``cls``'s own body, including names bound to one of
-    them (``apply_weights = _impl``, ``x = property(_impl)``); the last binding wins."""
+    them (``apply_weights = _impl``, ``x = property(_impl)``); the last binding wins. Read once
+    per class node (a copy)."""
+    cached = getattr(cls, "_class_methods", None)
+    if cached is None:
+        cached = cls._class_methods = _class_methods(cls)
+    return dict(cached)
+
+
+def _class_methods(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
     out: dict[str, ast.FunctionDef] = {}
     for st in module_level(cls.body):
         if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
