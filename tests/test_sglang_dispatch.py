@@ -177,3 +177,12 @@ def test_super_init_sets_the_flags_a_subclass_reads():
     assert {k: r.verdict.value for k, r in rows.items()} == {
         "ModelOptNvFp4OnlineFusedMoEMethod/flashinfer_trtllm": "APPROX",
         "ModelOptNvFp4OnlineFusedMoEMethod/flashinfer_cutlass": "APPROX"}
+
+
+def test_payload_passed_on_unknown_is_narrowed_by_the_callee():
+    # the experimental_sgl_trtllm fused func hands its quant_info on to
+    # fused_experts_none_to_flashinfer_trtllm (lora/trtllm_lora_temp/sgl_backend.py 15-26 in 0.5.20),
+    # whose isinstance dispatch takes the FP4 kernel for the NVFP4 payload, not the BF16/FP8 ones
+    # (flashinfer_trtllm.py 1628-1636; hand reading part2: APPROX)
+    r = sa.audit_tree(released("0.5.20"), ["ModelOptNvFp4OnlineFusedMoEMethod/experimental_sgl_trtllm"])[0]
+    assert (r.verdict.value, r.sink) == ("APPROX", "trtllm_fp4_block_scale_routed_moe")

@@ -171,9 +171,10 @@ class Interp(ExprEval):
                 narrowed.setdefault(name, self.attrs[f"<payload:{cls}>"])
         for i, p in enumerate(params):
             if i < len(args) and p not in [k.arg for k in fn.args.kwonlyargs]:
-                frame.locals[p] = args[i]
+                # an unknown argument the body narrows with isinstance is the payload it tests for
+                frame.locals[p] = narrowed[p] if args[i] is UNK and p in narrowed else args[i]
             elif p in kwargs:
-                frame.locals[p] = kwargs[p]
+                frame.locals[p] = narrowed[p] if kwargs[p] is UNK and p in narrowed else kwargs[p]
             elif p in CONFIG_NAMES:
                 frame.locals[p] = CONFIG
             elif ann.get(p, "").strip("'\"") and f"<payload:{ann[p].strip(chr(39) + chr(34))}>" in self.attrs:
