@@ -60,7 +60,7 @@ class Reading:
     deciding: tuple[str, ...]
     reason: str
     reader: str
-    sample: str = "first"  # "second": the held-out sample (data/hand_readings.yaml header)
+    sample: str = "first"  # or "second" (data/hand_readings.yaml header: which change each guided)
 
 
 @cache
@@ -130,7 +130,7 @@ class Agreement:
     pairs: list[dict[str, Any]]
     not_audited: list[str] = field(default_factory=list)  # "release path" of readings left out
     trusted_kinds: list[str] = field(default_factory=list)
-    by_sample: dict[str, dict[str, Any]] = field(default_factory=dict)  # "first", "second" (held out)
+    by_sample: dict[str, dict[str, Any]] = field(default_factory=dict)  # "first", "second"
 
     def as_json(self) -> dict[str, Any]:
         return {"overall": self.overall, "by_kind": self.by_kind, "by_release": self.by_release,
@@ -146,8 +146,8 @@ class Agreement:
         lo, hi = o["wilson95"]
         kinds = ", ".join(f"`{k}`" for k in self.trusted_kinds) or "none"
         held = self.by_sample.get("second")
-        held_s = (f" On the second sample alone, read blind while the audit was being changed and never "
-                  f"seen by whoever changed it (a held-out measurement of that change), {held['agree']} of "
+        held_s = (f" On the second sample alone (read blind, held out from the audit's first issue-23 "
+                  f"changes; it guided the later ones, which a third held-out sample measures), {held['agree']} of "
                   f"{held['n']} ({pct(held['rate'])}, Wilson 95 % {pct(held['wilson95'][0])} to "
                   f"{pct(held['wilson95'][1])}).") if held and held["n"] else ""
         return (f"The audit's verdict agreed with a blind hand reading on {o['agree']} of {o['n']} "
