@@ -40,7 +40,14 @@ from ..core.errors import AuditError, NoBailingMoeV3
 from . import clamp_values as cv
 from .audit_sinks import ClampVerdict, flashinfer_check, judge_hit
 from .clamp_flow import Interp
-from .code_index import CodeIndex, alias_target, class_defined, forget_settable, source_files
+from .code_index import (
+    CodeIndex,
+    alias_target,
+    class_defined,
+    forget_settable,
+    one_stamp_per_tree,
+    source_files,
+)
 from .dispatch import backend_values, derive_paths
 from .model_side import MODEL_FILE, ModelSide, model_side, no_model_line
 from .platforms import PLATFORMS, describe
@@ -371,13 +378,14 @@ def audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[Path
     (:func:`nvfp4study.sglang.model_side.model_side`), every path is DROPPED with that reason
     and the model file's line, whatever the path alone would give (kept in the rule).
 
-    Run with the cycle collector off (:func:`_no_cyclic_gc`).
+    Run with the cycle collector off (:func:`_no_cyclic_gc`) and the tree's files listed once
+    (:func:`~nvfp4study.sglang.code_index.one_stamp_per_tree`).
 
     Raises:
         NoBailingMoeV3: the tree has no ``models/bailing_moe_v3.py``.
         AuditError: a file the catalogue names does not parse.
     """
-    with _no_cyclic_gc():
+    with _no_cyclic_gc(), one_stamp_per_tree():
         return _audit_tree(tree, path_ids)
 
 

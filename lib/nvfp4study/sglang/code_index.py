@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -267,9 +269,36 @@ def source_files(root: Path, unreadable: dict[str, str] | None = None) -> list[t
     return list(texts)
 
 
+#: tree_stamp's results while :func:`one_stamp_per_tree` holds (None: every call looks again)
+_STAMPS: dict[str, tuple] | None = None
+
+
+@contextmanager
+def one_stamp_per_tree() -> Iterator[None]:
+    """Within the block, :func:`tree_stamp` lists and stats a tree's files once (the audit asks
+    for the stamp of the same tree several times and changes no file meanwhile)."""
+    global _STAMPS
+    outer = _STAMPS
+    _STAMPS = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _STAMPS = outer
+
+
 def tree_stamp(root: Path) -> tuple[tuple[str, int, int], ...]:
     """``((path, size, mtime_ns), ...)`` for every ``*.py`` of :func:`py_files`: the state of the
-    tree's sources, for caches that must see a tree patched in place (-1 for a bad link)."""
+    tree's sources, for caches that must see a tree patched in place (-1 for a bad link); read
+    once per :func:`one_stamp_per_tree` block."""
+    if _STAMPS is not None:
+        key = str(root)
+        if key not in _STAMPS:
+            _STAMPS[key] = _tree_stamp(root)
+        return _STAMPS[key]
+    return _tree_stamp(root)
+
+
+def _tree_stamp(root: Path) -> tuple[tuple[str, int, int], ...]:
     out = []
     for p in py_files(root):
         try:
@@ -300,6 +329,8 @@ def class_defined(root: Path, name: str) -> str | None:
     cls = re.compile(rf"\s*class {re.escape(name)}\s*[(:]")  # indented too: under a top-level if/try
     alias = re.compile(rf"{re.escape(name)}\s*=\s*[A-Za-z_][\w.]*\s*$")
     for path, text in source_files(root):
+        if name not in text:  # both patterns spell the name: most files are passed over here
+            continue
         for i, line in enumerate(text.splitlines(), 1):
             if cls.match(line) or alias.match(line):
                 return f"{path.relative_to(Path(root) / SRT).as_posix()}:{i}"
