@@ -70,7 +70,7 @@ def _redraw(sample: dict[str, Any], rows: list[Any], exclude: list[list[str]]) -
 
 def test_the_readings_are_the_documented_samples_none_dropped(doc, rows):
     """>= 40 readings over all five releases: the first sample (9 per release, five readers, 9
-    each) and the held-out second (8 per release, four readers, 10 each), exactly the pairs the
+    each) and the second (8 per release, four readers, 10 each), exactly the pairs the
     header's rule draws from the audit's derived keys (re-drawn here): a dropped, added or
     swapped reading fails."""
     rd = doc["readings"]

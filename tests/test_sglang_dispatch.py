@@ -80,8 +80,10 @@ def test_every_derived_path_is_audited_and_none_is_absent(version):
     named = {e["via"] for e in sa.catalog()["paths"] if "via" in e}
     rows = {r.path: r for r in results}
     assert derived - named <= {r.path for r in results if not r.catalogued}
-    # a path found in the code exists: it is never ABSENT
-    assert all(r.verdict.value != "ABSENT" for r in results if not r.catalogued)
+    # a path found in the code exists: it is never ABSENT, but for a runner core the code names
+    # and never builds (runner_builds.core_never_built)
+    assert all(r.verdict.value != "ABSENT" or (r.path.startswith("core:") and "core only when" in r.rule)
+               for r in results if not r.catalogued)
     assert all(r.found_by for r in results if not r.catalogued)
     # a catalogued id is ABSENT only where its class or registry entry is not in the release
     for e in sa.catalog()["paths"]:
@@ -140,3 +142,47 @@ def test_setup_order_and_branch_facts_follow_the_code():
     assert "trtllm_fp8_block_scale_moe() APPROX" in rows["fp8-trtllm"].rule
     # the Triton call Ling takes, not the ROCm MXFP8 branch (triton.py 188-194)
     assert (rows["triton"].line, rows["triton"].verdict.value) == (234, "EXACT")
+
+
+@pytest.mark.parametrize("version, skip_line, site_line", [("0.5.21", 1051, 1060), ("0.5.22", 1050, 1059)])
+def test_runner_core_never_built_is_absent(version, skip_line, site_line):
+    # MoeRunner builds MarlinLoraRunnerCore only when lora_enabled (runner.py 118-124), and the one
+    # MoeRunner(lora_enabled=True) (lora/layers.py) comes after FusedMoEWithLoRA returns into the
+    # experimental dispatch for experimental_sgl_marlin (issue 23, hand readings part5, part6);
+    # plain marlin reaches it
+    rows = {r.path: r for r in sa.audit_tree(released(version), ["core:experimental_sgl_marlin", "core:marlin"])}
+    absent = rows["core:experimental_sgl_marlin"]
+    assert absent.verdict.value == "ABSENT"
+    assert f"lora/layers.py:{site_line} (returns at {skip_line})" in absent.rule
+    assert rows["core:marlin"].verdict.value == "DROPPED"
+
+
+@pytest.mark.parametrize("version, line", [("0.5.20", 2524), ("0.5.23", 2984)])
+def test_method_that_runs_another_backend_is_judged_on_it(version, line):
+    # Fp8MoEMethod.create_moe_runner has no CUTLASS / CuTe-DSL path and builds a Triton runner
+    # instead (fp8.py, "Fp8MoEMethod has no %s path"); Triton's fused_experts applies Ling's
+    # post-SiLU clamp (issue 23, hand readings part2, part6)
+    keys = ["Fp8MoEMethod/flashinfer_cutlass", "Fp8MoEMethod/flashinfer_cutedsl"]
+    for r in sa.audit_tree(released(version), keys):
+        assert (r.verdict.value, r.sink, r.file) == ("EXACT", "fused_experts", "layers/moe/moe_runner/triton.py")
+        assert f"layers/quantization/fp8.py:{line} create_moe_runner runs" in " ".join(r.found_by)
+
+
+def test_super_init_sets_the_flags_a_subclass_reads():
+    # ModelOptNvFp4OnlineFusedMoEMethod.__init__ calls super().__init__, which sets
+    # enable_flashinfer_trtllm_moe: the limit is stored as L / g1_alphas (modelopt_quant.py 2766-2779
+    # in 0.5.21) and reaches the TRT-LLM kernel with Swiglu (hand readings part4, part8)
+    rows = {r.path: r for r in sa.audit_tree(released("0.5.21"), [
+        "ModelOptNvFp4OnlineFusedMoEMethod/flashinfer_trtllm", "ModelOptNvFp4OnlineFusedMoEMethod/flashinfer_cutlass"])}
+    assert {k: r.verdict.value for k, r in rows.items()} == {
+        "ModelOptNvFp4OnlineFusedMoEMethod/flashinfer_trtllm": "APPROX",
+        "ModelOptNvFp4OnlineFusedMoEMethod/flashinfer_cutlass": "APPROX"}
+
+
+def test_payload_passed_on_unknown_is_narrowed_by_the_callee():
+    # the experimental_sgl_trtllm fused func hands its quant_info on to
+    # fused_experts_none_to_flashinfer_trtllm (lora/trtllm_lora_temp/sgl_backend.py 15-26 in 0.5.20),
+    # whose isinstance dispatch takes the FP4 kernel for the NVFP4 payload, not the BF16/FP8 ones
+    # (flashinfer_trtllm.py 1628-1636; hand reading part2: APPROX)
+    r = sa.audit_tree(released("0.5.20"), ["ModelOptNvFp4OnlineFusedMoEMethod/experimental_sgl_trtllm"])[0]
+    assert (r.verdict.value, r.sink) == ("APPROX", "trtllm_fp4_block_scale_routed_moe")

@@ -17,6 +17,7 @@ __all__ = [
     "card_patches",
     "checks",
     "clamp_exprs",
+    "clamp_lookup",
     "clamp_flow",
     "clamp_numerics",
     "kernel_evidence",
@@ -30,5 +31,6 @@ __all__ = [
     "platforms",
     "quant_methods",
     "releases",
+    "runner_builds",
     "source",
 ]

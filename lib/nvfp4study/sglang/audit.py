@@ -25,6 +25,9 @@ the other checks (:func:`extra_checks`) live in :mod:`nvfp4study.sglang.checks`.
 from __future__ import annotations
 
 import ast
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from importlib import resources
@@ -37,7 +40,14 @@ from ..core.errors import AuditError, NoBailingMoeV3
 from . import clamp_values as cv
 from .audit_sinks import ClampVerdict, flashinfer_check, judge_hit
 from .clamp_flow import Interp
-from .code_index import CodeIndex, alias_target, class_defined, forget_settable, source_files
+from .code_index import (
+    CodeIndex,
+    alias_target,
+    class_defined,
+    forget_settable,
+    one_stamp_per_tree,
+    source_files,
+)
 from .dispatch import backend_values, derive_paths
 from .model_side import MODEL_FILE, ModelSide, model_side, no_model_line
 from .platforms import PLATFORMS, describe
@@ -118,6 +128,8 @@ def path_specs(tree: SGLangTree) -> list[dict]:
         if key not in named:
             out.append({"id": key, "label": key, "catalogued": False, "steps": p.steps, "assume": p.assume,
                         "found_by": p.trail, "lost": p.lost, "runner_at": p.runner_at, "platforms": p.platforms})
+            if p.absent:  # the code is there but never runs: no path
+                out[-1]["missing"] = (ClampVerdict.ABSENT, p.absent)
     return out
 
 
@@ -341,6 +353,21 @@ def _function_at(tree: SGLangTree, rel: str, line: int) -> str | None:
     return best
 
 
+@contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """Python's cycle collector off for the block (on again after, as it was). The parsed trees
+    are millions of long-lived objects that the collector's full passes walk again and again
+    while finding nothing to free: a third of an audit's time (2.4-3.6 s of CPU instead of
+    4.0-4.8 s for 0.5.23, the same peak memory); reference counting still frees everything else."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[PathResult]:
     """Audit every path of one tree (or only ``path_ids``), the model side first.
 
@@ -351,10 +378,19 @@ def audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[Path
     (:func:`nvfp4study.sglang.model_side.model_side`), every path is DROPPED with that reason
     and the model file's line, whatever the path alone would give (kept in the rule).
 
+    Run with the cycle collector off (:func:`_no_cyclic_gc`) and the tree's files listed once
+    (:func:`~nvfp4study.sglang.code_index.one_stamp_per_tree`).
+
     Raises:
         NoBailingMoeV3: the tree has no ``models/bailing_moe_v3.py``.
         AuditError: a file the catalogue names does not parse.
     """
+    with _no_cyclic_gc(), one_stamp_per_tree():
+        return _audit_tree(tree, path_ids)
+
+
+def _audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[PathResult]:
+    """The body of :func:`audit_tree`."""
     try:
         side = model_side(tree)
     except SyntaxError as exc:

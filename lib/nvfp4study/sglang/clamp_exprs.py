@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import platforms as pf
+from .clamp_lookup import Lookup
 from .clamp_values import (
     _TENSOR_VIEWS,
     CLAMP_FIELDS,
@@ -33,7 +34,6 @@ from .clamp_values import (
     LocalFunc,
     Multi,
     Payload,
-    Refusal,
     SinkHit,
     _relevant,
     compare_values,
@@ -47,9 +47,10 @@ from .clamp_values import (
 _KERNEL_NAME_PARTS = ("moe", "expert", "kernel", "gemm")
 
 
-class ExprEval:
+class ExprEval(Lookup):
     """Expression half of the interpreter; mixed into :class:`~nvfp4study.sglang.clamp_flow.Interp`,
-    which sets the state below and provides ``module_for``, ``_bind`` and ``exec_body``."""
+    which sets the state below and provides ``module_for``, ``_bind`` and ``exec_body``; names,
+    methods and class attributes are looked up by :class:`~nvfp4study.sglang.clamp_lookup.Lookup`."""
 
     MAX_DEPTH = 4
     root: Path
@@ -156,17 +157,20 @@ class ExprEval:
         if isinstance(node, ast.Call):
             return self.call(node, frame)
         if isinstance(node, ast.BoolOp):
-            # Three-valued and/or: a decided operand wins even after an unknown one.
-            vals = [self.eval(e, frame) for e in node.values]
+            # Three-valued and/or: a decided operand wins even after an unknown one; the
+            # operands after a decided one are not evaluated (Python short-circuits: in
+            # ``getattr(self, "runner", None) is not None and self.runner.x`` the second never runs)
             stop = False if isinstance(node.op, ast.And) else True
             unknown = False
-            for v in vals:
+            v = None
+            for e in node.values:
+                v = self.eval(e, frame)
                 t = truth(v)
                 if t is stop:
                     return v if not unknown or isinstance(node.op, ast.Or) else stop
                 if t is None:
                     unknown = True
-            return UNK if unknown else vals[-1]
+            return UNK if unknown else v
         if isinstance(node, ast.UnaryOp):
             v = self.eval(node.operand, frame)
             if isinstance(node.op, ast.Not):
@@ -265,13 +269,14 @@ class ExprEval:
                 kw_nodes[k.arg] = k.value
         if isinstance(f, ast.Attribute) and not isinstance(f.value, ast.Name | ast.Attribute):
             self.eval(f.value, frame)
-        if isinstance(f, ast.Attribute) and f.attr == "run" and ast.unparse(f.value).endswith("runner"):
-            self.runner_calls.append((frame.module.rel, node.lineno))  # self.runner.run(...): MoeRunner.run
         n = f.value if isinstance(f, ast.Attribute) else None
         while isinstance(n, ast.Attribute):  # self.runner.runner_backend.is_x() with self.runner None
             if self.none_attribute(n, frame):
                 return UNK
             n = n.value
+        if isinstance(f, ast.Attribute) and f.attr == "run" and ast.unparse(f.value).endswith("runner"):
+            # self.runner.run(...): MoeRunner.run (after the None check: a None runner raises first)
+            self.runner_calls.append((frame.module.rel, node.lineno))
         if name in self.assume and not node.args and not node.keywords:
             return self.assume[name]
         if f"{name}()" in self.assume:  # a call fact, whatever the arguments (use_intel_amx_backend(layer))
@@ -306,6 +311,10 @@ class ExprEval:
             attr = node.args[1].value
             if attr == "gemm1_clamp_limit":
                 self.live.add((frame.module.rel, node.lineno))
+            if isinstance(node.args[0], ast.Name) and node.args[0].id == "self" and frame.cls \
+                    and attr not in self.attrs and attr not in self.assume \
+                    and self.class_none(frame.module, frame.cls, attr, 4) is not None:
+                return None  # getattr(self, "runner", None): the class default, nothing set it
             v = self.attr_value(attr, args[0] if args else UNK)
             return v if v is not UNK or len(args) < 3 else UNK
         if name in _TENSOR_VIEWS and isinstance(f, ast.Attribute) and has_limit(self.eval(f.value, frame)):
@@ -363,6 +372,10 @@ class ExprEval:
         if isinstance(f, ast.Name) and isinstance(frame.locals.get(f.id), LocalFunc) and frame.depth < self.MAX_DEPTH:
             # a closure: it sees the enclosing frame's names
             return self.invoke(frame.module, frame.locals[f.id].node, frame.cls, args, kwargs, frame, closure=True)
+        sup = self.super_method(f, frame)
+        if sup is not None and frame.depth < self.MAX_DEPTH:
+            # super().__init__(...): the base's code runs on the same object (it sets its flags)
+            return self.invoke(*sup, args, kwargs, frame)
         target = self.resolve(f, frame)
         if target is not None and frame.depth < self.MAX_DEPTH:
             mod, fn, cls = target
@@ -421,79 +434,3 @@ class ExprEval:
         src = frame.imports.get(name) or (None if name in frame.module.functions else frame.module.imports.get(name))
         where = src[0] if src else frame.module.rel[:-3].replace("/", ".") if name in frame.module.functions else None
         return where is None or any(where == p or where.startswith(p + ".") for p in prefixes)
-
-    def none_attribute(self, node: ast.expr, frame: Frame) -> bool:
-        """``self.x.y`` where nothing on this path set ``self.x`` and the class (or an in-tree
-        base) declares ``x = None`` at class level (``runner: MoeRunner | None = None``,
-        FusedMoEMethodBase, base_config.py): reading ``.y`` raises AttributeError. Records the
-        raise (a :class:`Refusal` not about the clamp) and stops the frame; False otherwise."""
-        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
-                and frame.cls) or node.attr in self.attrs or node.attr in self.assume:
-            return False
-        where = self.class_none(frame.module, frame.cls, node.attr, 4)
-        if where is None:
-            return False
-        self.refusals.append(Refusal(frame.module.rel, frame.qualname, node.lineno, False,
-                                     f"AttributeError: self.{node.attr} is None here (class default "
-                                     f"{where[0][11:]}:{where[1]}): {ast.unparse(node)[:80]}",
-                                     certain=all(d for _, d in frame.guards)))
-        frame.stopped = frame.raised = True
-        return True
-
-    def class_none(self, mod: Any, cls: str, attr: str, depth: int) -> tuple[str, int] | None:
-        """(file, line) where class ``cls`` of ``mod`` or an in-tree base declares ``attr = None``
-        at class level; None when it is not declared so (or is a method or a property)."""
-        node = next((n for n in mod.tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
-        if node is None or depth == 0:
-            return None
-        for st in node.body:
-            target = st.target if isinstance(st, ast.AnnAssign) else st.targets[0] if isinstance(st, ast.Assign) \
-                and len(st.targets) == 1 else None
-            if isinstance(target, ast.Name) and target.id == attr:
-                v = st.value
-                return (mod.rel, st.lineno) if isinstance(v, ast.Constant) and v.value is None else None
-            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)) and st.name == attr:
-                return None
-        for b in node.bases:
-            if not isinstance(b, ast.Name):
-                continue
-            src = mod.imports.get(b.id)
-            bmod = self.module_for(src[0]) if src else mod
-            hit = self.class_none(bmod, src[1] if src else b.id, attr, depth - 1) if bmod else None
-            if hit is not None:
-                return hit
-        return None
-
-    def property_value(self, node: ast.Attribute, frame: Frame) -> Any:
-        """``self.x`` where the class defines ``x`` as a ``@property``: its body's value, so a
-        flag such as ``enable_flashinfer_cutlass_moe`` follows the backend facts. None when ``x``
-        is not a property of the frame's class (or was set or assumed)."""
-        if not (isinstance(node.value, ast.Name) and node.value.id == "self" and frame.cls) \
-                or node.attr in self.attrs or node.attr in self.assume or frame.depth >= self.MAX_DEPTH:
-            return None
-        fn = frame.module.classes.get(frame.cls, {}).get(node.attr)
-        if fn is None or not any(ast.unparse(d).split(".")[-1] in ("property", "cached_property")
-                                 for d in fn.decorator_list):
-            return None
-        return self.invoke(frame.module, fn, frame.cls, [], {}, frame)
-
-    def resolve(self, f: ast.expr, frame: Frame):
-        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
-            if frame.cls:
-                fn = frame.module.classes.get(frame.cls, {}).get(f.attr)
-                if fn is not None:
-                    return frame.module, fn, frame.cls
-            return None
-        if not isinstance(f, ast.Name):
-            return None
-        name = f.id
-        src = frame.imports.get(name) or (None if name in frame.module.functions
-                                           else frame.module.imports.get(name))
-        if src is None:
-            fn = frame.module.functions.get(name)
-            return (frame.module, fn, None) if fn is not None else None
-        mod = self.module_for(src[0])
-        if mod is None:
-            return None
-        fn = mod.functions.get(src[1])
-        return (mod, fn, None) if fn is not None else None

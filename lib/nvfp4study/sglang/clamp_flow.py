@@ -51,6 +51,18 @@ def _dicts(v: Any) -> list[AbstractDict]:
     return list(opts) if opts and all(isinstance(o, AbstractDict) for o in opts) else []
 
 
+def _isinstance_tests(fn: ast.AST) -> tuple[tuple[str, str], ...]:
+    """``(name, Class)`` of each ``isinstance(name, Class)`` in ``fn``, in walk order (kept on the
+    node: a parsed tree is shared and never changed, and the interpreter binds a function often)."""
+    tests = getattr(fn, "_isinstance_tests", None)
+    if tests is None:
+        tests = fn._isinstance_tests = tuple(
+            (n.args[0].id, n.args[1].id) for n in ast.walk(fn)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "isinstance"
+            and len(n.args) == 2 and isinstance(n.args[0], ast.Name) and isinstance(n.args[1], ast.Name))
+    return tests
+
+
 class Interp(ExprEval):
     """Executes a path's steps under Ling's facts; see the module docstring.
 
@@ -154,16 +166,15 @@ class Interp(ExprEval):
         # A parameter annotated with a base class (``quant_info: MoeQuantInfo``) takes the payload
         # its body narrows it to with ``isinstance(quant_info, X)`` (a runner registry entry).
         narrowed = {}
-        for n in ast.walk(fn):
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "isinstance" \
-                    and len(n.args) == 2 and isinstance(n.args[0], ast.Name) and isinstance(n.args[1], ast.Name) \
-                    and f"<payload:{n.args[1].id}>" in self.attrs:
-                narrowed.setdefault(n.args[0].id, self.attrs[f"<payload:{n.args[1].id}>"])
+        for name, cls in _isinstance_tests(fn):
+            if f"<payload:{cls}>" in self.attrs:
+                narrowed.setdefault(name, self.attrs[f"<payload:{cls}>"])
         for i, p in enumerate(params):
             if i < len(args) and p not in [k.arg for k in fn.args.kwonlyargs]:
-                frame.locals[p] = args[i]
+                # an unknown argument the body narrows with isinstance is the payload it tests for
+                frame.locals[p] = narrowed[p] if args[i] is UNK and p in narrowed else args[i]
             elif p in kwargs:
-                frame.locals[p] = kwargs[p]
+                frame.locals[p] = narrowed[p] if kwargs[p] is UNK and p in narrowed else kwargs[p]
             elif p in CONFIG_NAMES:
                 frame.locals[p] = CONFIG
             elif ann.get(p, "").strip("'\"") and f"<payload:{ann[p].strip(chr(39) + chr(34))}>" in self.attrs:

@@ -322,12 +322,16 @@ def _relevant(fn: ast.AST) -> bool:
 
 def clamp_mentions(fn: ast.AST) -> list[int]:
     """Lines where a function mentions ``gemm1_clamp_limit`` (attribute, getattr, or keyword)."""
+    cached = getattr(fn, "_clamp_mentions", None)  # kept on the node: a parsed tree never changes
+    if cached is not None:
+        return list(cached)
     lines = set()
     for n in ast.walk(fn):
         if isinstance(n, ast.Attribute) and n.attr == "gemm1_clamp_limit":
             lines.add(n.lineno)
         elif isinstance(n, ast.Constant) and n.value == "gemm1_clamp_limit":
             lines.add(n.lineno)
+    fn._clamp_mentions = tuple(sorted(lines))
     return sorted(lines)
 
 

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from .clamp_values import _imports, _parse
 
@@ -51,11 +54,11 @@ class CodeIndex:
         m = self.mod(rel)
         if m is None:
             return None
-        hit = None
-        for n in module_level(m.body):
-            if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name:
-                hit = n
-        return hit
+        defs = getattr(m, "_top_defs", None)  # kept on the module node: a parsed tree never changes
+        if defs is None:
+            defs = m._top_defs = {n.name: n for n in module_level(m.body)
+                                  if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))}
+        return defs.get(name)
 
     def resolve(self, rel: str, name: str, local: dict | None = None, hops: int = 3) -> tuple[str, ast.AST] | None:
         """The top-level class or function ``name`` means in module ``rel`` (following imports,
@@ -68,13 +71,7 @@ class CodeIndex:
             return None
         # the module's last top-level binding of the name wins, as when Python runs it: an import
         # or an alias ``Old = New`` (0.5.19's quantization/__init__.py binds a fallback first)
-        last = None
-        for st in module_level(m.body):
-            if isinstance(st, ast.ImportFrom) and name in _imports([st], module_name(rel)):
-                last = ("import", _imports([st], module_name(rel))[name])
-            elif isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in st.targets) \
-                    and isinstance(st.value, ast.Name) and st.value.id != name:
-                last = ("alias", st.value.id)
+        last = _bindings(m, rel).get(name)
         if local and name in local:
             last = ("import", local[name])
         if last and last[0] == "alias":
@@ -140,9 +137,41 @@ def module_name(rel: str) -> str:
     return rel[:-3].replace("/", ".")
 
 
+def _bindings(m: ast.Module, rel: str) -> dict[str, tuple[str, Any]]:
+    """``{name: ("import", (module, attr)) | ("alias", other)}``: the last module-level import or
+    alias (``Old = New``) binding each name in module ``m`` at ``rel``; kept on the module node
+    per ``rel`` (one parsed tree may stand for identical files at several places)."""
+    per_rel = m.__dict__.setdefault("_bindings", {})
+    if rel not in per_rel:
+        out: dict[str, tuple[str, Any]] = {}
+        for st in module_level(m.body):
+            if isinstance(st, ast.ImportFrom):
+                for k, v in _imports([st], module_name(rel)).items():
+                    out[k] = ("import", v)
+            elif isinstance(st, ast.Assign) and isinstance(st.value, ast.Name):
+                for t in st.targets:
+                    if isinstance(t, ast.Name) and t.id != st.value.id:
+                        out[t.id] = ("alias", st.value.id)
+        per_rel[rel] = out
+    return per_rel[rel]
+
+
+def walk(node: ast.AST) -> tuple[ast.AST, ...]:
+    """``ast.walk(node)`` as a tuple, kept on the node: the parsed trees are shared and never
+    changed (clamp_values._parse), and the dispatch and the interpreter walk the same methods
+    again for every class and path that has them."""
+    nodes = getattr(node, "_walk", None)
+    if nodes is None:
+        nodes = node._walk = tuple(ast.walk(node))
+    return nodes
+
+
 def local_imports(fn: ast.AST, rel: str) -> dict:
     """The ``from ... import`` names made inside ``fn`` (module ``rel``): ``{name: (module, attr)}``."""
-    return _imports([n for n in ast.walk(fn) if isinstance(n, ast.ImportFrom)], module_name(rel))
+    found = getattr(fn, "_import_froms", None)  # kept on the node: a parsed tree never changes
+    if found is None:
+        found = fn._import_froms = [n for n in ast.walk(fn) if isinstance(n, ast.ImportFrom)]
+    return _imports(found, module_name(rel))
 
 
 def module_level(body: list[ast.stmt]) -> list[ast.stmt]:
@@ -164,7 +193,15 @@ def module_level(body: list[ast.stmt]) -> list[ast.stmt]:
 
 def class_methods(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
     """``{name: function}`` for the methods of ``cls``'s own body, including names bound to one of
-    them (``apply_weights = _impl``, ``x = property(_impl)``); the last binding wins."""
+    them (``apply_weights = _impl``, ``x = property(_impl)``); the last binding wins. Read once
+    per class node (a copy)."""
+    cached = getattr(cls, "_class_methods", None)
+    if cached is None:
+        cached = cls._class_methods = _class_methods(cls)
+    return dict(cached)
+
+
+def _class_methods(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
     out: dict[str, ast.FunctionDef] = {}
     for st in module_level(cls.body):
         if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -232,9 +269,36 @@ def source_files(root: Path, unreadable: dict[str, str] | None = None) -> list[t
     return list(texts)
 
 
+#: tree_stamp's results while :func:`one_stamp_per_tree` holds (None: every call looks again)
+_STAMPS: dict[str, tuple] | None = None
+
+
+@contextmanager
+def one_stamp_per_tree() -> Iterator[None]:
+    """Within the block, :func:`tree_stamp` lists and stats a tree's files once (the audit asks
+    for the stamp of the same tree several times and changes no file meanwhile)."""
+    global _STAMPS
+    outer = _STAMPS
+    _STAMPS = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _STAMPS = outer
+
+
 def tree_stamp(root: Path) -> tuple[tuple[str, int, int], ...]:
     """``((path, size, mtime_ns), ...)`` for every ``*.py`` of :func:`py_files`: the state of the
-    tree's sources, for caches that must see a tree patched in place (-1 for a bad link)."""
+    tree's sources, for caches that must see a tree patched in place (-1 for a bad link); read
+    once per :func:`one_stamp_per_tree` block."""
+    if _STAMPS is not None:
+        key = str(root)
+        if key not in _STAMPS:
+            _STAMPS[key] = _tree_stamp(root)
+        return _STAMPS[key]
+    return _tree_stamp(root)
+
+
+def _tree_stamp(root: Path) -> tuple[tuple[str, int, int], ...]:
     out = []
     for p in py_files(root):
         try:
@@ -265,6 +329,8 @@ def class_defined(root: Path, name: str) -> str | None:
     cls = re.compile(rf"\s*class {re.escape(name)}\s*[(:]")  # indented too: under a top-level if/try
     alias = re.compile(rf"{re.escape(name)}\s*=\s*[A-Za-z_][\w.]*\s*$")
     for path, text in source_files(root):
+        if name not in text:  # both patterns spell the name: most files are passed over here
+            continue
         for i, line in enumerate(text.splitlines(), 1):
             if cls.match(line) or alias.match(line):
                 return f"{path.relative_to(Path(root) / SRT).as_posix()}:{i}"

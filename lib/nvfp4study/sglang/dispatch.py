@@ -44,9 +44,11 @@ from .code_index import (
     source_files,
     step_name,
     tree_stamp,
+    walk,
 )
 from .platforms import PLATFORMS, module_platforms, reachable_on
 from .quant_methods import APPLY_NAMES, QUANT_REGISTRY, moe_methods, quant_configs
+from .runner_builds import core_never_built, runner_switch
 
 BACKEND_ENUM = SRT + "layers/moe/utils.py"
 RUNNER = SRT + "layers/moe/moe_runner/runner.py"
@@ -86,6 +88,7 @@ class DerivedPath:
     lost: str | None = None
     runner_at: int | None = None  # steps[runner_at:] run only when the method calls its runner
     platforms: tuple[str, ...] = PLATFORMS
+    absent: str | None = None  # why the code exists but never runs (a runner core never built)
 
 
 # --- the runner backends ------------------------------------------------------------------------
@@ -96,7 +99,15 @@ def _enum(code: CodeIndex) -> tuple[str, ast.ClassDef] | None:
 
 
 def backend_values(code: CodeIndex) -> dict[str, str]:
-    """``{"FLASHINFER_CUTLASS": "flashinfer_cutlass", ...}``: the ``MoeRunnerBackend`` enum."""
+    """``{"FLASHINFER_CUTLASS": "flashinfer_cutlass", ...}``: the ``MoeRunnerBackend`` enum (read
+    once per :class:`CodeIndex`: a copy)."""
+    memo = code.__dict__.setdefault("_backend_values", {})
+    if not memo:
+        memo["values"] = _backend_values(code)
+    return dict(memo["values"])
+
+
+def _backend_values(code: CodeIndex) -> dict[str, str]:
     hit = _enum(code)
     out = {}
     for st in hit[1].body if hit else []:
@@ -108,7 +119,15 @@ def backend_values(code: CodeIndex) -> dict[str, str]:
 def predicates(code: CodeIndex) -> dict[str, set[str]]:
     """``{"is_flashinfer_trtllm": {"flashinfer_trtllm", "experimental_sgl_trtllm"}, ...}``: for each
     predicate of ``MoeRunnerBackend`` (its own or its in-tree bases', ``_MoeRunnerBackendPredicates``
-    in 0.5.23), the backend values it is true for (the members it names)."""
+    in 0.5.23), the backend values it is true for (the members it names). Read once per
+    :class:`CodeIndex` (a copy)."""
+    memo = code.__dict__.setdefault("_predicates", {})
+    if not memo:
+        memo["preds"] = _predicates(code)
+    return {k: set(v) for k, v in memo["preds"].items()}
+
+
+def _predicates(code: CodeIndex) -> dict[str, set[str]]:
     values, hit = backend_values(code), _enum(code)
     out: dict[str, set[str]] = {}
     classes = [hit] if hit else []
@@ -120,7 +139,7 @@ def predicates(code: CodeIndex) -> dict[str, set[str]]:
         for fn in funcs(node):
             if not fn.name.startswith("is_"):
                 continue
-            names = {a.attr for a in ast.walk(fn) if isinstance(a, ast.Attribute)
+            names = {a.attr for a in walk(fn) if isinstance(a, ast.Attribute)
                      and isinstance(a.value, ast.Name) and a.value.id == "MoeRunnerBackend"}
             out.setdefault(fn.name, set()).update(values[n] for n in names if n in values)
     return out
@@ -234,14 +253,14 @@ def method_backends(code: CodeIndex, rel: str, cls: ast.ClassDef) -> tuple[list[
         enum = _enum_names(code, frel, fn)
         assigned: dict[str, set[str]] = {}
         computed: set[str] = set()  # locals also assigned from something else (the configured backend)
-        for st in ast.walk(fn):
+        for st in walk(fn):
             if isinstance(st, ast.Assign) and isinstance(st.targets[0], ast.Name):
                 members = _members(st.value, values, enum)
                 if members:
                     assigned.setdefault(st.targets[0].id, set()).update(members)
                 else:
                     computed.add(st.targets[0].id)
-        for c in ast.walk(fn):
+        for c in walk(fn):
             if not (isinstance(c, ast.Call) and ast.unparse(c.func).split(".")[-1] == "MoeRunner"):
                 continue
             arg = c.args[0] if c.args else next((k.value for k in c.keywords if k.arg == "runner_backend"), None)
@@ -255,14 +274,14 @@ def method_backends(code: CodeIndex, rel: str, cls: ast.ClassDef) -> tuple[list[
                 runtime = True
                 lost = f"{frel[len(SRT):]}:{c.lineno} MoeRunner({ast.unparse(arg)}) (backend chosen at run time)"
     if runtime:
-        tested = {c.func.attr for _, fn in bodies for c in ast.walk(fn) if isinstance(c, ast.Call)
+        tested = {c.func.attr for _, fn in bodies for c in walk(fn) if isinstance(c, ast.Call)
                   and isinstance(c.func, ast.Attribute) and c.func.attr in preds}
         extra = sorted({v for p in tested for v in preds[p]} - {"auto"})
         out += extra
         if out:  # the backends it can end up with are known: the ones it names or tests
             lost = None
     if not out and not runtime:
-        calls = [(frel, c.lineno) for frel, fn in bodies for c in ast.walk(fn) if isinstance(c, ast.Call)
+        calls = [(frel, c.lineno) for frel, fn in bodies for c in walk(fn) if isinstance(c, ast.Call)
                  and isinstance(c.func, ast.Attribute) and c.func.attr == "run"
                  and ast.unparse(c.func.value).endswith("runner")]
         if calls and not built:
@@ -312,7 +331,7 @@ def _runner_nodes(code: CodeIndex, rel: str, cls: ast.ClassDef) -> list[tuple[st
         owner = code.top(m[0], m[1].split(".")[0])
         for fn in (f for f in funcs(owner) if f.name == name):
             enum = _enum_names(code, m[0], fn)
-            for c in ast.walk(fn):
+            for c in walk(fn):
                 if isinstance(c, ast.Call) and ast.unparse(c.func).split(".")[-1] == "MoeRunner" and c.args:
                     out.append((m[0], c, _members(c.args[0], values, enum)))
                 elif isinstance(c, ast.Assign) and (members := _members(c.value, values, enum)):
@@ -399,8 +418,8 @@ def derive_paths(root: Path) -> list[DerivedPath]:
     """
     root = Path(root).resolve()
     stamp = tree_stamp(root)
-    return [DerivedPath(p.key, list(p.steps), dict(p.assume), list(p.trail), p.lost, p.runner_at, p.platforms)
-            for p in _derive(root, hash(stamp))]
+    return [DerivedPath(p.key, list(p.steps), dict(p.assume), list(p.trail), p.lost, p.runner_at, p.platforms,
+                        p.absent) for p in _derive(root, hash(stamp))]
 
 
 @cache
@@ -425,8 +444,14 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
         for b in backends:
             p = DerivedPath(key=f"{name}/{b or 'direct'}", steps=setup + entries, assume=facts_for(b, preds),
                             trail=[how], lost=lost)
+            run = b
+            if b is not None and (switch := runner_switch(code, rel, cls, b, facts_for(b, preds),
+                                                         backend_values(code))) is not None:
+                run = switch[0]  # the method runs another backend's runner: its facts and steps
+                p.assume = facts_for(run, preds)
+                p.trail.append(f"{switch[1][len(SRT):]}:{switch[2]} create_moe_runner runs {b!r} as {run!r}")
             if b is not None:
-                steps, trail, why = _runner_steps(b, fused, cores, code)
+                steps, trail, why = _runner_steps(run, fused, cores, code)
                 p.runner_at = len(p.steps) if steps else None
                 p.steps += steps
                 p.trail += trail
@@ -448,12 +473,16 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
                                       for r, f, ln in regs],
                                lost=None if len(regs) == 1 else f"{len(regs)} functions registered for "
                                f"({a2a!r}, {runner!r}) (which one wins depends on import order)"))
+    runner = code.resolve(RUNNER, "MoeRunner")
+    init = next((f for f in funcs(runner[1]) if f.name == "__init__"), None) if runner else None
     for backend, (rel, core, line) in sorted(cores.items()):
         cls = code.top(rel, core)
         steps = [step_name(m) for s in CORE_STEPS if (m := code.method(rel, cls, s))]
         out.append(DerivedPath(key=f"core:{backend}", steps=steps, assume=facts_for(backend, preds),
                                platforms=path_platforms(code, steps),
-                               trail=[f"{RUNNER[len(SRT):]}:{line} MoeRunner.__init__ -> {core}"]))
+                               trail=[f"{RUNNER[len(SRT):]}:{line} MoeRunner.__init__ -> {core}"],
+                               absent=core_never_built(code, runner[0], init, facts_for(backend, preds))
+                               if init is not None else None))
     for rel, why in sorted(code.unreadable.items()):  # files the dispatch needed and could not read
         out.append(DerivedPath(key=f"unreadable:{rel[len(SRT):] if rel.startswith(SRT) else rel}", steps=[],
                                lost=f"{why} (the paths through this file were not followed)"))

@@ -121,9 +121,12 @@ def test_value(node: ast.expr, name_of: Callable[[str], bool | None],
 @cache
 def _parents(tree: ast.Module) -> dict[int, ast.AST]:
     out = {}
-    for n in ast.walk(tree):
+    todo = [tree]
+    while todo:  # each node's children once (ast.walk would list them a second time)
+        n = todo.pop()
         for c in ast.iter_child_nodes(n):
             out[id(c)] = n
+            todo.append(c)
     return out
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from .code_index import SRT, CodeIndex, funcs, local_imports, module_level
+from .code_index import SRT, CodeIndex, funcs, local_imports, module_level, walk
 
 QUANT_REGISTRY = SRT + "layers/quantization/__init__.py"
 FUSED_MOE_LAYER = SRT + "layers/moe/fused_moe_triton/layer.py"
@@ -97,9 +97,9 @@ def _is_wrapper(code: CodeIndex, rel: str, cls: ast.ClassDef) -> bool:
             continue
         owner = code.top(m[0], m[1].split(".")[0])
         fn = next(x for x in funcs(owner) if x.name == name)
-        held = {st.targets[0].id for st in ast.walk(fn) if isinstance(st, ast.Assign)
+        held = {st.targets[0].id for st in walk(fn) if isinstance(st, ast.Assign)
                 and isinstance(st.targets[0], ast.Name) and isinstance(st.value, ast.Attribute)}
-        for c in ast.walk(fn):
+        for c in walk(fn):
             if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in APPLY_NAMES \
                     and isinstance(c.func.value, ast.Name) and c.func.value.id in held:
                 return True  # scheme = layer.scheme; scheme.apply_weights(...)
@@ -142,7 +142,7 @@ def moe_methods(code: CodeIndex, sites: dict | None = None) -> dict[str, tuple[s
             continue
         seen_fn.add(key)
         local = local_imports(fn, rel)
-        for c in ast.walk(fn):
+        for c in walk(fn):
             if not isinstance(c, ast.Call):
                 continue
             f = c.func

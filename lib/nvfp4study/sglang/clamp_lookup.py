@@ -1,0 +1,131 @@
+"""Name and attribute look-up of the clamp interpreter (:class:`~nvfp4study.sglang.clamp_flow.Interp`).
+
+:class:`Lookup` finds what a name or attribute of the code being interpreted stands for: the
+function a call resolves to in the tree (same module, imported, or a method of ``self``'s
+class), the base-class method ``super().name`` calls, an attribute a class declares ``None`` at
+class level (``runner: MoeRunner | None = None``, FusedMoEMethodBase) whose use raises, and a
+``@property``'s value. Mixed into :class:`~nvfp4study.sglang.clamp_exprs.ExprEval`.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from .clamp_values import Frame, Refusal
+
+
+class Lookup:
+    """Look-ups over the parsed tree; the interpreter provides ``module_for``, ``invoke``, the
+    state read here (``attrs``, ``assume``, ``refusals``) and ``MAX_DEPTH``."""
+
+    MAX_DEPTH: int
+    attrs: dict[str, Any]
+    assume: dict[str, Any]
+    refusals: list[Refusal]
+
+    def none_attribute(self, node: ast.expr, frame: Frame) -> bool:
+        """``self.x.y`` where nothing on this path set ``self.x`` and the class (or an in-tree
+        base) declares ``x = None`` at class level (``runner: MoeRunner | None = None``,
+        FusedMoEMethodBase, base_config.py): reading ``.y`` raises AttributeError. Records the
+        raise (a :class:`Refusal` not about the clamp) and stops the frame; False otherwise."""
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+                and frame.cls) or node.attr in self.attrs or node.attr in self.assume:
+            return False
+        where = self.class_none(frame.module, frame.cls, node.attr, 4)
+        if where is None:
+            return False
+        self.refusals.append(Refusal(frame.module.rel, frame.qualname, node.lineno, False,
+                                     f"AttributeError: self.{node.attr} is None here (class default "
+                                     f"{where[0][11:]}:{where[1]}): {ast.unparse(node)[:80]}",
+                                     certain=all(d for _, d in frame.guards)))
+        frame.stopped = frame.raised = True
+        return True
+
+    def super_method(self, f: ast.expr, frame: Frame) -> tuple[Any, ast.FunctionDef, str] | None:
+        """``(module, function, class)`` that ``super().name`` in a method of ``frame``'s class
+        calls: the first in-tree base (depth first, as far as four levels) defining ``name``;
+        None for any other callee or a base outside the tree."""
+        if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call) and isinstance(f.value.func, ast.Name)
+                and f.value.func.id == "super" and frame.cls):
+            return None
+        return self._base_method(frame.module, frame.cls, f.attr, 4)
+
+    def _base_method(self, mod: Any, cls: str, name: str, depth: int) -> tuple[Any, ast.FunctionDef, str] | None:
+        """The first base of ``cls`` (in ``mod``), depth first, whose own body defines ``name``."""
+        node = next((n for n in mod.tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+        if node is None or depth == 0:
+            return None
+        for b in node.bases:
+            if not isinstance(b, ast.Name):
+                continue
+            src = mod.imports.get(b.id)
+            bmod = self.module_for(src[0]) if src else mod
+            bcls = src[1] if src else b.id
+            if bmod is None:
+                continue
+            fn = bmod.classes.get(bcls, {}).get(name)
+            if fn is not None:
+                return bmod, fn, bcls
+            hit = self._base_method(bmod, bcls, name, depth - 1)
+            if hit is not None:
+                return hit
+        return None
+
+    def class_none(self, mod: Any, cls: str, attr: str, depth: int) -> tuple[str, int] | None:
+        """(file, line) where class ``cls`` of ``mod`` or an in-tree base declares ``attr = None``
+        at class level; None when it is not declared so (or is a method or a property)."""
+        node = next((n for n in mod.tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+        if node is None or depth == 0:
+            return None
+        for st in node.body:
+            target = st.target if isinstance(st, ast.AnnAssign) else st.targets[0] if isinstance(st, ast.Assign) \
+                and len(st.targets) == 1 else None
+            if isinstance(target, ast.Name) and target.id == attr:
+                v = st.value
+                return (mod.rel, st.lineno) if isinstance(v, ast.Constant) and v.value is None else None
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)) and st.name == attr:
+                return None
+        for b in node.bases:
+            if not isinstance(b, ast.Name):
+                continue
+            src = mod.imports.get(b.id)
+            bmod = self.module_for(src[0]) if src else mod
+            hit = self.class_none(bmod, src[1] if src else b.id, attr, depth - 1) if bmod else None
+            if hit is not None:
+                return hit
+        return None
+
+    def property_value(self, node: ast.Attribute, frame: Frame) -> Any:
+        """``self.x`` where the class defines ``x`` as a ``@property``: its body's value, so a
+        flag such as ``enable_flashinfer_cutlass_moe`` follows the backend facts. None when ``x``
+        is not a property of the frame's class (or was set or assumed)."""
+        if not (isinstance(node.value, ast.Name) and node.value.id == "self" and frame.cls) \
+                or node.attr in self.attrs or node.attr in self.assume or frame.depth >= self.MAX_DEPTH:
+            return None
+        fn = frame.module.classes.get(frame.cls, {}).get(node.attr)
+        if fn is None or not any(ast.unparse(d).split(".")[-1] in ("property", "cached_property")
+                                 for d in fn.decorator_list):
+            return None
+        return self.invoke(frame.module, fn, frame.cls, [], {}, frame)
+
+    def resolve(self, f: ast.expr, frame: Frame):
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+            if frame.cls:
+                fn = frame.module.classes.get(frame.cls, {}).get(f.attr)
+                if fn is not None:
+                    return frame.module, fn, frame.cls
+            return None
+        if not isinstance(f, ast.Name):
+            return None
+        name = f.id
+        src = frame.imports.get(name) or (None if name in frame.module.functions
+                                           else frame.module.imports.get(name))
+        if src is None:
+            fn = frame.module.functions.get(name)
+            return (frame.module, fn, None) if fn is not None else None
+        mod = self.module_for(src[0])
+        if mod is None:
+            return None
+        fn = mod.functions.get(src[1])
+        return (mod, fn, None) if fn is not None else None

@@ -1,0 +1,129 @@
+"""Which runner a method really builds for a backend, read from SGLang's source (``ast`` only).
+
+The dispatch (:mod:`nvfp4study.sglang.dispatch`) pairs a method with each runner backend it may be
+run with. Two facts of the code change what that pair runs, without changing the pair:
+
+- :func:`runner_switch`: the method's ``create_moe_runner`` replaces the requested backend by
+  another before it builds its ``MoeRunner`` (``Fp8MoEMethod`` runs ``flashinfer_cutlass`` and
+  ``flashinfer_cutedsl`` on Triton: "Fp8MoEMethod has no %s path", fp8.py 2974-2984 in 0.5.23).
+- :func:`core_never_built`: ``MoeRunner.__init__`` builds a backend's runner core only under a
+  flag of its own (``lora_enabled``), and every ``MoeRunner(..., flag=True)`` in the tree returns
+  before it for that backend (``FusedMoEWithLoRA`` returns into its own experimental dispatch for
+  ``experimental_sgl_marlin``, lora/layers.py 1050-1063 in 0.5.22): the core does not exist.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from .code_index import SRT, CodeIndex, funcs, source_files
+
+
+def _backend_test(test: ast.expr, name: str | None, facts: dict[str, bool]) -> bool | None:
+    """The value of an ``if`` test made of ``name.is_x()`` calls (any name when ``name`` is None)
+    joined by ``or``/``and``/``not`` under one backend's predicate ``facts``; None when any part
+    is something else."""
+    if isinstance(test, ast.BoolOp):
+        vals = [_backend_test(v, name, facts) for v in test.values]
+        if None in vals:
+            return None
+        return any(vals) if isinstance(test.op, ast.Or) else all(vals)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        v = _backend_test(test.operand, name, facts)
+        return None if v is None else not v
+    if isinstance(test, ast.Call) and not test.args and isinstance(test.func, ast.Attribute) \
+            and isinstance(test.func.value, ast.Name) and name in (None, test.func.value.id) \
+            and test.func.attr in facts:
+        return facts[test.func.attr]
+    return None
+
+
+def runner_switch(code: CodeIndex, rel: str, cls: ast.ClassDef, backend: str, facts: dict[str, bool],
+                  values: dict[str, str]) -> tuple[str, str, int] | None:
+    """``(backend run instead, file, line)`` when ``cls``'s ``create_moe_runner`` replaces the
+    requested ``backend`` by another before building its runner: a top-level ``if`` of that
+    function whose test (``name.is_x()`` calls only) holds for ``backend`` and whose body assigns
+    ``name = MoeRunnerBackend.Y`` (``Fp8MoEMethod`` runs ``flashinfer_cutlass`` and
+    ``flashinfer_cutedsl`` on Triton, "Fp8MoEMethod has no %s path", fp8.py 2974-2984 in 0.5.23).
+    None when it builds what was asked. ``facts``: ``backend``'s predicate facts
+    (:func:`~nvfp4study.sglang.dispatch.facts_for`); ``values``: the ``MoeRunnerBackend`` members
+    (:func:`~nvfp4study.sglang.dispatch.backend_values`)."""
+    where = code.method(rel, cls, "create_moe_runner")
+    fn = code.top(where[0], where[1].split(".")[0]) if where else None
+    meth = next((m for m in funcs(fn) if m.name == "create_moe_runner"), None) if isinstance(fn, ast.ClassDef) else None
+    for st in meth.body if meth is not None else []:
+        if not isinstance(st, ast.If):
+            continue
+        for a in st.body:
+            if isinstance(a, ast.Assign) and len(a.targets) == 1 and isinstance(a.targets[0], ast.Name) \
+                    and isinstance(a.value, ast.Attribute) and isinstance(a.value.value, ast.Name) \
+                    and a.value.value.id == "MoeRunnerBackend" and a.value.attr in values \
+                    and values[a.value.attr] != backend and _backend_test(st.test, a.targets[0].id, facts):
+                return values[a.value.attr], where[0], a.lineno
+    return None
+
+
+def _is_core_assign(node: ast.AST) -> bool:
+    """Whether ``node`` is ``self.runner_core = SomeCore(...)``."""
+    return isinstance(node, ast.Assign) and any(ast.unparse(t) == "self.runner_core" for t in node.targets) \
+        and isinstance(node.value, ast.Call)
+
+
+def _core_flag(init: ast.FunctionDef, facts: dict[str, bool]) -> tuple[str, int] | None:
+    """``(flag, line)`` when the first branch of ``MoeRunner.__init__`` taken for the backend builds
+    its core only under ``if <flag>:``, a parameter of ``__init__``; None otherwise."""
+    params = {a.arg for a in init.args.args + init.args.kwonlyargs}
+    taken = next((n for n in ast.walk(init) if isinstance(n, ast.If) and _backend_test(n.test, None, facts)), None)
+    if taken is None:
+        return None
+    cores = [a for st in taken.body for a in ast.walk(st) if _is_core_assign(a)]
+    flagged = [st for st in taken.body if isinstance(st, ast.If) and isinstance(st.test, ast.Name)
+               and st.test.id in params and any(_is_core_assign(a) for b in st.body for a in ast.walk(b))]
+    if not cores or len(flagged) != 1:
+        return None
+    guarded = [a for b in flagged[0].body for a in ast.walk(b) if _is_core_assign(a)]
+    return (flagged[0].test.id, flagged[0].lineno) if len(guarded) == len(cores) else None
+
+
+def _site_skips(fn: ast.FunctionDef, call: ast.Call, facts: dict[str, bool]) -> int | None:
+    """The line of a top-level ``if`` of ``fn`` before ``call`` that returns (or raises) for the
+    backend of ``facts``, so ``call`` is never reached for it; None when none does."""
+    for st in fn.body:
+        if st.lineno <= call.lineno <= (st.end_lineno or st.lineno):
+            return None
+        if isinstance(st, ast.If) and st.body and isinstance(st.body[-1], (ast.Return, ast.Raise)) \
+                and _backend_test(st.test, None, facts):
+            return st.lineno
+    return None
+
+
+def core_never_built(code: CodeIndex, runner_rel: str, init: ast.FunctionDef,
+                     facts: dict[str, bool]) -> str | None:
+    """Why no runner core is ever built for the backend of ``facts``, or None when one may be.
+
+    ``MoeRunner.__init__`` (``init``, in ``runner_rel``) builds the core under a flag parameter
+    (:func:`_core_flag`), and every ``MoeRunner(..., flag=True)`` call in the tree sits after a
+    top-level ``if`` of its function that returns for this backend (:func:`_site_skips`), or
+    there is no such call."""
+    hit = _core_flag(init, facts)
+    if hit is None:
+        return None
+    flag, line = hit
+    sites = []
+    for path, text in source_files(code.root):
+        if f"{flag}=True" not in text or "MoeRunner(" not in text:
+            continue
+        rel = path.relative_to(code.root).as_posix()
+        tree = code.mod(rel)
+        for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))) if tree else ():
+            for c in ast.walk(fn):
+                if isinstance(c, ast.Call) and ast.unparse(c.func).split(".")[-1] == "MoeRunner" and any(
+                        k.arg == flag and isinstance(k.value, ast.Constant) and k.value.value is True
+                        for k in c.keywords):
+                    skip = _site_skips(fn, c, facts)
+                    if skip is None:
+                        return None
+                    sites.append(f"{rel[len(SRT):]}:{c.lineno} (returns at {skip})")
+    where = f"every MoeRunner({flag}=True) returns before it for this backend: {', '.join(sites)}" if sites \
+        else f"no MoeRunner({flag}=True) is built anywhere in the tree"
+    return f"{runner_rel[len(SRT):]}:{line} MoeRunner.__init__ builds this backend's core only when {flag}; {where}"
