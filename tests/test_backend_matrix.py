@@ -281,3 +281,24 @@ def test_stage_writes_the_matrix_file(tmp_path, rows23):
     assert not list(f.parent.glob("*.tmp*"))  # written whole, through a temporary file
     answer = s3.backend_answer(st)
     assert "on SM120 `flashinfer_cutlass`" in getattr(answer, "data", str(answer))
+
+
+# A blind hand reading (a reader who saw neither this module nor its output, only the released
+# sources) of what SGLang builds and runs for Ling's compressed-tensors NVFP4 W4A4 checkpoint with
+# --moe-runner-backend auto, a2a none, TP 1: (release, device) -> (method, auto resolves to).
+# 0.5.23: compressed_tensors.py 962-967 (W4A4 at capability >= 100), 968-976 (W4A16 fallback
+# below); w4a4_nvfp4_moe.py 46 use_flashinfer_trtllm False for AUTO -> FLASHINFER_CUTLASS at
+# 304-309; w4a16_nvfp4_moe.py 163 MARLIN; overrides.py 1449-1525 and model_overrides/
+# bailing_moe_v3.py 22-35 leave auto alone for compressed-tensors. 0.5.20: compressed_tensors.py
+# 872-874 (W4A4, no capability check), w4a4_nvfp4_moe.py 42 and 279-294 -> FLASHINFER_CUTLASS.
+BLIND_AUTO = {("0.5.23", "SM100"): ("CompressedTensorsW4A4Nvfp4MoE", "flashinfer_cutlass"),
+              ("0.5.23", "SM120"): ("CompressedTensorsW4A4Nvfp4MoE", "flashinfer_cutlass"),
+              ("0.5.23", "Hopper"): ("CompressedTensorsW4A16Nvfp4MoE", "marlin"),
+              ("0.5.20", "SM100"): ("CompressedTensorsW4A4Nvfp4MoE", "flashinfer_cutlass")}
+
+
+def test_auto_choice_agrees_with_a_blind_reading(m23):
+    mats = {"0.5.23": m23, "0.5.20": bm.build_matrix(released("0.5.20"), list(_rows("0.5.20")))}
+    got = {(v, dev): (bm.cell(mats[v], bm.CARD_FORMAT, dev)["method"],
+                      bm.cell(mats[v], bm.CARD_FORMAT, dev)["auto"]["backend"]) for v, dev in BLIND_AUTO}
+    assert got == BLIND_AUTO
