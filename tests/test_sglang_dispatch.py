@@ -7,6 +7,7 @@ import pytest
 
 from nvfp4study.sglang import audit as sa
 from nvfp4study.sglang import dispatch as dp
+from nvfp4study.sglang import platforms as pf
 from nvfp4study.sglang import quant_methods as qm
 from nvfp4study.sglang.code_index import CodeIndex, class_defined
 from sglang_fixtures import VERSIONS, copy23_fixture, edit_once, released  # noqa: F401  (the copy23 fixture)
@@ -186,3 +187,59 @@ def test_payload_passed_on_unknown_is_narrowed_by_the_callee():
     # (flashinfer_trtllm.py 1628-1636; hand reading part2: APPROX)
     r = sa.audit_tree(released("0.5.20"), ["ModelOptNvFp4OnlineFusedMoEMethod/experimental_sgl_trtllm"])[0]
     assert (r.verdict.value, r.sink) == ("APPROX", "trtllm_fp4_block_scale_routed_moe")
+
+
+@pytest.mark.parametrize("version, key, raise_line, xpu_line", [
+    ("0.5.19", "Fp8MoEMethod/marlin", 2548, 2482),
+    ("0.5.20", "Fp8MoEMethod/marlin", 2750, 2683),
+    ("0.5.22", "Fp8MoEMethod/experimental_sgl_marlin", 3086, 3019)])
+def test_a_path_on_one_device_class_cuts_the_other_classes_branches(version, key, raise_line, xpu_line):
+    # Hand readings (hand_readings.yaml: part1 0.5.19, part4 0.5.20, part6 0.5.22), all UNUSABLE on
+    # CUDA: create_moe_runner builds no MoeRunner for marlin (fp8.py 2384-2396 in 0.5.19, 2524-2538
+    # in 0.5.20, 2862-2875 in 0.5.22), so self.runner keeps its class default None; apply
+    # dereferences it at fp8.py:2548 / 2750 / 3086. On CUDA alone the NPU-only branch that builds
+    # MoeRunner(ASCEND) in create_moe_runner (`if _is_npu and self.is_fp4_expert`, fp8.py:2489 in
+    # 0.5.20, 2825 in 0.5.22) and the XPU-only sgl-kernel branch of apply (fp8.py:2473 / 2674 / 3010)
+    # are cut, not joined; on XPU alone that branch is the one taken (fused_experts at :2482 / 2683 /
+    # 3019, a kernel the sink table does not hold).
+    tree = released(version)
+    spec = next(s for s in sa.path_specs(tree) if s["id"] == key)
+    assert spec["platforms"] == ("CUDA",)  # the Marlin runner's kernel exists on CUDA only (see below)
+    (cuda,) = sa.audit_tree(tree, [key])
+    assert (cuda.verdict.value, cuda.file, cuda.line, cuda.platform) == (
+        "UNUSABLE", "layers/quantization/fp8.py", raise_line, "CUDA")
+    assert "self.runner is None" in cuda.rule
+    xpu = sa.audit_path(tree, {**spec, "platforms": ("XPU",)})
+    assert (xpu.verdict.value, xpu.line) == ("UNDECIDED", xpu_line)
+    assert "fused_experts()" in xpu.rule
+
+
+@pytest.mark.parametrize("version", ["0.5.19", "0.5.22"])
+def test_the_marlin_runner_runs_where_its_kernel_is_imported(version):
+    # fused_experts_none_to_marlin (moe_runner/marlin.py:115) calls fused_marlin_moe on every way
+    # through it; fused_marlin_moe calls moe_wna16_marlin_gemm, which fused_marlin_moe.py imports
+    # only under `if _is_cuda:` (lines 12-18 in 0.5.19); experimental_sgl_marlin's fused func only
+    # hands over to fused_experts_none_to_marlin (lora/marlin_lora_temp/sgl_backend.py 6-12)
+    code = CodeIndex(released(version).root)
+    kernel = SRT + "layers/moe/fused_moe_triton/fused_marlin_moe.py"
+    assert pf.bound_on(code.mod(kernel), "moe_wna16_marlin_gemm") == {"CUDA"}
+    assert pf.bound_on(code.mod(kernel), "fused_marlin_moe") == set(pf.PLATFORMS)  # defined unguarded
+    assert pf.bound_on(code.mod(kernel), "no_such_name") is None
+    runner = SRT + "layers/moe/moe_runner/marlin.py"
+    fn = code.top(runner, "fused_experts_none_to_marlin")
+    assert "fused_marlin_moe" in pf.unconditional_calls(fn)
+    assert dp.runs_on(code, runner, fn) == {"CUDA"}
+    exp = SRT + "lora/marlin_lora_temp/sgl_backend.py"
+    assert dp.runs_on(code, exp, code.top(exp, "fused_experts_none_to_experimental_sgl_marlin")) == {"CUDA"}
+    # the Triton runner's fused func runs everywhere its guards allow: not cut by this rule
+    triton = SRT + "layers/moe/moe_runner/triton.py"
+    assert dp.runs_on(code, triton, code.top(triton, "fused_experts_none_to_triton")) == set(pf.PLATFORMS)
+
+
+def test_unconditional_calls_stop_at_branches_and_returns():
+    import ast
+
+    fn = ast.parse(
+        "def f(x):\n    a(x)\n    if x:\n        b()\n    y = c() if x else d()\n    return e(x)\n    g()\n"
+    ).body[0]
+    assert pf.unconditional_calls(fn) == ["a", "e"]

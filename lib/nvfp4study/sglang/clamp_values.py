@@ -306,7 +306,10 @@ class Frame:
 
 _TENSOR_VIEWS = {"data", "to", "float", "contiguous", "clone", "detach", "view", "expand",
                  "reshape", "cuda"}
-_RELEVANT = ("clamp", "swiglu", "ActivationType", "gemm1_alpha", "activation_type", "QuantInfo(")
+#: a helper that runs the method's MoeRunner (``return self.runner.run(...)`` in
+#: ``Mxfp4MoEMethod._apply_marlin``, mxfp4.py 1458-1478 in 0.5.19) is entered too: the runner's
+#: steps follow only a ``runner.run`` call the interpreter saw
+_RELEVANT = ("clamp", "swiglu", "ActivationType", "gemm1_alpha", "activation_type", "QuantInfo(", "runner.run(")
 
 
 @cache

@@ -14,6 +14,9 @@ and capability checks that are false off their platform (``is_sm90_supported`` .
   ``if`` tests around it and the early ``return``/``raise`` blocks before it.
 - :func:`module_platforms`: a module that exists for one platform only (under
   ``hardware_backend/<platform>/``, or importing that package or ``torch_npu`` at module level).
+- :func:`bound_on`: the platforms on which a module-level name is bound (a kernel imported only
+  under ``if _is_cuda:``); :func:`unconditional_calls`: the names a function calls on every way
+  through it (what :func:`nvfp4study.sglang.dispatch.runs_on` follows).
 - :func:`facts`: the interpreter facts (``{"is_npu()": True, ...}``) shared by every platform of a
   set; a predicate whose value differs between them stays unknown.
 """
@@ -194,11 +197,70 @@ def module_platforms(rel: str, tree: ast.Module | None, runner: bool = False) ->
     return None
 
 
+def _module_stmts(body: list[ast.stmt]) -> Iterable[ast.stmt]:
+    """The statements of a module body, those nested in module-level ``if``/``try``/``with``
+    blocks included (not the bodies of functions or classes)."""
+    for st in body:
+        yield st
+        for block in ("body", "orelse", "finalbody"):
+            if not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                yield from _module_stmts(getattr(st, block, None) or [])
+        for h in getattr(st, "handlers", None) or []:
+            yield from _module_stmts(h.body)
+
+
+def _binds(st: ast.stmt) -> set[str]:
+    """The names a module-level statement binds (imports, assignments to names, defs)."""
+    if isinstance(st, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in st.names}
+    if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {st.name}
+    targets = st.targets if isinstance(st, ast.Assign) else [st.target] if isinstance(st, ast.AnnAssign) else []
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def bound_on(tree: ast.Module, name: str) -> set[str] | None:
+    """The platforms on which module-level ``name`` of ``tree`` is bound: the union of
+    :func:`reachable_on` over the statements binding it (``if _is_cuda: from ... import
+    moe_wna16_marlin_gemm``, layers/moe/fused_moe_triton/fused_marlin_moe.py 12-18 in 0.5.19:
+    CUDA only). None when the module never binds it (a builtin, a local)."""
+    sites = [st for st in _module_stmts(tree.body) if name in _binds(st)]
+    return set().union(*(reachable_on(tree, st) for st in sites)) if sites else None
+
+
+#: nodes under which a call may not run although its statement does
+_CONDITIONAL = (ast.IfExp, ast.BoolOp, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+                ast.GeneratorExp, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def unconditional_calls(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """The plain names ``fn`` calls on every way through its body up to its first ``return``:
+    calls in its top-level simple statements (assignments, expressions, ``return``), not under
+    an ``if``, loop, ``try`` or conditional expression, none after a statement holding a
+    ``return``; ``fused_experts_none_to_marlin`` calls ``fused_marlin_moe`` so
+    (moe_runner/marlin.py 115-205 in 0.5.19)."""
+    out: list[str] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            out.append(node.func.id)
+        for c in ast.iter_child_nodes(node):
+            if not isinstance(c, _CONDITIONAL):
+                visit(c)
+
+    for st in fn.body:
+        if isinstance(st, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Return)):
+            visit(st)
+        if isinstance(st, ast.Return) or any(isinstance(n, ast.Return) for n in ast.walk(st)):
+            break
+    return list(dict.fromkeys(out))
+
+
 def describe(platforms: Iterable[str]) -> str:
     """``{"CUDA", "ROCm"}`` -> ``"CUDA|ROCm"`` (in :data:`PLATFORMS` order); ``"none"`` if empty."""
     ps = [p for p in PLATFORMS if p in set(platforms)]
     return "|".join(ps) if ps else "none"
 
 
-__all__ = ["EXACT", "PLATFORMS", "describe", "facts", "flag", "guards", "is_predicate", "module_platforms",
-           "predicate_value", "reachable_on", "test_value"]
+__all__ = ["EXACT", "PLATFORMS", "bound_on", "describe", "facts", "flag", "guards", "is_predicate", "module_platforms",
+           "predicate_value", "reachable_on", "test_value", "unconditional_calls"]
