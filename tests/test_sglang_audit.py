@@ -26,9 +26,19 @@ from nvfp4study.sglang.source import (
     read_version,
     unpack_wheel,
 )
-from sglang_fixtures import VERSIONS, mini_tree, release_gaps, released, scheme_messages
+from nvfp4study.sglang.startup_checks import startup_refusals
+from sglang_fixtures import (  # noqa: F401 (the copy23 fixture)
+    VERSIONS,
+    copy23_fixture,
+    edit_once,
+    mini_tree,
+    release_gaps,
+    released,
+    scheme_messages,
+)
 
 E, A, D, R, X, U = "EXACT", "APPROX", "DROPPED", "REFUSED", "ABSENT", "UNDECIDED"
+N = "UNUSABLE"
 
 # path -> {release: verdict}. Each path is found by following the
 # dispatch (tests/test_sglang_dispatch.py); these are the verdicts read by hand. The 0.5.19 column
@@ -68,9 +78,15 @@ EXPECTED = {
     "fp8-trtllm": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},
     "trtllm-bf16": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},  # 0.5.19: no clamp argument (flashinfer_trtllm.py 1242-1250, 1314, 1340)
     "flashinfer-cutedsl": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},  # 0.5.19: no clamp argument on any entry (flashinfer_cutedsl.py 353-369, 656-668)
-    # gate_up_clamp = moe_runner_config.swiglu_limit (None for Ling): flashinfer_megamoe.py 358
-    # (0.5.20/0.5.21), 376 (0.5.22); 0.5.23 via _nvfp4_megamoe_activation_kwargs 350-352. No file in 0.5.19.
-    "flashinfer-megamoe": {"0.5.19": X, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},
+    # The server does not start for Ling: handle_a2a_moe (run at startup by arg_groups/pipeline.py
+    # 312 / 277 / 283 / 295 in 0.5.20 / 0.5.21 / 0.5.22 / 0.5.23) runs validate_flashinfer_megamoe_model
+    # under `if a2a_backend == "flashinfer_megamoe":` (arg_groups/moe_hook.py 264-265 in 0.5.20,
+    # 269-270 in 0.5.21, 274-275 in 0.5.22, 315-316 in 0.5.23), whose validated_architectures lack
+    # BailingMoeV3ForCausalLM and whose `if not any(...)` raises ValueError (moe_hook.py 209-216,
+    # 214-221, 219-226, 255-262). The kernel alone would drop the limit (DROPPED): gate_up_clamp =
+    # moe_runner_config.swiglu_limit (None for Ling): flashinfer_megamoe.py 358 (0.5.20/0.5.21),
+    # 376 (0.5.22); 0.5.23 via _nvfp4_megamoe_activation_kwargs 350-352. No file in 0.5.19.
+    "flashinfer-megamoe": {"0.5.19": X, "0.5.20": N, "0.5.21": N, "0.5.22": N, "0.5.23": N},
     # clamp_limit = gemm1_clamp_limit only if gemm1_alpha is set, else swiglu_limit (0.5.19: marlin.py
     # 200-204; fused_marlin_moe.py 349-350).
     "marlin": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},
@@ -156,6 +172,45 @@ def test_every_release_is_expected(name):
 @pytest.mark.parametrize("path", sorted(EXPECTED))
 def test_verdicts_per_version(audits, path):
     assert verdicts(audits, path) == EXPECTED[path], {v: audits[v][path].rule for v in VERSIONS}
+
+
+# --- startup validations: FlashInfer MegaMoE refuses Ling's architecture -----------------------
+MOE_HOOK = "sglang/srt/arg_groups/moe_hook.py"
+#: the paths run with the flashinfer_megamoe backend, and their verdicts from the kernel alone in
+#: 0.5.23 (the hand-read DROPPED of EXPECTED's comment; the FP8 one passes the limit to
+#: fused_experts(), fp8.py 3160, whose form the sink table does not hold)
+MEGAMOE_KERNEL = {"flashinfer-megamoe": D, "ModelOptNvFp4FusedMoEMethod/flashinfer_megamoe": D,
+                  "ModelOptNvFp4OnlineFusedMoEMethod/flashinfer_megamoe": D,
+                  "Fp8MoEMethod/flashinfer_megamoe": U}
+#: the raise of validate_flashinfer_megamoe_model and its guard in handle_a2a_moe, per release (read
+#: by hand: moe_hook.py `raise ValueError(` after `if not any(architecture in validated_architectures`)
+MEGAMOE_RAISE = {"0.5.20": (212, 264), "0.5.21": (217, 269), "0.5.22": (222, 274), "0.5.23": (258, 315)}
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if v in MEGAMOE_RAISE])
+def test_megamoe_paths_refused_at_startup(audits, version):
+    """Every flashinfer_megamoe path is UNUSABLE in the releases with the validation, at its raise,
+    with the guard's line in the rule; every other path's verdict is untouched by the rule."""
+    raise_line, guard = MEGAMOE_RAISE[version]
+    for path in MEGAMOE_KERNEL:
+        r = audits[version][path]
+        assert (r.verdict.value, r.file, r.line) == (N, "arg_groups/moe_hook.py", raise_line), r.rule
+        assert f"arg_groups/moe_hook.py:{guard}" in r.rule and "validate_flashinfer_megamoe_model" in r.rule
+    assert [r.path for r in audits[version].values() if "refuses Ling at startup" in r.rule] \
+        == [p for p in audits[version] if p in MEGAMOE_KERNEL]
+
+
+@pytest.mark.parametrize("edit", [
+    ('        "BeamForCausalLM",\n', '        "BeamForCausalLM",\n        "BailingMoeV3ForCausalLM",\n'),
+    ("        validate_flashinfer_megamoe_model(server_args)\n", ""),
+], ids=["allowlist-has-ling", "no-validation-call"])
+def test_megamoe_verdict_back_to_the_kernel(copy23, edit):
+    """With Ling in validated_architectures (moe_hook.py 240-254 in 0.5.23), or without the call at
+    316, the server starts and the megamoe paths get what the kernel decides."""
+    edit_once(copy23, MOE_HOOK, *edit)
+    assert [r.validator for r in startup_refusals(copy23.root)] == []
+    got = {r.path: r.verdict.value for r in sa.audit_tree(copy23, list(MEGAMOE_KERNEL))}
+    assert got == MEGAMOE_KERNEL
 
 
 def test_versions_read_from_the_wheels():

@@ -2,8 +2,9 @@
 
 Source trees from released wheels, the AST clamp-flow audit, the clamp patches (apply, verify,
 revert byte for byte), ``sglang serve`` flag facts, the clamp numerics (pre- vs post-SiLU) and
-the audit's agreement with a blind hand reading; the device class each path runs on; the
-format x device matrix of MoE runner backends and what ``auto`` picks.
+the audit's agreement with a blind hand reading; the startup validations that refuse Ling's
+architecture; the device class each path runs on; the format x device matrix of MoE runner
+backends and what ``auto`` picks.
 """
 
 __all__ = [
@@ -33,4 +34,5 @@ __all__ = [
     "releases",
     "runner_builds",
     "source",
+    "startup_checks",
 ]

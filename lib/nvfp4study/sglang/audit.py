@@ -10,7 +10,9 @@ no ``gemm1_alpha`` (Ling-3.0-flash), whether the routed-expert SwiGLU clamp is
 - ``DROPPED``: no clamp reaches the kernel, silently;
 - ``REFUSED``: the path raises when the limit is set;
 - ``UNUSABLE``: the path raises for Ling whatever the limit (a step raises on every branch Ling
-  can take there, with the raise's file and line);
+  can take there, with the raise's file and line), or the server does not start for Ling with the
+  path's backend (a startup validation whose architecture allowlist lacks Ling's,
+  :mod:`nvfp4study.sglang.startup_checks`, with the raise's and the guard's lines);
 
 plus ``ABSENT`` (the path does not exist in this version) and ``UNDECIDED`` (the audit cannot
 tell, with where it lost the trail). Every row carries file, function, line and the
@@ -52,6 +54,7 @@ from .dispatch import backend_values, derive_paths
 from .model_side import MODEL_FILE, ModelSide, model_side, no_model_line
 from .platforms import PLATFORMS, describe
 from .source import SGLangTree
+from .startup_checks import startup_refused
 
 #: Order used when several kernel calls of one path disagree: the path is as bad as its worst.
 _SEVERITY = [ClampVerdict.DROPPED, ClampVerdict.APPROX, ClampVerdict.UNDECIDED,
@@ -374,6 +377,9 @@ def audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[Path
     The paths are :func:`path_specs`': the catalogued ids first (in catalogue order), then every
     other path the dispatch reaches (``catalogued`` False), all found by following the code.
 
+    A path run with a backend for which SGLang's startup refuses Ling's architecture
+    (:func:`~nvfp4study.sglang.startup_checks.startup_refused`) is UNUSABLE, with what the path alone gives kept in the rule.
+
     When BailingMoeV3 does not hand the routed-expert limit to its MoE layer
     (:func:`nvfp4study.sglang.model_side.model_side`), every path is DROPPED with that reason
     and the model file's line, whatever the path alone would give (kept in the rule).
@@ -417,7 +423,9 @@ def _audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[Pat
                                   sglang_version=tree.version, catalogued=spec.get("catalogued", True),
                                   found_by=list(spec.get("found_by", [])),
                                   platform=describe(spec.get("platforms", PLATFORMS))))
-    out = entries_decided_by_callers(out, [sp for sp in specs if not path_ids or sp["id"] in path_ids])
+    kept = [sp for sp in specs if not path_ids or sp["id"] in path_ids]
+    out = entries_decided_by_callers(out, kept)
+    out = [startup_refused(tree.root, sp.get("via", sp["id"]), r) for sp, r in zip(kept, out, strict=True)]
     if not side.ok:
         out = [_model_dropped(r, side) for r in out]
     return out
