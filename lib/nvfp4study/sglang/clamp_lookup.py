@@ -53,17 +53,9 @@ class Lookup:
 
     def _base_method(self, mod: Any, cls: str, name: str, depth: int) -> tuple[Any, ast.FunctionDef, str] | None:
         """The first base of ``cls`` (in ``mod``), depth first, whose own body defines ``name``."""
-        node = next((n for n in mod.tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
-        if node is None or depth == 0:
+        if depth == 0:
             return None
-        for b in node.bases:
-            if not isinstance(b, ast.Name):
-                continue
-            src = mod.imports.get(b.id)
-            bmod = self.module_for(src[0]) if src else mod
-            bcls = src[1] if src else b.id
-            if bmod is None:
-                continue
+        for bmod, bcls in self._bases(mod, cls):
             fn = bmod.classes.get(bcls, {}).get(name)
             if fn is not None:
                 return bmod, fn, bcls
@@ -86,15 +78,24 @@ class Lookup:
                 return (mod.rel, st.lineno) if isinstance(v, ast.Constant) and v.value is None else None
             if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)) and st.name == attr:
                 return None
-        for b in node.bases:
-            if not isinstance(b, ast.Name):
-                continue
-            src = mod.imports.get(b.id)
-            bmod = self.module_for(src[0]) if src else mod
-            hit = self.class_none(bmod, src[1] if src else b.id, attr, depth - 1) if bmod else None
+        for bmod, bcls in self._bases(mod, cls):
+            hit = self.class_none(bmod, bcls, attr, depth - 1)
             if hit is not None:
                 return hit
         return None
+
+    def _bases(self, mod: Any, cls: str) -> list[tuple[Any, str]]:
+        """``(module, class name)`` of each base of class ``cls`` of ``mod`` named by a plain name
+        and found in the tree (imported or defined in ``mod``), in order."""
+        node = next((n for n in mod.tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+        out = []
+        for b in node.bases if node is not None else ():
+            if isinstance(b, ast.Name):
+                src = mod.imports.get(b.id)
+                bmod = self.module_for(src[0]) if src else mod
+                if bmod is not None:
+                    out.append((bmod, src[1] if src else b.id))
+        return out
 
     def property_value(self, node: ast.Attribute, frame: Frame) -> Any:
         """``self.x`` where the class defines ``x`` as a ``@property``: its body's value, so a

@@ -46,9 +46,9 @@ from .code_index import (
     tree_stamp,
     walk,
 )
-from .platforms import PLATFORMS, bound_on, module_platforms, reachable_on, unconditional_calls
+from .platforms import PLATFORMS, module_platforms, reachable_on
 from .quant_methods import APPLY_NAMES, QUANT_REGISTRY, moe_methods, quant_configs
-from .runner_builds import core_never_built, runner_switch
+from .runner_builds import core_never_built, runner_switch, runs_on
 
 BACKEND_ENUM = SRT + "layers/moe/utils.py"
 RUNNER = SRT + "layers/moe/moe_runner/runner.py"
@@ -367,42 +367,6 @@ def path_platforms(code: CodeIndex, steps: list[str], built: list | None = None,
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             out &= runs_on(code, rel, fn)  # the runner's fused func: where its kernels exist
     return tuple(p for p in PLATFORMS if p in out) or PLATFORMS
-
-
-def runs_on(code: CodeIndex, rel: str, fn: ast.FunctionDef | ast.AsyncFunctionDef, depth: int = 4) -> set[str]:
-    """The platforms on which function ``fn`` of module ``rel`` can run: a name it calls on every
-    way through it (:func:`~nvfp4study.sglang.platforms.unconditional_calls`) that its module binds
-    only under platform tests is there only where they hold
-    (:func:`~nvfp4study.sglang.platforms.bound_on`), and a callee found in the tree (its own
-    import inside ``fn`` included) is followed the same way, ``depth`` calls deep. The Marlin
-    runner: ``fused_experts_none_to_marlin`` (moe_runner/marlin.py:115 in 0.5.19) calls
-    ``fused_marlin_moe``, which calls ``moe_wna16_marlin_gemm``, imported only under ``if
-    _is_cuda:`` (fused_moe_triton/fused_marlin_moe.py 12-18): CUDA only."""
-    memo = code.__dict__.setdefault("_runs_on", {})  # per CodeIndex: a fused func is shared by many paths
-    key = (rel, fn.name, fn.lineno, depth)
-    if key not in memo:
-        memo[key] = _runs_on(code, rel, fn, depth)
-    return set(memo[key])
-
-
-def _runs_on(code: CodeIndex, rel: str, fn: ast.FunctionDef | ast.AsyncFunctionDef, depth: int) -> set[str]:
-    """The body of :func:`runs_on`."""
-    tree, out = code.mod(rel), set(PLATFORMS)
-    if tree is None or depth == 0:
-        return out
-    local = local_imports(fn, rel)
-    params = {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
-    assigned = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-    for name in unconditional_calls(fn):
-        if name in params or name in assigned:
-            continue
-        where = None if name in local else bound_on(tree, name)
-        if where is not None:
-            out &= where
-        hit = code.resolve(rel, name, local)
-        if hit is not None and isinstance(hit[1], (ast.FunctionDef, ast.AsyncFunctionDef)) and hit[1] is not fn:
-            out &= runs_on(code, hit[0], hit[1], depth - 1)
-    return out
 
 
 # --- the paths ----------------------------------------------------------------------------------

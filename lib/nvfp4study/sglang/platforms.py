@@ -16,7 +16,7 @@ and capability checks that are false off their platform (``is_sm90_supported`` .
   ``hardware_backend/<platform>/``, or importing that package or ``torch_npu`` at module level).
 - :func:`bound_on`: the platforms on which a module-level name is bound (a kernel imported only
   under ``if _is_cuda:``); :func:`unconditional_calls`: the names a function calls on every way
-  through it (what :func:`nvfp4study.sglang.dispatch.runs_on` follows).
+  through it (what :func:`nvfp4study.sglang.runner_builds.runs_on` follows).
 - :func:`facts`: the interpreter facts (``{"is_npu()": True, ...}``) shared by every platform of a
   set; a predicate whose value differs between them stays unknown.
 """
