@@ -302,3 +302,19 @@ def test_unrecognised_registration_names_its_file(t):
                  'REG = {"register_fused_func": ("none", "triton")}\n')
     r = sa.audit_tree(t, ["triton"])[0]
     assert r.verdict.value == "UNDECIDED" and r.rule.startswith(f"trail lost: {TRITON} names 'triton'")
+
+
+def test_the_text_of_at_most_two_trees_is_kept(tmp_path):
+    """``attribute_never_set`` reads every file of a tree; each audited tree (a test's edited copy)
+    once kept its text for good (50 MB a release): the suite's process grew by that per copy."""
+    from nvfp4study.sglang import code_index as ci
+
+    roots = []
+    for i in range(4):
+        src = tmp_path / f"t{i}" / "sglang" / "srt"
+        src.mkdir(parents=True)
+        (src / "m.py").write_text(f"class A:\n    x = {i}\n" + ("    def y(self):\n        pass\n" if i % 2 else ""))
+        roots.append(src.parents[1])
+    got = [ci.attribute_never_set(r, "y") for r in roots]
+    assert got == [True, False, True, False]  # ``def y(`` in the odd trees only
+    assert len(ci._TEXTS) <= 2 and str(roots[-1]) in ci._TEXTS

@@ -379,6 +379,7 @@ def bound_in_module(tree: ast.Module, name: str) -> bool:
 
 _NEVER_SET: dict[tuple[str, str], bool] = {}
 _TEXTS: dict[str, list[str]] = {}  # root -> its sources' texts, for attribute_never_set
+_TEXTS_KEPT = 2  # roots whose texts are kept (every audited tree kept its own: 50 MB a tree)
 
 
 def forget_settable(root: Path) -> None:
@@ -402,6 +403,8 @@ def attribute_never_set(root: Path, name: str) -> bool:
         pat = re.compile(rf"\.{n}[ \t]*(?::[^=\n]*)?[-+*/|&]?=(?!=)|(?:setattr|register_\w+)\([^)\n]*[\"']{n}[\"']"
                          rf"|^[ \t]+(?:async[ \t]+)?def[ \t]+{n}[ \t]*\(|^ {{4}}{n}[ \t]*(?::|=(?!=))", re.M)
         if key[0] not in _TEXTS:
+            while len(_TEXTS) >= _TEXTS_KEPT:  # a tree's text is tens of MB: keep the last two
+                del _TEXTS[next(iter(_TEXTS))]
             _TEXTS[key[0]] = [text for _, text in source_files(root)]
         _NEVER_SET[key] = not any(pat.search(text) for text in _TEXTS[key[0]] if name in text)
     return _NEVER_SET[key]
