@@ -108,6 +108,8 @@ def test_agreement_counted_by_hand(doc, rows):
     got = ag.compare(rows)
     assert (got.overall["agree"], got.overall["n"]) == (k, n) and n == len(doc["readings"])
     assert got.not_audited == []  # every reading is compared: none left out
+    # issue 23's bar: at least 95 % over every reading (none left out), the held-out third too
+    assert k / n >= 0.95 and got.by_sample["third"]["rate"] >= 0.95, (k, n, got.by_sample)
     assert got.overall["wilson95"] == pytest.approx(list(_wilson(k, n)))
     for key, group in (("kind", got.by_kind), ("release", got.by_release), ("sample", got.by_sample)):
         want: dict[str, list[int]] = {}
