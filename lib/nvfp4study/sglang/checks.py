@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .clamp_values import _parse as parse_file
+from .code_index import files_stamp
 from .source import SGLangTree
 
 SRT = "sglang/srt/"
@@ -48,18 +49,6 @@ def _parse(tree: SGLangTree, rel: str) -> ast.Module | None:
     """The parsed file (shared, read-only: the audit's cache keyed by content), None if absent."""
     p = tree.file(SRT + rel)
     return parse_file(p) if p.is_file() else None
-
-
-def _stamp(files: list[Path]) -> tuple:
-    """(name, mtime, size) of each file: a file edited in place is read again."""
-    out = []
-    for f in files:
-        try:
-            st = f.stat()
-            out.append((str(f), st.st_mtime_ns, st.st_size))
-        except OSError:
-            out.append((str(f), None, None))
-    return tuple(out)
 
 
 def _schemes(tree: SGLangTree) -> list[Path]:
@@ -188,7 +177,7 @@ def _scheme_class_facts(tree: SGLangTree, name: str) -> dict[str, Any]:
     """``get_min_capability`` (a constant) and the Blackwell guard of a scheme class, from its file
     (read once per state of the schemes folder: the backend matrix asks for each cell)."""
     files = _schemes(tree)
-    return dict(_scheme_facts_cached(str(tree.srt), name, _stamp(files)))
+    return dict(_scheme_facts_cached(str(tree.srt), name, files_stamp(files)))
 
 
 @functools.lru_cache(maxsize=256)
@@ -242,7 +231,7 @@ def moe_scheme_for(tree: SGLangTree, weights: dict, input_activations: dict | No
         per state of the config file and the schemes folder, the backend matrix asks for each cell).
     """
     key = json.dumps([weights, input_activations, capability, quant_format, flags], sort_keys=True, default=str)
-    stamp = _stamp([tree.file(SRT + CT_CONFIG), *_schemes(tree)])
+    stamp = files_stamp([tree.file(SRT + CT_CONFIG), *_schemes(tree)])
     return copy.deepcopy(_moe_scheme_cached(tree, key, stamp))
 
 

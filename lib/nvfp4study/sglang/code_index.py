@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -299,8 +299,14 @@ def tree_stamp(root: Path) -> tuple[tuple[str, int, int], ...]:
 
 
 def _tree_stamp(root: Path) -> tuple[tuple[str, int, int], ...]:
+    return files_stamp(py_files(root))
+
+
+def files_stamp(paths: Iterable[Path]) -> tuple[tuple[str, int, int], ...]:
+    """``((path, size, mtime_ns), ...)`` of ``paths`` (-1, -1 for one that cannot be stat'ed): a key
+    for caches that must see a file edited in place."""
     out = []
-    for p in py_files(root):
+    for p in paths:
         try:
             st = p.stat()
             out.append((p.as_posix(), st.st_size, st.st_mtime_ns))
@@ -378,8 +384,6 @@ def bound_in_module(tree: ast.Module, name: str) -> bool:
 
 
 _NEVER_SET: dict[tuple[str, str], bool] = {}
-_TEXTS: dict[str, list[str]] = {}  # root -> its sources' texts, for attribute_never_set
-_TEXTS_KEPT = 2  # roots whose texts are kept (every audited tree kept its own: 50 MB a tree)
 
 
 def forget_settable(root: Path) -> None:
@@ -387,7 +391,6 @@ def forget_settable(root: Path) -> None:
     so a tree edited in place is read again)."""
     for key in [k for k in _NEVER_SET if k[0] == str(root)]:
         del _NEVER_SET[key]
-    _TEXTS.pop(str(root), None)
 
 
 def attribute_never_set(root: Path, name: str) -> bool:
@@ -402,15 +405,13 @@ def attribute_never_set(root: Path, name: str) -> bool:
         n = re.escape(name)
         pat = re.compile(rf"\.{n}[ \t]*(?::[^=\n]*)?[-+*/|&]?=(?!=)|(?:setattr|register_\w+)\([^)\n]*[\"']{n}[\"']"
                          rf"|^[ \t]+(?:async[ \t]+)?def[ \t]+{n}[ \t]*\(|^ {{4}}{n}[ \t]*(?::|=(?!=))", re.M)
-        if key[0] not in _TEXTS:
-            while len(_TEXTS) >= _TEXTS_KEPT:  # a tree's text is tens of MB: keep the last two
-                del _TEXTS[next(iter(_TEXTS))]
-            _TEXTS[key[0]] = [text for _, text in source_files(root)]
-        _NEVER_SET[key] = not any(pat.search(text) for text in _TEXTS[key[0]] if name in text)
+        # the texts come from source_files' cache, which keeps the last two trees (a module
+        # dict of its own here once kept every audited tree's ~50 MB for good)
+        _NEVER_SET[key] = not any(pat.search(text) for _, text in source_files(root) if name in text)
     return _NEVER_SET[key]
 
 
 
 __all__ = ["SRT", "CodeIndex", "alias_target", "attribute_never_set", "bound_in_module", "called_name", "forget_settable",
            "class_defined", "class_methods", "funcs", "local_imports", "module_level", "module_name",
-           "py_files", "source_files", "step_name", "tree_stamp"]
+           "files_stamp", "py_files", "source_files", "step_name", "tree_stamp"]
