@@ -29,6 +29,7 @@ from cpu_engine_fixtures import (
 )
 from nvfp4study.checkpoint.served import TARGET_TOKEN
 from nvfp4study.serving import cpu_engine
+from nvfp4study.serving.launchers import SGLANG_STOP_SIGNAL
 from nvfp4study.serving.process import ServerProcess
 from serving_fixtures import free_port
 
@@ -59,7 +60,8 @@ def launch(ckpt: Path, folder: Path, spec_depth: int | None, topk: int = 1) -> t
            *cpu_engine.engine_flags(spec_depth)]
     env = cpu_engine.engine_env({"NVFP4STUDY_CPU_ENGINE_TRACE": str(trace)})
     sp = ServerProcess(command=cmd, log_path=folder / f"server-{port}.log", host="127.0.0.1",
-                       port=port, env=env, grace_s=15)
+                       port=port, env=env, grace_s=15, stop_signal=SGLANG_STOP_SIGNAL,
+                       stop_leader_only=True)  # as the study stops SGLang (launchers.py says why)
     sp.start()
     try:
         sp.wait_healthy(STARTUP_S, poll_s=1.0)
@@ -136,6 +138,7 @@ def test_flags_env_and_description():
     env = cpu_engine.engine_env({"PYTHONPATH": "a", "X": "1"})
     assert env["PYTHONPATH"].split(":")[0] == str(cpu_engine.SITE_DIR) and env["X"] == "1"
     assert env["SGLANG_USE_CPU_ENGINE"] == "1" and env["TORCHDYNAMO_DISABLE"] == "1"
+    assert env["OMP_NUM_THREADS"] == "1"
     d = cpu_engine.describe()
     assert d["engine"] == "SGLang 0.5.23 engine on CPU"
     assert all(re.search(r"\.py(:\d+| \w+)", p["target"]) and p["why"] for p in d["patches"])

@@ -101,6 +101,12 @@ def engine_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     - ``SGLANG_USE_CPU_ENGINE=1``: SGLang's ``is_cpu()`` (``srt/utils/common.py`` 221-224);
     - ``TORCHDYNAMO_DISABLE=1``: without it dynamo/inductor compiles at start (ready after 84 s
       instead of 58 s for the test checkpoint on the loaded 2-core machine);
+    - ``OMP_NUM_THREADS=1``: one intra-op thread per server process. The study loads up to
+      ``server.parallel_loads`` servers at once (and the tests run beside them); with torch's
+      default of one OpenMP thread per core their threads spin-wait against each other: stage
+      06 (five launches loading together) took 77.7 s and 192 s of CPU for stages 04-07 with the
+      default, 49.5 s and 120 s with one thread, the same output ids. At this model size a
+      matmul has nothing to share between threads (decode tok/s rose from 36 to 49);
     - ``PYTHONPATH``: :data:`SITE_DIR` first, then ``base``'s own PYTHONPATH if any.
 
     Returns a new dict of strings; pass it as the extra env of the launch (it does not include
@@ -109,6 +115,7 @@ def engine_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {str(k): str(v) for k, v in (base or {}).items()}
     env["SGLANG_USE_CPU_ENGINE"] = "1"
     env.setdefault("TORCHDYNAMO_DISABLE", "1")
+    env.setdefault("OMP_NUM_THREADS", "1")
     rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(SITE_DIR)]
     env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), *rest])
     return env
@@ -159,6 +166,8 @@ def describe() -> dict:
             "NEXTN tree, top-k 2 (intel_amx)": replaced_ops(),
         },
         "env": {"SGLANG_USE_CPU_ENGINE": "1", "TORCHDYNAMO_DISABLE": "1",
+                "OMP_NUM_THREADS": "1 (one intra-op thread per server: servers loading side by "
+                                   "side otherwise spin their OpenMP threads against each other)",
                 "PYTHONPATH": "the stand-in site folder first",
                 "SGLANG_DISABLED_MODEL_ARCHS": "every srt/models module but bailing_moe_v3 and "
                                                "bailing_moe_nextn (set by site/sitecustomize.py; "
