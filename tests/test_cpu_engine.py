@@ -168,24 +168,28 @@ def test_the_registry_scan_skips_unserved_models(tmp_path, env, expected):
     assert r.returncode == 0 and r.stdout.strip() == expected, r.stderr
 
 
-def test_children_are_forked_not_spawned(ckpt):
+@pytest.fixture(scope="module")
+def engine_checks(ckpt) -> dict[str, str]:
+    """``tests/real_sglang/engine_checks.py`` run once: its ``META``/``START`` lines by tag (the two
+    tests below share one import of SGLang's engine)."""
+    py = require_sglang_env()
+    r = subprocess.run([str(py), str(REPO / "tests" / "real_sglang" / "engine_checks.py"), str(ckpt)],
+                       capture_output=True, text=True, timeout=600,
+                       env={**cpu_engine.engine_env(), "PATH": "/usr/bin:/bin"})
+    out = {ln.split(" ", 1)[0]: ln.split(" ", 1)[1] for ln in r.stdout.splitlines()
+           if ln.startswith(("META ", "START "))}
+    out["log"] = r.stdout[-2000:] + r.stderr[-3000:]
+    return out
+
+
+def test_children_are_forked_not_spawned(engine_checks):
     # the speed patch (entrypoints/engine.py 1995): SGLang's own function leaves "spawn"
-    py = require_sglang_env()
-    r = subprocess.run([str(py), str(REPO / "tests" / "real_sglang" / "start_method.py"), str(ckpt)],
-                       capture_output=True, text=True, timeout=600,
-                       env={**cpu_engine.engine_env(), "PATH": "/usr/bin:/bin"})
-    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("START ")), None)
-    assert line == "START fork spawn", r.stdout[-2000:] + r.stderr[-3000:]
+    assert engine_checks.get("START") == "fork spawn", engine_checks["log"]
 
 
-def test_config_class_and_model_build_on_the_meta_device(ckpt):
-    py = require_sglang_env()
-    r = subprocess.run([str(py), str(REPO / "tests" / "real_sglang" / "meta_build.py"), str(ckpt)],
-                       capture_output=True, text=True, timeout=600,
-                       env={**cpu_engine.engine_env(), "PATH": "/usr/bin:/bin"})
-    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("META ")), None)
-    assert line, r.stderr[-3000:]
-    meta = json.loads(line[5:])
+def test_config_class_and_model_build_on_the_meta_device(ckpt, engine_checks):
+    assert "META" in engine_checks, engine_checks["log"]
+    meta = json.loads(engine_checks["META"])
     cfg = json.loads((ckpt / "config.json").read_text())
     assert meta["config_class"] == "BailingHybridConfig"
     assert meta["model_class"] == "BailingMoeV3ForCausalLM"

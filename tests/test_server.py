@@ -414,6 +414,11 @@ def test_cpu_engine_without_its_environment_names_the_build_command(tmp_path):
     assert not (tmp_path / "run" / "logs").exists()
 
 
+# 06's spec-off and k=2 launches also serve 07's requests (each configuration is launched once):
+# two short ones, so that these tests time loads, not the fake's 512-token determinism replies
+SHORT_DETERMINISM = ("determinism.prompts=1", "determinism.repeats=2", "determinism.max_tokens=8")
+
+
 def _launch_rows(run: Path, key: str) -> list[dict]:
     return [json.loads(x) for x in (run / "data" / f"serve-launch-{key}.jsonl").read_text().splitlines()]
 
@@ -431,7 +436,7 @@ def test_parallel_loads_overlap_loading_not_requests(tmp_path):
     site, files = installed_sglang(tmp_path / "site")
     before = {f: (site / f).read_bytes() for f in files}
     _, pf, run = fake_params(tmp_path, "server.parallel_loads=2", "server.port=0", "mtp.depths=[0,1,2]",
-                             "mtp.prompts=1", "mtp.max_tokens=8", "sglang.apply_to_install=true",
+                             "mtp.prompts=1", "mtp.max_tokens=8", *SHORT_DETERMINISM, "sglang.apply_to_install=true",
                              "sglang.source=installed",
                              fake={"clamp_form": "install", "sglang_origin": str(site / "sglang/__init__.py"),
                                    "listen_delay_s": 1.0})
@@ -459,7 +464,7 @@ def test_parallel_load_failure_stops_the_other_launch(tmp_path):
     from nvfp4study.serving import measure
 
     _, pf, run = fake_params(tmp_path, "server.parallel_loads=2", "server.port=0", "mtp.depths=[0,1]",
-                             "mtp.prompts=1", "mtp.max_tokens=8", fake={"die_during_load": True})
+                             "mtp.prompts=1", "mtp.max_tokens=8", *SHORT_DETERMINISM, fake={"die_during_load": True})
     with pytest.raises(ServerExitedDuringLoad):
         measure.collect(open_stage("06_mtp_sweep", str(pf), str(run)))
     rows = [_launch_rows(run, f"clamp=exact-spec={d}-det=off")[0] for d in ("off", "1")]
@@ -485,7 +490,7 @@ def test_interrupt_while_two_launches_load_stops_both_and_restores_the_install(t
     site, files = installed_sglang(tmp_path / "site")
     before = {f: (site / f).read_bytes() for f in files}
     _, pf, run = fake_params(tmp_path, "server.parallel_loads=2", "server.port=0", "mtp.depths=[0,1]",
-                             "mtp.prompts=1", "mtp.max_tokens=8", "sglang.apply_to_install=true",
+                             "mtp.prompts=1", "mtp.max_tokens=8", *SHORT_DETERMINISM, "sglang.apply_to_install=true",
                              "sglang.source=installed",
                              fake={"clamp_form": "install", "sglang_origin": str(site / "sglang/__init__.py"),
                                    "listen_delay_s": 30.0})

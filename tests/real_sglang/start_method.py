@@ -8,12 +8,19 @@ Prints ``START <patched> <unpatched>`` (``fork spawn`` when the speed patch is i
 import multiprocessing
 import sys
 
-from sglang.srt.entrypoints import engine
-from sglang.srt.server_args import ServerArgs
 
-args = ServerArgs(model_path=sys.argv[1], device="cpu")
-engine._set_envs_and_config(args)
-patched = multiprocessing.get_start_method()
-unpatched = getattr(engine._set_envs_and_config, "__wrapped__", engine._set_envs_and_config)
-unpatched(args)
-print("START", patched, multiprocessing.get_start_method())
+def start_methods(ckpt: str) -> tuple[str, str]:
+    """(start method after the patched ``_set_envs_and_config``, after SGLang's own function)."""
+    from sglang.srt.entrypoints import engine
+    from sglang.srt.server_args import ServerArgs
+
+    args = ServerArgs(model_path=ckpt, device="cpu")
+    engine._set_envs_and_config(args)
+    patched = multiprocessing.get_start_method()
+    unpatched = getattr(engine._set_envs_and_config, "__wrapped__", engine._set_envs_and_config)
+    unpatched(args)
+    return patched, multiprocessing.get_start_method()
+
+
+if __name__ == "__main__":
+    print("START", *start_methods(sys.argv[1]))
