@@ -7,7 +7,7 @@ readers read a random sample of them by hand, blind to the audit
 module compares the two and decides which derived verdicts may be counted:
 
 - :func:`compare`: overall agreement k/n with a Wilson 95 % interval, per path kind
-  (:func:`path_kind`), per release, and the hand x audit confusion table. A path the audit did
+  (:func:`~nvfp4study.sglang.path_keys.kind`), per release, and the hand x audit confusion table. A path the audit did
   not list counts as a disagreement (the audit's verdicts include ``UNUSABLE``, so every hand
   verdict can be matched).
 - :func:`counted_verdicts`: the trust rule (:data:`RULE`) applied to an audit's rows: each row is
@@ -34,6 +34,7 @@ from ..codeeval.served_analysis import wilson_interval
 from ..core.errors import HandReadingsError
 from ..core.files import write_json
 from ..core.ledger import Verdict
+from . import path_keys
 
 #: a derived kind's verdicts are counted when its sampled agreement is at least this ...
 MIN_AGREEMENT = 0.95
@@ -93,17 +94,6 @@ def hand_readings() -> tuple[dict[str, Any], tuple[Reading, ...]]:
         seen.add((rd.release, rd.path))
         out.append(rd)
     return {**doc.get("method", {}), "verdicts": verdicts}, tuple(out)
-
-
-def path_kind(key: str) -> str:
-    """The backend part of a derived key: ``Method/backend`` -> ``backend``,
-    ``fused:<a2a>/<backend>`` -> ``fused:<backend>``, ``core:<backend>`` unchanged (a fused
-    function or a runner core is other code than a method's own handling of that backend)."""
-    if key.startswith("core:"):
-        return key
-    if key.startswith("fused:"):
-        return "fused:" + key.rsplit("/", 1)[-1]
-    return key.split("/", 1)[1] if "/" in key else key
 
 
 def _row(r: Any) -> dict[str, Any]:
@@ -176,7 +166,7 @@ def compare(rows: list[Any], readings: tuple[Reading, ...] | None = None) -> Agr
             left.append(f"{rd.release} {rd.path}")
             continue
         got = audit.get((rd.release, rd.path), NOT_LISTED)
-        pairs.append({"release": rd.release, "path": rd.path, "kind": path_kind(rd.path),
+        pairs.append({"release": rd.release, "path": rd.path, "kind": path_keys.kind(rd.path),
                       "hand": rd.verdict, "audit": got, "agree": got == rd.verdict, "reader": rd.reader,
                       "sample": rd.sample})
 
@@ -210,7 +200,7 @@ def counted_verdicts(rows: list[Any], agreement: Agreement,
         elif key in hand:
             src, v = "hand", hand[key]
         else:
-            src, v = ("trusted kind" if path_kind(x["path"]) in trusted else "machine"), x["verdict"]
+            src, v = ("trusted kind" if path_keys.kind(x["path"]) in trusted else "machine"), x["verdict"]
         out.append({"release": x["release"], "path": x["path"], "verdict": v, "source": src})
     return out
 
@@ -315,4 +305,4 @@ def tables(agreement: Agreement, counted: list[dict[str, Any]]) -> dict[str, Any
 
 __all__ = ["CLAIM", "MIN_AGREEMENT", "MIN_READINGS", "NOT_LISTED", "ORDER", "RULE", "Agreement",
            "HandReadingsError", "Reading", "compare", "counted_verdicts", "finding", "hand_readings",
-           "ledger_measured", "path_kind", "pct", "release_counts", "stage_counts", "tables", "write"]
+           "ledger_measured", "pct", "release_counts", "stage_counts", "tables", "write"]

@@ -40,6 +40,7 @@ import yaml
 
 from ..core.errors import AuditError, NoBailingMoeV3
 from . import clamp_values as cv
+from . import path_keys
 from .audit_sinks import ClampVerdict, flashinfer_check, judge_hit
 from .clamp_flow import Interp
 from .code_index import (
@@ -138,11 +139,11 @@ def path_specs(tree: SGLangTree) -> list[dict]:
 
 def _aliased(tree: SGLangTree, key: str) -> str | None:
     """``key`` with its class renamed to what a module-level alias (``Old = New``) points at."""
-    if ":" in key or "/" not in key:
+    cls = path_keys.method(key)
+    if cls is None or ":" in key:
         return None
-    cls, rest = key.split("/", 1)
     target = alias_target(tree.root, cls)
-    return f"{target}/{rest}" if target else None
+    return f"{target}/{path_keys.runner(key)}" if target else None
 
 
 def missing_reason(tree: SGLangTree, key: str, unreadable: list[str] | None = None) -> tuple[ClampVerdict, str]:
@@ -151,15 +152,15 @@ def missing_reason(tree: SGLangTree, key: str, unreadable: list[str] | None = No
     not be read, ``unreadable``) when it does or may exist but the dispatch was not seen to reach it."""
     if unreadable:
         return ClampVerdict.UNDECIDED, f"trail lost: not found, and the tree has files that cannot be read: {unreadable[0]}"
-    if key.startswith(("fused:", "core:")):
-        backend = key.split("/")[-1] if key.startswith("fused:") else key[5:]
+    if path_keys.is_runner_level(key):
+        backend = path_keys.runner(key)
         values = backend_values(CodeIndex(tree.root))
         if not values:
             return ClampVerdict.UNDECIDED, "trail lost: no MoeRunnerBackend enum found (layers/moe/utils.py)"
         if backend not in values.values():
             return ClampVerdict.ABSENT, f"no MoeRunnerBackend {backend!r} in this release"
         # a registration or core written in a way the dispatch reader does not recognise is not absence
-        needle = "register_fused_func" if key.startswith("fused:") else "runner_core"
+        needle = "register_fused_func" if key.startswith(path_keys.FUSED) else "runner_core"
         names = (f'"{backend}"', f"'{backend}'", f"is_{backend}(", f"is_{backend}s(")
         # a file naming the backend on the registering line itself first, then one naming it anywhere
         candidates = [(path, text) for path, text in source_files(tree.root)
@@ -169,9 +170,11 @@ def missing_reason(tree: SGLangTree, key: str, unreadable: list[str] | None = No
         for path, _ in same_line[:1] or candidates[:1]:
             return ClampVerdict.UNDECIDED, (f"trail lost: {path.relative_to(tree.srt).as_posix()} names "
                                             f"{backend!r} beside {needle}, in a form not followed")
-        kind = "@register_fused_func" if key.startswith("fused:") else "runner core"
+        kind = "@register_fused_func" if key.startswith(path_keys.FUSED) else "runner core"
         return ClampVerdict.ABSENT, f"no {kind} for {key.split(':', 1)[1]} in this release"
-    cls, backend = key.split("/")
+    cls, backend = path_keys.method(key), path_keys.runner(key)
+    if cls is None:
+        return ClampVerdict.UNDECIDED, f"trail lost: {key} names no method class"
     where = class_defined(tree.root, cls)
     if where is None:
         return ClampVerdict.ABSENT, f"no class {cls} in this release"
@@ -298,7 +301,7 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
             ClampVerdict.EXACT, ClampVerdict.APPROX, ClampVerdict.UNDECIDED) else None
         if fcheck:
             rule += f" | check: {fcheck}"
-        if verdict == ClampVerdict.UNDECIDED and spec["id"].startswith(("fused:", "core:")):
+        if verdict == ClampVerdict.UNDECIDED and path_keys.is_runner_level(spec["id"]):
             rule += " | a runner-level entry alone: the value comes from the quant info a method builds"
         return PathResult(**base, verdict=verdict, rule=rule, file=file, function=func,
                           line=line, sink=hit.callee, flashinfer_check=fcheck, **extra)
@@ -437,7 +440,7 @@ _CALLER_FORMS = [ClampVerdict.DROPPED, ClampVerdict.APPROX, ClampVerdict.EXACT]
 
 def _backend_of(spec: dict) -> str | None:
     key = spec.get("via", spec["id"])
-    return key.rsplit("/", 1)[1] if "/" in key and not key.startswith(("fused:", "core:")) else None
+    return path_keys.runner(key) if path_keys.method(key) else None
 
 
 def entries_decided_by_callers(rows: list[PathResult], specs: list[dict]) -> list[PathResult]:
@@ -452,7 +455,7 @@ def entries_decided_by_callers(rows: list[PathResult], specs: list[dict]) -> lis
             by_backend.setdefault(b, []).append(r)
     out = []
     for sp, r in zip(specs, rows, strict=True):
-        backend = sp["id"].split("/")[-1] if sp["id"].startswith("fused:") else sp["id"][5:]
+        backend = path_keys.runner(sp["id"])
         callers = [c for c in by_backend.get(backend, []) if c.sink == r.sink]  # the same kernel call
         if r.verdict != ClampVerdict.UNDECIDED or "a runner-level entry alone" not in r.rule or not callers:
             out.append(r)

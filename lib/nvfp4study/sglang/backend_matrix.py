@@ -39,6 +39,7 @@ from typing import Any
 from ..core.errors import SGLangSourceError
 from . import auto_backend as ab
 from . import auto_server as asv
+from . import path_keys
 from .audit import PathResult, catalog
 from .checks import NVFP4_ACTS, NVFP4_WEIGHTS, moe_scheme_for
 from .code_index import SRT, CodeIndex, funcs
@@ -110,7 +111,7 @@ def _from_trail(code: CodeIndex, fmt: Format, rows: list[PathResult]) -> tuple[s
     its ``--quantization`` entry (the row's ``found_by`` trail names the config and the class)."""
     for name in _names(fmt):
         for r in rows:
-            if path_key(r).split("/")[0] == name and r.found_by and f"'{fmt.quantization}' ->" in r.found_by[0]:
+            if path_keys.method(path_key(r)) == name and r.found_by and f"'{fmt.quantization}' ->" in r.found_by[0]:
                 hit = code.resolve(QUANT_REGISTRY, name) or _class_file(code, name)
                 return name, hit[0] if hit else None, r.found_by[0].split(" -> ")[-1]
     return None, None, None
@@ -203,7 +204,7 @@ def method_on(tree: SGLangTree, code: CodeIndex, fmt: Format, dev: ab.Device,
         hit = code.resolve(SRT + "layers/quantization/compressed_tensors/compressed_tensors.py", got["scheme"])
         return {"method": got["scheme"], "file": hit[0] if hit else None,
                 "where": "compressed_tensors.get_moe_scheme (replayed)", "error": got.get("error")}
-    audited = {path_key(r).split("/")[0] for r in rows}
+    audited = {path_keys.method(path_key(r)) for r in rows} - {None}
     first_why = None
     for name in _names(fmt):  # the first class the audit has rows of, else the first built
         rel, where, why = _locate_method(code, fmt, name)
@@ -260,10 +261,10 @@ def build_cell(tree: SGLangTree, code: CodeIndex, rows: list[PathResult], fmt: F
         if isinstance(cls, ast.ClassDef) else None
     if raises:
         cell["error"] = f"raises at load: {raises}"
-    mine = [(path_key(r), r) for r in rows if path_key(r).split("/")[0] == m["method"]]
+    mine = [(path_key(r), r) for r in rows if path_keys.method(path_key(r)) == m["method"]]
     seen: set[str] = set()
     for key, r in mine:
-        backend = key.split("/", 1)[1]
+        backend = path_keys.runner(key)
         if dev.platform not in r.platform.split("|") or backend in seen:
             continue
         seen.add(backend)
@@ -368,7 +369,8 @@ def _backend_text(b: dict[str, Any], method: str) -> str:
     """``flashinfer_cutlass APPROX`` / ``flashinfer_cutlass -> triton EXACT`` (+ refused at start);
     ``?`` after the verdict: which runner the method picks for the value was not decided (the
     verdict is the audit's path of that name)."""
-    reached = (b.get("path") or "").split("/", 1)[-1] if b.get("path") else UNDECIDED
+    path = b.get("path") or ""
+    reached = (path_keys.runner(path) if "/" in path else path) or UNDECIDED
     head = b["value"] if reached == b["value"] or b["value"].startswith("any") else f"{b['value']} -> {reached}"
     refused = f" (explicit value refused at start, {b['refused']})" if b.get("refused") else ""
     return f"{head} {b['verdict']}{'?' if b.get('undecided') else ''}{refused}"

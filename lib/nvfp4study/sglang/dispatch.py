@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from . import path_keys
 from .clamp_values import _imports
 from .code_index import (
     SRT,
@@ -472,7 +473,7 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
                                    lost=f"{QUANT_REGISTRY[len(SRT):]}:{line} {qname!r} names {cname}, not found in the tree"))
     for (a2a, runner), regs in sorted(fused.items()):
         rel, fn, line = regs[0]
-        out.append(DerivedPath(key=f"fused:{a2a}/{runner}", steps=[step_name((rel, fn))], assume=facts_for(runner, preds),
+        out.append(DerivedPath(key=path_keys.fused_key(a2a, runner), steps=[step_name((rel, fn))], assume=facts_for(runner, preds),
                                platforms=path_platforms(code, [step_name((rel, fn))]),
                                trail=[f"{r[len(SRT):]}:{ln} @register_fused_func({a2a!r}, {runner!r}) -> {f}"
                                       for r, f, ln in regs],
@@ -483,7 +484,7 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
     for backend, (rel, core, line) in sorted(cores.items()):
         cls = code.top(rel, core)
         steps = [step_name(m) for s in CORE_STEPS if (m := code.method(rel, cls, s))]
-        out.append(DerivedPath(key=f"core:{backend}", steps=steps, assume=facts_for(backend, preds),
+        out.append(DerivedPath(key=path_keys.core_key(backend), steps=steps, assume=facts_for(backend, preds),
                                platforms=path_platforms(code, steps),
                                trail=[f"{RUNNER[len(SRT):]}:{line} MoeRunner.__init__ -> {core}"],
                                absent=core_never_built(code, runner[0], init, facts_for(backend, preds))

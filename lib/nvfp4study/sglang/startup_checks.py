@@ -21,6 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TypeVar
 
+from . import path_keys
 from .audit_sinks import ClampVerdict
 from .clamp_values import _parse
 from .code_index import source_files, tree_stamp
@@ -207,23 +208,12 @@ def _refusals(root: Path, stamp: tuple) -> tuple[StartupRefusal, ...]:
     return tuple(out)
 
 
-def path_backends(key: str) -> set[str]:
-    """The backend values a path key runs with: ``Method/<runner>`` -> {runner};
-    ``fused:<a2a>/<runner>`` -> {a2a, runner}; ``core:<runner>`` -> {runner}; a catalogued id
-    without a derived key -> none."""
-    if key.startswith("fused:"):
-        return set(key[6:].split("/")) - {"none"}
-    if key.startswith("core:"):
-        return {key[5:]}
-    return {key.rsplit("/", 1)[1]} if "/" in key else set()
-
-
 def refusal_for(root: Path, key: str) -> StartupRefusal | None:
     """The first :func:`startup_refusals` entry whose guarded backend value is one the path
-    ``key`` runs with (:func:`path_backends`), or None. An a2a guard counts for a runner of the
+    ``key`` runs with (:func:`~nvfp4study.sglang.path_keys.backends`), or None. An a2a guard counts for a runner of the
     same name: ``a2a_backend == "flashinfer_megamoe"`` forces ``moe_runner_backend ==
     "flashinfer_megamoe"`` (``moe_hook.py`` 270-276 in 0.5.20)."""
-    names = path_backends(key)
+    names = path_keys.backends(key)
     return next((r for r in startup_refusals(root) if r.backend in names), None)
 
 
@@ -241,5 +231,5 @@ def startup_refused(root: Path, key: str, row: Row) -> Row:
                    file=hit.validator_file, function=hit.validator, line=hit.raise_line)
 
 
-__all__ = ["LING_ARCH", "StartupRefusal", "arch_validator", "path_backends", "refusal_for", "startup_refused",
+__all__ = ["LING_ARCH", "StartupRefusal", "arch_validator", "refusal_for", "startup_refused",
            "startup_refusals"]
