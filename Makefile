@@ -15,7 +15,7 @@ SGL_VENV  := .venv-sglang
 SGL_REQ   := tests/real_sglang/requirements.txt
 SGL_STAMP := $(SGL_VENV)/.installed-$(shell cat $(SGL_REQ) | cksum | cut -d' ' -f1)
 
-.PHONY: setup sglang-env envs study test lint notebooks bench jupyter clean-outputs workstation-envs gpu-clamp-check
+.PHONY: setup sglang-env envs prefetch study test lint notebooks bench jupyter clean-outputs workstation-envs gpu-clamp-check
 
 setup: $(STAMP)
 
@@ -43,7 +43,14 @@ $(SGL_STAMP): $(SGL_REQ)
 # the longer of the two). ENVS_JOBS=1 builds them one after the other.
 ENVS_JOBS ?= 2
 envs:
-	@$(MAKE) --no-print-directory -j$(ENVS_JOBS) $(STAMP) $(SGL_STAMP)
+	@$(MAKE) --no-print-directory -j$(ENVS_JOBS) $(STAMP) $(SGL_STAMP) prefetch
+
+# The SGLang releases stage 03 audits (params' sglang.audit_versions), downloaded and unpacked into
+# the study cache once the study's venv is there, while the SGLang environment still builds (a fresh
+# machine's stage 03 otherwise fetched them one after the other). Nothing to do when cached; a
+# failure is only a warning here (stage 03 then names it).
+prefetch: $(STAMP)
+	@$(BIN)/python -m nvfp4study.sglang.releases --prefetch $(PARAMS) || echo "warning: SGLang releases not prefetched; stage 03 will download them"
 
 study: envs
 	$(BIN)/nvfp4study run --params $(PARAMS)

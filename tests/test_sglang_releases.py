@@ -64,3 +64,48 @@ def test_serving_facts_cover_the_discovered_releases():
     assert qr.unkeyed_releases(list(VERSIONS)) == []
     assert qr.unkeyed_releases([*VERSIONS, "0.5.99"]) == ["0.5.99"]
     assert qr.unkeyed_releases(["0.5.19"]) == []  # older than the first release read: not required
+
+
+# --- prefetch (make envs): the releases stage 03 audits, unpacked ahead ---------------------------
+def _prefetch(*args: str, env_cache=None):
+    import os
+    import subprocess
+    import sys
+
+    env = os.environ | ({"NVFP4STUDY_CACHE": str(env_cache)} if env_cache else {})
+    return subprocess.run([sys.executable, "-m", "nvfp4study.sglang.releases", *args],
+                          capture_output=True, text=True, timeout=600, env=env)
+
+
+def test_prefetch_unpacks_the_params_releases(tmp_path):
+    """The default params' releases (every BailingMoeV3 release) end up unpacked in the cache;
+    a second run finds them there."""
+    from nvfp4study.core.params import REPO_ROOT, load_params
+    from nvfp4study.sglang.releases import expand_versions, prefetch
+    from nvfp4study.sglang.source import cache_dir
+
+    want = expand_versions(load_params(REPO_ROOT / "params" / "default.yaml").sglang.audit_versions)
+    r = _prefetch("--prefetch", str(REPO_ROOT / "params" / "default.yaml"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().endswith(f"unpacked in {cache_dir() / 'src'}") and ", ".join(want) in r.stdout
+    assert all((cache_dir() / "src" / f"sglang-{v}" / "sglang").is_dir() for v in want)
+    assert prefetch(["0.5.23", "0.5.23"]) == ["0.5.23"]
+
+
+@pytest.mark.parametrize("content, error", [
+    (None, "ParamsError: params file not found"),
+    ("profile: x\nsglang:\n  audit_versions: ['0.5.23; rm -rf /']\n", "SGLangSourceError: '0.5.23; rm -rf /' is not an SGLang release"),
+])
+def test_prefetch_fails_with_one_named_line(tmp_path, content, error):
+    f = tmp_path / "p.yaml"
+    if content is not None:
+        f.write_text(content)
+    r = _prefetch("--prefetch", str(f), env_cache=tmp_path / "cache")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith(f"prefetch: {error}") and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "cache" / "src").exists()  # nothing half-written
+
+
+def test_prefetch_usage():
+    r = _prefetch("--prefetch")
+    assert r.returncode == 2 and r.stderr.startswith("usage:")

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from importlib import resources
 from typing import Any
 
-from ..core.errors import SGLangSourceError
+from ..core.errors import SGLangSourceError, StudyError
 from ..core.files import write_json
 from .source import cache_dir, wheel_path
 
@@ -127,8 +127,42 @@ def version_span(versions: Iterable[str], among: Iterable[str] | None = None) ->
     return ", ".join(r[0] if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs) or "none"
 
 
+def prefetch(versions: list[str]) -> list[str]:
+    """Download and unpack every release of ``versions`` (``audit_versions`` entries,
+    :func:`expand_versions`) into the study cache (:func:`nvfp4study.sglang.source.unpack_wheel`;
+    a release already there costs nothing). ``make study`` and ``make test`` run it while the
+    SGLang environment builds, so stage 03 finds the releases it audits unpacked instead of
+    downloading them one after the other. Returns the releases, in order.
+
+    Raises:
+        SGLangSourceError: a download, the unpacking or the cache failed (the first one).
+    """
+    from .source import unpack_wheel
+
+    out = expand_versions(versions)
+    for v in out:
+        unpack_wheel(v)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - network
-    """``python -m nvfp4study.sglang.releases``: rerun the discovery and print it."""
+    """``python -m nvfp4study.sglang.releases``: rerun the discovery and print it;
+    ``... --prefetch PARAMS``: :func:`prefetch` the params file's ``sglang.audit_versions``
+    (exit 2 with the error on one line when the params or a release fail)."""
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--prefetch"] and len(args) == 2:
+        from ..core.params import load_params
+
+        try:
+            got = prefetch(load_params(args[1]).sglang.audit_versions)
+        except (StudyError, OSError) as exc:  # a bad params file, a failed download
+            print(f"prefetch: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 2
+        print(f"prefetch: SGLang {', '.join(got)} unpacked in {cache_dir() / 'src'}")
+        return 0
+    if args:
+        print("usage: python -m nvfp4study.sglang.releases [--prefetch PARAMS]", file=sys.stderr)
+        return 2
     print(json.dumps(discover(), indent=1))
     return 0
 
