@@ -360,11 +360,12 @@ def path_platforms(code: CodeIndex, steps: list[str], built: list | None = None,
         if sites:
             out &= set().union(*(reachable_on(code.mod(r), c) for r, c in sites))
     for i, st in enumerate(steps):
-        rel = SRT + st.split("::")[0] if not st.startswith("sglang/") else st.split("::")[0]
+        file, qual = st.split("::", 1)
+        rel = file if file.startswith("sglang/") else SRT + file
         only = module_platforms(rel, code.mod(rel), runner=runner_at is not None and i >= runner_at)
         if only:
             out &= only
-        fn = code.top(rel, st.split("::")[1]) if i == runner_at and "." not in st.split("::")[1] else None
+        fn = code.top(rel, qual) if i == runner_at and "." not in qual else None
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             out &= runs_on(code, rel, fn)  # the runner's fused func: where its kernels exist
     return tuple(p for p in PLATFORMS if p in out) or PLATFORMS
@@ -496,4 +497,4 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
 
 
 __all__ = ["DerivedPath", "backend_values", "derive_paths", "facts_for", "fused_registry",
-           "method_backends", "predicates", "runner_cores", "runs_on"]
+           "method_backends", "predicates", "runner_cores"]

@@ -202,9 +202,10 @@ def _module_stmts(body: list[ast.stmt]) -> Iterable[ast.stmt]:
     blocks included (not the bodies of functions or classes)."""
     for st in body:
         yield st
+        if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
         for block in ("body", "orelse", "finalbody"):
-            if not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                yield from _module_stmts(getattr(st, block, None) or [])
+            yield from _module_stmts(getattr(st, block, None) or [])
         for h in getattr(st, "handlers", None) or []:
             yield from _module_stmts(h.body)
 

@@ -149,20 +149,22 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - network
     """``python -m nvfp4study.sglang.releases``: rerun the discovery and print it;
     ``... --prefetch PARAMS``: :func:`prefetch` the params file's ``sglang.audit_versions``
     (exit 2 with the error on one line when the params or a release fail)."""
-    args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["--prefetch"] and len(args) == 2:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m nvfp4study.sglang.releases",
+                                 description="Rediscover the BailingMoeV3 releases, or prefetch a params file's.")
+    ap.add_argument("--prefetch", metavar="PARAMS", help="unpack the params file's sglang.audit_versions")
+    args = ap.parse_args(argv)
+    if args.prefetch is not None:
         from ..core.params import load_params
 
         try:
-            got = prefetch(load_params(args[1]).sglang.audit_versions)
+            got = prefetch(load_params(args.prefetch).sglang.audit_versions)
         except (StudyError, OSError) as exc:  # a bad params file, a failed download
             print(f"prefetch: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 2
         print(f"prefetch: SGLang {', '.join(got)} unpacked in {cache_dir() / 'src'}")
         return 0
-    if args:
-        print("usage: python -m nvfp4study.sglang.releases [--prefetch PARAMS]", file=sys.stderr)
-        return 2
     print(json.dumps(discover(), indent=1))
     return 0
 
