@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from . import clamp_values as cv
+from .code_index import walk
 from .source import SGLangTree
 
 
@@ -71,12 +72,12 @@ def sink_form_in_code(tree: SGLangTree, verify: dict) -> tuple[str | None, str]:
     parts = verify["function"].split(".")
     fn: Any = mod
     for p in parts:
-        fn = next((n for n in ast.walk(fn) if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+        fn = next((n for n in walk(fn) if isinstance(n, (ast.FunctionDef, ast.ClassDef))
                    and n.name == p), None)
         if fn is None:
             return None, f"{verify['function']} not in {verify['file']}"
     silu_line = clamp_line = None
-    for n in ast.walk(fn):
+    for n in walk(fn):
         if isinstance(n, ast.Call):
             name = ast.unparse(n.func)
             if name.endswith("silu") and silu_line is None:

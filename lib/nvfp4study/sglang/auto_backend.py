@@ -36,7 +36,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from .code_index import SRT, CodeIndex
+from .code_index import SRT, CodeIndex, walk
 from .dispatch import _runner_nodes, predicates
 from .platforms import EXACT, guards, predicate_value
 
@@ -103,7 +103,7 @@ def capability_majors(code: CodeIndex) -> dict[str, list[int]]:
     for st in mod.body if mod else []:
         if not isinstance(st, ast.Assign):
             continue
-        kw = [k for k in ast.walk(st.value) if isinstance(k, ast.keyword) and k.arg == "device_capability_majors"]
+        kw = [k for k in walk(st.value) if isinstance(k, ast.keyword) and k.arg == "device_capability_majors"]
         if kw and isinstance(kw[0].value, ast.List):
             majors = [e.value for e in kw[0].value.elts if isinstance(e, ast.Constant)]
             for t in st.targets:
@@ -228,7 +228,7 @@ def env_default(code: CodeIndex, name: str) -> bool | None:
     """The default of ``envs.NAME`` (``NAME = EnvBool(False)`` in ``environ.py``, 949 in 0.5.23
     for ``SGLANG_USE_AITER``): the value with the variable unset; None if not a constant bool."""
     mod = code.mod(ENVIRON)
-    for node in ast.walk(mod) if mod else ():
+    for node in walk(mod) if mod else ():
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets) \
                 and isinstance(node.value, ast.Call) and ast.unparse(node.value.func) == "EnvBool" and node.value.args \
                 and isinstance(node.value.args[0], ast.Constant) and isinstance(node.value.args[0].value, bool):
@@ -296,8 +296,8 @@ def _self_attr(attr: str, facts: Facts, rel: str, cls: ast.ClassDef, depth: int)
     if hit is None:
         return truth(own[0], facts, rel, cls, depth + 1) if len(own) == 1 else None
     owner = facts.code.top(hit[0], hit[1].split(".")[0])
-    init = next((f for f in ast.walk(owner) if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
-    vals = [st.value for st in ast.walk(init) if isinstance(st, ast.Assign)
+    init = next((f for f in walk(owner) if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    vals = [st.value for st in walk(init) if isinstance(st, ast.Assign)
             and any(ast.unparse(t) == f"self.{attr}" for t in st.targets)] if init else []
     if not vals and len(own) == 1:
         return truth(own[0], facts, rel, cls, depth + 1)
@@ -348,7 +348,7 @@ def _local(name: str, facts: Facts, depth: int) -> ast.expr | bool | None:
     if not scope or scope[1] is None or depth > 4:
         return None
     mod, fn, rel, cls = scope
-    assigns = [st for st in ast.walk(fn) if isinstance(st, ast.Assign)
+    assigns = [st for st in walk(fn) if isinstance(st, ast.Assign)
                and any(isinstance(t, ast.Name) and t.id == name for t in st.targets)]
     running = []
     for st in assigns:
@@ -416,13 +416,13 @@ def init_raises(code: CodeIndex, rel: str, cls: ast.ClassDef, facts: Facts) -> s
     if hit is None:
         return None
     owner = code.top(hit[0], hit[1].split(".")[0])
-    init = next((f for f in ast.walk(owner) if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    init = next((f for f in walk(owner) if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
     mod = code.mod(hit[0])
-    for node in ast.walk(init) if init else ():
+    for node in walk(init) if init else ():
         if isinstance(node, ast.Raise) and guards(mod, node):
             state, _ = _site_state(mod, node, facts, hit[0], owner)
             if state:
-                msg = next((ast.literal_eval(a) for a in ast.walk(node) if isinstance(a, ast.Constant)
+                msg = next((ast.literal_eval(a) for a in walk(node) if isinstance(a, ast.Constant)
                             and isinstance(a.value, str)), "")
                 return f"{short(hit[0])}:{node.lineno} {msg[:80]}"
     return None

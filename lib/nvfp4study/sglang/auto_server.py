@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 
 from .auto_backend import AutoChoice, Facts, runs, short
-from .code_index import SRT, CodeIndex
+from .code_index import SRT, CodeIndex, walk
 
 OVERRIDES = SRT + "arg_groups/overrides.py"
 MOE_HOOK = SRT + "arg_groups/moe_hook.py"
@@ -25,9 +25,9 @@ def _string_sets(code: CodeIndex, rel: str, func: str, facts: Facts, want: str) 
     """``(value, line, runs, undecided)`` for each place in function ``func`` of ``rel`` that sets
     ``want`` to a string: ``want = "x"`` or a returned ``{"want": "x"}``."""
     mod = code.mod(rel)
-    fn = next((n for n in ast.walk(mod) if isinstance(n, ast.FunctionDef) and n.name == func), None) if mod else None
+    fn = next((n for n in walk(mod) if isinstance(n, ast.FunctionDef) and n.name == func), None) if mod else None
     out = []
-    for node in ast.walk(fn) if fn else ():
+    for node in walk(fn) if fn else ():
         value = None
         if isinstance(node, ast.Assign) and any(ast.unparse(t).split(".")[-1] == want for t in node.targets) \
                 and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
@@ -77,10 +77,10 @@ def server_refusals(code: CodeIndex) -> dict[str, tuple[list[str | None], str]]:
     conditions, named in the place); another quantization with that explicit value stops the
     server at start."""
     mod = code.mod(MOE_HOOK)
-    fn = next((n for n in ast.walk(mod) if isinstance(n, ast.FunctionDef) and n.name == "handle_moe_kernel_config"),
+    fn = next((n for n in walk(mod) if isinstance(n, ast.FunctionDef) and n.name == "handle_moe_kernel_config"),
               None) if mod else None
     out: dict[str, tuple[list[str | None], str]] = {}
-    for node in ast.walk(fn) if fn else ():
+    for node in walk(fn) if fn else ():
         if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
                 and ast.unparse(node.test.left).endswith("moe_runner_backend")):
             continue

@@ -42,7 +42,7 @@ from . import auto_server as asv
 from . import path_keys
 from .audit import PathResult, catalog
 from .checks import NVFP4_ACTS, NVFP4_WEIGHTS, moe_scheme_for
-from .code_index import SRT, CodeIndex, funcs
+from .code_index import SRT, CodeIndex, funcs, walk
 from .quant_methods import FUSED_MOE_LAYER, QUANT_REGISTRY, quant_configs
 from .source import SGLangTree
 
@@ -144,7 +144,7 @@ def _locate_method(code: CodeIndex, fmt: Format, name: str) -> tuple[str | None,
         places = hits
     for rel, cls in places:
         for fn in funcs(cls) if isinstance(cls, ast.ClassDef) else []:
-            for c in ast.walk(fn):
+            for c in walk(fn):
                 if isinstance(c, ast.Call) and ast.unparse(c.func).split(".")[-1] == name:
                     hit = code.resolve(rel, name)
                     return (hit[0] if hit else None), f"{rel[len(SRT):]}:{c.lineno}", None
@@ -167,7 +167,7 @@ def registered_on(code: CodeIndex, quantization: str | None, dev: ab.Device) -> 
     cpu_lines = set(range(cpu[1], cpu[2] + 1)) if cpu else set()
     lines = [line for q, _, _, line in _configs(code) if q == quantization and line not in cpu_lines]
     facts = ab.Facts(code, dev)
-    for node in ast.walk(mod) if mod else ():
+    for node in walk(mod) if mod else ():
         if isinstance(node, ast.Constant) and node.value == quantization and getattr(node, "lineno", 0) in lines:
             if ab.runs(mod, node, facts, QUANT_REGISTRY)[0] is not False:
                 return None

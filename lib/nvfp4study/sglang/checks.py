@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .clamp_values import _parse as parse_file
-from .code_index import files_stamp
+from .code_index import files_stamp, walk
 from .source import SGLangTree
 
 SRT = "sglang/srt/"
@@ -59,7 +59,7 @@ def _func(mod: ast.AST, name: str) -> ast.FunctionDef | None:
     parts = name.split(".")
     node: Any = mod
     for part in parts:
-        node = next((n for n in ast.walk(node) if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+        node = next((n for n in walk(node) if isinstance(n, (ast.FunctionDef, ast.ClassDef))
                      and n.name == part), None)
         if node is None:
             return None
@@ -78,23 +78,23 @@ def min_deepgemm_dim(tree: SGLangTree) -> dict[str, Any]:
     out: dict[str, Any] = {"present": False, "file": BIO}
     if mod is None:
         return out
-    for fn in ast.walk(mod):
+    for fn in walk(mod):
         if not isinstance(fn, ast.FunctionDef):
             continue
-        for n in ast.walk(fn):
+        for n in walk(fn):
             if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "MIN_DEEPGEMM_DIM"
                                                  for t in n.targets):
                 out.update(present=True, value=ast.literal_eval(n.value), line=n.lineno,
                            function=fn.name)
             if isinstance(n, ast.If) and "MIN_DEEPGEMM_DIM" in ast.unparse(n.test):
-                cmp = next((c for c in ast.walk(n.test) if isinstance(c, ast.Compare)
+                cmp = next((c for c in walk(n.test) if isinstance(c, ast.Compare)
                             and "MIN_DEEPGEMM_DIM" in ast.unparse(c)), None)
                 out.update(guard=ast.unparse(cmp) if cmp else ast.unparse(n.test),
                            guard_lines=[n.test.lineno, n.test.end_lineno])
         if fn.name == "_matmul_persistent_deepgemm":
-            for h in ast.walk(fn):
-                if isinstance(h, ast.ExceptHandler) and any(isinstance(r, ast.Raise) for r in ast.walk(h)):
-                    out["reraise_line"] = next(r.lineno for r in ast.walk(h) if isinstance(r, ast.Raise))
+            for h in walk(fn):
+                if isinstance(h, ast.ExceptHandler) and any(isinstance(r, ast.Raise) for r in walk(h)):
+                    out["reraise_line"] = next(r.lineno for r in walk(h) if isinstance(r, ast.Raise))
     if out.get("present") and "guard" in out:
         m = re.fullmatch(r"(\w+)\s*>=\s*MIN_DEEPGEMM_DIM", out["guard"].strip())
         out["n32_to_deepgemm"] = bool(m) and 32 >= out["value"]
@@ -113,9 +113,9 @@ def input_global_scales(tree: SGLangTree) -> dict[str, Any]:
         return {}
     var_alloc: dict[str, tuple[str, int]] = {}
     out: dict[str, Any] = {}
-    for n in ast.walk(fn):
+    for n in walk(fn):
         if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name):
-            inner = next((c for c in ast.walk(n.value) if isinstance(c, ast.Call)
+            inner = next((c for c in walk(n.value) if isinstance(c, ast.Call)
                           and ast.unparse(c.func).startswith("torch.")
                           and ast.unparse(c.func) != "torch.nn.Parameter"), None)
             if inner is not None:
@@ -143,12 +143,12 @@ def gate_up_scale_policy(tree: SGLangTree) -> dict[str, Any]:
         if fn is None:
             continue
         entry: dict[str, Any] = {"action": "none", "file": rel}
-        for n in ast.walk(fn):
+        for n in walk(fn):
             test = ast.unparse(n.test) if isinstance(n, ast.If) else ""
             if ("w13" in test and "allclose" in test) or test.startswith("mismatch"):
                 body = ast.unparse(ast.Module(body=n.body, type_ignores=[]))
                 entry.update(line=n.lineno, test=ast.unparse(n.test)[:120])
-                entry["action"] = "raise" if any(isinstance(x, ast.Raise) for x in ast.walk(n)) else \
+                entry["action"] = "raise" if any(isinstance(x, ast.Raise) for x in walk(n)) else \
                     "warn" if "warning" in body else "other"
             if isinstance(n, ast.Assign) and "w13_weight_scale_2" in ast.unparse(n.targets[0]) and \
                     "[:, 0]" in ast.unparse(n.value):
@@ -189,13 +189,13 @@ def _scheme_facts_cached(srt: str, name: str, stamp: tuple) -> dict[str, Any]:
             continue
         cls = _func(parse_file(f), name)
         cap = _func(cls, "get_min_capability") if cls else None
-        ret = next((r for r in ast.walk(cap) if isinstance(r, ast.Return)), None) if cap else None
+        ret = next((r for r in walk(cap) if isinstance(r, ast.Return)), None) if cap else None
         if ret is not None and isinstance(ret.value, ast.Constant):
             facts["min_capability"] = ret.value.value
         init = _func(cls, "__init__") if cls else None
-        for n in ast.walk(init) if init else ():
+        for n in walk(init) if init else ():
             if isinstance(n, ast.If) and "is_blackwell" in ast.unparse(n.test) and \
-                    any(isinstance(x, ast.Raise) for x in ast.walk(n)):
+                    any(isinstance(x, ast.Raise) for x in walk(n)):
                 facts["raises_unless_blackwell"] = {"file": str(f.relative_to(srt)), "line": n.lineno}
         break
     return facts
@@ -251,7 +251,7 @@ def _moe_scheme_cached(tree: SGLangTree, key: str, _stamp: tuple) -> dict[str, A
                 and any(isinstance(m, ast.FunctionDef) and m.name == "get_moe_scheme" for m in n.body)), None)
     methods = [m for m in cls.body if isinstance(m, ast.FunctionDef)
                and (m.name.startswith("_is_") or m.name == "get_moe_scheme")]
-    names = {n.id for m in methods for n in ast.walk(m) if isinstance(n, ast.Name)}
+    names = {n.id for m in methods for n in walk(m) if isinstance(n, ast.Name)}
     ns: dict[str, Any] = {"QuantizationArgs": QuantizationArgs, "QuantizationStrategy": QuantizationStrategy,
                           "QuantizationType": QuantizationType, "CompressionFormat": CompressionFormat,
                           "BaseModel": BaseModel, "logger": _Stub()}
@@ -336,9 +336,9 @@ def shared_fusion(tree: SGLangTree, ignore_lists: dict[str, list[str]]) -> dict[
     out: dict[str, Any] = {"file": BAILING, "check": None, "evaluations": {}}
     if fn is None:
         return out
-    names = [c.value for c in ast.walk(fn) if isinstance(c, ast.Constant) and isinstance(c.value, str)
+    names = [c.value for c in walk(fn) if isinstance(c, ast.Constant) and isinstance(c.value, str)
              and c.value.startswith("model.layers.")]
-    branch = next((n for n in ast.walk(fn) if isinstance(n, ast.If) and "compressed_tensors" in ast.unparse(n.test)), None)
+    branch = next((n for n in walk(fn) if isinstance(n, ast.If) and "compressed_tensors" in ast.unparse(n.test)), None)
     if branch is None or len(names) < 2:
         return out
     out.update(check=f"{names[0]} vs {names[1]} in quant_config.ignore", line=branch.lineno,
@@ -370,7 +370,7 @@ def bailing_facts(tree: SGLangTree) -> dict[str, Any]:
     out: dict[str, Any] = {"file": BAILING}
     if mod is None:
         return out
-    for call in ast.walk(mod):
+    for call in walk(mod):
         if isinstance(call, ast.Call) and ast.unparse(call.func).endswith("FusedMoE") or (
                 isinstance(call, ast.Call) and "get_moe_impl_class" in ast.unparse(call.func)):
             kws = {k.arg for k in call.keywords}

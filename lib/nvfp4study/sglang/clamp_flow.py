@@ -41,7 +41,7 @@ from .clamp_values import (
     join,
     truth,
 )
-from .code_index import attribute_never_set, bound_in_module, class_methods, module_level
+from .code_index import attribute_never_set, bound_in_module, class_methods, module_level, walk
 from .platforms import PLATFORMS
 
 
@@ -57,7 +57,7 @@ def _isinstance_tests(fn: ast.AST) -> tuple[tuple[str, str], ...]:
     tests = getattr(fn, "_isinstance_tests", None)
     if tests is None:
         tests = fn._isinstance_tests = tuple(
-            (n.args[0].id, n.args[1].id) for n in ast.walk(fn)
+            (n.args[0].id, n.args[1].id) for n in walk(fn)
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "isinstance"
             and len(n.args) == 2 and isinstance(n.args[0], ast.Name) and isinstance(n.args[1], ast.Name))
     return tests
@@ -236,7 +236,7 @@ class Interp(ExprEval):
         reads = getattr(st, "_self_reads", None)  # kept on the node: it lives as long as its tree
         if reads is None:
             reads = st._self_reads = tuple(dict.fromkeys(
-                n.attr for n in ast.walk(st.test) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)
+                n.attr for n in walk(st.test) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)
                 and isinstance(n.value, ast.Name) and n.value.id == "self"))
         for attr in reads:
             if attr not in self.attrs and attr not in self.assume and attribute_never_set(self.root, attr) \

@@ -233,6 +233,7 @@ def _renamed(fn: ast.FunctionDef, name: str) -> ast.FunctionDef:
 
     new = copy.copy(fn)
     new.name = name
+    new.__dict__.pop("_walk", None)  # the kept walk starts with ``fn`` itself (see walk)
     return new
 
 

@@ -216,13 +216,13 @@ def runner_cores(code: CodeIndex) -> dict[str, tuple[str, str, int]]:
         return {}
     preds, local = predicates(code), local_imports(init, rel)
     out: dict[str, tuple[str, str, int]] = {}
-    for node in ast.walk(init):
+    for node in walk(init):
         if not isinstance(node, ast.If):
             continue
-        tested = [c.func.attr for c in ast.walk(node.test) if isinstance(c, ast.Call)
+        tested = [c.func.attr for c in walk(node.test) if isinstance(c, ast.Call)
                   and isinstance(c.func, ast.Attribute) and c.func.attr in preds]
         for st in node.body:
-            for a in ast.walk(st):
+            for a in walk(st):
                 if isinstance(a, ast.Assign) and any(ast.unparse(t) == "self.runner_core" for t in a.targets) \
                         and isinstance(a.value, ast.Call) and (name := called_name(a.value)):
                     core = code.resolve(rel, name, local)
@@ -302,7 +302,7 @@ def _enum_names(code: CodeIndex, rel: str, fn: ast.AST) -> set[str]:
 
 
 def _members(node: ast.AST, values: dict[str, str], enum: set[str] = frozenset({"MoeRunnerBackend"})) -> set[str]:
-    return {values[a.attr] for a in ast.walk(node) if isinstance(a, ast.Attribute)
+    return {values[a.attr] for a in walk(node) if isinstance(a, ast.Attribute)
             and isinstance(a.value, ast.Name) and a.value.id in enum and a.attr in values}
 
 
@@ -409,7 +409,7 @@ def no_fused_func_raise(code: CodeIndex) -> int | None:
     177-181 in 0.5.23), or None when the runner module has no such raise."""
     cls = code.top(RUNNER, "MoeRunner")
     init = next((n for n in getattr(cls, "body", []) if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
-    for n in ast.walk(init) if init is not None else ():
+    for n in walk(init) if init is not None else ():
         if isinstance(n, ast.If) and "fused_func" in ast.unparse(n.test) and "runner_core" in ast.unparse(n.test):
             r = next((b for b in n.body if isinstance(b, ast.Raise)), None)
             if r is not None:

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .clamp_values import _parse
+from .code_index import walk
 from .source import SGLangTree
 
 MODEL_FILE = "models/bailing_moe_v3.py"
@@ -80,7 +81,7 @@ class _Scope:
             cls = n if isinstance(n, ast.ClassDef) else None
             for f in (n.body if cls else [n]):
                 if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    for x in ast.walk(f):
+                    for x in walk(f):
                         self.owner[x] = (cls, f)
 
     def method(self, cls: ast.ClassDef | None, name: str) -> ast.FunctionDef | None:
@@ -94,7 +95,7 @@ class _Scope:
         if cls is None:
             return []
         out = []
-        for n in ast.walk(cls):
+        for n in walk(cls):
             if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
                 targets = n.targets if isinstance(n, ast.Assign) else [n.target]
                 if any(isinstance(t, ast.Attribute) and t.attr == attr and ast.unparse(t.value) == "self"
@@ -106,7 +107,7 @@ class _Scope:
 def _local_assigns(fn: ast.FunctionDef | None, name: str) -> list[ast.AST]:
     if fn is None:
         return []
-    return [n.value for n in ast.walk(fn) if isinstance(n, ast.Assign)
+    return [n.value for n in walk(fn) if isinstance(n, ast.Assign)
             and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)]
 
 
@@ -117,7 +118,7 @@ def _trace(expr: ast.AST, scope: _Scope, cls, fn, depth: int = 0) -> tuple[set[s
     layer = False
     if depth > 8:
         return keys, layer
-    for n in ast.walk(expr):
+    for n in walk(expr):
         if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.endswith("_list"):
             keys.add(n.value)
         elif isinstance(n, ast.Attribute) and ast.unparse(n.value) == "config" and n.attr.endswith("_list"):
@@ -149,7 +150,7 @@ def _trace(expr: ast.AST, scope: _Scope, cls, fn, depth: int = 0) -> tuple[set[s
 def _helper_indexes(fn: ast.FunctionDef) -> bool:
     params = {a.arg for a in fn.args.args}
     return any(isinstance(s, ast.Subscript) and isinstance(s.value, ast.Name) and s.value.id in params
-               for s in ast.walk(fn))
+               for s in walk(fn))
 
 
 def _is_moe_construction(call: ast.Call) -> bool:
@@ -208,7 +209,7 @@ def model_side(tree: SGLangTree) -> ModelSide:
         return ModelSide(present=False)
     mod = _parse(path)  # SyntaxError names the file, also for one that cannot be read
     scope = _Scope(mod)
-    calls = [n for n in ast.walk(mod) if isinstance(n, ast.Call)]
+    calls = [n for n in walk(mod) if isinstance(n, ast.Call)]
     moe = sorted((c for c in calls if _is_moe_construction(c)), key=lambda c: c.lineno)
     out = ModelSide(present=True)
     if not moe:
@@ -236,7 +237,7 @@ def model_side(tree: SGLangTree) -> ModelSide:
         cls = scope.classes.get(ast.unparse(chosen.func))
         if out.shared.ok and cls is not None:
             if not any(isinstance(n, ast.Attribute) and n.attr == "swiglu_limit" and isinstance(n.ctx, ast.Load)
-                       for n in ast.walk(cls)):
+                       for n in walk(cls)):
                 out.shared = Handover(False, f"{cls.name} takes swiglu_limit but never reads it",
                                       line=cls.lineno, function=cls.name, keyword="swiglu_limit")
     return out

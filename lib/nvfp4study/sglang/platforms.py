@@ -28,6 +28,8 @@ import re
 from collections.abc import Callable, Iterable
 from functools import cache
 
+from .code_index import walk
+
 #: the device classes, in the order paths name them
 PLATFORMS = ("CUDA", "ROCm", "XPU", "NPU", "CPU")
 #: predicates whose value is the platform itself (utils/common.py, see the module docstring)
@@ -217,7 +219,7 @@ def _binds(st: ast.stmt) -> set[str]:
     if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return {st.name}
     targets = st.targets if isinstance(st, ast.Assign) else [st.target] if isinstance(st, ast.AnnAssign) else []
-    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return {n.id for t in targets for n in walk(t) if isinstance(n, ast.Name)}
 
 
 def bound_on(tree: ast.Module, name: str) -> set[str] | None:
@@ -252,7 +254,7 @@ def unconditional_calls(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]
     for st in fn.body:
         if isinstance(st, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Return)):
             visit(st)
-        if isinstance(st, ast.Return) or any(isinstance(n, ast.Return) for n in ast.walk(st)):
+        if isinstance(st, ast.Return) or any(isinstance(n, ast.Return) for n in walk(st)):
             break
     return list(dict.fromkeys(out))
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 
-from .code_index import SRT, CodeIndex, funcs, local_imports, source_files
+from .code_index import SRT, CodeIndex, funcs, local_imports, source_files, walk
 from .platforms import PLATFORMS, bound_on, unconditional_calls
 
 
@@ -74,15 +74,15 @@ def _core_flag(init: ast.FunctionDef, facts: dict[str, bool]) -> tuple[str, int]
     """``(flag, line)`` when the first branch of ``MoeRunner.__init__`` taken for the backend builds
     its core only under ``if <flag>:``, a parameter of ``__init__``; None otherwise."""
     params = {a.arg for a in init.args.args + init.args.kwonlyargs}
-    taken = next((n for n in ast.walk(init) if isinstance(n, ast.If) and _backend_test(n.test, None, facts)), None)
+    taken = next((n for n in walk(init) if isinstance(n, ast.If) and _backend_test(n.test, None, facts)), None)
     if taken is None:
         return None
-    cores = [a for st in taken.body for a in ast.walk(st) if _is_core_assign(a)]
+    cores = [a for st in taken.body for a in walk(st) if _is_core_assign(a)]
     flagged = [st for st in taken.body if isinstance(st, ast.If) and isinstance(st.test, ast.Name)
-               and st.test.id in params and any(_is_core_assign(a) for b in st.body for a in ast.walk(b))]
+               and st.test.id in params and any(_is_core_assign(a) for b in st.body for a in walk(b))]
     if not cores or len(flagged) != 1:
         return None
-    guarded = [a for b in flagged[0].body for a in ast.walk(b) if _is_core_assign(a)]
+    guarded = [a for b in flagged[0].body for a in walk(b) if _is_core_assign(a)]
     return (flagged[0].test.id, flagged[0].lineno) if len(guarded) == len(cores) else None
 
 
@@ -116,8 +116,8 @@ def core_never_built(code: CodeIndex, runner_rel: str, init: ast.FunctionDef,
             continue
         rel = path.relative_to(code.root).as_posix()
         tree = code.mod(rel)
-        for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))) if tree else ():
-            for c in ast.walk(fn):
+        for fn in (n for n in walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))) if tree else ():
+            for c in walk(fn):
                 if isinstance(c, ast.Call) and ast.unparse(c.func).split(".")[-1] == "MoeRunner" and any(
                         k.arg == flag and isinstance(k.value, ast.Constant) and k.value.value is True
                         for k in c.keywords):
@@ -153,7 +153,7 @@ def _runs_on(code: CodeIndex, rel: str, fn: ast.FunctionDef | ast.AsyncFunctionD
         return out
     local = local_imports(fn, rel)
     params = {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
-    assigned = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    assigned = {n.id for n in walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     for name in unconditional_calls(fn):
         if name in params or name in assigned:
             continue

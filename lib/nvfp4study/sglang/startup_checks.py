@@ -24,7 +24,7 @@ from typing import TypeVar
 from . import path_keys
 from .audit_sinks import ClampVerdict
 from .clamp_values import _parse
-from .code_index import source_files, tree_stamp
+from .code_index import source_files, tree_stamp, walk
 
 Row = TypeVar("Row")  # audit.PathResult (not imported: audit imports this module)
 
@@ -173,7 +173,7 @@ def _validator_def(root: Path, path: Path, name: str) -> tuple[Path | None, ast.
     own = next((f for f in mod.body if isinstance(f, ast.FunctionDef) and f.name == name), None)
     if own is not None:
         return path, own
-    for node in ast.walk(mod):
+    for node in walk(mod):
         if isinstance(node, ast.ImportFrom) and any(a.name == name and a.asname is None for a in node.names):
             base = path.parents[node.level - 1] if node.level else root
             target = base.joinpath(*(node.module or "").split("."))
