@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+BYTECODE := $(VENV)/.bytecode
 PARAMS ?= params/default.yaml
 # Where pip finds torch's CPU build (torch==2.13.0 / 2.13.0+cpu). Empty: pip's own configuration
 # (on the project's machines the wheel lies on disk and pip's find-links names it). Elsewhere:
@@ -17,7 +18,7 @@ SGL_STAMP := $(SGL_VENV)/.installed-$(shell cat $(SGL_REQ) | cksum | cut -d' ' -
 
 .PHONY: setup sglang-env envs prefetch study test lint notebooks bench jupyter clean-outputs workstation-envs gpu-clamp-check
 
-setup: $(STAMP)
+setup: $(STAMP) $(BYTECODE)
 
 # System packages (bubblewrap sandboxes generated code; headless Chromium renders report.html
 # in the tests), then the venv with the project.
@@ -26,16 +27,25 @@ $(STAMP): pyproject.toml
 	@{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq chromium chromium-driver) || echo "warning: chromium/chromedriver missing; the report's browser test will fail (apt-get install chromium chromium-driver)"; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q $(PIP_TORCH) -e '.[dev]'
+	$(BIN)/python -m pip install -q --no-compile $(PIP_TORCH) -e '.[dev]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (nvfp4study)" >/dev/null
 	rm -f $(VENV)/.installed-* && touch $@
+
+# Both venvs install with --no-compile: pip byte-compiles every file it installs, about half of
+# each install's time here, while a run imports about a quarter of them. What a run imports is
+# then compiled once by importing it (lib/nvfp4study/core/bytecode.py says how it was measured);
+# a failure there is only a warning (those modules compile at their first import).
+$(BYTECODE): $(STAMP)
+	@$(BIN)/python -m nvfp4study.core.bytecode || echo "warning: the study venv is compiled at first import instead"
+	@touch $@
 
 # Pinned, --no-deps (the file is the whole closure); rebuilt only when the file changes.
 sglang-env: $(SGL_STAMP)
 
 $(SGL_STAMP): $(SGL_REQ)
 	test -x $(SGL_VENV)/bin/python || $(PYTHON) -m venv $(SGL_VENV)
-	$(SGL_VENV)/bin/python -m pip install -q --no-deps $(PIP_TORCH) -r $(SGL_REQ)
+	$(SGL_VENV)/bin/python -m pip install -q --no-compile --no-deps $(PIP_TORCH) -r $(SGL_REQ)
+	@PYTHONPATH=lib $(SGL_VENV)/bin/python -m nvfp4study.serving.cpu_engine.warm || echo "warning: the SGLang venv is compiled at its first launch instead"
 	rm -f $(SGL_VENV)/.installed-* && touch $@
 
 # The two environments are built side by side (-j2: each pip run is mostly one core's unpacking
@@ -43,7 +53,7 @@ $(SGL_STAMP): $(SGL_REQ)
 # the longer of the two). ENVS_JOBS=1 builds them one after the other.
 ENVS_JOBS ?= 2
 envs:
-	@$(MAKE) --no-print-directory -j$(ENVS_JOBS) $(STAMP) $(SGL_STAMP) prefetch
+	@$(MAKE) --no-print-directory -j$(ENVS_JOBS) $(STAMP) $(SGL_STAMP) prefetch $(BYTECODE)
 
 # The SGLang releases stage 03 audits (params' sglang.audit_versions), downloaded and unpacked into
 # the study cache once the study's venv is there, while the SGLang environment still builds (a fresh

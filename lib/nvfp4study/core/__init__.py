@@ -5,6 +5,7 @@ named errors, the ``Stage`` context a notebook opens, machine probes and the pap
 """
 
 __all__ = [
+    "bytecode",
     "claim_rules",
     "display",
     "environment",

@@ -18,5 +18,5 @@ from .engine import (
     summary,
 )
 
-__all__ = ["engine", "FLAGS", "PATCHES", "SITE_DIR", "describe", "engine_env", "engine_flags",
+__all__ = ["engine", "warm", "FLAGS", "PATCHES", "SITE_DIR", "describe", "engine_env", "engine_flags",
            "replaced_ops", "summary"]
