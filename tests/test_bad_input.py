@@ -216,12 +216,29 @@ def test_quantize_unwritable_destination(src, tmp_path, monkeypatch):
     with pytest.raises(OutputNotWritable, match="nothing was written"):  # the parent is a file
         Q.quantize_checkpoint(src, tmp_path / "afile" / "out", QuantizeParams())
 
-    def read_only(*a, **k):  # the tests run as root, for whom chmod does not make a folder read-only
-        raise OSError(errno.EROFS, "Read-only file system")
+    real_mkdir = Q.os.mkdir
 
-    monkeypatch.setattr(Q.tempfile, "mkdtemp", read_only)
+    def read_only(path, *a, **k):  # the tests run as root, for whom chmod does not make a folder read-only
+        if ".tmp-" in str(path):
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real_mkdir(path, *a, **k)
+
+    monkeypatch.setattr(Q.os, "mkdir", read_only)
     with pytest.raises(OutputNotWritable, match="Read-only"):
         Q.quantize_checkpoint(src, tmp_path / "out", QuantizeParams())
+    assert not list(tmp_path.glob(".out.tmp-*")) and not (tmp_path / "out").exists()
+
+
+def test_quantize_never_removes_a_temporary_name_it_did_not_make(src, tmp_path, monkeypatch):
+    """The temporary folder is made by name inside the cleanup's ``try`` (so a SIGTERM right after
+    it appears removes it); a folder of that name that was already there is someone else's."""
+    monkeypatch.setattr(Q.secrets, "token_hex", lambda n: "f" * (2 * n))
+    theirs = tmp_path / f".out.tmp-{'f' * 12}"
+    theirs.mkdir()
+    (theirs / "replaced").mkdir()
+    with pytest.raises(OutputNotWritable, match="nothing was written"):
+        Q.quantize_checkpoint(src, tmp_path / "out", QuantizeParams())
+    assert (theirs / "replaced").is_dir() and not (tmp_path / "out").exists()
 
 
 # --- exit statuses ---------------------------------------------------------------------------------

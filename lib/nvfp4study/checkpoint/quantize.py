@@ -21,9 +21,9 @@ import argparse
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -233,17 +233,33 @@ def quantize_checkpoint(src: str | Path, dst: str | Path, qparams: QuantizeParam
     with terminate_as_exit():  # from before the temporary folder exists until it is gone
         try:
             dst.parent.mkdir(parents=True, exist_ok=True)
-            work = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
         except OSError as exc:
-            raise OutputNotWritable(f"cannot create the output beside {dst}: {exc.strerror or exc} "
-                                    "(nothing was written)") from None
+            raise _not_writable(dst, exc) from None
+        work = dst.parent / f".{dst.name}.tmp-{secrets.token_hex(6)}"  # created inside the try below
         return _quantize_into(src, dst, work, qparams, before, ignore, fused, t0)
+
+
+def _not_writable(dst: Path, exc: OSError) -> OutputNotWritable:
+    return OutputNotWritable(f"cannot create the output beside {dst}: {exc.strerror or exc} "
+                             "(nothing was written)")
 
 
 def _quantize_into(src: Path, dst: Path, work: Path, qparams: QuantizeParams, before: dict[str, Any],
                    ignore: list[str], fused: str, t0: float) -> dict[str, Any]:
-    """The steps after ``work`` exists; ``work`` is removed however they end (SIGTERM included)."""
+    """Create ``work`` (a new name beside ``dst``) and run the steps in it; ``work`` is removed
+    however they end, SIGTERM included. The folder is made inside the ``try``: with
+    ``tempfile.mkdtemp`` before it, a SIGTERM that came between the folder's creation and the
+    ``try`` (between two bytecodes) left it behind (seen once in a test that signals as soon as
+    the folder appears)."""
+    foreign = False  # a folder of that name made by someone else is never removed
     try:
+        try:
+            os.mkdir(work, 0o700)
+        except FileExistsError as exc:
+            foreign = True
+            raise _not_writable(dst, exc) from None
+        except OSError as exc:
+            raise _not_writable(dst, exc) from None
         out = work / "ckpt"
         spec = {"src": str(src), "out": str(out), "scheme": qparams.scheme, "ignore": ignore,
                 "fused_maps": fused, "device": qparams.device, "max_workers": qparams.max_workers}
@@ -260,11 +276,12 @@ def _quantize_into(src: Path, dst: Path, work: Path, qparams: QuantizeParams, be
             os.rename(dst, work / "replaced")
         os.rename(out, dst)
     except BaseException:
-        if (work / "replaced").exists() and not dst.exists():
+        if not foreign and (work / "replaced").exists() and not dst.exists():
             os.rename(work / "replaced", dst)
         raise
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not foreign:
+            shutil.rmtree(work, ignore_errors=True)
     mb = before["safetensors_bytes"] / 1e6
     return {
         "source": str(src), "quantized": str(dst), "scheme": qparams.scheme, "device": qparams.device,
