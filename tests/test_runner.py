@@ -185,3 +185,23 @@ def test_notebooks_of_the_holding_run_pass_the_check(tmp_path):
     _nb(d / "00_check.ipynb", "from nvfp4study.core import runlock\nrunlock.check(run_dir)\nprint('ok')")
     root, manifest = runner.run_study(outputs=tmp_path / "out", notebook_dir=d, echo=lambda s: None)
     assert manifest["status"] == "ok", manifest.get("failure")
+
+
+def test_kernels_started_together_get_their_own_sockets(tmp_path, monkeypatch):
+    # jupyter_client numbers ipc sockets from the files already in the working folder: two managers
+    # that write their connection files before either kernel binds drew the same paths there.
+    monkeypatch.chdir(tmp_path)
+    km = runner._ipc_kernel_manager()
+    a, b = km(kernel_name="python3"), km(kernel_name="python3")
+    try:
+        a.write_connection_file()
+        b.write_connection_file()
+        socks = [{f"{m.ip}-{getattr(m, f'{c}_port')}" for c in ("shell", "iopub", "stdin", "control", "hb")}
+                 for m in (a, b)]
+        assert len(socks[0]) == len(socks[1]) == 5
+        assert not socks[0] & socks[1]
+        assert all(Path(s).parent != tmp_path and Path(s).is_absolute() for s in socks[0] | socks[1])
+    finally:
+        a.cleanup_connection_file()
+        b.cleanup_connection_file()
+    assert list(tmp_path.iterdir()) == []

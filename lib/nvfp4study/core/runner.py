@@ -20,7 +20,9 @@ import datetime as _dt
 import json
 import os
 import sys
+import tempfile
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -92,12 +94,20 @@ def _previous_manifest(root: Path, params: Params) -> dict[str, Any]:
 
 def _ipc_kernel_manager():
     """A kernel manager on local IPC sockets: no TCP ports, and no ipykernel warning about
-    unencrypted TCP printed once per notebook."""
+    unencrypted TCP printed once per notebook.
+
+    Each manager's sockets get a path prefix of their own in the temp folder. jupyter_client's
+    default prefix is ``kernel-ipc`` in the working folder, numbered from the socket files already
+    there (``jupyter_client/connect.py`` 149): two kernels started at once in one folder (two
+    notebooks in ``notebooks/``, two test workers) drew the same numbers before either kernel had
+    bound them, and zmq's bind of an ipc path takes over a socket file already there.
+    """
     from jupyter_client.manager import AsyncKernelManager
 
     class IPCKernelManager(AsyncKernelManager):
         def __init__(self, **kw: Any) -> None:
             kw.setdefault("transport", "ipc")
+            kw.setdefault("ip", os.path.join(tempfile.gettempdir(), f"nvfp4study-kernel-{uuid.uuid4().hex[:12]}"))
             super().__init__(**kw)
 
     return IPCKernelManager
