@@ -1,5 +1,6 @@
 """The runner executes real notebooks through papermill (tiny notebooks made here)."""
 
+import fnmatch
 import json
 from pathlib import Path
 
@@ -205,3 +206,12 @@ def test_kernels_started_together_get_their_own_sockets(tmp_path, monkeypatch):
         a.cleanup_connection_file()
         b.cleanup_connection_file()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_temp_folder_too_long_for_a_socket_path_falls_back_to_a_short_unique_name(monkeypatch, tmp_path):
+    monkeypatch.setattr(runner.tempfile, "gettempdir", lambda: str(tmp_path / ("d" * 90)))
+    a, b = runner.kernel_socket_prefix(), runner.kernel_socket_prefix()
+    assert a != b and not Path(a).is_absolute()
+    assert fnmatch.fnmatch(f"{a}-1", "kernel-*-ipc-*")  # the pattern .gitignore lists
+    monkeypatch.setattr(runner.tempfile, "gettempdir", lambda: str(tmp_path))
+    assert runner.kernel_socket_prefix().startswith(str(tmp_path))

@@ -92,6 +92,18 @@ def _previous_manifest(root: Path, params: Params) -> dict[str, Any]:
     return previous
 
 
+def kernel_socket_prefix() -> str:
+    """A new, unique path prefix for one kernel's five ipc sockets (``<prefix>-<n>``).
+
+    In the temp folder; where that folder's path is too long for a unix socket (``sun_path`` holds
+    108 bytes on Linux, 104 on macOS), a relative name in the working folder instead, of the pattern
+    jupyter_client's own default has there (``.gitignore`` lists ``kernel-*-ipc-*``).
+    """
+    tag = uuid.uuid4().hex[:12]
+    prefix = os.path.join(tempfile.gettempdir(), f"nvfp4study-kernel-{tag}")
+    return prefix if len(os.fsencode(prefix)) + 3 < 100 else f"kernel-{tag}-ipc"
+
+
 def _ipc_kernel_manager():
     """A kernel manager on local IPC sockets: no TCP ports, and no ipykernel warning about
     unencrypted TCP printed once per notebook.
@@ -107,7 +119,7 @@ def _ipc_kernel_manager():
     class IPCKernelManager(AsyncKernelManager):
         def __init__(self, **kw: Any) -> None:
             kw.setdefault("transport", "ipc")
-            kw.setdefault("ip", os.path.join(tempfile.gettempdir(), f"nvfp4study-kernel-{uuid.uuid4().hex[:12]}"))
+            kw.setdefault("ip", kernel_socket_prefix())
             super().__init__(**kw)
 
     return IPCKernelManager
