@@ -193,7 +193,9 @@ def test_kernels_started_together_get_their_own_sockets(tmp_path, monkeypatch):
     # that write their connection files before either kernel binds drew the same paths there.
     monkeypatch.chdir(tmp_path)
     km = runner._ipc_kernel_manager()
-    a, b = km(kernel_name="python3"), km(kernel_name="python3")
+    with monkeypatch.context() as m:  # a temp folder short enough for socket paths (the other case: below)
+        m.setattr(runner.tempfile, "gettempdir", lambda: tmp_path.anchor + "t")
+        a, b = km(kernel_name="python3"), km(kernel_name="python3")
     try:
         a.write_connection_file()
         b.write_connection_file()

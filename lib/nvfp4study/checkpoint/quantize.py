@@ -255,10 +255,8 @@ def _quantize_into(src: Path, dst: Path, work: Path, qparams: QuantizeParams, be
     try:
         try:
             os.mkdir(work, 0o700)
-        except FileExistsError as exc:
-            foreign = True
-            raise _not_writable(dst, exc) from None
         except OSError as exc:
+            foreign = isinstance(exc, FileExistsError)
             raise _not_writable(dst, exc) from None
         out = work / "ckpt"
         spec = {"src": str(src), "out": str(out), "scheme": qparams.scheme, "ignore": ignore,

@@ -19,10 +19,10 @@ import contextlib
 import datetime as _dt
 import json
 import os
+import secrets
 import sys
 import tempfile
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -99,7 +99,7 @@ def kernel_socket_prefix() -> str:
     108 bytes on Linux, 104 on macOS), a relative name in the working folder instead, of the pattern
     jupyter_client's own default has there (``.gitignore`` lists ``kernel-*-ipc-*``).
     """
-    tag = uuid.uuid4().hex[:12]
+    tag = secrets.token_hex(6)  # as quantize names its temporary folder
     prefix = os.path.join(tempfile.gettempdir(), f"nvfp4study-kernel-{tag}")
     return prefix if len(os.fsencode(prefix)) + 3 < 100 else f"kernel-{tag}-ipc"
 
