@@ -206,4 +206,6 @@ def test_banner_fails_closed_without_bwrap(tmp_path, monkeypatch):
     finally:
         monkeypatch.undo()
         isolation._bwrap_probe.cache_clear()
-    assert "unsafe" not in s5.sandbox_banner(stage).lower()
+    banner = s5.sandbox_banner(stage)
+    assert "unsafe" not in banner.lower()
+    assert banner.endswith(f"processes: {isolation.cap_description()}.")  # how forks are bounded

@@ -23,6 +23,7 @@ __all__ = [
     "served_collect",
     "served_data",
     "served_display",
+    "task_cap",
     "tasks",
     "token_scan",
     "undefined",

@@ -18,8 +18,9 @@ below is in ``bwrap --help``), as uid 65534 inside:
   ``RLIMIT_FSIZE`` (file_size_mb), ``RLIMIT_CORE`` 0, ``RLIMIT_NOFILE`` 256. ``RLIMIT_NPROC``
   is not used: it counts every task of the real user (threads included) and the kernel ignores
   it for root (kernel/fork.c exempts INIT_USER; as root the sandbox's nobody is root outside
-  its user namespace). Processes are bounded by the watchdog instead
-  (:mod:`nvfp4study.codeeval.watchdog`).
+  its user namespace). Processes are bounded by the watchdog
+  (:mod:`nvfp4study.codeeval.watchdog`) and, where a pids cgroup can be made, by a hard cap on
+  tasks that holds between its polls (:mod:`nvfp4study.codeeval.task_cap`).
 
 The sandbox fails closed. ``isolation: bwrap`` (the default) needs a working bubblewrap: where
 ``bwrap`` is missing or cannot set up its sandbox (no user namespaces, a bad ``--size``...),
@@ -45,6 +46,7 @@ from typing import Any
 
 from ..core.errors import SandboxUnavailable
 from ..core.params import SandboxParams
+from .task_cap import cap_description
 
 BWRAP = "bwrap"
 NOBODY = 65534
@@ -171,7 +173,9 @@ def sandbox_status(params: SandboxParams) -> dict[str, Any]:
 
     Returns:
         ``{"isolation": "bwrap"|"subprocess-unsafe", "note": str, "python": path,
-        "bwrap_version": str|None}``; ``note`` is "" under bwrap and :data:`UNSAFE_NOTE` else.
+        "bwrap_version": str|None, "process_cap": str}``; ``note`` is "" under bwrap and
+        :data:`UNSAFE_NOTE` else; ``process_cap`` says how the processes are bounded
+        (:func:`~nvfp4study.codeeval.task_cap.cap_description`).
 
     Raises:
         SandboxUnavailable: ``params.isolation == "bwrap"`` and bwrap cannot run here (the
@@ -181,7 +185,7 @@ def sandbox_status(params: SandboxParams) -> dict[str, Any]:
     version = _bwrap_version()
     if params.isolation == Isolation.SUBPROCESS_UNSAFE:
         return {"isolation": Isolation.SUBPROCESS_UNSAFE.value, "note": UNSAFE_NOTE,
-                "python": python, "bwrap_version": version}
+                "python": python, "bwrap_version": version, "process_cap": cap_description()}
     ok, reason = _bwrap_probe(python, params.tmp_size_mb)
     if not ok:
         raise SandboxUnavailable(
@@ -190,4 +194,4 @@ def sandbox_status(params: SandboxParams) -> dict[str, Any]:
             "corruption.sandbox.isolation: subprocess-unsafe to run it as a plain subprocess "
             "with the harness's file and network access")
     return {"isolation": Isolation.BWRAP.value, "note": "", "python": python,
-            "bwrap_version": version}
+            "bwrap_version": version, "process_cap": cap_description()}

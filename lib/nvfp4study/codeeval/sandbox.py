@@ -32,6 +32,7 @@ from typing import Any
 from ..core.params import SandboxParams
 from .isolation import PYTHON_FLAGS, Isolation, bwrap_args, rlimits, sandbox_status
 from .program import RUNNER, assemble, result_line
+from .task_cap import JOIN_FAILED, JOIN_MESSAGE, JOIN_SCRIPT, TASK_SLACK, TaskCap, cap_parent
 from .tasks import Task
 from .watchdog import (
     MARKER_ENV,
@@ -172,6 +173,7 @@ class _Child:
     workdir: str | None
     start: float  # monotonic, just before the launch
     started_epoch: float  # wall clock, for :func:`reap_marked`
+    cap: TaskCap | None = None  # the run's pids cgroup, where one can be made (:mod:`.task_cap`)
 
 
 @dataclass
@@ -212,16 +214,20 @@ def _spawn(task: Task, program: str, params: SandboxParams, status: dict[str, An
         cwd = workdir
         env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8",
                MARKER_ENV: nonce}
+    try:
+        cap = _make_cap(params)
+    except OSError as exc:
+        _discard(rfd, wfd, workdir, None)
+        raise _NotStarted(f"the sandbox's pids cgroup could not be made: {exc}") from exc
+    if cap is not None:  # the shell joins the cgroup, then execs: every task is born inside
+        argv = ["/bin/sh", "-c", JOIN_SCRIPT, cap.procs, *argv]
     start, started_epoch = time.monotonic(), time.time()
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, pass_fds=(wfd,), cwd=cwd, env=env,
                                 start_new_session=True, close_fds=True)
     except OSError as exc:
-        os.close(rfd)
-        os.close(wfd)
-        if workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
+        _discard(rfd, wfd, workdir, cap)
         raise _NotStarted(str(exc)) from exc
     os.close(wfd)  # the runner holds the only write end: EOF means it (or an orphan) is done
     try:
@@ -229,7 +235,24 @@ def _spawn(task: Task, program: str, params: SandboxParams, status: dict[str, An
         proc.stdin.close()
     except (BrokenPipeError, OSError):
         pass  # it died before reading: the outcome says how
-    return _Child(proc, rfd, nonce, isolation, workdir, start, started_epoch)
+    return _Child(proc, rfd, nonce, isolation, workdir, start, started_epoch, cap)
+
+
+def _make_cap(params: SandboxParams) -> TaskCap | None:
+    """The run's pids cgroup (``max_processes`` + :data:`TASK_SLACK` tasks), or None where this
+    machine lets none be made (the watchdog alone bounds the processes there)."""
+    parent = cap_parent()
+    return None if parent is None else TaskCap(parent, params.max_processes + TASK_SLACK)
+
+
+def _discard(rfd: int, wfd: int, workdir: str | None, cap: TaskCap | None) -> None:
+    """Undo a start that failed: the result pipe, the temp folder, the pids cgroup."""
+    os.close(rfd)
+    os.close(wfd)
+    if workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if cap is not None:
+        cap.close()
 
 
 def _pump(child: _Child, params: SandboxParams) -> _Pumped:
@@ -312,6 +335,8 @@ def _teardown(child: _Child, sel: selectors.BaseSelector, got: _Pumped) -> None:
     proc.wait()
     if child.isolation == Isolation.SUBPROCESS_UNSAFE:
         reap_marked(child.nonce, child.started_epoch)
+    if child.cap is not None:
+        child.cap.close()  # kills what is left in the cgroup (an escaped orphan too), removes it
     for key in list(sel.get_map().values()):
         try:
             os.set_blocking(key.fd, False)  # an escaped orphan may still hold the pipe
@@ -380,6 +405,9 @@ def _death(reason: str, sig: int | None, signame: str | None, rc: int | None, st
     if sig is not None:
         return dict(outcome=Outcome.KILLED.value, message=f"died by {signame}", detail=signame,
                     **blank)
+    if rc == JOIN_FAILED and stderr.lstrip().startswith(JOIN_MESSAGE):
+        return dict(outcome=Outcome.SANDBOX_ERROR.value, message=stderr.strip()[:300],
+                    detail="pids cgroup failed", **blank)
     if isolation == Isolation.BWRAP and rc == 1 and stderr.lstrip().startswith("bwrap:"):
         return dict(outcome=Outcome.SANDBOX_ERROR.value, message=stderr.strip()[:300],
                     detail="bwrap failed", **blank)

@@ -104,7 +104,8 @@ def sandbox_banner(stage: Stage) -> str:
     if status["isolation"] == Isolation.SUBPROCESS_UNSAFE:
         return f"**Warning, unsafe sandbox.** {UNSAFE_NOTE}. Every execution row and ledger note says so."
     return (f"Sandbox: bubblewrap ({status['bwrap_version'] or 'version unknown'}), interpreter "
-            f"`{status['python']}`, no network, read-only root, private /tmp.")
+            f"`{status['python']}`, no network, read-only root, private /tmp; processes: "
+            f"{status['process_cap']}.")
 
 
 #: `` "; UNSAFE: ..."`` when a sandbox was ``subprocess-unsafe`` (appended to every ledger note here)
