@@ -91,6 +91,21 @@ s4.clamp_summary(stage)
 s4.clamp_table(stage)
 
 # %% [markdown]
+# ## The clamp probe: what the running engine does with the routed limit (CPU engine)
+#
+# Stage 03's audit reads SGLang's source and says, per MoE path, what happens to Ling's routed
+# clamp limit; for the native PyTorch MoE path, where the CPU engine runs the routed experts, it
+# says DROPPED. Here the engine itself answers: the stand-in is served three more times, with only
+# `config.json` changed: a tiny limit (`server.cpu.clamp_probe_limit`) on every routed expert, the
+# same limit on every shared expert, and no limit. If the routed outputs equal the no-limit outputs
+# token for token, the limit was not applied; the shared expert applies its limit, so its row shows
+# how often a clamp of that size changes an output (the probe's sensitivity). Study finding
+# `audit.cpu-moe-clamp`; a toy-scale model, not a reading of the card.
+
+# %%
+s4.clamp_probe_table(stage)
+
+# %% [markdown]
 # ## Warnings worth surfacing
 #
 # The gate/up global-scale warning means the up projection is dequantized with the gate's

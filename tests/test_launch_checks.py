@@ -133,3 +133,47 @@ def test_resident_size_and_load_time_from_the_load_line():
     assert r04.load_time(_load({**target, "elapsed_s": 600.0})).verdict == "contradicted"  # 100 %
     for rule in (r04.size_resident, r04.load_time):
         assert rule(_load(None)).note == "not run: no 'Load weight end' line in the server log"
+
+
+# --- the clamp probe (audit.cpu-moe-clamp) ----------------------------------------------------
+def _cmp(identical: bool | None, comparable: bool = True) -> dict:
+    return {"comparable": comparable, "identical": identical, "first_divergence": None if identical else 3}
+
+
+def _probe(routed: list, shared: list, verdict: str | None = "DROPPED") -> r04.ClampProbeMeasurements:
+    audit = None if verdict is None else {"path": "fused-moe-native", "verdict": verdict,
+                                           "file": "layers/quantization/unquant.py", "line": 1342, "rule": "r"}
+    pairs = [{"prompt_id": f"p{i}", "routed": a, "shared": b} for i, (a, b) in enumerate(zip(routed, shared, strict=True))]
+    return r04.ClampProbeMeasurements(0.001, pairs, audit, [Path("data/x.jsonl")], "engine")
+
+
+def test_clamp_probe_verdicts():
+    same, diff = _cmp(True), _cmp(False)
+    row = r04.audit_cpu_moe_clamp(_probe([same] * 6, [diff] * 6))
+    assert row.verdict == "reproduced" and row.measured["dynamic_reading"] == "not applied"
+    assert (row.measured["routed_limit_outputs_equal_to_no_limit"], row.measured["shared_limit_outputs_changed"]) == (6, 6)
+    # one routed output that moves means the limit reached the computation
+    row = r04.audit_cpu_moe_clamp(_probe([same] * 5 + [diff], [diff] * 6))
+    assert row.verdict == "contradicted" and row.measured["dynamic_reading"] == "applied"
+    assert r04.audit_cpu_moe_clamp(_probe([diff] * 6, [diff] * 6, "EXACT")).verdict == "reproduced"
+    assert r04.audit_cpu_moe_clamp(_probe([diff] * 6, [same] * 5 + [diff], "APPROX")).verdict == "reproduced"
+    assert r04.audit_cpu_moe_clamp(_probe([same] * 6, [diff] * 6, "EXACT")).verdict == "contradicted"
+    # undecidable: a blind control, an audit that predicts nothing or is missing, a failed request
+    for m, words in ((_probe([same] * 6, [same] * 6), "the probe is blind"),
+                     (_probe([same] * 6, [diff] * 6, "UNDECIDED"), "predicts nothing"),
+                     (_probe([same] * 6, [diff] * 6, None), "no fused-moe-native row"),
+                     (_probe([same] * 5 + [_cmp(None, False)], [diff] * 6), "request failed")):
+        row = r04.audit_cpu_moe_clamp(m)
+        assert row.verdict == "not run" and row.measured is None and words in row.note, row.note
+    assert r04.audit_cpu_moe_clamp(_probe([], [])) is None
+
+
+def test_clamp_probe_miss_bound_is_the_wilson_upper_end_to_the_power_n():
+    z = 1.959963984540054
+    for n in (1, 4, 6, 20):
+        # 0 misses of n: Wilson's upper end is z^2 / (n + z^2)
+        assert r04.miss_bound(n, n) == pytest.approx((z * z / (n + z * z)) ** n, rel=1e-12)
+    p, n = 0.5, 6  # 3 misses of 6: (p + z²/2n + z·sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n)
+    hi = (p + z * z / (2 * n) + z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+    assert r04.miss_bound(6, 3) == pytest.approx(hi ** 6, rel=1e-12)
+    assert r04.miss_bound(6, 0) == 1.0 and r04.miss_bound(0, 0) is None

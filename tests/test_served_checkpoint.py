@@ -232,4 +232,39 @@ def test_cli(tmp_path, capsys):
     assert S.main([str(tmp_path / "c"), "--draft", "disagree"]) == 0
     c = json.loads((tmp_path / "c" / "config.json").read_text())
     assert c["_nvfp4study"]["served"] == {"draft": "disagree", "layer_group_size": 1, "target_token": 0,
-                                          "draft_token": 1}
+                                          "draft_token": 1, "clamp_probe": None}
+
+
+# --- the clamp probe (04) ----------------------------------------------------------------------
+def test_clamp_probe_changes_only_the_clamp_lists(tmp_path, ckpts):
+    """The three probe checkpoints hold the random model's bytes; config.json differs only in the
+    two clamp lists: the limit on layers first_k_dense_replace..num_hidden_layers-1 of one list."""
+    base = ckpts["random"]
+    first, n = DEFAULT.first_k_dense_replace, DEFAULT.num_hidden_layers
+    want = {"off": ([0] * n, [0] * n),
+            "routed": ([0] * first + [0.25] * (n - first), [0] * n),
+            "shared": ([0] * n, [0] * first + [0.25] * (n - first))}
+    cfg0 = json.loads((base / "config.json").read_text())
+    for probe, (routed, shared) in want.items():
+        out = S.write_served_checkpoint(tmp_path / probe, DEFAULT, seed=0, clamp_probe=(probe, 0.25))
+        for f in sorted(base.glob("*.safetensors")):
+            assert hashlib.sha256((out / f.name).read_bytes()).digest() == hashlib.sha256(f.read_bytes()).digest()
+        cfg = json.loads((out / "config.json").read_text())
+        assert (cfg["expert_swiglu_limit_list"], cfg["share_expert_swiglu_limit_list"]) == (routed, shared)
+        assert cfg["_nvfp4study"]["served"]["clamp_probe"] == {"probe": probe, "limit": 0.25}
+        rest = lambda c: {k: v for k, v in c.items() if not k.endswith("swiglu_limit_list") and k != "_nvfp4study"}  # noqa: E731
+        assert rest(cfg) == rest(cfg0)
+
+
+@pytest.mark.parametrize("probe,limit,words", [
+    ("both", 1.0, "clamp probe must be one of"), ("routed", 0, "finite number > 0"),
+    ("routed", -1.0, "finite number > 0"), ("routed", float("nan"), "finite number > 0"),
+    ("routed", float("inf"), "finite number > 0"), ("routed", True, "finite number > 0"),
+    ("routed", "1", "finite number > 0"), (None, 1.0, "clamp probe must be one of")])
+def test_bad_clamp_probe_is_named_and_writes_nothing(tmp_path, probe, limit, words):
+    with pytest.raises(ServedCheckpointError, match=words):
+        S.write_served_checkpoint(tmp_path / "x", DEFAULT, clamp_probe=(probe, limit))
+    for bad in ("routed", ("routed",), ("routed", 1.0, 2.0), 1.0):
+        with pytest.raises(ServedCheckpointError, match=r"\(probe, limit\)"):
+            S.write_served_checkpoint(tmp_path / "x", DEFAULT, clamp_probe=bad)
+    assert list(tmp_path.iterdir()) == []

@@ -52,12 +52,17 @@ def test_report_has_every_card_claim(study_run):
     by_id = {r["id"]: r for r in ledger}
     for fid in ("serve.cpu-engine-launch", "corruption.cpu-pipeline", "mtp.cpu-known-acceptance",
                 "mtp.cpu-broken-draft-signature", "mtp.cpu-estimators", "det.cpu-spec-off-self",
-                "serve.cpu-engine-teardown", "serve.cpu-engine-patched-modes"):
+                "serve.cpu-engine-teardown", "serve.cpu-engine-patched-modes", "audit.cpu-moe-clamp"):
         assert by_id[fid]["verdict"] == "reproduced", (fid, by_id[fid]["note"])
         assert "SGLang 0.5.23 engine on CPU" in by_id[fid]["checked_on"], fid
     assert by_id["det.cpu-deterministic-mode"]["verdict"] == "not run"
     assert "refuses" in by_id["det.cpu-deterministic-mode"]["note"]
     assert by_id["serve.cpu-engine-teardown"]["measured"]["processes_left"] == 0
+    # the clamp probe: SGLang 0.5.23's moe_forward_native applies SiluAndMul without the limit when
+    # gemm1_alpha is None (fused_moe_native.py 84-85, 130-140), so the routed limit changes nothing
+    probe = by_id["audit.cpu-moe-clamp"]["measured"]
+    assert probe["audit_verdict"] == "DROPPED" and probe["dynamic_reading"] == "not applied"
+    assert probe["routed_limit_outputs_equal_to_no_limit"] == probe["prompts"] and probe["shared_limit_outputs_changed"] >= 1
     # ours is never the card's: a row not run carries no value; every measured row names
     # evidence files that exist in the run folder and a value that is not the card's own
     for row in ledger:

@@ -35,6 +35,14 @@ Draft constructions (``draft=``):
   0 except ``lm_head[1, 0] = 1``, so the draft logits are ``c`` at token 1 and 0 elsewhere. The
   target's logits do not depend on ``lm_head`` (its input is 0). Accept length 1.00, rate 0.00.
 - ``"random"``: the generator's random weights (:mod:`.generate`), all-MLA shape.
+
+The clamp probe (:func:`probe_shape`): the ``"random"`` model with its clamp lists replaced, so
+three launches differ only in ``config.json``: ``"routed"`` (limit on every MoE layer's routed
+experts), ``"shared"`` (on every shared expert) and ``"off"`` (nowhere). SGLang reads each layer's
+entry (``models/bailing_moe_v3.py`` 435-439, 469-478: 0 is no clamp) and hands the routed one to
+FusedMoE as ``gemm1_clamp_limit`` (578); the shared expert applies it in ``BailingMLP.forward``
+(371-374: ``silu(gate).clamp(max=L) * up.clamp(-L, L)``). With a limit far below the activations'
+size, a clamp that is applied changes the outputs; the shared launch shows how often it does.
 """
 
 from __future__ import annotations
@@ -73,6 +81,32 @@ def served_shape(shape: LingShape | None = None) -> LingShape:
     return LingShape.model_validate({**shape.model_dump(), "layer_group_size": 1})
 
 
+CLAMP_PROBES = ("off", "routed", "shared")
+
+
+def probe_shape(shape: LingShape, probe: str, limit: float) -> LingShape:
+    """``shape`` with its clamp lists set for clamp probe ``probe`` (module docstring): ``limit`` on
+    every MoE layer (``first_k_dense_replace`` .. ``num_hidden_layers - 1``) of the routed list
+    ("routed") or of the shared list ("shared"), the other list (both for "off") empty.
+
+    Args:
+        shape: the served shape (or any Ling shape); not modified.
+        probe: one of :data:`CLAMP_PROBES`.
+        limit: the clamp limit, finite and > 0.
+
+    Raises:
+        ServedCheckpointError: an unknown probe, or a limit that is not a finite number > 0.
+    """
+    if probe not in CLAMP_PROBES:
+        raise ServedCheckpointError(f"clamp probe must be one of {', '.join(CLAMP_PROBES)}, got {probe!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int | float) or not 0 < limit < float("inf"):
+        raise ServedCheckpointError(f"the clamp probe's limit must be a finite number > 0, got {limit!r}")
+    moe = {i: float(limit) for i in range(shape.first_k_dense_replace, shape.num_hidden_layers)}
+    return LingShape.model_validate({**shape.model_dump(),
+                                     "expert_swiglu_limits": moe if probe == "routed" else {},
+                                     "share_expert_swiglu_limits": moe if probe == "shared" else {}})
+
+
 def _editor(shape: LingShape, draft: str) -> Any:
     """The ``edit(name, tensor)`` of :func:`write_checkpoint` for ``draft`` (None for random)."""
     if draft == "random":
@@ -104,7 +138,7 @@ def _editor(shape: LingShape, draft: str) -> Any:
 
 
 def write_served_checkpoint(out_dir: Path, shape: LingShape | None = None, *, seed: int = 0,
-                            draft: str = "random") -> Path:
+                            draft: str = "random", clamp_probe: tuple[str, float] | None = None) -> Path:
     """Write the checkpoint the CPU engine serves (module docstring): BF16, all layers MLA, the
     MTP (NEXTN) layer, the generated tokenizer, one shard.
 
@@ -116,13 +150,16 @@ def write_served_checkpoint(out_dir: Path, shape: LingShape | None = None, *, se
         seed: random seed of every tensor the construction does not set.
         draft: ``"agree"`` (accept length k + 1), ``"disagree"`` (accept length 1, rate 0) or
             ``"random"``; recorded in ``config.json`` under ``_nvfp4study.served``.
+        clamp_probe: ``(probe, limit)``: the clamp lists of :func:`probe_shape` (the weights are
+            those of the same draft and seed without it); recorded beside ``draft``.
 
     Returns:
         ``out_dir`` as a Path. Tensors: BF16 except ``A_log``/``dt_bias`` (none here: no KDA) and
         the router ``expert_bias`` (F32), shapes as :func:`.layout.tensor_specs`.
 
     Raises:
-        ServedCheckpointError: unknown ``draft``, or a shape without exactly one MTP layer.
+        ServedCheckpointError: unknown ``draft`` or clamp probe, a probe limit that is not > 0,
+            or a shape without exactly one MTP layer.
         ShapeInvalid: the served shape breaks a rule of ``shape_problems``.
         OutputExists: ``out_dir`` exists.
     """
@@ -130,9 +167,15 @@ def write_served_checkpoint(out_dir: Path, shape: LingShape | None = None, *, se
         raise ServedCheckpointError(f"draft must be one of {', '.join(DRAFTS)}, got {draft!r} "
                                     "(nothing was written)")
     s = served_shape(shape)
+    if clamp_probe is not None:
+        if not isinstance(clamp_probe, tuple | list) or len(clamp_probe) != 2:
+            raise ServedCheckpointError(f"clamp_probe must be (probe, limit), got {clamp_probe!r} (nothing was written)")
+        s = probe_shape(s, *clamp_probe)
     extra = {"served": {"draft": draft, "layer_group_size": 1,
                         "target_token": TARGET_TOKEN if draft != "random" else None,
-                        "draft_token": {"agree": TARGET_TOKEN, "disagree": DISAGREE_TOKEN}.get(draft)}}
+                        "draft_token": {"agree": TARGET_TOKEN, "disagree": DISAGREE_TOKEN}.get(draft),
+                        "clamp_probe": None if clamp_probe is None else
+                        {"probe": clamp_probe[0], "limit": float(clamp_probe[1])}}}
     return write_checkpoint(s, out_dir, shards=1, seed=seed, edit=_editor(s, draft), config_extra=extra)
 
 

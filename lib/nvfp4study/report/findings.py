@@ -249,7 +249,14 @@ def _cpu_engine(r: dict) -> tuple[str, str]:
               f"{spec['measured']['n']} prompts")
     if tear and tear.get("measured"):
         s += (f"; {tear['measured']['launches']} launches left {tear['measured']['processes_left']} processes")
-    verdicts = [launch["verdict"], known["verdict"], sig["verdict"]] + ([tear["verdict"]] if tear else [])
+    probe = r.get("audit.cpu-moe-clamp") or {}
+    if pm := probe.get("measured"):
+        s += (f"; the clamp probe read the routed limit on the native MoE path as {pm['dynamic_reading']} "
+              f"({pm['routed_limit_outputs_equal_to_no_limit']} of {pm['prompts']} outputs unchanged by it; the shared "
+              f"expert's limit changed {pm['shared_limit_outputs_changed']}): {probe['verdict']} against the audit's "
+              f"{pm['audit_verdict']}")
+    verdicts = [launch["verdict"], known["verdict"], sig["verdict"]] + ([tear["verdict"]] if tear else []) + (
+        [probe["verdict"]] if pm else [])
     return s + ".", ("reproduced" if all(v == "reproduced" for v in verdicts) else "partly")
 
 
@@ -270,7 +277,7 @@ HEADLINES: list[tuple[str, str, Any, list[str]]] = [
     ("determinism", "Deterministic mode", _deepgemm, ["det.min-deepgemm-dim"]),
     ("serving", "SGLang's real engine on this CPU", _cpu_engine,
      ["serve.cpu-engine-launch", "mtp.cpu-known-acceptance", "mtp.cpu-broken-draft-signature",
-      "det.cpu-spec-on-vs-off", "serve.cpu-engine-teardown"]),
+      "det.cpu-spec-on-vs-off", "serve.cpu-engine-teardown", "audit.cpu-moe-clamp"]),
 ]
 
 

@@ -26,6 +26,9 @@ from .process import ServerProcess
 #: model labels of the CPU engine's control stand-ins -> ``write_served_checkpoint(draft=...)``.
 CONTROL_LABELS = {"agree": "agree-draft", "disagree": "broken-draft"}
 STANDIN_DRAFTS = {"study": "random", **{v: k for k, v in CONTROL_LABELS.items()}}
+#: model labels of 04's clamp probe -> ``write_served_checkpoint(clamp_probe=(probe, limit))``
+#: (the "study" weights; only the clamp lists differ: :func:`nvfp4study.checkpoint.served.probe_shape`).
+PROBE_LABELS = {"off": "clamp-probe-off", "routed": "clamp-probe-routed", "shared": "clamp-probe-shared"}
 #: what the CPU engine serves, said wherever its results show.
 STANDIN_NOTE = ("served stand-in: BF16 all-MLA random-weight model in Ling's layout, not the NVFP4 "
                 "hybrid checkpoint of 01-03")
@@ -62,20 +65,25 @@ def standin_path(stage: Stage, label: str = "study") -> Path:
     (``work/served-<draft>``) by :func:`nvfp4study.checkpoint.served.write_served_checkpoint`
     with the profile's ``checkpoint.shape`` and ``server.cpu.standin_seed``; label "study" is the
     random-weight model, "agree-draft" / "broken-draft" the draft constructions "agree" /
-    "disagree".
+    "disagree", and the labels of :data:`PROBE_LABELS` the random-weight model with the clamp
+    probe's lists (``server.cpu.clamp_probe_limit``; folder ``work/served-<label>``).
 
     Raises:
         StageInputMissing: an unknown label.
     """
-    if label not in STANDIN_DRAFTS:
-        raise StageInputMissing(f"no stand-in for model label {label!r} (known: {', '.join(STANDIN_DRAFTS)})")
+    probes = {v: k for k, v in PROBE_LABELS.items()}
+    if label not in STANDIN_DRAFTS and label not in probes:
+        raise StageInputMissing(f"no stand-in for model label {label!r} "
+                                f"(known: {', '.join([*STANDIN_DRAFTS, *probes])})")
     from ..checkpoint.served import write_served_checkpoint
 
-    draft = STANDIN_DRAFTS[label]
-    out = stage.paths.work(f"served-{draft}")
+    cpu = stage.params.server.cpu
+    draft = STANDIN_DRAFTS.get(label, "random")
+    probe = (probes[label], cpu.clamp_probe_limit) if label in probes else None
+    out = stage.paths.work(f"served-{draft}" if probe is None else f"served-{label}")
     if not (out / "config.json").is_file():
-        write_served_checkpoint(out, stage.params.checkpoint.shape, seed=stage.params.server.cpu.standin_seed,
-                                draft=draft)
+        write_served_checkpoint(out, stage.params.checkpoint.shape, seed=cpu.standin_seed, draft=draft,
+                                clamp_probe=probe)
     return out
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from ..core.errors import StudyError
-from .server import ServerConfig, stage_configs
+from .server import ServerConfig, probe_configs, stage_configs
 
 RAW_STEM, LAUNCH_STEM = "serve-raw", "serve-launch"
 SERVING_STAGES = ("04_launch_server", "06_mtp_sweep", "07_determinism")
@@ -64,10 +64,20 @@ def det_requests(params) -> list[RequestSpec]:
     return [RequestSpec(p["id"], r, d.max_tokens, False) for r in range(d.repeats) for p in prompts(d.prompts)]
 
 
+def probe_requests(params) -> list[RequestSpec]:
+    """04's clamp-probe requests on each probe launch: ``server.cpu.clamp_probe_prompts`` prompts
+    once each, ``clamp_probe_max_tokens`` greedy tokens, thinking off."""
+    c = params.server.cpu
+    return [RequestSpec(p["id"], 0, c.clamp_probe_max_tokens, False) for p in prompts(c.clamp_probe_prompts)]
+
+
 def needs(params, config: ServerConfig) -> list[RequestSpec]:
-    """Every request stages 06 and 07 need from ``config``, each once, in sending order."""
+    """Every request stages 04 (the clamp probe), 06 and 07 need from ``config``, each once, in
+    sending order."""
     sc = stage_configs(params)
     out: dict[str, RequestSpec] = {}
+    if config in probe_configs(params):
+        out.update((r.key, r) for r in probe_requests(params))
     if config in sc["06_mtp_sweep"]:
         out.update((r.key, r) for r in mtp_requests(params))
     if config in sc["07_determinism"]:

@@ -52,6 +52,7 @@ from .gpu_probe import (  # noqa: F401  (re-exported)
 from .launch_env import (  # noqa: F401  (re-exported: stages and tests name them here)
     CONTROL_LABELS,
     LIFECYCLE_STEM,
+    PROBE_LABELS,
     STANDIN_DRAFTS,
     STANDIN_NOTE,
     engine_description,
@@ -143,7 +144,9 @@ def card_config(params: Params, **overrides: Any) -> ServerConfig:
 def stage_configs(params: Params) -> dict[str, list[ServerConfig]]:
     """The server configurations each serving stage needs, in launch order.
 
-    04: the card's configuration. 05: the card's per ``corruption.clamp_modes`` (its own launch
+    04: the card's configuration; on the CPU engine with ``server.cpu.clamp_probe_limit`` > 0
+    also the three clamp-probe stand-ins (:data:`PROBE_LABELS`: :func:`probe_configs`).
+    05: the card's per ``corruption.clamp_modes`` (its own launch
     with ``--max-running-requests corruption.concurrency`` when that is above 1).
     06: one per ``mtp.depths`` (0 = off), again on ``mtp.broken_model_path`` when set; on the CPU
     engine also one per ``server.cpu.control_drafts`` at ``server.cpu.control_depth`` (the
@@ -170,11 +173,21 @@ def stage_configs(params: Params) -> dict[str, list[ServerConfig]]:
         # one launch records SGLang's message for both (stages.s07_determinism)
         det += [replace(c, deterministic=True) for c in (det[:1] if is_cpu_engine(params) else det)]
     return {
-        "04_launch_server": [card],
+        "04_launch_server": [card, *probe_configs(params)],
         "05_corruption": [replace(card, clamp=m, max_running_requests=conc) for m in params.corruption.clamp_modes],
         "06_mtp_sweep": mtp,
         "07_determinism": det,
     }
+
+
+def probe_configs(params: Params) -> list[ServerConfig]:
+    """04's clamp-probe launches on the CPU engine, speculation off, in the card's clamp mode (its
+    patch edits no CPU path): one per :data:`PROBE_LABELS` entry; none on the GPU engine or with
+    ``server.cpu.clamp_probe_limit`` 0."""
+    if params.server.engine != "cpu" or params.server.cpu.clamp_probe_limit <= 0:
+        return []
+    return [ServerConfig(clamp=params.server.clamp_mode, spec_depth=None, model_label=label)
+            for label in PROBE_LABELS.values()]
 
 
 def plan_servers(params: Params) -> list[ServerConfig]:

@@ -376,9 +376,11 @@ def record_cpu_engine(stage: Stage):
     stage.not_run(card_refusal(params))
     rec, _ = _launch(stage)
     engine = rec.get("engine") or {}
+    summary = f"{engine.get('summary', 'SGLang ' + str(rec.get('sglang_version')))}"
     record_rules(stage, rules.CpuLaunchMeasurements(
-        rec, [measure.launch_path(stage.paths, card_config(params)), stage.run_dir / rec["log"]],
-        f"{engine.get('summary', 'SGLang ' + str(rec.get('sglang_version')))}"))
+        rec, [measure.launch_path(stage.paths, card_config(params)), stage.run_dir / rec["log"]], summary))
+    if server.probe_configs(params):
+        record_rules(stage, _probe_measurements(stage, summary))
     rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims() or r["stage"] == stage.name]
     return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
 
@@ -403,3 +405,48 @@ def engine_table(stage: Stage):
     for f in d.get("flags", []):
         rows.append({"kind": "CPU flag", "name": f.get("flag", ""), "why": f.get("why", "")})
     return pd.DataFrame(rows)
+
+
+# --- the clamp probe (CPU engine) --------------------------------------------------------------
+def _probe_measurements(stage: Stage, summary: str) -> rules.ClampProbeMeasurements:
+    """The probe's three launches compared per prompt (routed limit and shared limit, each against
+    no limit) and 03's audit row of the path they test (``data/sglang_audit.json``)."""
+    import json
+
+    from ..serving.records import probe_requests
+    from ..serving.request_numbers import compare_outputs
+
+    params = measure.params_of(stage)
+    specs = probe_requests(params)
+    configs = {c.model_label: c for c in server.probe_configs(params)}
+    rows = {p: measure.rows_for(stage, configs[label], specs) for p, label in server.PROBE_LABELS.items()}
+    pairs = [{"prompt_id": spec.prompt_id, "routed": compare_outputs(rows["routed"][i], rows["off"][i]),
+              "shared": compare_outputs(rows["shared"][i], rows["off"][i])} for i, spec in enumerate(specs)]
+    audit_file = stage.paths.data("sglang_audit")
+    audit = None
+    if audit_file.is_file():
+        audit = next((r for r in json.loads(audit_file.read_text()) if r.get("path") == rules.PROBE_PATH), None)
+    evidence = [measure.raw_path(stage.paths, c) for c in configs.values()]
+    return rules.ClampProbeMeasurements(params.server.cpu.clamp_probe_limit, pairs, audit,
+                                        evidence + ([audit_file] if audit_file.is_file() else []), summary)
+
+
+def clamp_probe_table(stage: Stage):
+    """The clamp probe, one row per prompt: whether the routed-limit and the shared-limit launches'
+    greedy outputs equal the no-limit launch's (and where they first differ). Nothing off the CPU
+    engine or with the probe off."""
+    import pandas as pd
+
+    if (nr := _not_run(stage)) is not None:
+        return nr
+    params = measure.params_of(stage)
+    if not server.probe_configs(params):
+        return measure.Quiet("no clamp probe (GPU engine, or server.cpu.clamp_probe_limit is 0)")
+    m = _probe_measurements(stage, "")
+    def side(c: dict[str, Any]) -> str:
+        if not c["comparable"]:
+            return "a request failed"
+        return "same tokens" if c["identical"] else f"differs at token {c['first_divergence']}"
+
+    return pd.DataFrame([{"prompt": p["prompt_id"], "routed limit vs none": side(p["routed"]),
+                          "shared limit vs none (control)": side(p["shared"])} for p in m.pairs])

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ...codeeval.served_analysis import wilson_interval
 from ...core.claim_rules import Row, claim_rule, finding_rule
 from ...core.ledger import Verdict
 from ...serving.server import SGLANG_STOP_SIGNAL, STANDIN_NOTE
@@ -181,3 +182,77 @@ def serve_cpu_engine_launch(x: CpuLaunchMeasurements) -> Row:
             + (f"; missing: {', '.join(missing)}" if missing else ""))
     return Row(measured, Verdict.REPRODUCED if ok else Verdict.CONTRADICTED, x.evidence,
                note + f"; {STANDIN_NOTE}", x.checked_on)
+
+
+# --- the clamp probe (CPU engine) ------------------------------------------------------------
+#: audit verdicts that predict what the probe sees: DROPPED = the routed limit changes nothing;
+#: EXACT / APPROX = it changes the outputs. Others (UNDECIDED, REFUSED, ...) predict nothing.
+PREDICTS_APPLIED = {"DROPPED": False, "EXACT": True, "APPROX": True}
+PROBE_PATH = "fused-moe-native"  # the audit path the CPU engine's routed experts run (see the rule)
+
+
+@dataclass(frozen=True)
+class ClampProbeMeasurements:
+    """04's clamp probe on the CPU engine: per prompt, the greedy outputs of the launches with the
+    limit on every routed expert and on every shared expert, each compared with the launch with no
+    limit (:func:`~nvfp4study.serving.request_numbers.compare_outputs`), and 03's audit row."""
+
+    STAGE: ClassVar[str] = "04_launch_server"
+    limit: float  # the probe's clamp limit (server.cpu.clamp_probe_limit)
+    pairs: list[dict[str, Any]]  # {"prompt_id", "routed": compare_outputs(..), "shared": compare_outputs(..)}
+    audit: dict[str, Any] | None  # 03's data/sglang_audit.json row of PROBE_PATH, or None
+    evidence: list[Path]  # the three probe launches' raw files and the audit file
+    checked_on: str  # the engine's summary
+
+
+def miss_bound(prompts: int, changed: int) -> float | None:
+    """Upper bound on the chance that a clamp which is applied changes none of ``prompts``
+    outputs, from the control's ``changed`` of ``prompts``: the per-prompt miss share
+    ``1 - changed/prompts`` at its Wilson 95 % upper end
+    (:func:`~nvfp4study.codeeval.served_analysis.wilson_interval`), to the power ``prompts``
+    (independent prompts). None when nothing was compared."""
+    if prompts <= 0:
+        return None
+    return wilson_interval(prompts - changed, prompts)[1] ** prompts
+
+
+@finding_rule("audit.cpu-moe-clamp", ClampProbeMeasurements,
+              claim="The audit's static verdict for SGLang's native PyTorch MoE path (fused-moe-native, where the "
+                    "CPU engine runs Ling's routed experts) matches what the running engine does with the routed "
+                    "clamp limit: with the limit on every routed expert the greedy outputs equal those with no "
+                    "limit exactly when the audit says DROPPED.")
+def audit_cpu_moe_clamp(x: ClampProbeMeasurements) -> Row | None:
+    """Dynamic reading: "not applied" when every routed-limit output equals its no-limit output
+    token for token, "applied" when any differs. The shared-limit control says how often a clamp
+    of that size changes an output; none changed: the probe is blind (not run). Reproduced when the
+    reading is what the audit's verdict predicts (:data:`PREDICTS_APPLIED`), else contradicted."""
+    if not x.pairs:
+        return None
+    n = len(x.pairs)
+    if not all(p["routed"]["comparable"] and p["shared"]["comparable"] for p in x.pairs):
+        return Row.not_run("a clamp-probe request failed (see the probe launches' raw files)")
+    same = sum(bool(p["routed"]["identical"]) for p in x.pairs)
+    changed = sum(not p["shared"]["identical"] for p in x.pairs)
+    reading = "not applied" if same == n else "applied"
+    verdict = (x.audit or {}).get("verdict")
+    bound = miss_bound(n, changed)
+    measured = {"limit": x.limit, "prompts": n, "routed_limit_outputs_equal_to_no_limit": same,
+                "shared_limit_outputs_changed": changed, "dynamic_reading": reading, "audit_verdict": verdict,
+                "miss_bound_95": None if bound is None else round(bound, 4)}
+    where = (f"audit {PROBE_PATH}: {verdict} at {x.audit.get('file')}:{x.audit.get('line')} "
+             f"({x.audit.get('rule')})" if x.audit else f"no {PROBE_PATH} row in 03's audit")
+    note = (f"limit {x.limit:g} on every MoE layer's routed experts: {same} of {n} greedy outputs equal the "
+            f"no-limit launch's, token for token; control: the same limit on the shared expert changed "
+            f"{changed} of {n}, so a routed clamp that is applied would leave all {n} unchanged with chance "
+            f"<= {bound:.3g} (Wilson 95 % bound, taking the shared expert's sensitivity for the routed "
+            f"experts'); {where}. The routed experts ran UnquantizedFusedMoEMethod.forward_cpu -> "
+            "moe_forward_native (the stand-in has no fused_experts_cpu: calling it raises); "
+            f"{STANDIN_NOTE}")
+    if x.audit is None or verdict not in PREDICTS_APPLIED:
+        return Row.not_run(f"the audit's verdict predicts nothing the probe can see ({where}); the probe "
+                           f"read: {reading}", evidence=x.evidence)
+    if changed == 0:
+        return Row.not_run(f"the probe is blind: the same limit on the shared expert changed none of {n} "
+                           f"outputs, so equal routed outputs would say nothing ({where})", evidence=x.evidence)
+    ok = (reading == "applied") == PREDICTS_APPLIED[verdict]
+    return Row(measured, Verdict.REPRODUCED if ok else Verdict.CONTRADICTED, x.evidence, note, x.checked_on)
