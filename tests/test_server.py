@@ -502,3 +502,13 @@ def test_interrupt_while_two_launches_load_stops_both_and_restores_the_install(t
     assert all("started_at" in r and "healthy_at" not in r for r in rows)  # both were loading
     assert not fake_processes()
     assert {f: (site / f).read_bytes() for f in files} == before
+
+
+@pytest.mark.parametrize("override", ["server.cpu.clamp_probe_prompts=11", "server.cpu.clamp_probe_prompts=0",
+                                      "server.cpu.clamp_probe_limit=-1", "server.cpu.clamp_probe_limit=.nan",
+                                      "server.cpu.clamp_probe_limit=true", "server.cpu.clamp_probe_max_tokens=0"])
+def test_bad_clamp_probe_params_are_named(override):
+    from nvfp4study.core.errors import ParamsError
+
+    with pytest.raises(ParamsError, match=override.split("=")[0]):
+        load_params(None, [override])
