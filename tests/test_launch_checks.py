@@ -136,15 +136,21 @@ def test_resident_size_and_load_time_from_the_load_line():
 
 
 # --- the clamp probe (audit.cpu-moe-clamp) ----------------------------------------------------
-def _cmp(identical: bool | None, comparable: bool = True) -> dict:
-    return {"comparable": comparable, "identical": identical, "first_divergence": None if identical else 3}
+def _cmp(identical: bool | None, comparable: bool = True, unit: str = "token") -> dict:
+    return {"comparable": comparable, "identical": identical, "unit": unit,
+            "first_divergence": None if identical else 3}
 
 
-def _probe(routed: list, shared: list, verdict: str | None = "DROPPED") -> r04.ClampProbeMeasurements:
-    audit = None if verdict is None else {"path": "fused-moe-native", "verdict": verdict,
+def _probe(routed: list, shared: list, verdict: str | None = "DROPPED", null: list | None = None,
+           **kw) -> r04.ClampProbeMeasurements:
+    audit = None if verdict is None else {"path": "fused-moe-native", "verdict": verdict, "sglang_version": "0.5.23",
                                            "file": "layers/quantization/unquant.py", "line": 1342, "rule": "r"}
-    pairs = [{"prompt_id": f"p{i}", "routed": a, "shared": b} for i, (a, b) in enumerate(zip(routed, shared, strict=True))]
-    return r04.ClampProbeMeasurements(0.001, pairs, audit, [Path("data/x.jsonl")], "engine")
+    null = null or [_cmp(True)] * len(routed)
+    pairs = [{"prompt_id": f"p{i}", "routed": a, "shared": b, "null": c}
+             for i, (a, b, c) in enumerate(zip(routed, shared, null, strict=True))]
+    args = dict(limit=0.001, pairs=pairs, served_wrong=[], audit=audit, served_version="0.5.23",
+                evidence=[Path("data/x.jsonl")], checked_on="engine") | kw
+    return r04.ClampProbeMeasurements(**args)
 
 
 def test_clamp_probe_verdicts():
@@ -156,15 +162,35 @@ def test_clamp_probe_verdicts():
     row = r04.audit_cpu_moe_clamp(_probe([same] * 5 + [diff], [diff] * 6))
     assert row.verdict == "contradicted" and row.measured["dynamic_reading"] == "applied"
     assert r04.audit_cpu_moe_clamp(_probe([diff] * 6, [diff] * 6, "EXACT")).verdict == "reproduced"
-    assert r04.audit_cpu_moe_clamp(_probe([diff] * 6, [same] * 5 + [diff], "APPROX")).verdict == "reproduced"
+    # 5 of 6 changed by the control: bound 0.032 <= 0.05, the verdict stands
+    assert r04.audit_cpu_moe_clamp(_probe([diff] * 6, [same] + [diff] * 5, "APPROX")).verdict == "reproduced"
     assert r04.audit_cpu_moe_clamp(_probe([same] * 6, [diff] * 6, "EXACT")).verdict == "contradicted"
-    # undecidable: a blind control, an audit that predicts nothing or is missing, a failed request
-    for m, words in ((_probe([same] * 6, [same] * 6), "the probe is blind"),
-                     (_probe([same] * 6, [diff] * 6, "UNDECIDED"), "predicts nothing"),
-                     (_probe([same] * 6, [diff] * 6, None), "no fused-moe-native row"),
-                     (_probe([same] * 5 + [_cmp(None, False)], [diff] * 6), "request failed")):
-        row = r04.audit_cpu_moe_clamp(m)
-        assert row.verdict == "not run" and row.measured is None and words in row.note, row.note
+
+
+@pytest.mark.parametrize("case,words", [
+    (dict(shared="blind"), "too weak"),
+    (dict(shared="weak"), "too weak"),  # 4 of 6 changed: bound 0.12 > 0.05
+    (dict(verdict="UNDECIDED"), "predicts nothing"),
+    (dict(verdict=None), "no fused-moe-native row"),
+    (dict(failed=True), "request failed"),
+    (dict(unit="char"), "no output token ids"),
+    (dict(null=True), "two launches of the no-limit model"),
+    (dict(served_wrong=["clamp-probe-routed"]), "did not serve the probe's clamp lists"),
+    (dict(served_version="0.5.22"), "the audit read SGLang 0.5.23, the probe served 0.5.22"),
+    (dict(missing="no probe recorded"), "no probe recorded"),
+])
+def test_clamp_probe_that_cannot_decide_is_not_run(case, words):
+    same, diff = _cmp(True), _cmp(False)
+    shared = {"blind": [same] * 6, "weak": [same] * 2 + [diff] * 4}.get(case.get("shared"), [diff] * 6)
+    routed = [same] * 5 + [_cmp(None, False) if case.get("failed") else _cmp(True, unit=case.get("unit", "token"))]
+    null = [same] * 5 + [diff] if case.get("null") else None
+    kw = {k: case[k] for k in ("served_wrong", "served_version", "missing") if k in case}
+    row = r04.audit_cpu_moe_clamp(_probe(routed, shared, case.get("verdict", "DROPPED"), null, **kw))
+    assert row.verdict == "not run" and row.measured is None and words in row.note, row.note
+    assert row.evidence == [Path("data/x.jsonl")]
+
+
+def test_clamp_probe_with_nothing_compared_writes_no_row():
     assert r04.audit_cpu_moe_clamp(_probe([], [])) is None
 
 
@@ -177,3 +203,23 @@ def test_clamp_probe_miss_bound_is_the_wilson_upper_end_to_the_power_n():
     hi = (p + z * z / (2 * n) + z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
     assert r04.miss_bound(6, 3) == pytest.approx(hi ** 6, rel=1e-12)
     assert r04.miss_bound(6, 0) == 1.0 and r04.miss_bound(0, 0) is None
+
+
+def test_clamp_probe_of_a_run_without_it_is_not_run(tmp_path):
+    """A run (a replay of one recorded before the probe) with no probe records: the finding says
+    so; a broken or foreign 03 audit file is no audit row, not a traceback."""
+    from nvfp4study.core.params import load_params
+    from serving_fixtures import stage_for
+
+    stage = stage_for(load_params(None), tmp_path, "04_launch_server")
+    stage.paths.data_dir.mkdir(parents=True, exist_ok=True)
+    m = lc._probe_measurements(stage, "engine")
+    assert m.pairs == [] and "no record of 6 request(s)" in m.missing
+    row = r04.audit_cpu_moe_clamp(m)
+    assert row.verdict == "not run" and "no record" in row.note
+    audit = stage.paths.data("sglang_audit")
+    for text in ("{not json", '{"path": "fused-moe-native"}', '[1, "x", null]',
+                 '[{"path": "fused-moe-native", "verdict": "DROPPED"}]'):
+        audit.write_text(text)
+        row_, _ = lc._audit_row(stage)
+        assert row_ == (None if "verdict" not in text else {"path": "fused-moe-native", "verdict": "DROPPED"})

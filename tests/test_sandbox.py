@@ -1,6 +1,6 @@
 """The sandbox: hostile programs contained, outcomes classified, the harness unharmed.
 
-HOSTILE below is the list of hostile programs (31). Each runs inside bubblewrap against the
+HOSTILE below is the list of hostile programs (32). Each runs inside bubblewrap against the
 ``card/binary_search`` task; the test checks its outcome and then that the harness is unharmed:
 no file with the session's marker on the host (/, the repo, $HOME, /tmp), no process left (no
 child of the test process, no process whose command line carries the marker), the canaries
@@ -115,6 +115,11 @@ HOSTILE: list[tuple[str, str, set[str], set[str] | None]] = [
      "    i += 1\n", {E}, {"OSError"}),
     ("close_result_pipe", "import os\nos.closerange(3, 256)\n{GOOD}", {X}, None),
     ("become_root", "import os\nos.setuid(0)\n", {E}, {"PermissionError", "OSError"}),
+    # a user namespace of its own would let the program mount a cgroup file system and reach its
+    # pids cgroup's limit (bwrap --disable-userns refuses it: ENOSPC)
+    ("nested_user_namespace", "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+     "if libc.unshare(0x10000000 | 0x00020000 | 0x02000000) != 0:\n"
+     "    raise OSError(ctypes.get_errno(), 'unshare refused')\n{GOOD}", {E}, {"OSError"}),
     ("read_stdin", "input()\n", {E}, {"EOFError"}),
 ]
 

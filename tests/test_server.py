@@ -512,3 +512,24 @@ def test_bad_clamp_probe_params_are_named(override):
 
     with pytest.raises(ParamsError, match=override.split("=")[0]):
         load_params(None, [override])
+
+
+def test_cpu_engine_plan_adds_the_clamp_probe_to_04():
+    from nvfp4study.serving.records import needs, probe_requests
+
+    p = load_params(None)
+    assert p.server.engine == "cpu"
+    probes = server.probe_configs(p)
+    assert [c.model_label for c in probes] == ["clamp-probe-off", "clamp-probe-routed", "clamp-probe-shared",
+                                               "clamp-probe-off-again"]
+    assert all(c.spec_depth is None and not c.deterministic and c.clamp == p.server.clamp_mode for c in probes)
+    assert server.stage_configs(p)["04_launch_server"][1:] == probes
+    assert set(probes) <= set(server.plan_servers(p))
+    reqs = probe_requests(p)
+    assert len(reqs) == p.server.cpu.clamp_probe_prompts and {r.max_tokens for r in reqs} == {
+        p.server.cpu.clamp_probe_max_tokens}
+    assert all(needs(p, c) == reqs for c in probes)
+    # off: limit 0, the GPU engine, or one model named for every launch
+    assert server.probe_configs(load_params(None, ["server.cpu.clamp_probe_limit=0"])) == []
+    assert server.probe_configs(load_params(None, list(GPU_ENGINE))) == []
+    assert server.probe_configs(load_params(None, ["server.model_path=some/model"])) == []

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -89,25 +90,27 @@ def test_the_cap_refuses_forks_beyond_its_limit():
         code = ("import os, time\nn = 0\nfor _ in range(100):\n    try:\n        pid = os.fork()\n"
                 "    except BlockingIOError:\n        break\n    if pid == 0:\n        os.closerange(0, 256)\n"
                 "        time.sleep(60)\n        os._exit(0)\n    n += 1\nprint(n)\n")
-        out = subprocess.run(["/bin/sh", "-c", JOIN_SCRIPT, cap.procs, sys.executable, "-c", code],
+        out = subprocess.run(["/bin/sh", "-c", JOIN_SCRIPT, cap.procs, "nonce", sys.executable, "-c", code],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert int(out.stdout) == 19  # the python itself is the 20th task
         assert len(cap.members()) == 19 and cap.times_full() >= 1
-        assert int((cap.path / "pids.peak").read_text()) == 20
+        assert int((cap.path / "pids.peak").read_text()) == 20  # the limit's level counts its child's tasks
+        assert (cap.path / "run" / "cgroup.procs").read_text().split() and not (cap.path / "cgroup.procs").read_text().split()
     assert not cap.path.exists() and cap.members() == []
 
 
 @needs_cap
 @pytest.mark.parametrize("isolation", ["bwrap", "subprocess-unsafe"])
 def test_a_fork_bomb_is_bounded_while_the_watchdog_is_blind(monkeypatch, isolation):
-    """With the watchdog's poll switched off, the forks that succeed stop at the cap, the program
-    still passes (it only forked), and every sleeping child is gone after the run (the kernel
-    removes a cgroup only once it holds no task)."""
+    """With the watchdog's poll switched off, the forks that succeed stop at the cap; the run is a
+    process-limit kill, as where the watchdog alone bounds it (the program caught its EAGAIN and
+    would have passed); every sleeping child is gone after the run (the kernel removes a cgroup
+    only once it holds no task)."""
     monkeypatch.setattr(sandbox, "_watch", lambda *a: "")
     r = check_program(TASK, FORKER, PARAMS.model_copy(update={"isolation": isolation}),
                       prepend_prompt=False)
-    assert r.outcome == Outcome.PASS, (r.outcome, r.message, r.stderr_tail)
+    assert (r.outcome, r.detail) == (Outcome.KILLED, "process limit"), (r.outcome, r.message, r.stderr_tail)
     forked = int(r.stdout_tail.split()[1])
     assert 0 < forked <= PARAMS.max_processes + TASK_SLACK < 300
     assert _ours(PARENT) == []
@@ -123,6 +126,17 @@ def test_a_cgroup_that_cannot_be_joined_stops_the_run_before_the_program(monkeyp
     assert (r.outcome, r.detail) == (Outcome.SANDBOX_ERROR, "pids cgroup failed"), r
     assert "cannot join the sandbox's pids cgroup" in r.message
     assert not marker.exists() and _ours(PARENT) == []
+
+
+@needs_cap
+def test_a_program_cannot_pass_for_a_failed_join():
+    """The join's failure line carries the run's nonce: a program that prints the line and exits
+    with the join's status is an exit, not a sandbox error."""
+    code = (f"import os, sys\nsys.stderr.write({task_cap.JOIN_MESSAGE!r} + ' [0123] x\\n')\n"
+            f"sys.stderr.flush()\nos._exit({task_cap.JOIN_FAILED})\n")
+    r = check_program(TASK, code, PARAMS.model_copy(update={"isolation": "subprocess-unsafe"}),
+                      prepend_prompt=False)
+    assert r.outcome == Outcome.EXITED and r.detail == f"exit status {task_cap.JOIN_FAILED}", r
 
 
 def test_without_a_pids_cgroup_the_watchdog_alone_bounds_the_run(monkeypatch):
@@ -144,7 +158,9 @@ def test_stale_cgroups_of_dead_harnesses_are_swept_and_live_ones_kept():
     stale.mkdir()
     live.mkdir()
     try:
-        sweep_stale(PARENT)
+        sweep_stale(PARENT)  # young: its owner may be in another pid namespace, about to join
+        assert stale.exists() and live.exists()
+        sweep_stale(PARENT, now=time.time() + task_cap.STALE_AFTER_S + 1)
         assert not stale.exists() and live.exists()
     finally:
         for d in (stale, live):

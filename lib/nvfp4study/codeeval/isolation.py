@@ -4,7 +4,10 @@ Generated code runs inside bubblewrap (``bwrap`` 0.8, Debian package ``bubblewra
 below is in ``bwrap --help``), as uid 65534 inside:
 
 * namespaces: ``--unshare-all --unshare-user``: no network (only a private loopback), own PID,
-  IPC, UTS and cgroup namespaces; ``--uid 65534 --gid 65534`` (nobody) inside;
+  IPC, UTS and cgroup namespaces; ``--disable-userns``: no further user namespace inside (without
+  it, ``unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWCGROUP)`` gave the program the privilege to
+  mount a cgroup file system of its own and reach its pids cgroup's limit;
+  bwrap 0.8.0 and newer); ``--uid 65534 --gid 65534`` (nobody) inside;
   ``--cap-drop ALL``; ``--new-session`` (no terminal injection); ``--die-with-parent``.
 * file system: a fresh root holding only ``/usr`` (plus the ``/bin``, ``/lib``... links),
   ``/etc/ld.so.cache``, the interpreter's own prefix (read-only, so a Python under a 0700
@@ -119,7 +122,8 @@ def _bwrap_path() -> str | None:
 def bwrap_args(python: str, params: SandboxParams) -> list[str]:
     """The ``bwrap`` command line (without the program) for ``python``."""
     args = [
-        _bwrap_path() or BWRAP, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
+        _bwrap_path() or BWRAP, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+        "--new-session",
         "--cap-drop", "ALL", "--uid", str(NOBODY), "--gid", str(NOBODY), "--hostname", "sandbox",
         "--ro-bind", "/usr", "/usr",
     ]

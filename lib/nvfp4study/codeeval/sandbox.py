@@ -32,7 +32,7 @@ from typing import Any
 from ..core.params import SandboxParams
 from .isolation import PYTHON_FLAGS, Isolation, bwrap_args, rlimits, sandbox_status
 from .program import RUNNER, assemble, result_line
-from .task_cap import JOIN_FAILED, JOIN_MESSAGE, JOIN_SCRIPT, TASK_SLACK, TaskCap, cap_parent
+from .task_cap import JOIN_SCRIPT, TASK_SLACK, TaskCap, cap_parent, join_failed
 from .tasks import Task
 from .watchdog import (
     MARKER_ENV,
@@ -188,6 +188,7 @@ class _Pumped:
     max_cpu: float = 0.0  # seconds, one sandbox process (RLIMIT_CPU is per process)
     pids: dict[int, int] = field(default_factory=dict)  # every descendant seen -> its start time (ticks)
     duration_s: float = 0.0
+    cap_refused: int = 0  # forks the pids cgroup refused (:meth:`TaskCap.times_full`)
 
 
 def _spawn(task: Task, program: str, params: SandboxParams, status: dict[str, Any]) -> _Child:
@@ -220,7 +221,7 @@ def _spawn(task: Task, program: str, params: SandboxParams, status: dict[str, An
         _discard(rfd, wfd, workdir, None)
         raise _NotStarted(f"the sandbox's pids cgroup could not be made: {exc}") from exc
     if cap is not None:  # the shell joins the cgroup, then execs: every task is born inside
-        argv = ["/bin/sh", "-c", JOIN_SCRIPT, cap.procs, *argv]
+        argv = ["/bin/sh", "-c", JOIN_SCRIPT, cap.procs, nonce, *argv]
     start, started_epoch = time.monotonic(), time.time()
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -336,6 +337,7 @@ def _teardown(child: _Child, sel: selectors.BaseSelector, got: _Pumped) -> None:
     if child.isolation == Isolation.SUBPROCESS_UNSAFE:
         reap_marked(child.nonce, child.started_epoch)
     if child.cap is not None:
+        got.cap_refused = child.cap.times_full()
         child.cap.close()  # kills what is left in the cgroup (an escaped orphan too), removes it
     for key in list(sel.get_map().values()):
         try:
@@ -357,7 +359,9 @@ def _classify(task: Task, child: _Child, got: _Pumped, params: SandboxParams,
     """The result: the runner's own result line when it wrote one (what the program raised),
     else the harness's reading of the death or exit (:func:`_death`)."""
     rc = child.proc.returncode
-    rec = result_line(bytes(got.result), child.nonce)
+    # a run that hit the pids cgroup is a process-limit kill, as where only the watchdog bounds it
+    # (whatever the program made of its EAGAIN): the same outcome on every machine
+    rec = None if got.cap_refused else result_line(bytes(got.result), child.nonce)
     sig = _signal_of(rc, child.isolation)
     signame = signal.Signals(sig).name if sig else None
     common = dict(task_id=task.task_id, isolation=child.isolation, isolation_note=status["note"],
@@ -370,7 +374,11 @@ def _classify(task: Task, child: _Child, got: _Pumped, params: SandboxParams,
                           lineno=_code_line(rec["lineno"], offset),
                           detail="", signal=None, **{k: v for k, v in common.items()
                                                      if k != "signal"})
-    reason = got.reason
+    reason = got.reason or ("process limit" if got.cap_refused else "")
+    if child.cap is not None and join_failed(rc, got.err.text(), child.nonce):
+        return ExecResult(outcome=Outcome.SANDBOX_ERROR.value, exception=None, name=None, phase=None,
+                          lineno=None, message=got.err.text().strip()[:300], detail="pids cgroup failed",
+                          **common)
     if not reason and sig == signal.SIGKILL and got.max_cpu >= params.cpu_s - 0.05:
         reason = "cpu limit"  # the hard RLIMIT_CPU (SIGXCPU ignored or not delivered in time)
     return ExecResult(**_death(reason, sig, signame, rc, got.err.text(), child.isolation), **common)
@@ -405,9 +413,6 @@ def _death(reason: str, sig: int | None, signame: str | None, rc: int | None, st
     if sig is not None:
         return dict(outcome=Outcome.KILLED.value, message=f"died by {signame}", detail=signame,
                     **blank)
-    if rc == JOIN_FAILED and stderr.lstrip().startswith(JOIN_MESSAGE):
-        return dict(outcome=Outcome.SANDBOX_ERROR.value, message=stderr.strip()[:300],
-                    detail="pids cgroup failed", **blank)
     if isolation == Isolation.BWRAP and rc == 1 and stderr.lstrip().startswith("bwrap:"):
         return dict(outcome=Outcome.SANDBOX_ERROR.value, message=stderr.strip()[:300],
                     detail="bwrap failed", **blank)

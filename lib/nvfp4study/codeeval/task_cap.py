@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 PREFIX = "nvfp4study-sandbox-"
+PROBE_PREFIX = "nvfp4study-probe-"
 #: tasks the cap allows beyond ``max_processes``: bwrap (outside and its init), /bin/sh before
 #: its exec, and threads of the program (the pids controller counts threads, the watchdog counts
 #: processes). The cap only backs the watchdog up: it keeps a bomb to tens of tasks, not 32768.
@@ -39,9 +40,15 @@ TASK_SLACK = 64
 #: exit status of the join script when it cannot move itself into the cgroup (nothing ran)
 JOIN_FAILED = 125
 JOIN_MESSAGE = "nvfp4study: cannot join the sandbox's pids cgroup"
-#: ``$0`` is the cgroup's ``cgroup.procs``; the rest of the arguments are the sandbox command.
-JOIN_SCRIPT = (f'echo 0 2>/dev/null >"$0" || {{ echo "{JOIN_MESSAGE} $0" >&2; exit {JOIN_FAILED}; }}; '
-               'exec "$@"')
+#: ``$0`` is the cgroup's ``cgroup.procs``, ``$1`` the run's nonce (a program cannot print a
+#: failure of the join in its name), the rest the sandbox command.
+JOIN_SCRIPT = (f'echo 0 2>/dev/null >"$0" || {{ echo "{JOIN_MESSAGE} [$1] $0" >&2; exit {JOIN_FAILED}; }}; '
+               'shift; exec "$@"')
+
+
+def join_failed(returncode: int | None, stderr: str, nonce: str) -> bool:
+    """Whether a run ended in the join script's own failure (nothing of the program ran)."""
+    return returncode == JOIN_FAILED and stderr.lstrip().startswith(f"{JOIN_MESSAGE} [{nonce}]")
 
 
 def _own_cgroups() -> dict[str, str]:
@@ -114,7 +121,7 @@ def cap_parent() -> Path | None:
     written and read back, and removed. Never raises.
     """
     for folder in _candidates():
-        probe = folder / f"nvfp4study-probe-{os.getpid()}-{secrets.token_hex(4)}"
+        probe = folder / f"{PROBE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         try:
             probe.mkdir()
         except OSError:
@@ -164,21 +171,40 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def sweep_stale(parent: Path) -> None:
-    """Remove empty cgroups left by harness processes that died (``nvfp4study-sandbox-<pid>-*``
-    whose ``<pid>`` is gone); cgroups still holding tasks are left alone."""
+#: a cgroup younger than this is never swept: its owner may live in another pid namespace (not
+#: visible here) and be about to join it; an empty cgroup this old is a leftover.
+STALE_AFTER_S = 60.0
+
+
+def sweep_stale(parent: Path, now: float | None = None) -> None:
+    """Remove empty cgroups left by harness processes that died: ``nvfp4study-sandbox-<pid>-*``
+    and ``nvfp4study-probe-<pid>-*`` whose ``<pid>`` is gone and that are older than
+    :data:`STALE_AFTER_S` (by their folder's change time). A cgroup still holding a task cannot be
+    removed and is left alone."""
+    now = time.time() if now is None else now
     try:
-        names = [p for p in parent.iterdir() if p.name.startswith(PREFIX)]
+        names = [p for p in parent.iterdir() if p.name.startswith((PREFIX, PROBE_PREFIX))]
     except OSError:
         return
     for folder in names:
-        owner = folder.name[len(PREFIX):].split("-", 1)[0]
-        if owner.isdigit() and not _pid_alive(int(owner)):
+        owner = folder.name.split("-")[2]
+        try:
+            old = now - folder.stat().st_ctime > STALE_AFTER_S
+        except OSError:
+            continue
+        if old and owner.isdigit() and not _pid_alive(int(owner)):
+            _rmdir(folder / "run")
             _rmdir(folder)
 
 
 class TaskCap:
     """One run's pids cgroup (a context manager: ``with TaskCap(parent, limit) as cap``).
+
+    Two levels: ``nvfp4study-sandbox-<pid>-<hex>`` holds ``pids.max``, and the sandbox joins its
+    child ``run/``. bwrap's cgroup namespace then starts at ``run/``, so the file that holds the
+    limit is outside anything the sandbox could mount; bwrap's ``--disable-userns`` keeps it from
+    making the user namespace such a mount needs (:mod:`nvfp4study.codeeval.isolation`). The
+    pids controller is hierarchical: the limit counts every task below it.
 
     Args:
         parent: a folder from :func:`cap_parent`.
@@ -191,39 +217,47 @@ class TaskCap:
     def __init__(self, parent: Path, limit: int):
         sweep_stale(parent)
         self.path = parent / f"{PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+        self.run = self.path / "run"
         self.path.mkdir()
         try:
             (self.path / "pids.max").write_text(str(int(limit)))
+            self.run.mkdir()
         except OSError:
             _rmdir(self.path)
             raise
 
     @property
     def procs(self) -> str:
-        """The path the join script writes to (``cgroup.procs``)."""
-        return str(self.path / "cgroup.procs")
+        """The path the join script writes to (``run/cgroup.procs``)."""
+        return str(self.run / "cgroup.procs")
 
     def members(self) -> list[int]:
         """Pids of the processes in the cgroup now (empty when it is gone)."""
-        try:
-            return [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
-        except (OSError, ValueError):
-            return []
+        out: list[int] = []
+        for folder in (self.run, self.path):
+            try:
+                out += [int(x) for x in (folder / "cgroup.procs").read_text().split()]
+            except (OSError, ValueError):
+                pass
+        return out
 
     def times_full(self) -> int:
-        """How many forks the cap refused (``pids.events``' ``max`` count; 0 where unreadable)."""
-        try:
-            for line in (self.path / "pids.events").read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "max":
-                    return int(value)
-        except (OSError, ValueError):
-            pass
-        return 0
+        """How many forks the cap refused: the ``max`` counts of ``pids.events`` of both levels
+        (kernels differ in which level counts a refusal); 0 where unreadable."""
+        total = 0
+        for folder in (self.path, self.run):
+            try:
+                for line in (folder / "pids.events").read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "max":
+                        total += int(value)
+            except (OSError, ValueError):
+                pass
+        return total
 
     def close(self, wait_s: float = 5.0) -> bool:
         """SIGKILL every task still in the cgroup (an orphan that left the process tree too) and
-        remove it; True when it is gone. Safe to call twice."""
+        remove both levels; True when they are gone. Safe to call twice."""
         end = time.monotonic() + wait_s
         while members := self.members():
             for pid in members:
@@ -234,7 +268,8 @@ class TaskCap:
             if time.monotonic() >= end:
                 break
             time.sleep(0.01)
-        return _rmdir(self.path, max(0.0, end - time.monotonic()))
+        left = max(0.0, end - time.monotonic())
+        return _rmdir(self.run, left) and _rmdir(self.path, max(0.0, end - time.monotonic()))
 
     def __enter__(self) -> TaskCap:
         return self

@@ -28,7 +28,10 @@ CONTROL_LABELS = {"agree": "agree-draft", "disagree": "broken-draft"}
 STANDIN_DRAFTS = {"study": "random", **{v: k for k, v in CONTROL_LABELS.items()}}
 #: model labels of 04's clamp probe -> ``write_served_checkpoint(clamp_probe=(probe, limit))``
 #: (the "study" weights; only the clamp lists differ: :func:`nvfp4study.checkpoint.served.probe_shape`).
-PROBE_LABELS = {"off": "clamp-probe-off", "routed": "clamp-probe-routed", "shared": "clamp-probe-shared"}
+#: "off-again" is a second launch of the "off" checkpoint: the null control (two launches of one
+#: model must give the same outputs, or a difference says nothing about the clamp).
+PROBE_LABELS = {"off": "clamp-probe-off", "routed": "clamp-probe-routed", "shared": "clamp-probe-shared",
+                "off-again": "clamp-probe-off-again"}
 #: what the CPU engine serves, said wherever its results show.
 STANDIN_NOTE = ("served stand-in: BF16 all-MLA random-weight model in Ling's layout, not the NVFP4 "
                 "hybrid checkpoint of 01-03")
@@ -79,8 +82,8 @@ def standin_path(stage: Stage, label: str = "study") -> Path:
 
     cpu = stage.params.server.cpu
     draft = STANDIN_DRAFTS.get(label, "random")
-    probe = (probes[label], cpu.clamp_probe_limit) if label in probes else None
-    out = stage.paths.work(f"served-{draft}" if probe is None else f"served-{label}")
+    probe = (probes[label].removesuffix("-again"), cpu.clamp_probe_limit) if label in probes else None
+    out = stage.paths.work(f"served-{draft}" if probe is None else f"served-clamp-probe-{probe[0]}")
     if not (out / "config.json").is_file():
         write_served_checkpoint(out, stage.params.checkpoint.shape, seed=cpu.standin_seed, draft=draft,
                                 clamp_probe=probe)

@@ -64,6 +64,7 @@ from .server import (
     gpu_refusal,
     is_cpu_engine,
     launched,
+    probe_configs,
     process_for,
     served_model_path,
     stage_configs,
@@ -256,6 +257,12 @@ def collect(stage: Stage):
         return Quiet(f"not run: {mode.reason}")
     configs = stage_configs(params_of(stage))[stage.name]
     if mode.kind == "replay":
+        from ..core.paths import RunPaths
+
+        # 04's clamp probe is optional in a replay: a run recorded before it has none (its rule says so)
+        src = RunPaths(mode.source) if mode.source.is_dir() else None
+        probes = set(probe_configs(params_of(stage)))
+        configs = [c for c in configs if c not in probes or (src and launch_path(src, c).is_file())]
         files = import_recorded(stage, mode.source, configs, need_requests=stage.name != "04_launch_server")
         return pd.DataFrame({"copied from " + str(mode.source): [str(f.relative_to(stage.run_dir)) for f in files]})
     rows, group = [], []

@@ -182,9 +182,11 @@ def stage_configs(params: Params) -> dict[str, list[ServerConfig]]:
 
 def probe_configs(params: Params) -> list[ServerConfig]:
     """04's clamp-probe launches on the CPU engine, speculation off, in the card's clamp mode (its
-    patch edits no CPU path): one per :data:`PROBE_LABELS` entry; none on the GPU engine or with
-    ``server.cpu.clamp_probe_limit`` 0."""
-    if params.server.engine != "cpu" or params.server.cpu.clamp_probe_limit <= 0:
+    patch edits no CPU path): one per :data:`PROBE_LABELS` entry; none on the GPU engine, with
+    ``server.cpu.clamp_probe_limit`` 0, or with ``server.model_path`` set (every launch would
+    serve that one model)."""
+    p = params.server
+    if p.engine != "cpu" or p.cpu.clamp_probe_limit <= 0 or p.model_path:
         return []
     return [ServerConfig(clamp=params.server.clamp_mode, spec_depth=None, model_label=label)
             for label in PROBE_LABELS.values()]

@@ -409,26 +409,56 @@ def engine_table(stage: Stage):
 
 # --- the clamp probe (CPU engine) --------------------------------------------------------------
 def _probe_measurements(stage: Stage, summary: str) -> rules.ClampProbeMeasurements:
-    """The probe's three launches compared per prompt (routed limit and shared limit, each against
-    no limit) and 03's audit row of the path they test (``data/sglang_audit.json``)."""
-    import json
-
+    """The probe's launches compared per prompt (routed limit, shared limit and the second no-limit
+    launch, each against the first no-limit launch), the clamp lists each launch served against
+    :func:`~nvfp4study.checkpoint.served.probe_shape`'s, and 03's audit row of the path they test
+    (``data/sglang_audit.json``). A probe never recorded (a replayed run from before it) gives the
+    reason in ``missing``."""
+    from ..checkpoint.served import probe_shape, served_shape
     from ..serving.records import probe_requests
     from ..serving.request_numbers import compare_outputs
 
     params = measure.params_of(stage)
-    specs = probe_requests(params)
-    configs = {c.model_label: c for c in server.probe_configs(params)}
-    rows = {p: measure.rows_for(stage, configs[label], specs) for p, label in server.PROBE_LABELS.items()}
-    pairs = [{"prompt_id": spec.prompt_id, "routed": compare_outputs(rows["routed"][i], rows["off"][i]),
-              "shared": compare_outputs(rows["shared"][i], rows["off"][i])} for i, spec in enumerate(specs)]
-    audit_file = stage.paths.data("sglang_audit")
-    audit = None
-    if audit_file.is_file():
-        audit = next((r for r in json.loads(audit_file.read_text()) if r.get("path") == rules.PROBE_PATH), None)
+    limit = params.server.cpu.clamp_probe_limit
+    configs = {p: c for p, c in zip(server.PROBE_LABELS, server.probe_configs(params), strict=True)}
     evidence = [measure.raw_path(stage.paths, c) for c in configs.values()]
-    return rules.ClampProbeMeasurements(params.server.cpu.clamp_probe_limit, pairs, audit,
-                                        evidence + ([audit_file] if audit_file.is_file() else []), summary)
+    audit, audit_file = _audit_row(stage)
+    evidence = [e for e in evidence if e.is_file()] + ([audit_file] if audit else [])
+    try:
+        rows = {p: measure.rows_for(stage, c, probe_requests(params)) for p, c in configs.items()}
+    except StageInputMissing as exc:
+        return rules.ClampProbeMeasurements(limit, [], [], audit, None, evidence, summary, missing=str(exc))
+    pairs = [{"prompt_id": rows["off"][i]["prompt_id"],
+              **{k: compare_outputs(rows[p][i], rows["off"][i]) for k, p in
+                 (("routed", "routed"), ("shared", "shared"), ("null", "off-again"))}}
+             for i in range(len(rows["off"]))]
+    wrong, version = [], None
+    for p, c in configs.items():
+        want = probe_shape(served_shape(params.checkpoint.shape), p.removesuffix("-again"), limit)
+        rec = next((r for r in reversed(measure.launches(stage.paths, c)) if r.get("status") == "ok"), {})
+        got = rec.get("model_config") or {}
+        n = want.num_hidden_layers
+        if (got.get("expert_swiglu_limit_list") != [want.expert_swiglu_limits.get(i, 0) for i in range(n)]
+                or got.get("share_expert_swiglu_limit_list") != [want.share_expert_swiglu_limits.get(i, 0)
+                                                                  for i in range(n)]):
+            wrong.append(c.model_label)
+        version = version or rec.get("sglang_version")
+    return rules.ClampProbeMeasurements(limit, pairs, wrong, audit, version, evidence, summary)
+
+
+def _audit_row(stage: Stage) -> tuple[dict[str, Any] | None, Any]:
+    """03's audit row of :data:`~nvfp4study.stages.claim_rules.r04_launch.PROBE_PATH` and the
+    file's path; None when the file is missing, unreadable or has no such row."""
+    import json
+
+    path = stage.paths.data("sglang_audit")
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None, path
+    if not isinstance(rows, list):
+        return None, path
+    return next((r for r in rows if isinstance(r, dict) and r.get("path") == rules.PROBE_PATH), None), path
 
 
 def clamp_probe_table(stage: Stage):
@@ -441,12 +471,16 @@ def clamp_probe_table(stage: Stage):
         return nr
     params = measure.params_of(stage)
     if not server.probe_configs(params):
-        return measure.Quiet("no clamp probe (GPU engine, or server.cpu.clamp_probe_limit is 0)")
+        return measure.Quiet("no clamp probe (GPU engine, server.cpu.clamp_probe_limit 0, or server.model_path set)")
     m = _probe_measurements(stage, "")
+    if m.missing:
+        return measure.Quiet(f"clamp probe not recorded: {m.missing}")
+
     def side(c: dict[str, Any]) -> str:
         if not c["comparable"]:
             return "a request failed"
         return "same tokens" if c["identical"] else f"differs at token {c['first_divergence']}"
 
     return pd.DataFrame([{"prompt": p["prompt_id"], "routed limit vs none": side(p["routed"]),
-                          "shared limit vs none (control)": side(p["shared"])} for p in m.pairs])
+                          "shared limit vs none (control)": side(p["shared"]),
+                          "none, launched again (control)": side(p["null"])} for p in m.pairs])

@@ -1,11 +1,11 @@
 """Stage 04's claim rules: the four ``04_launch_server`` claims of ``core/claims.yaml`` (one GPU,
-resident size, load time, clamp log lines) and the CPU engine's launch finding, one function per
-ledger row.
+resident size, load time, clamp log lines) and the CPU engine's two findings (its launch, and the
+clamp probe that checks one audit verdict on the running engine), one function per ledger row.
 
 The card's rows read :class:`LaunchMeasurements` (the last launch of the card's configuration, the
 target model's ``Load weight end`` line of its server log and the clamp table per MoE layer); the
-finding reads :class:`CpuLaunchMeasurements` (the launch record's process tree and what was left
-after the stop). SGLang's "GB" in ``Load weight end`` is GiB (``utils/common.py`` 576 divides bytes
+launch finding reads :class:`CpuLaunchMeasurements` (the launch record's process tree and what was
+left after the stop); the probe reads :class:`ClampProbeMeasurements`. SGLang's "GB" in ``Load weight end`` is GiB (``utils/common.py`` 576 divides bytes
 by ``1 << 30``); the ledger uses GB = 1e9 bytes.
 """
 
@@ -189,31 +189,66 @@ def serve_cpu_engine_launch(x: CpuLaunchMeasurements) -> Row:
 #: EXACT / APPROX = it changes the outputs. Others (UNDECIDED, REFUSED, ...) predict nothing.
 PREDICTS_APPLIED = {"DROPPED": False, "EXACT": True, "APPROX": True}
 PROBE_PATH = "fused-moe-native"  # the audit path the CPU engine's routed experts run (see the rule)
+#: the largest chance, at the Wilson bound, that a clamp which is applied goes unseen for the
+#: verdict to stand (6 prompts need 5 changed by the control)
+MAX_MISS = 0.05
 
 
 @dataclass(frozen=True)
 class ClampProbeMeasurements:
     """04's clamp probe on the CPU engine: per prompt, the greedy outputs of the launches with the
-    limit on every routed expert and on every shared expert, each compared with the launch with no
-    limit (:func:`~nvfp4study.serving.request_numbers.compare_outputs`), and 03's audit row."""
+    limit on every routed expert, on every shared expert and of a second no-limit launch, each
+    compared with the no-limit launch (:func:`~nvfp4study.serving.request_numbers.compare_outputs`);
+    the clamp lists each launch served against those :func:`~nvfp4study.checkpoint.served.probe_shape`
+    gives; 03's audit row; or why there is nothing to compare."""
 
     STAGE: ClassVar[str] = "04_launch_server"
     limit: float  # the probe's clamp limit (server.cpu.clamp_probe_limit)
-    pairs: list[dict[str, Any]]  # {"prompt_id", "routed": compare_outputs(..), "shared": compare_outputs(..)}
+    pairs: list[dict[str, Any]]  # {"prompt_id", "routed", "shared", "null": compare_outputs(.., off)}
+    served_wrong: list[str]  # probe labels whose launch served other clamp lists than the probe's
     audit: dict[str, Any] | None  # 03's data/sglang_audit.json row of PROBE_PATH, or None
-    evidence: list[Path]  # the three probe launches' raw files and the audit file
+    served_version: str | None  # the SGLang the probe launches ran
+    evidence: list[Path]  # the probe launches' raw files and the audit file
     checked_on: str  # the engine's summary
+    missing: str | None = None  # why nothing could be compared (no probe recorded, ...)
 
 
 def miss_bound(prompts: int, changed: int) -> float | None:
     """Upper bound on the chance that a clamp which is applied changes none of ``prompts``
     outputs, from the control's ``changed`` of ``prompts``: the per-prompt miss share
-    ``1 - changed/prompts`` at its Wilson 95 % upper end
-    (:func:`~nvfp4study.codeeval.served_analysis.wilson_interval`), to the power ``prompts``
-    (independent prompts). None when nothing was compared."""
+    ``1 - changed/prompts`` at the upper end of its Wilson 95 % interval (a one-sided 97.5 %
+    bound; :func:`~nvfp4study.codeeval.served_analysis.wilson_interval`), to the power
+    ``prompts``. Holds as far as prompts miss independently (they share one model, so it can be
+    optimistic). None when nothing was compared."""
     if prompts <= 0:
         return None
     return wilson_interval(prompts - changed, prompts)[1] ** prompts
+
+
+def _probe_refusal(x: ClampProbeMeasurements, where: str) -> str | None:
+    """Why the probe cannot decide (the not-run reason), or None."""
+    sides = ("routed", "shared", "null")
+    if not all(p[k]["comparable"] for p in x.pairs for k in sides):
+        return "a clamp-probe request failed (see the probe launches' raw files)"
+    if not all(p[k]["unit"] == "token" for p in x.pairs for k in sides):
+        return "a probe response had no output token ids, so outputs were not compared token for token"
+    if x.served_wrong:
+        return f"the launches of {', '.join(x.served_wrong)} did not serve the probe's clamp lists"
+    if x.audit is None or x.audit.get("verdict") not in PREDICTS_APPLIED:
+        return f"the audit's verdict predicts nothing the probe can see ({where})"
+    if x.audit.get("sglang_version") != x.served_version:
+        return (f"the audit read SGLang {x.audit.get('sglang_version')}, the probe served "
+                f"{x.served_version}")
+    if not all(p["null"]["identical"] for p in x.pairs):
+        return ("two launches of the no-limit model gave different outputs, so a difference would "
+                "say nothing about the clamp")
+    changed = sum(not p["shared"]["identical"] for p in x.pairs)
+    bound = miss_bound(len(x.pairs), changed)
+    if bound is None or bound > MAX_MISS:
+        return (f"the probe is too weak: the same limit on the shared expert changed {changed} of "
+                f"{len(x.pairs)} outputs, so an applied routed clamp would go unseen with chance up to "
+                f"{bound:.3g} (more than {MAX_MISS:g}; more prompts: server.cpu.clamp_probe_prompts)")
+    return None
 
 
 @finding_rule("audit.cpu-moe-clamp", ClampProbeMeasurements,
@@ -223,36 +258,34 @@ def miss_bound(prompts: int, changed: int) -> float | None:
                     "limit exactly when the audit says DROPPED.")
 def audit_cpu_moe_clamp(x: ClampProbeMeasurements) -> Row | None:
     """Dynamic reading: "not applied" when every routed-limit output equals its no-limit output
-    token for token, "applied" when any differs. The shared-limit control says how often a clamp
-    of that size changes an output; none changed: the probe is blind (not run). Reproduced when the
-    reading is what the audit's verdict predicts (:data:`PREDICTS_APPLIED`), else contradicted."""
+    token for token, "applied" when any differs. Not run when it cannot decide
+    (:func:`_probe_refusal`: a failed request, other clamp lists served, an audit verdict that
+    predicts nothing or of another release, two no-limit launches that disagree, or a shared-expert
+    control too weak for :data:`MAX_MISS`). Reproduced when the reading is what the audit's verdict
+    predicts (:data:`PREDICTS_APPLIED`), else contradicted."""
+    if x.missing:
+        return Row.not_run(x.missing, evidence=x.evidence)
     if not x.pairs:
         return None
     n = len(x.pairs)
-    if not all(p["routed"]["comparable"] and p["shared"]["comparable"] for p in x.pairs):
-        return Row.not_run("a clamp-probe request failed (see the probe launches' raw files)")
+    verdict = (x.audit or {}).get("verdict")
+    where = (f"audit {PROBE_PATH}: {verdict} at {x.audit.get('file')}:{x.audit.get('line')} "
+             f"({x.audit.get('rule')})" if x.audit else f"no {PROBE_PATH} row in 03's audit")
+    if (refusal := _probe_refusal(x, where)) is not None:
+        return Row.not_run(refusal, evidence=x.evidence)
     same = sum(bool(p["routed"]["identical"]) for p in x.pairs)
     changed = sum(not p["shared"]["identical"] for p in x.pairs)
     reading = "not applied" if same == n else "applied"
-    verdict = (x.audit or {}).get("verdict")
     bound = miss_bound(n, changed)
     measured = {"limit": x.limit, "prompts": n, "routed_limit_outputs_equal_to_no_limit": same,
-                "shared_limit_outputs_changed": changed, "dynamic_reading": reading, "audit_verdict": verdict,
-                "miss_bound_95": None if bound is None else round(bound, 4)}
-    where = (f"audit {PROBE_PATH}: {verdict} at {x.audit.get('file')}:{x.audit.get('line')} "
-             f"({x.audit.get('rule')})" if x.audit else f"no {PROBE_PATH} row in 03's audit")
+                "shared_limit_outputs_changed": changed, "no_limit_relaunch_identical": n,
+                "dynamic_reading": reading, "audit_verdict": verdict, "miss_bound": round(bound, 4)}
     note = (f"limit {x.limit:g} on every MoE layer's routed experts: {same} of {n} greedy outputs equal the "
-            f"no-limit launch's, token for token; control: the same limit on the shared expert changed "
-            f"{changed} of {n}, so a routed clamp that is applied would leave all {n} unchanged with chance "
-            f"<= {bound:.3g} (Wilson 95 % bound, taking the shared expert's sensitivity for the routed "
-            f"experts'); {where}. The routed experts ran UnquantizedFusedMoEMethod.forward_cpu -> "
-            "moe_forward_native (the stand-in has no fused_experts_cpu: calling it raises); "
-            f"{STANDIN_NOTE}")
-    if x.audit is None or verdict not in PREDICTS_APPLIED:
-        return Row.not_run(f"the audit's verdict predicts nothing the probe can see ({where}); the probe "
-                           f"read: {reading}", evidence=x.evidence)
-    if changed == 0:
-        return Row.not_run(f"the probe is blind: the same limit on the shared expert changed none of {n} "
-                           f"outputs, so equal routed outputs would say nothing ({where})", evidence=x.evidence)
+            f"no-limit launch's, token for token; controls: a second no-limit launch matched on all {n}, and "
+            f"the same limit on the shared expert changed {changed} of {n}, so a routed clamp that is applied "
+            f"would leave all {n} unchanged with chance <= {bound:.3g} (upper end of the Wilson 95 % interval, "
+            f"prompts taken as independent and the routed experts as sensitive as the shared one); {where}. "
+            "The routed experts ran UnquantizedFusedMoEMethod.forward_cpu -> moe_forward_native (the "
+            f"stand-in has no fused_experts_cpu: calling it raises); {STANDIN_NOTE}")
     ok = (reading == "applied") == PREDICTS_APPLIED[verdict]
     return Row(measured, Verdict.REPRODUCED if ok else Verdict.CONTRADICTED, x.evidence, note, x.checked_on)
