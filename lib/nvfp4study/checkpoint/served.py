@@ -37,8 +37,8 @@ Draft constructions (``draft=``):
 - ``"random"``: the generator's random weights (:mod:`.generate`), all-MLA shape.
 
 The clamp probe (:func:`probe_shape`): the ``"random"`` model with its clamp lists replaced, so
-three launches differ only in ``config.json``: ``"routed"`` (limit on every MoE layer's routed
-experts), ``"shared"`` (on every shared expert) and ``"off"`` (nowhere). SGLang reads each layer's
+its launches differ only in ``config.json``: ``"routed"`` (limit on every MoE layer's routed
+experts), ``"shared"`` (on every shared expert) and ``"off"`` (nowhere; stage 04 launches it twice). SGLang reads each layer's
 entry (``models/bailing_moe_v3.py`` 435-439, 469-478: 0 is no clamp) and hands the routed one to
 FusedMoE as ``gemm1_clamp_limit`` (578); the shared expert applies it in ``BailingMLP.forward``
 (371-374: ``silu(gate).clamp(max=L) * up.clamp(-L, L)``). With a limit far below the activations'

@@ -268,8 +268,8 @@ class TaskCap:
             if time.monotonic() >= end:
                 break
             time.sleep(0.01)
-        left = max(0.0, end - time.monotonic())
-        return _rmdir(self.run, left) and _rmdir(self.path, max(0.0, end - time.monotonic()))
+        left = lambda: max(0.0, end - time.monotonic())  # noqa: E731
+        return _rmdir(self.run, left()) and _rmdir(self.path, left())
 
     def __enter__(self) -> TaskCap:
         return self

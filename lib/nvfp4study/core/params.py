@@ -194,8 +194,8 @@ class CpuEngineParams(_Strict):
     control_drafts: list[Literal["agree", "disagree"]] = Field(default_factory=lambda: ["agree", "disagree"])
     control_depth: int = _int(3, 1, 64)
     # 04 on the CPU engine: the clamp probe (checkpoint.served.probe_shape): the stand-in served
-    # three times with this limit on every MoE layer's routed experts, on its shared expert, or
-    # nowhere, to read dynamically what the native MoE path does with Ling's routed limit; 0: off
+    # with this limit on every MoE layer's routed experts, on its shared expert, or nowhere (twice),
+    # to read dynamically what the native MoE path does with Ling's routed limit; 0: off
     clamp_probe_limit: float = _float(0.001, ge=0, le=1e6)
     clamp_probe_prompts: int = _int(6, 1, 10)  # prompts sent to each probe launch: the first N of the 10 in serving_prompts.yaml
     clamp_probe_max_tokens: int = _int(8, 1, 4096)  # greedy tokens per probe request

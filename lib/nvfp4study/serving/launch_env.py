@@ -32,6 +32,13 @@ STANDIN_DRAFTS = {"study": "random", **{v: k for k, v in CONTROL_LABELS.items()}
 #: model must give the same outputs, or a difference says nothing about the clamp).
 PROBE_LABELS = {"off": "clamp-probe-off", "routed": "clamp-probe-routed", "shared": "clamp-probe-shared",
                 "off-again": "clamp-probe-off-again"}
+
+
+def probe_checkpoint(key: str) -> str:
+    """The clamp probe (:data:`~nvfp4study.checkpoint.served.CLAMP_PROBES`) a :data:`PROBE_LABELS`
+    key serves: itself, except "off-again", which serves "off"."""
+    return key.removesuffix("-again")
+
 #: what the CPU engine serves, said wherever its results show.
 STANDIN_NOTE = ("served stand-in: BF16 all-MLA random-weight model in Ling's layout, not the NVFP4 "
                 "hybrid checkpoint of 01-03")
@@ -69,7 +76,8 @@ def standin_path(stage: Stage, label: str = "study") -> Path:
     with the profile's ``checkpoint.shape`` and ``server.cpu.standin_seed``; label "study" is the
     random-weight model, "agree-draft" / "broken-draft" the draft constructions "agree" /
     "disagree", and the labels of :data:`PROBE_LABELS` the random-weight model with the clamp
-    probe's lists (``server.cpu.clamp_probe_limit``; folder ``work/served-<label>``).
+    probe's lists (``server.cpu.clamp_probe_limit``; folder ``work/served-clamp-probe-<probe>``,
+    one per :func:`probe_checkpoint`).
 
     Raises:
         StageInputMissing: an unknown label.
@@ -82,7 +90,7 @@ def standin_path(stage: Stage, label: str = "study") -> Path:
 
     cpu = stage.params.server.cpu
     draft = STANDIN_DRAFTS.get(label, "random")
-    probe = (probes[label].removesuffix("-again"), cpu.clamp_probe_limit) if label in probes else None
+    probe = (probe_checkpoint(probes[label]), cpu.clamp_probe_limit) if label in probes else None
     out = stage.paths.work(f"served-{draft}" if probe is None else f"served-clamp-probe-{probe[0]}")
     if not (out / "config.json").is_file():
         write_served_checkpoint(out, stage.params.checkpoint.shape, seed=cpu.standin_seed, draft=draft,

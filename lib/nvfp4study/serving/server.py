@@ -60,6 +60,7 @@ from .launch_env import (  # noqa: F401  (re-exported: stages and tests name the
     is_cpu_engine,
     lifecycle,
     lifecycle_row,
+    probe_checkpoint,
     process_tree,
     server_env,
     server_python,
@@ -145,7 +146,7 @@ def stage_configs(params: Params) -> dict[str, list[ServerConfig]]:
     """The server configurations each serving stage needs, in launch order.
 
     04: the card's configuration; on the CPU engine with ``server.cpu.clamp_probe_limit`` > 0
-    also the three clamp-probe stand-ins (:data:`PROBE_LABELS`: :func:`probe_configs`).
+    also the four clamp-probe launches (:data:`PROBE_LABELS`: :func:`probe_configs`).
     05: the card's per ``corruption.clamp_modes`` (its own launch
     with ``--max-running-requests corruption.concurrency`` when that is above 1).
     06: one per ``mtp.depths`` (0 = off), again on ``mtp.broken_model_path`` when set; on the CPU
@@ -188,7 +189,7 @@ def probe_configs(params: Params) -> list[ServerConfig]:
     p = params.server
     if p.engine != "cpu" or p.cpu.clamp_probe_limit <= 0 or p.model_path:
         return []
-    return [ServerConfig(clamp=params.server.clamp_mode, spec_depth=None, model_label=label)
+    return [ServerConfig(clamp=p.clamp_mode, spec_depth=None, model_label=label)
             for label in PROBE_LABELS.values()]
 
 

@@ -376,7 +376,7 @@ def record_cpu_engine(stage: Stage):
     stage.not_run(card_refusal(params))
     rec, _ = _launch(stage)
     engine = rec.get("engine") or {}
-    summary = f"{engine.get('summary', 'SGLang ' + str(rec.get('sglang_version')))}"
+    summary = engine.get("summary", f"SGLang {rec.get('sglang_version')}")
     record_rules(stage, rules.CpuLaunchMeasurements(
         rec, [measure.launch_path(stage.paths, card_config(params)), stage.run_dir / rec["log"]], summary))
     if server.probe_configs(params):
@@ -414,6 +414,7 @@ def _probe_measurements(stage: Stage, summary: str) -> rules.ClampProbeMeasureme
     :func:`~nvfp4study.checkpoint.served.probe_shape`'s, and 03's audit row of the path they test
     (``data/sglang_audit.json``). A probe never recorded (a replayed run from before it) gives the
     reason in ``missing``."""
+    from ..checkpoint.layout import config_dict
     from ..checkpoint.served import probe_shape, served_shape
     from ..serving.records import probe_requests
     from ..serving.request_numbers import compare_outputs
@@ -421,26 +422,24 @@ def _probe_measurements(stage: Stage, summary: str) -> rules.ClampProbeMeasureme
     params = measure.params_of(stage)
     limit = params.server.cpu.clamp_probe_limit
     configs = {p: c for p, c in zip(server.PROBE_LABELS, server.probe_configs(params), strict=True)}
-    evidence = [measure.raw_path(stage.paths, c) for c in configs.values()]
     audit, audit_file = _audit_row(stage)
-    evidence = [e for e in evidence if e.is_file()] + ([audit_file] if audit else [])
+    evidence = [e for e in (measure.raw_path(stage.paths, c) for c in configs.values()) if e.is_file()] + (
+        [audit_file] if audit else [])
     try:
         rows = {p: measure.rows_for(stage, c, probe_requests(params)) for p, c in configs.items()}
     except StageInputMissing as exc:
         return rules.ClampProbeMeasurements(limit, [], [], audit, None, evidence, summary, missing=str(exc))
     pairs = [{"prompt_id": rows["off"][i]["prompt_id"],
               **{k: compare_outputs(rows[p][i], rows["off"][i]) for k, p in
-                 (("routed", "routed"), ("shared", "shared"), ("null", "off-again"))}}
+                 {"routed": "routed", "shared": "shared", "null": "off-again"}.items()}}
              for i in range(len(rows["off"]))]
     wrong, version = [], None
+    lists = ("expert_swiglu_limit_list", "share_expert_swiglu_limit_list")
     for p, c in configs.items():
-        want = probe_shape(served_shape(params.checkpoint.shape), p.removesuffix("-again"), limit)
+        want = config_dict(probe_shape(served_shape(params.checkpoint.shape), server.probe_checkpoint(p), limit))
         rec = next((r for r in reversed(measure.launches(stage.paths, c)) if r.get("status") == "ok"), {})
         got = rec.get("model_config") or {}
-        n = want.num_hidden_layers
-        if (got.get("expert_swiglu_limit_list") != [want.expert_swiglu_limits.get(i, 0) for i in range(n)]
-                or got.get("share_expert_swiglu_limit_list") != [want.share_expert_swiglu_limits.get(i, 0)
-                                                                  for i in range(n)]):
+        if any(got.get(k) != want[k] for k in lists):
             wrong.append(c.model_label)
         version = version or rec.get("sglang_version")
     return rules.ClampProbeMeasurements(limit, pairs, wrong, audit, version, evidence, summary)
