@@ -204,6 +204,9 @@ class CpuEngineParams(_Strict):
     # as shipped (moe_forward_native drops the routed clamp); approx = the pre-SiLU (GPT-OSS) form;
     # exact = Ling's post-SiLU form min(silu(g), L) * clamp(u, -L, L)
     moe_clamp: Literal["released", "approx", "exact"] = "released"
+    # released = as shipped (the native path applies routed_scaling_factor nowhere); applied = the
+    # routed output multiplied by it once (patch native-routed-scaling)
+    routed_scaling: Literal["released", "applied"] = "released"
 
 
 class ServerParams(_Strict):

@@ -168,8 +168,10 @@ class CpuEngineLauncher(LocalLauncher):
         return stage.paths.work("sglang-install") if stage.params.sglang.apply_to_install else None
 
     def native_modes(self, stage: Stage) -> dict[str, str]:
-        """``server.cpu.moe_clamp`` (native MoE patches on the overlay; "released" = none)."""
-        return {"moe_clamp": stage.params.server.cpu.moe_clamp}
+        """``server.cpu.moe_clamp`` and ``server.cpu.routed_scaling`` (native MoE patches on the
+        overlay; "released" = none)."""
+        cpu = stage.params.server.cpu
+        return {"moe_clamp": cpu.moe_clamp, "routed_scaling": cpu.routed_scaling}
 
     def process(self, stage: Stage, params: Params, config: LaunchChoice, cmd: list[str], model: str,
                 log_path: Path, install: contextlib.ExitStack) -> tuple[ServerProcess, dict[str, Any]]:

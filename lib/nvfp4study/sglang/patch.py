@@ -15,7 +15,9 @@ unified diff per file (``patch -p1`` applies them from the tree root too). Modes
 - the CPU engine's native MoE path (:data:`NATIVE_AXES`; 0.5.23), each axis combinable with the
   others, with any clamp mode and with ``det``: ``native-clamp-exact`` / ``native-clamp-approx``
   (``moe_clamp``: Ling's post-SiLU clamp, or the pre-SiLU form, on the routed experts of
-  ``moe_forward_native``, which drops the limit as released).
+  ``moe_forward_native``, which drops the limit as released); ``native-routed-scaling``
+  (``routed_scaling``: ``routed_scaling_factor`` applied once to the routed output, which the
+  released native path never scales; :mod:`.patch_native` says where 0.5.23 does and does not).
 
 Guarantees: apply is idempotent; it refuses (named error, nothing written) an unknown version or
 mode, a file whose hash matches neither the original nor this mode's result, another clamp mode

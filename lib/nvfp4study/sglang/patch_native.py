@@ -10,8 +10,28 @@ clamp is dropped there. Axis ``moe_clamp`` (patch set ``patches/0.5.23/native-cl
 ``min(silu(g), L) * clamp(u, -L, L)`` for activation silu with a limit and no alpha, ``approx`` the
 pre-SiLU (GPT-OSS) form ``silu(min(g, L)) * clamp(u, -L, L)`` (``clamp_numerics`` forms ``post`` and
 ``pre``); both through a function ``nvfp4study_swiglu_clamp``, a sink of the audit whose form is
-read from its body (``data/sglang_clamp_paths.yaml``). Each axis's other value is
-:data:`RELEASED`: no patch.
+read from its body (``data/sglang_clamp_paths.yaml``).
+
+Axis ``routed_scaling`` (``patches/0.5.23/native-routed-scaling``, ``unquant.py``): ``applied``
+multiplies the routed output by ``routed_scaling_factor`` once. Where 0.5.23 applies the factor
+for Bailing and where not: ``models/bailing_moe_v3.py`` 463 reads it from the config and hands it
+to FusedMoE (576, into ``MoeRunnerConfig.routed_scaling_factor``:
+``layers/moe/fused_moe_triton/layer.py`` 473) and to TopK (590) with
+``apply_routed_scaling_factor_on_output = experts.should_fuse_routed_scaling_factor_in_topk``
+(591-593), which ``layer.py`` 109-131 / 615-617 makes False for ``UnquantizedFusedMoEMethod`` (no
+``fuse_routed_scaling_factor_in_topk``, not ModelOpt NVFP4, no TRT-LLM or FP8-CUTLASS runner): the
+top-k weights carry no factor (``layers/moe/topk.py`` 2845-2848, 2934-2962 pass the False flag;
+the fold at 3104-3111 needs it True). The Triton runner would apply it in its combine
+(``moe_runner/triton.py`` 111; ``moe_runner/triton_utils/fused_moe.py`` 392, 405-407), but
+``forward_cpu`` (``unquant.py`` 1382-1391) calls ``moe_forward_native``, which never reads it
+(``fused_moe_native.py`` 61-164: the sum at 157-163 weighs by the top-k weights only; the AMX
+branch, 1361-1380, passes no factor either); ``BailingMoE`` scales the routed output itself only
+on the all-to-all (DeepEP) path (``bailing_moe_v3.py`` 609-614, 841-852), not in
+``forward_normal`` (713-742, shared output added unscaled at 740-741). So the factor is applied
+nowhere on the CPU engine's path; the patch applies it after ``moe_forward_native`` unless
+``layer.should_fuse_routed_scaling_factor_in_topk`` says top-k already did (never double).
+
+Each axis's other value is :data:`RELEASED`: no patch.
 """
 
 from __future__ import annotations
@@ -23,6 +43,7 @@ from ..core.errors import PatchConflict, UnknownPatchMode
 #: axis -> {value: patch mode}; each axis edits its own files, so axes combine freely.
 NATIVE_AXES: dict[str, dict[str, str]] = {
     "moe_clamp": {"exact": "native-clamp-exact", "approx": "native-clamp-approx"},
+    "routed_scaling": {"applied": "native-routed-scaling"},
 }
 #: patch mode -> (axis, value)
 NATIVE_MODES: dict[str, tuple[str, str]] = {m: (axis, v) for axis, vals in NATIVE_AXES.items()
