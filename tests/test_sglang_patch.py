@@ -26,7 +26,9 @@ from sglang_fixtures import copy23_shared_fixture, mini_tree, released  # noqa: 
 NVFP4 = "sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4_moe.py"
 CUTLASS = "sglang/srt/layers/moe/moe_runner/flashinfer_cutlass.py"
 BIO = "sglang/srt/batch_invariant_ops/batch_invariant_ops.py"
-TOUCHED = (CUTLASS, NVFP4, BIO)
+NATIVE = "sglang/srt/layers/moe/fused_moe_native.py"
+UNQUANT = "sglang/srt/layers/quantization/unquant.py"
+TOUCHED = (CUTLASS, NVFP4, BIO, NATIVE, UNQUANT)
 
 
 def _hashes(tree) -> dict[str, str]:
@@ -108,7 +110,8 @@ def release_copy(tmp_path_factory):
 @pytest.mark.parametrize("version", sorted(RELEASE_VERDICTS))
 def test_release_modes_available(version):
     want = [m for m in RELEASE_VERDICTS[version] if m != "stock"]
-    assert sp.modes_for(version) == ["stock"] + want + ["det"]
+    native = ["native-clamp-exact", "native-clamp-approx", "native-routed-scaling"] if version == "0.5.23" else []
+    assert sp.modes_for(version) == ["stock"] + want + ["det"] + native
     assert _clamp_verdicts(released(version)) == _as_paths(RELEASE_VERDICTS[version]["stock"])
 
 
@@ -166,7 +169,9 @@ def test_det_edit(mini23):
     sp.apply(mini23, "det")
     assert "MIN_DEEPGEMM_DIM = 64" in mini23.file(BIO).read_text()
     assert sp.status(mini23) | {"files": None} == {"sglang_version": "0.5.23", "clamp_mode": "stock",
-                                                    "det": True, "files": None}
+                                                    "det": True,
+                                                    "native": {"moe_clamp": "released", "routed_scaling": "released"},
+                                                    "files": None}
     sp.apply(mini23, "exact")  # combinable with a clamp mode
     assert sp.status(mini23)["clamp_mode"] == "exact" and sp.status(mini23)["det"]
     sp.revert(mini23, "det")
@@ -264,7 +269,7 @@ def test_switch_mode_and_state_file(mini23, tmp_path):
     assert (st["clamp_mode"], st["det"]) == ("none", True)
     sp.switch_mode(mini23, "stock", det=False, state_file=state)
     assert sp.load_state(state)["clamp_mode"] == "stock"
-    assert sp.status(mini23)["files"] == {CUTLASS: "original", NVFP4: "original", BIO: "original"}
+    assert sp.status(mini23)["files"] == {CUTLASS: "original", NVFP4: "original", BIO: "original", NATIVE: "original", UNQUANT: "original"}
 
 
 def test_serving_mode_restores_on_error(mini23, tmp_path):
@@ -410,7 +415,7 @@ def test_mixed_tree_status_tells_each_file(mini23):
     mini23.file(CUTLASS).write_bytes(patched)
     st = sp.status(mini23)
     assert st["clamp_mode"] == "mixed"
-    assert st["files"] == {CUTLASS: "patched:exact", NVFP4: "original", BIO: "original"}
+    assert st["files"] == {CUTLASS: "patched:exact", NVFP4: "original", BIO: "original", NATIVE: "original", UNQUANT: "original"}
     with pytest.raises(PatchConflict, match=r"mixed tree .*flashinfer_cutlass.py: patched:exact"):
         sp.apply(mini23, "exact")
     with pytest.raises(PatchConflict, match="no single known mode"):

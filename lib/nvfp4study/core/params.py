@@ -199,6 +199,14 @@ class CpuEngineParams(_Strict):
     clamp_probe_limit: float = _float(0.001, ge=0, le=1e6)
     clamp_probe_prompts: int = _int(6, 1, 10)  # prompts sent to each probe launch: the first N of the 10 in serving_prompts.yaml
     clamp_probe_max_tokens: int = _int(8, 1, 4096)  # greedy tokens per probe request
+    # the native MoE path's patches (sglang.patch.NATIVE_AXES), put on the run's overlay of SGLang
+    # for every CPU-engine launch and reverted after it (with sglang.apply_to_install): released =
+    # as shipped (moe_forward_native drops the routed clamp); approx = the pre-SiLU (GPT-OSS) form;
+    # exact = Ling's post-SiLU form min(silu(g), L) * clamp(u, -L, L)
+    moe_clamp: Literal["released", "approx", "exact"] = "released"
+    # released = as shipped (the native path applies routed_scaling_factor nowhere); applied = the
+    # routed output multiplied by it once (patch native-routed-scaling)
+    routed_scaling: Literal["released", "applied"] = "released"
 
 
 class ServerParams(_Strict):

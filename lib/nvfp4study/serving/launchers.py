@@ -104,6 +104,11 @@ class LocalLauncher:
         """A folder put first on the server's ``PYTHONPATH`` (none: the install is served as is)."""
         return None
 
+    def native_modes(self, stage: Stage) -> dict[str, str] | None:
+        """The native MoE patch axes to set for the launch (:data:`nvfp4study.sglang.patch.NATIVE_AXES`);
+        None: left as found (a GPU install)."""
+        return None
+
     def install_mode(self, stack: contextlib.ExitStack, stage: Stage, config: LaunchChoice) -> str:
         """Put the serving install in ``config.clamp`` mode (and the ``MIN_DEEPGEMM_DIM`` edit for
         deterministic mode) for the server's lifetime, when ``sglang.apply_to_install`` is true.
@@ -120,11 +125,13 @@ class LocalLauncher:
         from ..sglang import patch as sglang_patch
 
         tree = self.install_tree(stage)
+        native = self.native_modes(stage)
         st = stack.enter_context(sglang_patch.serving_mode(
             tree, config.clamp, det=True if config.deterministic else None,
-            state_file=stage.paths.data("sglang_patch_state")))
+            state_file=stage.paths.data("sglang_patch_state"), native=native))
         return (f"install {tree.root} (SGLang {tree.version}) in clamp mode {st['clamp_mode']!r}, "
-                f"MIN_DEEPGEMM_DIM edit {'on' if st['det'] else 'off'}, for this launch; restored afterwards")
+                f"MIN_DEEPGEMM_DIM edit {'on' if st['det'] else 'off'}"
+                + (f", native MoE {st['native']}" if native else "") + ", for this launch; restored afterwards")
 
     def process(self, stage: Stage, params: Params, config: LaunchChoice, cmd: list[str], model: str,
                 log_path: Path, install: contextlib.ExitStack) -> tuple[ServerProcess, dict[str, Any]]:
@@ -160,10 +167,23 @@ class CpuEngineLauncher(LocalLauncher):
         """The overlay, when the launch patched it (``sglang.apply_to_install``)."""
         return stage.paths.work("sglang-install") if stage.params.sglang.apply_to_install else None
 
+    def native_modes(self, stage: Stage) -> dict[str, str]:
+        """``server.cpu.moe_clamp`` and ``server.cpu.routed_scaling`` (native MoE patches on the
+        overlay; "released" = none)."""
+        cpu = stage.params.server.cpu
+        return {"moe_clamp": cpu.moe_clamp, "routed_scaling": cpu.routed_scaling}
+
     def process(self, stage: Stage, params: Params, config: LaunchChoice, cmd: list[str], model: str,
                 log_path: Path, install: contextlib.ExitStack) -> tuple[ServerProcess, dict[str, Any]]:
-        """The local process; the record adds the engine and its environment (less ``PYTHONPATH``)."""
+        """The local process; the record adds the engine and its environment (less ``PYTHONPATH``)
+        and, when the overlay carries a native clamp patch, the audit's reading of the patched
+        overlay's native MoE path (``native_moe_audit``: ``fused-moe-native``'s row)."""
         sp, entries = super().process(stage, params, config, cmd, model, log_path, install)
+        if params.sglang.apply_to_install and params.server.cpu.moe_clamp != "released":
+            from ..sglang.audit import audit_tree
+
+            (row,) = audit_tree(self.install_tree(stage), ["fused-moe-native"])
+            entries["native_moe_audit"] = row.as_json()
         entries["engine"] = engine_description(params)
         entries["env"] = {k: v for k, v in sp.env.items() if k != "PYTHONPATH"}
         return sp, entries

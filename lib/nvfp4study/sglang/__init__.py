@@ -28,6 +28,8 @@ __all__ = [
     "flags",
     "model_side",
     "patch",
+    "patch_diff",
+    "patch_native",
     "patch_journal",
     "path_keys",
     "platforms",

@@ -11,7 +11,13 @@ unified diff per file (``patch -p1`` applies them from the tree root too). Modes
   ``[swiglu-clamp-patch] cutlass nvfp4 limit=<L> mode=exact form=<...> layer=<i>``;
 - ``card`` (0.5.19 and 0.5.20; later releases already carry its edits): the card's own patch as it describes it;
 - ``det``: the deterministic-inference edit (``MIN_DEEPGEMM_DIM`` 16 -> 64), combinable with any
-  clamp mode.
+  clamp mode;
+- the CPU engine's native MoE path (:data:`NATIVE_AXES`; 0.5.23), each axis combinable with the
+  others, with any clamp mode and with ``det``: ``native-clamp-exact`` / ``native-clamp-approx``
+  (``moe_clamp``: Ling's post-SiLU clamp, or the pre-SiLU form, on the routed experts of
+  ``moe_forward_native``, which drops the limit as released); ``native-routed-scaling``
+  (``routed_scaling``: ``routed_scaling_factor`` applied once to the routed output, which the
+  released native path never scales; :mod:`.patch_native` says where 0.5.23 does and does not).
 
 Guarantees: apply is idempotent; it refuses (named error, nothing written) an unknown version or
 mode, a file whose hash matches neither the original nor this mode's result, another clamp mode
@@ -25,8 +31,8 @@ file's state; a tree whose files are each in a known state but not in one mode i
 and ``revert`` (no mode) brings it back to the released files.
 
 For the serving stage: :func:`switch_mode` moves an install to one mode (reverting any other
-first) and records it in a state file; :func:`serving_mode` is a context manager that applies a
-mode and restores the previous state on exit, whatever happens.
+first; ``native=`` sets the native axes) and records it in a state file; :func:`serving_mode` is
+a context manager that applies a mode and restores the previous state on exit, whatever happens.
 """
 
 from __future__ import annotations
@@ -37,7 +43,6 @@ import datetime as _dt
 import hashlib
 import json
 import os
-import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -55,6 +60,9 @@ from ..core.errors import (
 )
 from ..core.files import write_json
 from . import patch_journal
+from .patch_diff import apply_unified_diff
+from .patch_native import NATIVE_AXES as NATIVE_AXES  # re-exported: patch.NATIVE_AXES
+from .patch_native import NATIVE_MODES, RELEASED, native_state, native_steps, side_files
 from .source import SGLangTree, open_tree
 
 CLAMP_MODES = ("stock", "none", "exact", "card")
@@ -82,9 +90,16 @@ def patch_versions() -> list[str]:
 
 
 def modes_for(version: str) -> list[str]:
-    """Modes available for a version (``stock`` always, plus the patch set's; ``det`` last)."""
+    """Modes available for a version: ``stock`` always, the patch set's clamp modes, ``det``, then
+    the native modes (:data:`NATIVE_MODES`) it has."""
     m = _manifest(version)["modes"]
-    return ["stock"] + [k for k in m if k != DET] + ([DET] if DET in m else [])
+    return (["stock"] + [k for k in m if k != DET and k not in NATIVE_MODES] + ([DET] if DET in m else [])
+            + [k for k in NATIVE_MODES if k in m])
+
+
+def _clamp_modes(version: str) -> list[str]:
+    """The version's clamp modes that carry a patch (neither ``stock``, ``det`` nor a native mode)."""
+    return [m for m in modes_for(version) if m not in ("stock", DET) and m not in NATIVE_MODES]
 
 
 def _files(version: str, mode: str) -> list[dict[str, Any]]:
@@ -98,50 +113,6 @@ def _files(version: str, mode: str) -> list[dict[str, Any]]:
 
 def _diff_text(version: str, entry: dict[str, Any]) -> str:
     return resources.files(__package__).joinpath("patches", version, entry["patch"]).read_text()
-
-
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-
-
-def apply_unified_diff(text: str, diff: str, reverse: bool = False) -> str:
-    """Apply a unified diff to ``text`` exactly (no fuzz, no offset); ``reverse`` undoes it.
-
-    Raises:
-        PatchConflict: a context or removed line does not match.
-    """
-    lines = text.splitlines(True)
-    out: list[str] = []
-    pos = 0
-    dl = diff.splitlines(True)
-    i = 0
-    while i < len(dl):
-        m = _HUNK.match(dl[i])
-        if not m:
-            i += 1
-            continue
-        start = int(m.group(3 if reverse else 1))
-        count = int(m.group(4 if reverse else 2) or 1)
-        start = start - 1 if count else start
-        out.extend(lines[pos:start])
-        pos = start
-        i += 1
-        while i < len(dl) and not dl[i].startswith("@@"):
-            tag, body = dl[i][:1], dl[i][1:]
-            if tag == "\\":
-                i += 1
-                continue
-            old_tag, new_tag = ("+", "-") if reverse else ("-", "+")
-            if tag == " " or tag == old_tag:
-                if pos >= len(lines) or lines[pos] != body:
-                    raise PatchConflict(f"line {pos + 1} does not match the patch context")
-                pos += 1
-                if tag == " ":
-                    out.append(body)
-            elif tag == new_tag:
-                out.append(body)
-            i += 1
-    out.extend(lines[pos:])
-    return "".join(out)
 
 
 @dataclass
@@ -173,12 +144,14 @@ def file_states(tree: SGLangTree) -> dict[str, FileState]:
 
 
 def status(tree: SGLangTree) -> dict[str, Any]:
-    """``{"sglang_version", "clamp_mode", "det", "files": {path: state}}``.
+    """``{"sglang_version", "clamp_mode", "det", "native", "files": {path: state}}``.
 
     ``clamp_mode`` is ``stock`` when every clamp file is original, a mode name when all of that
     mode's files carry its patch, ``"mixed"`` when every clamp file is original or carries some
     mode's patch but they form no single mode (``files`` says which file is in which state), and
-    ``"modified"`` when a file is missing or matches no known state. An interrupted earlier
+    ``"modified"`` when a file is missing or matches no known state. ``native`` maps each native
+    axis the version has (:data:`NATIVE_AXES`) to its value, :data:`RELEASED` or ``"modified"``.
+    An interrupted earlier
     command is finished first (:func:`recover`); then ``"recovered"`` lists what was done.
 
     Raises:
@@ -187,14 +160,13 @@ def status(tree: SGLangTree) -> dict[str, Any]:
     recovered = recover(tree)
     states = file_states(tree)
     det_files = {e["path"] for e in _manifest(tree.version)["modes"].get(DET, {"files": []})["files"]}
-    clamp_states = {p: s.state for p, s in states.items() if p not in det_files}
+    side = side_files(_manifest(tree.version)["modes"])
+    clamp_states = {p: s.state for p, s in states.items() if p not in side}
     mode = "modified"
     if all(s == "original" for s in clamp_states.values()):
         mode = "stock"
     else:
-        for m in modes_for(tree.version):
-            if m in ("stock", DET):
-                continue
+        for m in _clamp_modes(tree.version):
             mine = {e["path"] for e in _files(tree.version, m)}
             if all(clamp_states[p] == f"patched:{m}" for p in mine) and \
                     all(clamp_states[p] == "original" for p in clamp_states if p not in mine):
@@ -204,7 +176,7 @@ def status(tree: SGLangTree) -> dict[str, Any]:
             mode = "mixed"
     det = bool(det_files) and all(states[p].state == f"patched:{DET}" for p in det_files)
     out = {"sglang_version": tree.version, "clamp_mode": mode, "det": det,
-           "files": {p: s.state for p, s in states.items()}}
+           "native": native_state(_manifest(tree.version)["modes"], states), "files": {p: s.state for p, s in states.items()}}
     if recovered:
         out["recovered"] = recovered
     return out
@@ -321,7 +293,7 @@ def revert(tree: SGLangTree, mode: str | None = None) -> list[str]:
             raise PatchConflict(f"{tree.root}: clamp files match no known state "
                                 f"({_describe(st['files'])}); cannot revert safely")
         if mode == "mixed":
-            entries = [(m, e) for m in modes_for(tree.version) if m not in ("stock", DET)
+            entries = [(m, e) for m in _clamp_modes(tree.version)
                        for e in _files(tree.version, m) if st["files"][e["path"]] == f"patched:{m}"]
             plan: dict[Path, tuple[bytes, bytes]] = {}
             for m, e in entries:
@@ -334,10 +306,14 @@ def revert(tree: SGLangTree, mode: str | None = None) -> list[str]:
 
 def verify(tree: SGLangTree, mode: str) -> dict[str, Any]:
     """Whether ``tree`` is exactly in ``mode``: ``{"ok": bool, ...status}``; for ``det``, whether
-    the deterministic edit is applied."""
+    the deterministic edit is applied; for a native mode, whether its axis has its value."""
     _files(tree.version, mode)
     st = status(tree)
-    st["ok"] = st["det"] if mode == DET else st["clamp_mode"] == mode
+    if mode in NATIVE_MODES:
+        axis, value = NATIVE_MODES[mode]
+        st["ok"] = st["native"].get(axis) == value
+    else:
+        st["ok"] = st["det"] if mode == DET else st["clamp_mode"] == mode
     st["mode"] = mode
     return st
 
@@ -398,11 +374,14 @@ def write_state(state_file: str | Path, tree: SGLangTree, note: str = "") -> dic
 
 
 def switch_mode(tree: SGLangTree | str | Path, mode: str, det: bool | None = None,
-                state_file: str | Path | None = None) -> dict[str, Any]:
+                state_file: str | Path | None = None,
+                native: dict[str, str] | None = None) -> dict[str, Any]:
     """Put a tree (e.g. the serving install) into clamp ``mode`` and, if ``det`` is not None,
-    the deterministic edit on/off; record the result in ``state_file``. Returns the status.
+    the deterministic edit on/off, and each native axis ``native`` names (e.g.
+    ``{"moe_clamp": "exact"}``; :data:`NATIVE_AXES`, :data:`RELEASED`) to its value; record the
+    result in ``state_file``. Returns the status.
 
-    Every file is checked before anything is written; if the second step fails the first is
+    Every file is checked before anything is written; if a later step fails the earlier ones are
     undone, so the tree is left in its previous state or the requested one.
 
     Raises:
@@ -416,6 +395,9 @@ def switch_mode(tree: SGLangTree | str | Path, mode: str, det: bool | None = Non
     if before["clamp_mode"] in ("modified", "mixed"):
         raise PatchConflict(f"{tree.root}: clamp files are in no single known mode "
                             f"({_describe(before['files'])}); refusing to switch")
+    steps = native_steps(before["native"], native, tree.version)
+    for m, _ in steps:
+        _files(tree.version, m)
     undo: list[tuple[str, bool]] = []
     try:
         if before["clamp_mode"] != mode:
@@ -428,30 +410,36 @@ def switch_mode(tree: SGLangTree | str | Path, mode: str, det: bool | None = Non
         if det is not None and det != before["det"]:
             (apply if det else revert)(tree, DET)
             undo.append((DET, not det))
+        for m, on in steps:
+            (apply if on else revert)(tree, m)
+            undo.append((m, not on))
     except Exception:
         for m, reapply in reversed(undo):
             (apply if reapply else revert)(tree, m)
         raise
     st = status(tree)
     if state_file is not None:
-        st = write_state(state_file, tree, note=f"switch_mode({mode!r}, det={det})")
+        st = write_state(state_file, tree, note=f"switch_mode({mode!r}, det={det}, native={native})")
     return st
 
 
 @contextlib.contextmanager
 def serving_mode(tree: SGLangTree | str | Path, mode: str, det: bool | None = None,
-                 state_file: str | Path | None = None) -> Iterator[dict[str, Any]]:
-    """``with serving_mode(install, "exact"):`` start the server inside; on exit (normal or not)
-    the install returns to the state it had before, and ``state_file`` says so."""
+                 state_file: str | Path | None = None,
+                 native: dict[str, str] | None = None) -> Iterator[dict[str, Any]]:
+    """``with serving_mode(install, "exact", native={"moe_clamp": "exact"}):`` start the server
+    inside; on exit (normal or not) the install returns to the state it had before (the native
+    axes named included), and ``state_file`` says so."""
     tree = tree if isinstance(tree, SGLangTree) else open_tree(tree)
     before = status(tree)
     if before["clamp_mode"] in ("modified", "mixed"):
         raise PatchStateError(f"{tree.root}: clamp files match no known state")
-    st = switch_mode(tree, mode, det, state_file)
+    st = switch_mode(tree, mode, det, state_file, native)
+    back = {a: before["native"].get(a, RELEASED) for a in native or {}}
     try:
         yield st
     finally:
-        switch_mode(tree, before["clamp_mode"], before["det"], state_file)
+        switch_mode(tree, before["clamp_mode"], before["det"], state_file, back or None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -462,7 +450,8 @@ def main(argv: list[str] | None = None) -> int:
         epilog="example: nvfp4study patch apply --mode exact --sglang ~/sglang-0.5.23-copy",
     )
     ap.add_argument("action", choices=["apply", "verify", "revert", "status", "switch"])
-    ap.add_argument("--mode", help="stock, none, exact, card (0.5.19, 0.5.20) or det")
+    ap.add_argument("--mode", help="stock, none, exact, card (0.5.19, 0.5.20), det, or a native "
+                    "mode (native-clamp-exact, native-clamp-approx; 0.5.23)")
     ap.add_argument("--sglang", required=True, help="the SGLang tree (folder holding sglang/)")
     ap.add_argument("--state-file", help="with switch: where to record the resulting state (JSON)")
     a = ap.parse_args(argv)

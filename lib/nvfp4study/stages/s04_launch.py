@@ -412,7 +412,8 @@ def _probe_measurements(stage: Stage, summary: str) -> rules.ClampProbeMeasureme
     """The probe's launches compared per prompt (routed limit, shared limit and the second no-limit
     launch, each against the first no-limit launch), the clamp lists each launch served against
     :func:`~nvfp4study.checkpoint.served.probe_shape`'s, and 03's audit row of the path they test
-    (``data/sglang_audit.json``). A probe never recorded (a replayed run from before it) gives the
+    (``data/sglang_audit.json``), or, when the routed launch ran a native clamp patch
+    (``server.cpu.moe_clamp``), the audit of that patched overlay from its launch record. A probe never recorded (a replayed run from before it) gives the
     reason in ``missing``."""
     from ..checkpoint.layout import config_dict
     from ..checkpoint.served import probe_shape, served_shape
@@ -442,6 +443,8 @@ def _probe_measurements(stage: Stage, summary: str) -> rules.ClampProbeMeasureme
         if any(got.get(k) != want[k] for k in lists):
             wrong.append(c.model_label)
         version = version or rec.get("sglang_version")
+        if p == "routed" and rec.get("native_moe_audit"):  # served from a patched overlay
+            audit = rec["native_moe_audit"]
     return rules.ClampProbeMeasurements(limit, pairs, wrong, audit, version, evidence, summary)
 
 
