@@ -333,3 +333,42 @@ def flush_cache(base_url: str, timeout: float = 60) -> bool:
     except httpx.HTTPError as exc:
         raise _error(RequestFailed, f"/flush_cache: {type(exc).__name__}: {exc}", base_url, None) from None
     return r.status_code == 200
+
+
+def generate(base_url: str, input_ids: list[int], *, max_new_tokens: int, stop: list[str] | None = None,
+             logprob_start_len: int | None = None, timeout: float = 300) -> dict[str, Any]:
+    """``POST /generate`` (SGLang's native endpoint, ``entrypoints/http_server.py`` 928) with token
+    ids, greedy (temperature 0), asking for logprobs (the generated token ids come from
+    ``meta_info.output_token_logprobs``, ``[logprob, token id, None]`` each). With
+    ``logprob_start_len`` the response's ``meta_info.input_token_logprobs`` holds the logprob of
+    every input token from that position on (the first is None at position 0): teacher-forced
+    scoring; without it only the last input token's (SGLang's minimum).
+
+    Returns:
+        ``{"text", "output_ids", "output_logprobs", "finish_reason", "completion_tokens",
+        "input_token_logprobs"}``.
+
+    Raises:
+        RequestFailed: a transport error, a non-200 answer or a body without ``text``/``meta_info``.
+    """
+    body: dict[str, Any] = {"input_ids": list(map(int, input_ids)),
+                            "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0,
+                                                **({"stop": list(stop)} if stop else {})}}
+    start = len(input_ids) - 1 if logprob_start_len is None else int(logprob_start_len)
+    body.update(return_logprob=True, logprob_start_len=max(0, start))
+    try:
+        with http(timeout) as session:
+            r = session.post(base_url.rstrip("/") + "/generate", json=body)
+        obj = r.json() if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError) as exc:
+        raise _error(RequestFailed, f"/generate: {type(exc).__name__}: {exc}", base_url, None) from None
+    if not isinstance(obj, dict) or "text" not in obj or not isinstance(obj.get("meta_info"), dict):
+        raise _error(RequestFailed, f"/generate answered HTTP {r.status_code}: {r.text[:300]}", base_url, None)
+    meta = obj["meta_info"]
+    out_lp = meta.get("output_token_logprobs") or []
+    return {"text": obj["text"], "output_ids": [int(x[1]) for x in out_lp],
+            "output_logprobs": [x[0] for x in out_lp],
+            "finish_reason": (meta.get("finish_reason") or {}).get("type"),
+            "completion_tokens": meta.get("completion_tokens"),
+            "input_token_logprobs": ([x[0] for x in meta.get("input_token_logprobs") or []]
+                                     if logprob_start_len is not None else [])}

@@ -55,6 +55,9 @@ class LaunchChoice(Protocol):
     @property
     def deterministic(self) -> bool: ...
 
+    @property
+    def native(self) -> tuple[tuple[str, str], ...]: ...
+
 
 class Launcher(Protocol):
     """One way of starting a server. :meth:`sglang_version` runs first (before any GPU or port
@@ -104,7 +107,7 @@ class LocalLauncher:
         """A folder put first on the server's ``PYTHONPATH`` (none: the install is served as is)."""
         return None
 
-    def native_modes(self, stage: Stage) -> dict[str, str] | None:
+    def native_modes(self, stage: Stage, config: LaunchChoice) -> dict[str, str] | None:
         """The native MoE patch axes to set for the launch (:data:`nvfp4study.sglang.patch.NATIVE_AXES`);
         None: left as found (a GPU install)."""
         return None
@@ -125,7 +128,7 @@ class LocalLauncher:
         from ..sglang import patch as sglang_patch
 
         tree = self.install_tree(stage)
-        native = self.native_modes(stage)
+        native = self.native_modes(stage, config)
         st = stack.enter_context(sglang_patch.serving_mode(
             tree, config.clamp, det=True if config.deterministic else None,
             state_file=stage.paths.data("sglang_patch_state"), native=native))
@@ -167,11 +170,12 @@ class CpuEngineLauncher(LocalLauncher):
         """The overlay, when the launch patched it (``sglang.apply_to_install``)."""
         return stage.paths.work("sglang-install") if stage.params.sglang.apply_to_install else None
 
-    def native_modes(self, stage: Stage) -> dict[str, str]:
+    def native_modes(self, stage: Stage, config: LaunchChoice) -> dict[str, str]:
         """``server.cpu.moe_clamp`` and ``server.cpu.routed_scaling`` (native MoE patches on the
-        overlay; "released" = none)."""
+        overlay; "released" = none), each overridden by the launch's own ``config.native``
+        (the trained stand-in's arms set them per launch)."""
         cpu = stage.params.server.cpu
-        return {"moe_clamp": cpu.moe_clamp, "routed_scaling": cpu.routed_scaling}
+        return {"moe_clamp": cpu.moe_clamp, "routed_scaling": cpu.routed_scaling, **dict(config.native)}
 
     def process(self, stage: Stage, params: Params, config: LaunchChoice, cmd: list[str], model: str,
                 log_path: Path, install: contextlib.ExitStack) -> tuple[ServerProcess, dict[str, Any]]:
@@ -179,7 +183,7 @@ class CpuEngineLauncher(LocalLauncher):
         and, when the overlay carries a native clamp patch, the audit's reading of the patched
         overlay's native MoE path (``native_moe_audit``: ``fused-moe-native``'s row)."""
         sp, entries = super().process(stage, params, config, cmd, model, log_path, install)
-        if params.sglang.apply_to_install and params.server.cpu.moe_clamp != "released":
+        if params.sglang.apply_to_install and self.native_modes(stage, config)["moe_clamp"] != "released":
             from ..sglang.audit import audit_tree
 
             (row,) = audit_tree(self.install_tree(stage), ["fused-moe-native"])

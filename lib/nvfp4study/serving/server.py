@@ -94,6 +94,8 @@ class ServerConfig:
         model_label: a short name for the checkpoint in file names ("study", "broken-draft").
         tp_size, ep_size: overrides of ``server.tp_size``/``ep_size`` (the upstream 4-GPU reference).
         max_running_requests: ``server.max_running_requests`` override (``corruption.concurrency``).
+        native: CPU engine only: native MoE patch axes for this launch, ``(("moe_clamp", "exact"),)``,
+            over ``server.cpu.moe_clamp`` / ``routed_scaling`` (:data:`nvfp4study.sglang.patch.NATIVE_AXES`).
     """
 
     clamp: str = "exact"
@@ -104,6 +106,7 @@ class ServerConfig:
     tp_size: int | None = None
     ep_size: int | None = None
     max_running_requests: int | None = None
+    native: tuple[tuple[str, str], ...] = ()
 
     @property
     def tags(self) -> dict[str, str]:
@@ -118,6 +121,7 @@ class ServerConfig:
             t["ep"] = str(self.ep_size)
         if self.max_running_requests is not None:
             t["mrr"] = str(self.max_running_requests)
+        t.update({k.replace("_", "-"): v for k, v in self.native})
         return t
 
     @property
@@ -130,7 +134,10 @@ class ServerConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ServerConfig:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+        kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        if "native" in kw:  # JSON gives lists
+            kw["native"] = tuple(tuple(x) for x in kw["native"])
+        return cls(**kw)
 
 
 def card_config(params: Params, **overrides: Any) -> ServerConfig:

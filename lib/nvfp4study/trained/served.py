@@ -1,0 +1,237 @@
+"""Corruption before and after the fix, measured on the trained stand-in served by SGLang's real
+engine on this CPU: one launch per arm (routed clamp form x expert weights), the same HumanEval
+prompts, greedy.
+
+Arms (:class:`Arm`): the routed clamp as SGLang 0.5.23's native MoE path ships it ("released":
+dropped), in the pre-SiLU form SGLang's NVFP4 CUTLASS call computes ("approx") and in Ling's
+post-SiLU form ("exact"), put on the run's overlay by the study's patch machinery per launch
+(``ServerConfig.native``); weights as trained ("bf16") or with the routed experts rounded to NVFP4
+by the study's own ``model_free_ptq`` output ("nvfp4", :func:`.artifact.nvfp4_copy`). The
+reference arm is exact + bf16: the form the model was trained with.
+
+Requests: each task's prompt plus one indentation level (the toy model otherwise ends the
+function after its docstring), greedy, at most ``max_new_tokens``, stopped at the HumanEval stop
+sequences :data:`STOP` (Chen et al. 2021, arXiv 2107.03374, section 2.3). Each arm's launch also
+scores the reference arm's continuations teacher-forced (``input_token_logprobs``), so "how
+likely is what the trained form writes" is measured under every arm on the same tokens.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import StudyError
+from ..core.stage import Stage
+
+#: HumanEval's stop sequences (Codex paper, section 2.3).
+STOP = ["\ndef", "\nclass", "\nif", "\n#", "\nprint"]
+INDENT = "    "
+REFERENCE = ("exact", "bf16")
+CLAMP_NOTES = {"released": "routed clamp dropped (SGLang 0.5.23's native MoE path as shipped)",
+               "approx": "pre-SiLU form silu(min(g, L)) * clamp(u, -L, L) (GPT-OSS's; SGLang's NVFP4 CUTLASS call)",
+               "exact": "Ling's post-SiLU form min(silu(g), L) * clamp(u, -L, L) (what the model was trained with)"}
+
+
+class TrainedStudyError(StudyError):
+    """The engine's answers cannot be scored as asked (what is missing is named)."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One served arm: the routed clamp form on the native MoE path and the expert weights."""
+
+    clamp: str
+    weights: str
+
+    @property
+    def key(self) -> str:
+        """``"exact-bf16"``."""
+        return f"{self.clamp}-{self.weights}"
+
+    @property
+    def is_reference(self) -> bool:
+        """Exact clamp, BF16 weights: the form the model was trained with."""
+        return (self.clamp, self.weights) == REFERENCE
+
+
+def arms(params: Any) -> list[Arm]:
+    """The arms of ``server.cpu.trained``, the reference first (its continuations are scored
+    under every other arm)."""
+    t = params.server.cpu.trained
+    out = [Arm(c, w) for w in t.weights for c in t.clamps]
+    return sorted(out, key=lambda a: not a.is_reference)
+
+
+def server_config(params: Any, arm: Arm, model_path: Path, depth: int | None = None) -> Any:
+    """The arm's :class:`~nvfp4study.serving.server.ServerConfig`: speculation off unless
+    ``depth``; the card's clamp mode for the GPU paths (no CPU path reads it); the native MoE clamp
+    of the arm; the served folder."""
+    from ..serving.server import ServerConfig
+
+    return ServerConfig(clamp=params.server.clamp_mode, spec_depth=depth, model_path=str(model_path),
+                        model_label=f"trained-{arm.weights}", native=(("moe_clamp", arm.clamp),))
+
+
+def served_folders(stage: Stage) -> dict[str, Path]:
+    """``{"bf16": folder, "nvfp4": folder}`` in the run's work folder (each made once): the
+    hash-checked artifact and its NVFP4-rounded copy (only the weights the params ask for).
+
+    Raises:
+        nvfp4study.trained.artifact.TrainedArtifactError: the committed files' hashes differ.
+    """
+    from .artifact import nvfp4_copy, served_copy
+
+    out = {"bf16": served_copy(stage.paths.work("served-trained-bf16"))}
+    if "nvfp4" in stage.params.server.cpu.trained.weights:
+        dst = stage.paths.work("served-trained-nvfp4")
+        if not (dst / "model.safetensors").is_file():
+            report = nvfp4_copy(out["bf16"], dst, stage.params.quantize)
+            (dst / "nvfp4study_quantize.json").write_text(json.dumps(
+                {"quantized": report["quantized"], "counts": report["report"].get("counts")}, indent=2) + "\n")
+        out["nvfp4"] = dst
+    return out
+
+
+def prompts(params: Any, tokenizer_json: Path) -> list[dict[str, Any]]:
+    """The first ``prompts`` HumanEval tasks: ``task_id``, ``prompt`` (with :data:`INDENT`) and its
+    token ids under the stand-in's tokenizer."""
+    from tokenizers import Tokenizer
+
+    from ..codeeval.tasks import humaneval_tasks
+
+    tok = Tokenizer.from_file(str(tokenizer_json))
+    out = []
+    for t in humaneval_tasks()[: params.server.cpu.trained.prompts]:
+        text = t.prompt + INDENT
+        out.append({"task_id": t.task_id, "prompt": text, "ids": tok.encode(text).ids})
+    return out
+
+
+def _serve_arm(stage: Stage, arm: Arm, folder: Path, reqs: list[dict[str, Any]],
+               reference: dict[str, list[int]] | None) -> dict[str, Any]:
+    from ..serving.client import generate
+    from ..serving.server import serving
+
+    t = stage.params.server.cpu.trained
+    rec: dict[str, Any] = {}
+    rows = []
+    with serving(stage, server_config(stage.params, arm, folder), launch_record=rec) as url:
+        t0 = time.monotonic()
+        for r in reqs:
+            g = generate(url, r["ids"], max_new_tokens=t.max_new_tokens, stop=STOP)
+            row = {"arm": arm.key, "clamp": arm.clamp, "weights": arm.weights, "task_id": r["task_id"],
+                   "completion": g["text"], "output_ids": g["output_ids"], "finish_reason": g["finish_reason"]}
+            ref = (reference or {}).get(r["task_id"], g["output_ids"])
+            if ref:
+                # SGLang gives no logprob for the first position of the range (None): start one
+                # token early and drop it
+                s = generate(url, r["ids"] + ref, max_new_tokens=1, logprob_start_len=len(r["ids"]) - 1)
+                lps = s["input_token_logprobs"][1: 1 + len(ref)]
+                if len(lps) != len(ref) or any(x is None for x in lps):
+                    raise TrainedStudyError(f"{arm.key} {r['task_id']}: SGLang scored {len(lps)} of "
+                                            f"{len(ref)} reference tokens")
+                row["reference_logprob_mean"] = sum(lps) / len(lps)
+                row["reference_tokens"] = len(lps)
+            rows.append(row)
+        rec["requests_s"] = round(time.monotonic() - t0, 2)
+    return {"rows": rows, "launch": {k: rec.get(k) for k in ("config_key", "load_s", "requests_s", "log",
+                                                               "native_moe_audit", "model_path")}}
+
+
+def collect(stage: Stage) -> dict[str, Any]:
+    """Serve every arm (:func:`arms`) and return ``{"arms": [...], "rows": [...], "launches": [...],
+    "prompts": n}``; also written to ``data/trained_corruption.json``."""
+    folders = served_folders(stage)
+    reqs = prompts(stage.params, folders["bf16"] / "tokenizer.json")
+    rows: list[dict[str, Any]] = []
+    launches = []
+    reference: dict[str, list[int]] | None = None
+    for arm in arms(stage.params):
+        got = _serve_arm(stage, arm, folders[arm.weights], reqs, reference)
+        if arm.is_reference:
+            reference = {r["task_id"]: r["output_ids"] for r in got["rows"]}
+        rows += got["rows"]
+        launches.append({"arm": arm.key, **got["launch"]})
+    out = {"arms": [asdict(a) | {"key": a.key} for a in arms(stage.params)], "prompts": len(reqs),
+           "rows": rows, "launches": launches, "stop": STOP, "indent": INDENT,
+           "max_new_tokens": stage.params.server.cpu.trained.max_new_tokens}
+    from ..core.files import write_json
+
+    write_json(stage.paths.data("trained_corruption"), out)
+    return out
+
+
+def classify(data: dict[str, Any], run_code: bool = True, sandbox: Any = None) -> list[dict[str, Any]]:
+    """Per row: ``code`` (the completion is not empty), ``parses`` (prompt + completion parses),
+    ``junk`` (the study's detector flags the completion, checked inside its prompt), ``runs`` (the
+    program reaches the task's checks in the sandbox: they pass or an assertion fails), ``passed``
+    (they pass; both None when not run), ``same_as_reference`` (token ids equal
+    the reference arm's). Pure except the sandbox."""
+    from ..codeeval.detect import detect_code
+    from ..codeeval.tasks import humaneval_tasks
+
+    tasks = {t.task_id: t for t in humaneval_tasks()}
+    ref = {r["task_id"]: r["output_ids"] for r in data["rows"]
+           if (r["clamp"], r["weights"]) == REFERENCE}
+    out = []
+    for r in data["rows"]:
+        task = tasks[r["task_id"]]
+        body = INDENT + r["completion"]
+        try:
+            ast.parse(task.prompt + body)
+            parses = True
+        except (SyntaxError, ValueError):
+            parses = False
+        det = detect_code(body, prompt=task.prompt, source="trained-standin")
+        out.append({**{k: r[k] for k in ("arm", "clamp", "weights", "task_id")},
+                    "code": bool(r["completion"].strip()), "parses": parses, "junk": bool(det.corrupted),
+                    "same_as_reference": r["output_ids"] == ref.get(r["task_id"]),
+                    "reference_logprob_mean": r.get("reference_logprob_mean"), "body": body})
+    if run_code:
+        from ..codeeval.sandbox import check_many
+
+        results = check_many([(tasks[o["task_id"]], o["body"]) for o in out], sandbox)
+        for o, res in zip(out, results):
+            o["passed"] = res.outcome == "pass"
+            # ran to the task's checks: passed them, or an assertion of theirs failed
+            o["runs"] = res.outcome in ("pass", "assertion_failure")
+            o["outcome"] = str(res.outcome)
+    return out
+
+
+def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score interval for ``k`` of ``n`` (95 % by default); ``(0, 1)`` when ``n`` is 0
+    (Wilson 1927; the form of Brown, Cai & DasGupta 2001, eq. 4)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5 / den
+    return max(0.0, mid - half), min(1.0, mid + half)
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per arm: counts of each outcome with Wilson 95 % intervals, and the mean
+    per-token logprob of the reference arm's continuations under the arm (nats)."""
+    out = []
+    for key in dict.fromkeys(r["arm"] for r in rows):
+        rs = [r for r in rows if r["arm"] == key]
+        n = len(rs)
+        s: dict[str, Any] = {"arm": key, "clamp": rs[0]["clamp"], "weights": rs[0]["weights"], "requests": n}
+        for col in ("code", "parses", "junk", "runs", "passed", "same_as_reference"):
+            if all(r.get(col) is None for r in rs):
+                continue
+            k = sum(bool(r.get(col)) for r in rs)
+            lo, hi = wilson(k, n)
+            s[col] = k
+            s[f"{col}_ci"] = [round(lo, 3), round(hi, 3)]
+        lps = [r["reference_logprob_mean"] for r in rs if r.get("reference_logprob_mean") is not None]
+        s["reference_logprob_mean"] = round(sum(lps) / len(lps), 4) if lps else None
+        out.append(s)
+    return out
