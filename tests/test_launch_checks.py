@@ -223,3 +223,64 @@ def test_clamp_probe_of_a_run_without_it_is_not_run(tmp_path):
         audit.write_text(text)
         row_, _ = lc._audit_row(stage)
         assert row_ == (None if "verdict" not in text else {"path": "fused-moe-native", "verdict": "DROPPED"})
+
+
+# --- the routed-scaling probe (audit.cpu-routed-scaling) ---------------------------------------
+def _scaling(factor: list, weights: list, fvw: list | None = None, patch: str | None = "released",
+             null: list | None = None, **kw) -> r04.ScalingProbeMeasurements:
+    null = null or [_cmp(True)] * len(factor)
+    fvw = fvw or [_cmp(False)] * len(factor)
+    pairs = [{"prompt_id": f"p{i}", "factor": a, "weights": b, "null": c, "factor_vs_weights": d}
+             for i, (a, b, c, d) in enumerate(zip(factor, weights, null, fvw, strict=True))]
+    args = dict(ratio=4.0, factors={"off": 2.5, "scaling-factor": 10.0}, pairs=pairs, served_wrong=[],
+                patch=patch, evidence=[Path("data/x.jsonl")], checked_on="engine") | kw
+    return r04.ScalingProbeMeasurements(**args)
+
+
+def test_scaling_probe_verdicts():
+    same, diff = _cmp(True), _cmp(False)
+    # released: the factor changes nothing while down_proj x 4 changes every output
+    row = r04.audit_cpu_routed_scaling(_scaling([same] * 6, [diff] * 6))
+    assert row.verdict == "reproduced" and row.measured["dynamic_reading"] == "not applied"
+    assert (row.measured["factor_outputs_equal_to_unchanged"], row.measured["down_proj_control_changed"]) == (6, 6)
+    # patched: the factor launch gives the down_proj control's outputs token for token
+    row = r04.audit_cpu_routed_scaling(_scaling([diff] * 6, [diff] * 6, [same] * 6, "applied"))
+    assert row.verdict == "reproduced" and row.measured["dynamic_reading"] == "applied once"
+    # a factor applied twice (or elsewhere) moves the outputs, but not as the control does
+    row = r04.audit_cpu_routed_scaling(_scaling([diff] * 6, [diff] * 6, [same] * 5 + [diff], "applied"))
+    assert row.verdict == "contradicted" and row.measured["dynamic_reading"] == "applied, not as the control"
+    # the patch on but nothing moved; released but something moved
+    assert r04.audit_cpu_routed_scaling(_scaling([same] * 6, [diff] * 6, patch="applied")).verdict == "contradicted"
+    row = r04.audit_cpu_routed_scaling(_scaling([same] * 5 + [diff], [diff] * 6))
+    assert row.verdict == "contradicted" and row.measured["dynamic_reading"] == "applied, not as the control"
+
+
+@pytest.mark.parametrize("case,words", [
+    (dict(weights="weak"), "too weak"),  # 4 of 6 changed: bound 0.12 > 0.05
+    (dict(failed=True), "request failed"),
+    (dict(unit="char"), "no output token ids"),
+    (dict(null=True), "two launches of the no-limit model"),
+    (dict(served_wrong=["scaling-probe-factor"]), "did not serve the probe's config"),
+    (dict(patch=None), "does not say which routed_scaling patch"),
+    (dict(missing="no record of 6 request(s)"), "no record"),
+])
+def test_scaling_probe_that_cannot_decide_is_not_run(case, words):
+    same, diff = _cmp(True), _cmp(False)
+    weights = [same] * 2 + [diff] * 4 if case.get("weights") == "weak" else [diff] * 6
+    factor = [same] * 5 + [_cmp(None, False) if case.get("failed") else _cmp(True, unit=case.get("unit", "token"))]
+    null = [same] * 5 + [diff] if case.get("null") else None
+    kw = {k: case[k] for k in ("served_wrong", "missing") if k in case}
+    row = r04.audit_cpu_routed_scaling(_scaling(factor, weights, None, case.get("patch", "released"), null, **kw))
+    assert row.verdict == "not run" and row.measured is None and words in row.note, row.note
+    assert r04.audit_cpu_routed_scaling(_scaling([], [])) is None
+
+
+def test_scaling_probe_of_a_run_without_it_is_not_run(tmp_path):
+    from nvfp4study.core.params import load_params
+    from serving_fixtures import stage_for
+
+    stage = stage_for(load_params(None), tmp_path, "04_launch_server")
+    stage.paths.data_dir.mkdir(parents=True, exist_ok=True)
+    m = lc._scaling_measurements(stage, "engine")
+    assert m.pairs == [] and "no record of 6 request(s)" in m.missing
+    assert r04.audit_cpu_routed_scaling(m).verdict == "not run"

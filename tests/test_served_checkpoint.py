@@ -268,3 +268,40 @@ def test_bad_clamp_probe_is_named_and_writes_nothing(tmp_path, probe, limit, wor
         with pytest.raises(ServedCheckpointError, match=r"\(probe, limit\)"):
             S.write_served_checkpoint(tmp_path / "x", DEFAULT, clamp_probe=bad)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_scaling_probes_change_the_factor_or_the_routed_down_proj_only(tmp_path):
+    """"factor": the off probe's tensors byte for byte, config routed_scaling_factor 2.5 x 4 = 10 and
+    nothing else changed; "weights": every routed expert's down_proj exactly 4 x the off probe's
+    (MTP layer included), every other tensor and the factor unchanged."""
+    off = S.write_served_checkpoint(tmp_path / "off", DEFAULT, seed=0, clamp_probe=("off", 0.25))
+    fac = S.write_served_checkpoint(tmp_path / "factor", DEFAULT, seed=0, clamp_probe=("off", 0.25),
+                                    scaling_probe=("factor", 4.0))
+    wts = S.write_served_checkpoint(tmp_path / "weights", DEFAULT, seed=0, clamp_probe=("off", 0.25),
+                                    scaling_probe=("weights", 4.0))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["factor", "off", "weights"]  # no .partial left
+    cfg = {k: json.loads((f / "config.json").read_text()) for k, f in (("off", off), ("factor", fac), ("weights", wts))}
+    assert (cfg["off"]["routed_scaling_factor"], cfg["factor"]["routed_scaling_factor"],
+            cfg["weights"]["routed_scaling_factor"]) == (2.5, 10.0, 2.5)
+    rest = lambda c: {k: v for k, v in c.items() if k not in ("routed_scaling_factor", "_nvfp4study")}  # noqa: E731
+    assert rest(cfg["factor"]) == rest(cfg["off"]) == rest(cfg["weights"])
+    assert cfg["factor"]["_nvfp4study"]["served"]["scaling_probe"] == {"kind": "factor", "ratio": 4.0}
+    for f in sorted(off.glob("*.safetensors")):
+        assert (fac / f.name).read_bytes() == f.read_bytes()
+    t_off, t_w = _tensors(off), _tensors(wts)
+    routed = [k for k in t_off if ".mlp.experts." in k and k.endswith("down_proj.weight")]
+    n_moe = DEFAULT.num_hidden_layers - DEFAULT.first_k_dense_replace + DEFAULT.num_nextn_predict_layers
+    assert len(routed) == n_moe * DEFAULT.num_experts
+    for k, v in t_off.items():
+        want = v.float() * 4 if k in routed else v.float()
+        assert torch.equal(t_w[k].float(), want), k
+
+
+@pytest.mark.parametrize("probe,draft", [(("both", 4.0), "random"), (("factor", 1.0), "random"),
+                                         (("factor", 0), "random"), (("weights", float("inf")), "random"),
+                                         (("factor", True), "random"), ("factor", "random"),
+                                         (("factor", 4.0), "agree")])
+def test_bad_scaling_probe_is_named_and_writes_nothing(tmp_path, probe, draft):
+    with pytest.raises(ServedCheckpointError, match="scaling_probe must be"):
+        S.write_served_checkpoint(tmp_path / "x", DEFAULT, draft=draft, scaling_probe=probe)
+    assert list(tmp_path.iterdir()) == []

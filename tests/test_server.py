@@ -506,7 +506,9 @@ def test_interrupt_while_two_launches_load_stops_both_and_restores_the_install(t
 
 @pytest.mark.parametrize("override", ["server.cpu.clamp_probe_prompts=11", "server.cpu.clamp_probe_prompts=0",
                                       "server.cpu.clamp_probe_limit=-1", "server.cpu.clamp_probe_limit=.nan",
-                                      "server.cpu.clamp_probe_limit=true", "server.cpu.clamp_probe_max_tokens=0"])
+                                      "server.cpu.clamp_probe_limit=true", "server.cpu.clamp_probe_max_tokens=0",
+                                      "server.cpu.scaling_probe_ratio=1", "server.cpu.scaling_probe_ratio=0",
+                                      "server.cpu.moe_clamp=post", "server.cpu.routed_scaling=twice"])
 def test_bad_clamp_probe_params_are_named(override):
     from nvfp4study.core.errors import ParamsError
 
@@ -521,7 +523,8 @@ def test_cpu_engine_plan_adds_the_clamp_probe_to_04():
     assert p.server.engine == "cpu"
     probes = server.probe_configs(p)
     assert [c.model_label for c in probes] == ["clamp-probe-off", "clamp-probe-routed", "clamp-probe-shared",
-                                               "clamp-probe-off-again"]
+                                               "clamp-probe-off-again", "scaling-probe-factor",
+                                               "scaling-probe-weights"]
     assert all(c.spec_depth is None and not c.deterministic and c.clamp == p.server.clamp_mode for c in probes)
     assert server.stage_configs(p)["04_launch_server"][1:] == probes
     assert set(probes) <= set(server.plan_servers(p))

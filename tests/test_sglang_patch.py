@@ -337,6 +337,7 @@ def _package_files(tree) -> set[str]:
     ("exact", ["revert"], {"exact", "stock"}),
     ("none", ["switch", "--mode", "exact"], {"none", "stock", "exact"}),
     ("stock", ["apply", "--mode", "det"], {"stock"}),
+    ("stock", ["apply", "--mode", "native-clamp-exact"], {"stock"}),
 ])
 def test_kill_at_every_write_and_rename(mini23, start, args, ends):
     """SIGKILL the patcher just before each of its writes, renames and removals in turn: the next
@@ -368,9 +369,12 @@ def test_kill_at_every_write_and_rename(mini23, start, args, ends):
         if args[-1] == "det":
             changed = {rel for rel in TOUCHED if mini23.file(rel).read_bytes() != start_bytes[rel]}
             assert changed <= {BIO} and state["det"] == bool(changed)
+        if args[-1].startswith("native-"):
+            changed = {rel for rel in TOUCHED if mini23.file(rel).read_bytes() != start_bytes[rel]}
+            assert changed <= {NATIVE} and state["native"]["moe_clamp"] == ("exact" if changed else "released")
         assert _package_files(mini23) == files0, n  # journal folder and temp files gone
         assert not sp.patch_journal.pending(mini23.root)
-        sp.revert(mini23, "det") if args[-1] == "det" else sp.revert(mini23)
+        sp.revert(mini23, args[-1]) if args[-1] == "det" or args[-1].startswith("native-") else sp.revert(mini23)
         assert {rel: mini23.file(rel).read_bytes() for rel in TOUCHED} == pristine, n
 
 

@@ -52,7 +52,8 @@ def test_report_has_every_card_claim(study_run):
     by_id = {r["id"]: r for r in ledger}
     for fid in ("serve.cpu-engine-launch", "corruption.cpu-pipeline", "mtp.cpu-known-acceptance",
                 "mtp.cpu-broken-draft-signature", "mtp.cpu-estimators", "det.cpu-spec-off-self",
-                "serve.cpu-engine-teardown", "serve.cpu-engine-patched-modes", "audit.cpu-moe-clamp"):
+                "serve.cpu-engine-teardown", "serve.cpu-engine-patched-modes", "audit.cpu-moe-clamp",
+                "audit.cpu-routed-scaling"):
         assert by_id[fid]["verdict"] == "reproduced", (fid, by_id[fid]["note"])
         assert "SGLang 0.5.23 engine on CPU" in by_id[fid]["checked_on"], fid
     assert by_id["det.cpu-deterministic-mode"]["verdict"] == "not run"
@@ -63,6 +64,11 @@ def test_report_has_every_card_claim(study_run):
     probe = by_id["audit.cpu-moe-clamp"]["measured"]
     assert probe["audit_verdict"] == "DROPPED" and probe["dynamic_reading"] == "not applied"
     assert probe["routed_limit_outputs_equal_to_no_limit"] == probe["prompts"] and probe["shared_limit_outputs_changed"] >= 1
+    # the routed-scaling probe: released, the native path never reads routed_scaling_factor
+    # (fused_moe_native.py 157-163, unquant.py 1382-1391), so the factor x 4 changes nothing
+    scaling = by_id["audit.cpu-routed-scaling"]["measured"]
+    assert scaling["dynamic_reading"] == "not applied" and scaling["patch"] == "released"
+    assert scaling["factor_outputs_equal_to_unchanged"] == scaling["prompts"] and scaling["down_proj_control_changed"] >= 1
     # ours is never the card's: a row not run carries no value; every measured row names
     # evidence files that exist in the run folder and a value that is not the card's own
     for row in ledger:

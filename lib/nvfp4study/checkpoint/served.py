@@ -43,6 +43,13 @@ entry (``models/bailing_moe_v3.py`` 435-439, 469-478: 0 is no clamp) and hands t
 FusedMoE as ``gemm1_clamp_limit`` (578); the shared expert applies it in ``BailingMLP.forward``
 (371-374: ``silu(gate).clamp(max=L) * up.clamp(-L, L)``). With a limit far below the activations'
 size, a clamp that is applied changes the outputs; the shared launch shows how often it does.
+
+The routed-scaling probe (:data:`SCALING_PROBES`, ``scaling_probe=(kind, ratio)``): the clamp
+probe's ``"off"`` model (same weights, no clamp lists) with ``"factor"``: ``routed_scaling_factor``
+x ratio in ``config.json`` only (SGLang reads it at ``models/bailing_moe_v3.py`` 463), or
+``"weights"``: every routed expert's ``down_proj`` x ratio, the factor unchanged (the positive
+control: what an applied factor x ratio would do to the routed output). With ratio a power of two
+both are exact in BF16/FP32, so a factor applied once gives the weights launch's outputs bit for bit.
 """
 
 from __future__ import annotations
@@ -82,6 +89,7 @@ def served_shape(shape: LingShape | None = None) -> LingShape:
 
 
 CLAMP_PROBES = ("off", "routed", "shared")
+SCALING_PROBES = ("factor", "weights")
 
 
 def probe_shape(shape: LingShape, probe: str, limit: float) -> LingShape:
@@ -137,8 +145,29 @@ def _editor(shape: LingShape, draft: str) -> Any:
     return edit
 
 
+def _scaling_editor(ratio: float) -> Any:
+    """``edit(name, tensor)``: every routed expert's ``down_proj`` (``.mlp.experts.<e>.down_proj``,
+    MTP layer included; not the shared expert's) multiplied by ``ratio``."""
+    def edit(name: str, t: Any) -> Any:
+        return t.mul_(ratio) if ".mlp.experts." in name and name.endswith(".down_proj.weight") else t
+
+    return edit
+
+
+def _check_scaling_probe(scaling_probe: Any, draft: str) -> None:
+    """Raises ServedCheckpointError unless ``scaling_probe`` is ``(kind, ratio)`` with a kind of
+    :data:`SCALING_PROBES`, a finite ratio > 0 other than 1, and the random draft."""
+    ok = isinstance(scaling_probe, tuple | list) and len(scaling_probe) == 2 and \
+        scaling_probe[0] in SCALING_PROBES and isinstance(scaling_probe[1], int | float) and \
+        not isinstance(scaling_probe[1], bool) and 0 < scaling_probe[1] < float("inf") and scaling_probe[1] != 1
+    if not ok or draft != "random":
+        raise ServedCheckpointError(f"scaling_probe must be (kind in {SCALING_PROBES}, ratio > 0, != 1) on the "
+                                    f"random draft, got {scaling_probe!r} with draft {draft!r} (nothing was written)")
+
+
 def write_served_checkpoint(out_dir: Path, shape: LingShape | None = None, *, seed: int = 0,
-                            draft: str = "random", clamp_probe: tuple[str, float] | None = None) -> Path:
+                            draft: str = "random", clamp_probe: tuple[str, float] | None = None,
+                            scaling_probe: tuple[str, float] | None = None) -> Path:
     """Write the checkpoint the CPU engine serves (module docstring): BF16, all layers MLA, the
     MTP (NEXTN) layer, the generated tokenizer, one shard.
 
@@ -152,14 +181,17 @@ def write_served_checkpoint(out_dir: Path, shape: LingShape | None = None, *, se
             ``"random"``; recorded in ``config.json`` under ``_nvfp4study.served``.
         clamp_probe: ``(probe, limit)``: the clamp lists of :func:`probe_shape` (the weights are
             those of the same draft and seed without it); recorded beside ``draft``.
+        scaling_probe: ``(kind, ratio)`` (module docstring; random draft only): ``"factor"``
+            multiplies ``config.json``'s ``routed_scaling_factor``, ``"weights"`` the routed
+            experts' ``down_proj``, by ``ratio``; recorded beside ``draft``.
 
     Returns:
         ``out_dir`` as a Path. Tensors: BF16 except ``A_log``/``dt_bias`` (none here: no KDA) and
         the router ``expert_bias`` (F32), shapes as :func:`.layout.tensor_specs`.
 
     Raises:
-        ServedCheckpointError: unknown ``draft`` or clamp probe, a probe limit that is not > 0,
-            or a shape without exactly one MTP layer.
+        ServedCheckpointError: unknown ``draft``, clamp or scaling probe, a probe limit that is
+            not > 0, a scaling ratio not > 0 or 1, or a shape without exactly one MTP layer.
         ShapeInvalid: the served shape breaks a rule of ``shape_problems``.
         OutputExists: ``out_dir`` exists.
     """
@@ -171,12 +203,46 @@ def write_served_checkpoint(out_dir: Path, shape: LingShape | None = None, *, se
         if not isinstance(clamp_probe, tuple | list) or len(clamp_probe) != 2:
             raise ServedCheckpointError(f"clamp_probe must be (probe, limit), got {clamp_probe!r} (nothing was written)")
         s = probe_shape(s, *clamp_probe)
+    if scaling_probe is not None:
+        _check_scaling_probe(scaling_probe, draft)
     extra = {"served": {"draft": draft, "layer_group_size": 1,
                         "target_token": TARGET_TOKEN if draft != "random" else None,
                         "draft_token": {"agree": TARGET_TOKEN, "disagree": DISAGREE_TOKEN}.get(draft),
                         "clamp_probe": None if clamp_probe is None else
                         {"probe": clamp_probe[0], "limit": float(clamp_probe[1])}}}
-    return write_checkpoint(s, out_dir, shards=1, seed=seed, edit=_editor(s, draft), config_extra=extra)
+    if scaling_probe is not None:
+        extra["served"]["scaling_probe"] = {"kind": scaling_probe[0], "ratio": float(scaling_probe[1])}
+    if scaling_probe is None or scaling_probe[0] != "factor":
+        edit = _scaling_editor(float(scaling_probe[1])) if scaling_probe else _editor(s, draft)
+        return write_checkpoint(s, out_dir, shards=1, seed=seed, edit=edit, config_extra=extra)
+    return _with_factor(s, Path(out_dir), seed, extra, float(scaling_probe[1]))
+
+
+def _with_factor(s: LingShape, out_dir: Path, seed: int, extra: dict, ratio: float) -> Path:
+    """The random-weight checkpoint with ``config.json``'s ``routed_scaling_factor`` x ``ratio``:
+    written beside ``out_dir`` (``.partial``), the config edited there, then renamed into place, so
+    no folder with the unchanged factor ever stands at ``out_dir``.
+
+    Raises:
+        OutputExists: ``out_dir`` exists.
+    """
+    import json
+    import shutil
+
+    from ..core.errors import OutputExists
+    from ..core.files import write_json
+
+    if out_dir.exists():
+        raise OutputExists(f"{out_dir} exists; nothing was written")
+    tmp = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    write_checkpoint(s, tmp, shards=1, seed=seed, edit=None, config_extra=extra)
+    cfg = tmp / "config.json"
+    data = json.loads(cfg.read_text())
+    data["routed_scaling_factor"] = data["routed_scaling_factor"] * ratio
+    write_json(cfg, data)
+    tmp.rename(out_dir)
+    return out_dir
 
 
 # --- CLI -----------------------------------------------------------------------------------

@@ -224,6 +224,10 @@ class CpuEngineParams(_Strict):
     clamp_probe_limit: float = _float(0.001, ge=0, le=1e6)
     clamp_probe_prompts: int = _int(6, 1, 10)  # prompts sent to each probe launch: the first N of the 10 in serving_prompts.yaml
     clamp_probe_max_tokens: int = _int(8, 1, 4096)  # greedy tokens per probe request
+    # 04 with the clamp probe: the routed-scaling probe (checkpoint.served SCALING_PROBES), two more
+    # launches of the probe's no-limit model: routed_scaling_factor x ratio (config only), and the
+    # routed experts' down_proj x ratio (positive control); a power of two keeps both exact in BF16
+    scaling_probe_ratio: float = _float(4.0, gt=1, le=1024)
     # the native MoE path's patches (sglang.patch.NATIVE_AXES), put on the run's overlay of SGLang
     # for every CPU-engine launch and reverted after it (with sglang.apply_to_install): released =
     # as shipped (moe_forward_native drops the routed clamp); approx = the pre-SiLU (GPT-OSS) form;

@@ -30,14 +30,18 @@ STANDIN_DRAFTS = {"study": "random", **{v: k for k, v in CONTROL_LABELS.items()}
 #: (the "study" weights; only the clamp lists differ: :func:`nvfp4study.checkpoint.served.probe_shape`).
 #: "off-again" is a second launch of the "off" checkpoint: the null control (two launches of one
 #: model must give the same outputs, or a difference says nothing about the clamp).
+#: "scaling-factor" / "scaling-weights": the routed-scaling probe, the "off" model with
+#: routed_scaling_factor or the routed experts' down_proj x ``server.cpu.scaling_probe_ratio``
+#: (:data:`~nvfp4study.checkpoint.served.SCALING_PROBES`); "off-again" is its null control too.
 PROBE_LABELS = {"off": "clamp-probe-off", "routed": "clamp-probe-routed", "shared": "clamp-probe-shared",
-                "off-again": "clamp-probe-off-again"}
+                "off-again": "clamp-probe-off-again", "scaling-factor": "scaling-probe-factor",
+                "scaling-weights": "scaling-probe-weights"}
 
 
 def probe_checkpoint(key: str) -> str:
     """The clamp probe (:data:`~nvfp4study.checkpoint.served.CLAMP_PROBES`) a :data:`PROBE_LABELS`
-    key serves: itself, except "off-again", which serves "off"."""
-    return key.removesuffix("-again")
+    key serves: itself, except "off-again" and the scaling probes, which serve "off"'s lists."""
+    return "off" if key.startswith("scaling-") else key.removesuffix("-again")
 
 #: what the CPU engine serves, said wherever its results show.
 STANDIN_NOTE = ("served stand-in: BF16 all-MLA random-weight model in Ling's layout, not the NVFP4 "
@@ -77,7 +81,8 @@ def standin_path(stage: Stage, label: str = "study") -> Path:
     random-weight model, "agree-draft" / "broken-draft" the draft constructions "agree" /
     "disagree", and the labels of :data:`PROBE_LABELS` the random-weight model with the clamp
     probe's lists (``server.cpu.clamp_probe_limit``; folder ``work/served-clamp-probe-<probe>``,
-    one per :func:`probe_checkpoint`).
+    one per :func:`probe_checkpoint`; the scaling probes ``work/served-scaling-probe-<kind>``, with
+    ``server.cpu.scaling_probe_ratio``).
 
     Raises:
         StageInputMissing: an unknown label.
@@ -91,10 +96,13 @@ def standin_path(stage: Stage, label: str = "study") -> Path:
     cpu = stage.params.server.cpu
     draft = STANDIN_DRAFTS.get(label, "random")
     probe = (probe_checkpoint(probes[label]), cpu.clamp_probe_limit) if label in probes else None
-    out = stage.paths.work(f"served-{draft}" if probe is None else f"served-clamp-probe-{probe[0]}")
+    scaling = probes.get(label, "").removeprefix("scaling-")
+    scaling = (scaling, cpu.scaling_probe_ratio) if probes.get(label, "").startswith("scaling-") else None
+    out = stage.paths.work(f"served-{draft}" if probe is None else f"served-clamp-probe-{probe[0]}"
+                           if scaling is None else f"served-scaling-probe-{scaling[0]}")
     if not (out / "config.json").is_file():
         write_served_checkpoint(out, stage.params.checkpoint.shape, seed=cpu.standin_seed, draft=draft,
-                                clamp_probe=probe)
+                                clamp_probe=probe, scaling_probe=scaling)
     return out
 
 

@@ -330,7 +330,7 @@ def _rewrite_last(path: Path, row: dict[str, Any]) -> None:
 def model_config_for(stage: Stage, model_path: str | None) -> dict[str, Any]:
     """The served checkpoint's ``config.json`` keys the checks need (params' shape when unreadable)."""
     keys = ("num_hidden_layers", "first_k_dense_replace", "num_nextn_predict_layers",
-            "expert_swiglu_limit_list", "share_expert_swiglu_limit_list")
+            "expert_swiglu_limit_list", "share_expert_swiglu_limit_list", "routed_scaling_factor")
     cfg = Path(model_path or "") / "config.json"
     if model_path and cfg.is_file():
         from ..checkpoint.validate import config_from_bytes  # types and ranges, named errors

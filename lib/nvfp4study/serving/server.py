@@ -153,7 +153,7 @@ def stage_configs(params: Params) -> dict[str, list[ServerConfig]]:
     """The server configurations each serving stage needs, in launch order.
 
     04: the card's configuration; on the CPU engine with ``server.cpu.clamp_probe_limit`` > 0
-    also the four clamp-probe launches (:data:`PROBE_LABELS`: :func:`probe_configs`).
+    also the clamp and routed-scaling probe launches (:data:`PROBE_LABELS`: :func:`probe_configs`).
     05: the card's per ``corruption.clamp_modes`` (its own launch
     with ``--max-running-requests corruption.concurrency`` when that is above 1).
     06: one per ``mtp.depths`` (0 = off), again on ``mtp.broken_model_path`` when set; on the CPU

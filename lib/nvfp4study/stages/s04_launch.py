@@ -381,6 +381,7 @@ def record_cpu_engine(stage: Stage):
         rec, [measure.launch_path(stage.paths, card_config(params)), stage.run_dir / rec["log"]], summary))
     if server.probe_configs(params):
         record_rules(stage, _probe_measurements(stage, summary))
+        record_rules(stage, _scaling_measurements(stage, summary))
     rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims() or r["stage"] == stage.name]
     return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
 
@@ -422,7 +423,8 @@ def _probe_measurements(stage: Stage, summary: str) -> rules.ClampProbeMeasureme
 
     params = measure.params_of(stage)
     limit = params.server.cpu.clamp_probe_limit
-    configs = {p: c for p, c in zip(server.PROBE_LABELS, server.probe_configs(params), strict=True)}
+    configs = {p: c for p, c in zip(server.PROBE_LABELS, server.probe_configs(params), strict=True)
+               if p in ("off", "routed", "shared", "off-again")}
     audit, audit_file = _audit_row(stage)
     evidence = [e for e in (measure.raw_path(stage.paths, c) for c in configs.values()) if e.is_file()] + (
         [audit_file] if audit else [])
@@ -446,6 +448,40 @@ def _probe_measurements(stage: Stage, summary: str) -> rules.ClampProbeMeasureme
         if p == "routed" and rec.get("native_moe_audit"):  # served from a patched overlay
             audit = rec["native_moe_audit"]
     return rules.ClampProbeMeasurements(limit, pairs, wrong, audit, version, evidence, summary)
+
+
+def _scaling_measurements(stage: Stage, summary: str) -> rules.ScalingProbeMeasurements:
+    """The routed-scaling probe's launches compared per prompt: the factor launch and the routed
+    down_proj launch against the no-limit one, the factor launch against the down_proj one, and the
+    no-limit model's second launch (the clamp probe's null control); the factor and clamp lists
+    each served (launch records) against the probe's; the routed_scaling patch the factor launch
+    ran (its record's ``native_modes``)."""
+    from ..serving.records import probe_requests
+    from ..serving.request_numbers import compare_outputs
+
+    params = measure.params_of(stage)
+    ratio = params.server.cpu.scaling_probe_ratio
+    keys = ("off", "off-again", "scaling-factor", "scaling-weights")
+    configs = {p: c for p, c in zip(server.PROBE_LABELS, server.probe_configs(params), strict=True) if p in keys}
+    evidence = [e for e in (measure.raw_path(stage.paths, c) for c in configs.values()) if e.is_file()]
+    try:
+        rows = {p: measure.rows_for(stage, c, probe_requests(params)) for p, c in configs.items()}
+    except StageInputMissing as exc:
+        return rules.ScalingProbeMeasurements(ratio, {}, [], [], None, evidence, summary, missing=str(exc))
+    sides = {"factor": ("scaling-factor", "off"), "weights": ("scaling-weights", "off"),
+             "null": ("off-again", "off"), "factor_vs_weights": ("scaling-factor", "scaling-weights")}
+    pairs = [{"prompt_id": rows["off"][i]["prompt_id"],
+              **{k: compare_outputs(rows[a][i], rows[b][i]) for k, (a, b) in sides.items()}}
+             for i in range(len(rows["off"]))]
+    recs = {p: next((r for r in reversed(measure.launches(stage.paths, c)) if r.get("status") == "ok"), {})
+            for p, c in configs.items()}
+    factors = {p: (r.get("model_config") or {}).get("routed_scaling_factor") for p, r in recs.items()}
+    base = factors.get("off")
+    want = {"off": base, "off-again": base, "scaling-factor": None if base is None else base * ratio,
+            "scaling-weights": base}
+    wrong = [configs[p].model_label for p in keys if base is None or factors.get(p) != want[p]]
+    patch = (recs["scaling-factor"].get("native_modes") or {}).get("routed_scaling")
+    return rules.ScalingProbeMeasurements(ratio, factors, pairs, wrong, patch, evidence, summary)
 
 
 def _audit_row(stage: Stage) -> tuple[dict[str, Any] | None, Any]:

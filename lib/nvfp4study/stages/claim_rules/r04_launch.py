@@ -1,6 +1,7 @@
 """Stage 04's claim rules: the four ``04_launch_server`` claims of ``core/claims.yaml`` (one GPU,
-resident size, load time, clamp log lines) and the CPU engine's two findings (its launch, and the
-clamp probe that checks one audit verdict on the running engine), one function per ledger row.
+resident size, load time, clamp log lines) and the CPU engine's three findings (its launch, the
+clamp probe that checks one audit verdict on the running engine, and the routed-scaling probe),
+one function per ledger row.
 
 The card's rows read :class:`LaunchMeasurements` (the last launch of the card's configuration, the
 target model's ``Load weight end`` line of its server log and the clamp table per MoE layer); the
@@ -288,4 +289,94 @@ def audit_cpu_moe_clamp(x: ClampProbeMeasurements) -> Row | None:
             "The routed experts ran UnquantizedFusedMoEMethod.forward_cpu -> moe_forward_native (the "
             f"stand-in has no fused_experts_cpu: calling it raises); {STANDIN_NOTE}")
     ok = (reading == "applied") == PREDICTS_APPLIED[verdict]
+    return Row(measured, Verdict.REPRODUCED if ok else Verdict.CONTRADICTED, x.evidence, note, x.checked_on)
+
+
+# --- the routed-scaling probe (CPU engine) -----------------------------------------------------
+#: what the native path does with ``routed_scaling_factor`` per ``server.cpu.routed_scaling`` (the
+#: overlay's patch, :mod:`nvfp4study.sglang.patch_native`'s docstring gives the file:line reading):
+#: released = applied nowhere, so the factor changes nothing; applied = once, so a factor x r gives
+#: the outputs of the routed experts' down_proj x r.
+SCALING_PREDICTS = {"released": "not applied", "applied": "applied once"}
+
+
+@dataclass(frozen=True)
+class ScalingProbeMeasurements:
+    """04's routed-scaling probe on the CPU engine: per prompt, the greedy outputs of the clamp
+    probe's no-limit model served with ``routed_scaling_factor`` x ratio (config only, "factor")
+    and with its routed experts' ``down_proj`` x ratio ("weights", the positive control), each
+    against the no-limit launch, the factor launch against the weights launch, and the clamp
+    probe's second no-limit launch (the null control)."""
+
+    STAGE: ClassVar[str] = "04_launch_server"
+    ratio: float  # server.cpu.scaling_probe_ratio
+    factors: dict[str, Any]  # the routed_scaling_factor each launch served (launch record), by probe key
+    pairs: list[dict[str, Any]]  # {"prompt_id", "factor", "weights", "null", "factor_vs_weights"}
+    served_wrong: list[str]  # model labels that served another factor or clamp lists than the probe's
+    patch: str | None  # server.cpu.routed_scaling of the factor launch (its launch record), None: unknown
+    evidence: list[Path]
+    checked_on: str
+    missing: str | None = None
+
+
+def _scaling_refusal(x: ScalingProbeMeasurements) -> str | None:
+    """Why the routed-scaling probe cannot decide (the not-run reason), or None."""
+    sides = ("factor", "weights", "null", "factor_vs_weights")
+    if not all(p[k]["comparable"] for p in x.pairs for k in sides):
+        return "a routed-scaling probe request failed (see the probe launches' raw files)"
+    if not all(p[k]["unit"] == "token" for p in x.pairs for k in sides):
+        return "a probe response had no output token ids, so outputs were not compared token for token"
+    if x.served_wrong:
+        return f"the launches of {', '.join(x.served_wrong)} did not serve the probe's config"
+    if x.patch not in SCALING_PREDICTS:
+        return f"the factor launch's record does not say which routed_scaling patch it ran ({x.patch!r})"
+    if not all(p["null"]["identical"] for p in x.pairs):
+        return "two launches of the no-limit model gave different outputs"
+    changed = sum(not p["weights"]["identical"] for p in x.pairs)
+    bound = miss_bound(len(x.pairs), changed)
+    if bound is None or bound > MAX_MISS:
+        return (f"the probe is too weak: routed down_proj x {x.ratio:g} changed {changed} of {len(x.pairs)} "
+                f"outputs, so an applied factor would go unseen with chance up to {bound:.3g} (more than "
+                f"{MAX_MISS:g}; more prompts: server.cpu.clamp_probe_prompts)")
+    return None
+
+
+@finding_rule("audit.cpu-routed-scaling", ScalingProbeMeasurements,
+              claim="SGLang 0.5.23's native PyTorch MoE path (where the CPU engine runs Ling's routed experts) "
+                    "applies Ling's routed_scaling_factor nowhere as released, and the study's native-routed-scaling "
+                    "patch applies it exactly once: served with only the factor changed, the greedy outputs equal "
+                    "the unchanged model's when released, and those of the routed down_proj scaled by the same "
+                    "ratio when patched.")
+def audit_cpu_routed_scaling(x: ScalingProbeMeasurements) -> Row | None:
+    """Dynamic reading: "not applied" when every factor-launch output equals the unchanged model's
+    token for token, "applied once" when every one equals the down_proj-scaled control's and some
+    differ from the unchanged model's, else "applied, not as the control" (twice, or elsewhere).
+    Not run when it cannot decide (:func:`_scaling_refusal`). Reproduced when the reading is what
+    the served patch predicts (:data:`SCALING_PREDICTS`), else contradicted."""
+    if x.missing:
+        return Row.not_run(x.missing, evidence=x.evidence)
+    if not x.pairs:
+        return None
+    if (refusal := _scaling_refusal(x)) is not None:
+        return Row.not_run(refusal, evidence=x.evidence)
+    n = len(x.pairs)
+    same = sum(bool(p["factor"]["identical"]) for p in x.pairs)
+    as_control = sum(bool(p["factor_vs_weights"]["identical"]) for p in x.pairs)
+    changed = sum(not p["weights"]["identical"] for p in x.pairs)
+    reading = ("not applied" if same == n else "applied once" if as_control == n
+               else "applied, not as the control")
+    bound = miss_bound(n, changed)
+    measured = {"ratio": x.ratio, "factors": x.factors, "prompts": n, "patch": x.patch,
+                "factor_outputs_equal_to_unchanged": same, "factor_outputs_equal_to_down_proj_control": as_control,
+                "down_proj_control_changed": changed, "null_relaunch_identical": n,
+                "dynamic_reading": reading, "predicted": SCALING_PREDICTS[x.patch], "miss_bound": round(bound, 4)}
+    note = (f"routed_scaling_factor {x.factors.get('off')} -> {x.factors.get('scaling-factor')} (config only): "
+            f"{same} of {n} greedy outputs equal the unchanged model's and {as_control} of {n} those of the routed "
+            f"experts' down_proj x {x.ratio:g} (factor unchanged); controls: the no-limit model launched twice "
+            f"matched on all {n}, and down_proj x {x.ratio:g} changed {changed} of {n}, so a factor that is applied "
+            f"would leave all {n} unchanged with chance <= {bound:.3g} (Wilson 95 %, prompts taken as independent). "
+            f"Served with routed_scaling patch {x.patch!r}: released, moe_forward_native (fused_moe_native.py "
+            "157-163) and forward_cpu (unquant.py 1382-1391) never read the factor and top-k does not fold it "
+            f"(layer.py 109-131); {STANDIN_NOTE}")
+    ok = reading == SCALING_PREDICTS[x.patch]
     return Row(measured, Verdict.REPRODUCED if ok else Verdict.CONTRADICTED, x.evidence, note, x.checked_on)
