@@ -12,6 +12,7 @@ __all__ = [
     "errors",
     "files",
     "hub",
+    "jsonl",
     "ledger",
     "params",
     "params_yaml",

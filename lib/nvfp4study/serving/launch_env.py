@@ -14,11 +14,11 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import StageInputMissing
+from ..core.jsonl import append_jsonl, read_jsonl
 from ..core.params import REPO_ROOT, Params
 from ..core.stage import Stage
 from .process import ServerProcess
@@ -185,19 +185,12 @@ def lifecycle_row(stage: Stage, rec: dict[str, Any]) -> None:
     stage, configuration, log, launch-to-healthy seconds (None: never healthy), the process
     names seen while healthy, the processes left after :meth:`ServerProcess.stop` (pids and
     names) and the exit status."""
-    import os
-
     row = {"stage": stage.name, "config_key": rec.get("config_key"), "clamp": (rec.get("config") or {}).get("clamp"),
            "log": rec.get("log"), "load_s": rec.get("load_s"),
            "processes": [p["name"] for p in rec.get("process_tree") or []],
            "left_after_stop": rec.get("left_after_stop") or [], "returncode": rec.get("returncode"),
            "engine": "cpu" if is_cpu_engine(stage.params) else "gpu"}
-    path = stage.paths.data(LIFECYCLE_STEM, "jsonl")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(row, default=str) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    append_jsonl(stage.paths.data(LIFECYCLE_STEM, "jsonl"), row)
 
 
 def lifecycle(stage: Stage) -> list[dict[str, Any]]:
@@ -205,4 +198,4 @@ def lifecycle(stage: Stage) -> list[dict[str, Any]]:
     path = stage.paths.data(LIFECYCLE_STEM, "jsonl")
     if not path.is_file():
         return []
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    return read_jsonl(path)

@@ -1,12 +1,11 @@
 """What the serving stages (04, 06, 07) ask each server and where the answers are recorded:
 the prompts, one :class:`RequestSpec` per request, and the JSONL files of requests and launches
 under ``data/`` of the run (their fields: :mod:`nvfp4study.serving.measure`). Appends are
-flushed and fsynced row by row, so a killed run keeps what it had received (resume)."""
+flushed and fsynced row by row (:mod:`nvfp4study.core.jsonl`), so a killed run keeps what it had
+received (resume)."""
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -16,6 +15,7 @@ from typing import Any
 import yaml
 
 from ..core.errors import StudyError
+from ..core.jsonl import append_jsonl, read_jsonl  # noqa: F401  (re-exported: measure and tests name them here)
 from .server import ServerConfig, probe_configs, stage_configs
 
 RAW_STEM, LAUNCH_STEM = "serve-raw", "serve-launch"
@@ -92,28 +92,6 @@ def raw_path(paths, config: ServerConfig) -> Path:
 
 def launch_path(paths, config: ServerConfig) -> Path:
     return paths.data(LAUNCH_STEM, "jsonl", **config.tags)
-
-
-def append_jsonl(path: Path, row: dict[str, Any]) -> None:
-    """Append one JSON line and fsync it (a crash loses at most the line being written)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(row, default=str) + "\n"
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(line)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSONL file; an unparsable line (a write cut by a crash) is skipped."""
-    rows = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return rows
 
 
 def recorded(paths, config: ServerConfig) -> dict[str, dict[str, Any]]:
