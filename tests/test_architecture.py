@@ -339,3 +339,43 @@ def test_every_data_file_is_package_data():
         if not ok:
             missing.append(rel)
     assert not missing, f"not in package-data: {missing}"
+
+
+#: modules allowed to test the engine, the launcher or a stage's name: the serving strategies
+#: (what each (engine, launcher) pair does differently) and the kinds themselves.
+BRANCH_OWNERS = {"nvfp4study/serving/strategies.py", "nvfp4study/core/kinds.py"}
+#: known leftovers, each with why it is not yet moved (issue 33); empty this, never grow it.
+BRANCH_LEFT = {
+    "nvfp4study/workstation/preflight.py": "preflight checks per engine/launcher; being edited in another branch",
+    "nvfp4study/serving/measure.py": "04's must-launch rule names its stage; moves to the stages' serving plans",
+}
+BRANCH_TEST = re.compile(r"""\b(?:engine|launcher)\s*[!=]=|[!=]=\s*(?:Engine|LauncherKind)\.|"""
+                         r"""\bstage\.name\s*[!=]=|\.name\s*[!=]=\s*["']\d\d_""")
+
+
+def branch_tests(text: str) -> list[str]:
+    """The lines of ``text`` that test an engine, a launcher or a stage's name (comments too:
+    a branch described is usually a branch made)."""
+    return [ln.strip() for ln in text.splitlines() if BRANCH_TEST.search(ln)]
+
+
+def test_branch_finder_finds_planted_ones():
+    planted = ('if params.server.engine == "cpu":\n    x = 1\nif p.launcher != "docker": pass\n'
+               'ok = stage.name == "04_launch_server"\nif s.engine is Engine.CPU: pass\n'
+               'if kind == Engine.CPU: pass\nif st.name == "06_mtp_sweep": pass\n'
+               'engine_summary = "x"  # not a test\nlauncher_for(params)\n')
+    assert branch_tests(planted) == ['if params.server.engine == "cpu":', 'if p.launcher != "docker": pass',
+                                     'ok = stage.name == "04_launch_server"', "if kind == Engine.CPU: pass",
+                                     'if st.name == "06_mtp_sweep": pass']
+
+
+def test_no_engine_launcher_or_stage_name_branches_outside_their_owners():
+    found = {}
+    for p in PKG.rglob("*.py"):
+        rel = p.relative_to(LIB).as_posix()
+        if rel not in BRANCH_OWNERS and (hits := branch_tests(p.read_text())):
+            found[rel] = hits
+    unexplained = {k: v for k, v in found.items() if k not in BRANCH_LEFT}
+    assert not unexplained, f"engine/launcher/stage-name tests outside serving/strategies.py: {unexplained}"
+    stale = sorted(set(BRANCH_LEFT) - set(found))
+    assert not stale, f"BRANCH_LEFT names modules that no longer branch (remove them): {stale}"

@@ -13,6 +13,7 @@ __all__ = [
     "files",
     "hub",
     "jsonl",
+    "kinds",
     "ledger",
     "params",
     "params_yaml",

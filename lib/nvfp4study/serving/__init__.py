@@ -2,7 +2,8 @@
 
 The launch command, the process lifecycle (health, log capture, teardown), the OpenAI-compatible
 HTTP client that keeps raw records, what each launch is asked and where its answers are recorded
-(``records``), and request sessions with per-request metrics;
+(``records``), and request sessions with per-request metrics; ``strategies``: what each
+(engine, launcher) pair does differently;
 ``cpu_engine``: SGLang's real engine on a CPU (stand-in kernels, in-memory patches, flags).
 """
 
@@ -22,5 +23,6 @@ __all__ = [
     "request_numbers",
     "serve_cli",
     "server",
+    "strategies",
     "transport",
 ]

@@ -62,13 +62,13 @@ from .server import (
     StartedLaunch,
     engine_description,
     gpu_refusal,
-    is_cpu_engine,
     launched,
     probe_configs,
     process_for,
     served_model_path,
     stage_configs,
 )
+from .strategies import serves_standin
 
 
 # --- mode ------------------------------------------------------------------------------------
@@ -81,7 +81,7 @@ class Mode:
     source: Path | None = None
 
     stage: str = ""
-    engine: str = "gpu"  # server.engine of a live run: "cpu" = SGLang's engine on this CPU, a stand-in served
+    standin: bool = False  # a live run serving the CPU engine's stand-in (strategies.serves_standin)
     engine_summary: str = ""  # cpu_engine.summary() of a live CPU-engine run
 
     def markdown(self):
@@ -104,7 +104,7 @@ class Mode:
         if self.kind == "replay":
             return markdown(f"**Replay** of the recorded run `{self.source}`: its raw files are copied "
                             "into this run and analysed; no server is started.")
-        if self.engine == "cpu":
+        if self.standin:
             return markdown(f"**Live on the CPU engine**: {self.engine_summary}. Each configuration below "
                             f"is launched with the study's own command, lifecycle and client; {STANDIN_NOTE}. "
                             "Every answer is appended to `data/serve-raw-*.jsonl` as it arrives. The card's rows "
@@ -139,8 +139,8 @@ def resolve_mode(stage: Stage) -> Mode:
     reason = gpu_refusal(p)
     if reason:
         return Mode("not run", reason=reason, stage=stage.name)
-    if is_cpu_engine(p):
-        return Mode("live", stage=stage.name, engine="cpu", engine_summary=engine_description(p)["summary"])
+    if serves_standin(p):
+        return Mode("live", stage=stage.name, standin=True, engine_summary=engine_description(p)["summary"])
     return Mode("live", stage=stage.name)
 
 
@@ -275,7 +275,7 @@ def collect(stage: Stage):
             rows.append({"config": c.key, "launched": False, "sent": 0, "failed": 0,
                          "note": "all requests already recorded"})
             continue
-        refusable = c.deterministic and is_cpu_engine(stage.params)
+        refusable = c.deterministic and serves_standin(stage.params)
         if group and (refusable or not _same_install(group[0][0], c)):
             rows += _sessions(stage, group)  # launches keep the configurations' order
             group = []

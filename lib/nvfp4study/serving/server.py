@@ -57,7 +57,6 @@ from .launch_env import (  # noqa: F401  (re-exported: stages and tests name the
     STANDIN_NOTE,
     engine_description,
     install_overlay,
-    is_cpu_engine,
     lifecycle,
     lifecycle_row,
     probe_checkpoint,
@@ -75,6 +74,7 @@ from .process import (  # noqa: F401
     log_tail,
     process_for,
 )
+from .strategies import serves_standin
 
 # ``sglang serve`` == console script ``sglang = sglang.cli.main:main`` (entry_points.txt).
 SERVE_CODE = "import sys; from sglang.cli.main import main; sys.argv[0] = 'sglang'; sys.exit(main())"
@@ -162,7 +162,7 @@ def stage_configs(params: Params) -> dict[str, list[ServerConfig]]:
     if params.mtp.broken_model_path:
         mtp += [ServerConfig(clamp=clamp, spec_depth=depth(d), model_path=params.mtp.broken_model_path,
                              model_label="broken-draft") for d in params.mtp.depths]
-    if params.server.engine == "cpu":  # stand-ins with acceptance known by construction
+    if serves_standin(params):  # stand-ins with acceptance known by construction
         cpu = params.server.cpu
         mtp += [ServerConfig(clamp=clamp, spec_depth=cpu.control_depth, model_label=CONTROL_LABELS[d])
                 for d in cpu.control_drafts]
@@ -172,7 +172,7 @@ def stage_configs(params: Params) -> dict[str, list[ServerConfig]]:
     if params.determinism.deterministic_mode:
         # the CPU engine refuses deterministic mode at argument checking, whatever the depth:
         # one launch records SGLang's message for both (stages.s07_determinism)
-        det += [replace(c, deterministic=True) for c in (det[:1] if is_cpu_engine(params) else det)]
+        det += [replace(c, deterministic=True) for c in (det[:1] if serves_standin(params) else det)]
     return {
         "04_launch_server": [card, *probe_configs(params)],
         "05_corruption": [replace(card, clamp=m, max_running_requests=conc) for m in params.corruption.clamp_modes],
@@ -187,7 +187,7 @@ def probe_configs(params: Params) -> list[ServerConfig]:
     ``server.cpu.clamp_probe_limit`` 0, or with ``server.model_path`` set (every launch would
     serve that one model)."""
     p = params.server
-    if p.engine != "cpu" or p.cpu.clamp_probe_limit <= 0 or p.model_path:
+    if not serves_standin(params) or p.cpu.clamp_probe_limit <= 0 or p.model_path:
         return []
     return [ServerConfig(clamp=p.clamp_mode, spec_depth=None, model_label=label)
             for label in PROBE_LABELS.values()]
@@ -289,7 +289,7 @@ def build_command(params: Params, config: ServerConfig, model_path: str | None =
     cmd += _config_flags(params, config)
     if s.enable_metrics:
         cmd.append("--enable-metrics")
-    if is_cpu_engine(params):
+    if serves_standin(params):
         from . import cpu_engine
 
         cmd += _new_flags(cmd, cpu_engine.engine_flags(config.spec_depth))
@@ -358,7 +358,7 @@ def served_model_path(stage: Stage, config: ServerConfig) -> str:
     """
     if config.model_path or stage.params.server.model_path:
         return str(config.model_path or stage.params.server.model_path)
-    if is_cpu_engine(stage.params):
+    if serves_standin(stage.params):
         return str(standin_path(stage, config.model_label))
     q = stage.paths.data("quantize")
     if q.is_file():
@@ -458,7 +458,7 @@ def launched(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | N
     s = params.server
     launcher = launcher_for(params)
     version = launcher.sglang_version(params)
-    cpu_only = is_cpu_engine(params) and no_gpu_device()  # nothing to probe
+    cpu_only = serves_standin(params) and no_gpu_device()  # nothing to probe
     gpu = None if cpu_only else gpu_info(probe_python(params))
     if s.require_gpu and not nvfp4_w4a4_supported(None if gpu is None else gpu["capability"]):
         raise NoCapableGPU(gpu_refusal(params) or "needs an NVFP4-capable GPU")

@@ -358,7 +358,7 @@ def record_claims(stage: Stage):
 
     if (nr := _not_run(stage)) is not None:
         return nr
-    if measure.resolve_mode(stage).engine == "cpu":
+    if measure.resolve_mode(stage).standin:
         return record_cpu_engine(stage)
     record_rules(stage, _measurements(stage))
     rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims()]
@@ -392,7 +392,7 @@ def engine_table(stage: Stage):
 
     if (nr := _not_run(stage)) is not None:
         return nr
-    if measure.resolve_mode(stage).engine != "cpu":
+    if not measure.resolve_mode(stage).standin:
         return measure.Quiet("GPU engine: nothing replaced")
     from ..serving.server import engine_description
 

@@ -251,13 +251,14 @@ def run_served_study(stage: Stage) -> dict[str, Any]:
         stage.not_run(NOT_RUN_REASON, ids)
         return {"status": "not run", "reason": NOT_RUN_REASON, "claims": ids}
     from ..serving.server import gpu_refusal
+    from ..serving.strategies import serves_standin
 
     refusal = gpu_refusal(params)
     if refusal:
         stage.not_run(refusal, ids)
         return {"status": "not run", "reason": refusal, "claims": ids}
     tasks = load_tasks(params.corruption.humaneval_count, params.corruption.card_tasks)
-    if params.server.engine == "cpu":
+    if serves_standin(params):
         return run_served_cpu_engine(stage, tasks, ids)
     collect(stage, tasks)
     collect_probe(stage, tasks)

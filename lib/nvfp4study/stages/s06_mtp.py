@@ -260,7 +260,7 @@ def figure(stage: Stage):
     import matplotlib.pyplot as plt
 
     s = summary_table(stage)
-    cpu = measure.resolve_mode(stage).engine == "cpu"
+    cpu = measure.resolve_mode(stage).standin
     card = {} if cpu else card_marks()  # never a toy number beside the card's
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     if cpu:
@@ -315,7 +315,7 @@ def record_claims(stage: Stage):
     ev = [stage.paths.data("mtp-summary"), stage.paths.data("mtp-requests"), stage.paths.data("mtp-estimators")]
     params = measure.params_of(stage)
     ev += [measure.raw_path(stage.paths, c) for _, _, c in sweep_configs(params)]
-    if measure.resolve_mode(stage).engine == "cpu":
+    if measure.resolve_mode(stage).standin:
         return record_cpu_engine(stage, ev)
     replay = params.replay_from
     checked = "sglang " + params.sglang.version + (f" (replay of {replay})" if replay else "")
@@ -374,7 +374,7 @@ def known_acceptance_table(stage: Stage):
 
     if (nr := _nr(stage)) is not None:
         return nr
-    if measure.resolve_mode(stage).engine != "cpu":
+    if not measure.resolve_mode(stage).standin:
         return measure.Quiet("GPU engine: no control stand-ins")
     _, raw = _requests(stage)
     params = measure.params_of(stage)

@@ -256,7 +256,7 @@ def record_claims(stage: Stage):
 
     if (nr := _nr(stage)) is not None:
         return nr
-    if measure.resolve_mode(stage).engine == "cpu":
+    if measure.resolve_mode(stage).standin:
         return record_cpu_engine(stage)
     pairs = _pairs(stage)
     thr = {r["row"]: r for r in throughput_rows(_rows(stage), pairs)}
