@@ -16,10 +16,9 @@ import yaml
 
 from ..core.errors import StudyError
 from ..core.jsonl import append_jsonl, read_jsonl  # noqa: F401  (re-exported: measure and tests name them here)
-from .server import ServerConfig, probe_configs, stage_configs
+from .server import ServerConfig
 
 RAW_STEM, LAUNCH_STEM = "serve-raw", "serve-launch"
-SERVING_STAGES = ("04_launch_server", "06_mtp_sweep", "07_determinism")
 
 
 # --- what to ask -----------------------------------------------------------------------------
@@ -69,20 +68,6 @@ def probe_requests(params) -> list[RequestSpec]:
     once each, ``clamp_probe_max_tokens`` greedy tokens, thinking off."""
     c = params.server.cpu
     return [RequestSpec(p["id"], 0, c.clamp_probe_max_tokens, False) for p in prompts(c.clamp_probe_prompts)]
-
-
-def needs(params, config: ServerConfig) -> list[RequestSpec]:
-    """Every request stages 04 (the clamp probe), 06 and 07 need from ``config``, each once, in
-    sending order."""
-    sc = stage_configs(params)
-    out: dict[str, RequestSpec] = {}
-    if config in probe_configs(params):
-        out.update((r.key, r) for r in probe_requests(params))
-    if config in sc["06_mtp_sweep"]:
-        out.update((r.key, r) for r in mtp_requests(params))
-    if config in sc["07_determinism"]:
-        out.update((r.key, r) for r in det_requests(params))
-    return list(out.values())
 
 
 # --- files -----------------------------------------------------------------------------------

@@ -33,9 +33,11 @@ from ..core.errors import StageInputMissing
 from ..core.files import atomic_write, write_json
 from ..core.params import Params
 from ..core.stage import Stage, open_stage_named
-from ..serving import measure, server
+from ..serving import measure, plans, server
 from ..serving.measure import model_config_for
-from ..serving.server import card_config, card_refusal
+from ..serving.records import probe_requests
+from ..serving.server import ServerConfig, card_config, card_refusal
+from ..serving.strategies import serves_standin
 from .claim_rules import r04_launch as rules
 
 NOTEBOOK = "04_launch_server"
@@ -66,8 +68,32 @@ def command_table(params: Params) -> Any:
 
 def plan_table(params: Params) -> Any:
     """One row per planned server configuration, the stages that use it and its flags
-    (:func:`nvfp4study.serving.server.plan_table`)."""
-    return server.plan_table(params)
+    (:func:`nvfp4study.serving.plans.plan_table`)."""
+    return plans.plan_table(params)
+
+
+def probe_configs(params: Params) -> list[ServerConfig]:
+    """The clamp probe's launches on the CPU engine, speculation off, in the card's clamp mode (its
+    patch edits no CPU path): one per :data:`~nvfp4study.serving.launch_env.PROBE_LABELS` entry;
+    none on the GPU engine, with ``server.cpu.clamp_probe_limit`` 0, or with ``server.model_path``
+    set (every launch would serve that one model)."""
+    p = params.server
+    if not serves_standin(params) or p.cpu.clamp_probe_limit <= 0 or p.model_path:
+        return []
+    return [ServerConfig(clamp=p.clamp_mode, spec_depth=None, model_label=label)
+            for label in server.PROBE_LABELS.values()]
+
+
+def serving_plan(params: Params) -> list[plans.Served]:
+    """What 04 serves (:mod:`nvfp4study.serving.plans`): the card's configuration, whose launch is
+    what 04 measures (launched even with nothing to ask; a replay needs its launch record only),
+    then on the CPU engine with ``server.cpu.clamp_probe_limit`` > 0 the four clamp-probe launches
+    (:func:`probe_configs`), each asked :func:`~nvfp4study.serving.records.probe_requests` (a
+    replay of a run recorded before the probe goes on without them)."""
+    probe = tuple(probe_requests(params))
+    return [plans.Served(card_config(params), launch_measured=True, replay_requests=False),
+            *(plans.Served(c, probe, launch_measured=True, replay_requests=False, replay_optional=True)
+              for c in probe_configs(params))]
 
 GIB = rules.GIB  # SGLang's "GB" is GiB (the rules convert with the same constant)
 CLAMP_TAG = "[swiglu-clamp-patch]"
@@ -379,7 +405,7 @@ def record_cpu_engine(stage: Stage):
     summary = engine.get("summary", f"SGLang {rec.get('sglang_version')}")
     record_rules(stage, rules.CpuLaunchMeasurements(
         rec, [measure.launch_path(stage.paths, card_config(params)), stage.run_dir / rec["log"]], summary))
-    if server.probe_configs(params):
+    if probe_configs(params):
         record_rules(stage, _probe_measurements(stage, summary))
     rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims() or r["stage"] == stage.name]
     return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
@@ -416,12 +442,11 @@ def _probe_measurements(stage: Stage, summary: str) -> rules.ClampProbeMeasureme
     reason in ``missing``."""
     from ..checkpoint.layout import config_dict
     from ..checkpoint.served import probe_shape, served_shape
-    from ..serving.records import probe_requests
     from ..serving.request_numbers import compare_outputs
 
     params = measure.params_of(stage)
     limit = params.server.cpu.clamp_probe_limit
-    configs = {p: c for p, c in zip(server.PROBE_LABELS, server.probe_configs(params), strict=True)}
+    configs = {p: c for p, c in zip(server.PROBE_LABELS, probe_configs(params), strict=True)}
     audit, audit_file = _audit_row(stage)
     evidence = [e for e in (measure.raw_path(stage.paths, c) for c in configs.values()) if e.is_file()] + (
         [audit_file] if audit else [])
@@ -469,7 +494,7 @@ def clamp_probe_table(stage: Stage):
     if (nr := _not_run(stage)) is not None:
         return nr
     params = measure.params_of(stage)
-    if not server.probe_configs(params):
+    if not probe_configs(params):
         return measure.Quiet("no clamp probe (GPU engine, server.cpu.clamp_probe_limit 0, or server.model_path set)")
     m = _probe_measurements(stage, "")
     if m.missing:

@@ -70,7 +70,7 @@ from .claim_rules import r05_corruption as rules
 NOTEBOOK = "05_corruption"
 NOT_RUN_REASON = "needs an NVFP4-capable GPU (server.enabled is false)"
 __all__ = ["markdown", "NOTEBOOK", "analyse_served", "card_examples", "describe_validation",
-           "detector_claim_verdicts", "example_table", "miss_table", "open_stage",
+           "detector_claim_verdicts", "example_table", "miss_table", "open_stage", "serving_plan",
            "record_detector_claims", "record_served_claims", "run_served_study", "sandbox_banner",
            "score_table", "served_figure", "served_junk_table", "served_ledger_rows",
            "served_summary_table", "unsafe_suffix", "validate_detector", "validation_figure"]
@@ -79,6 +79,22 @@ __all__ = ["markdown", "NOTEBOOK", "analyse_served", "card_examples", "describe_
 def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
     """:func:`nvfp4study.core.stage.open_stage_named` for notebook ``05_corruption``."""
     return open_stage_named(NOTEBOOK, params_file, run_dir)
+
+
+def serving_plan(params: Params) -> list:
+    """What 05 serves (:mod:`nvfp4study.serving.plans`): the card's configuration once per
+    ``corruption.clamp_modes`` entry, with ``--max-running-requests corruption.concurrency`` when
+    that is above 1. 05 collects these itself (:mod:`nvfp4study.codeeval.served_collect`), so the
+    items are not shared with the serving stages' collector."""
+    from dataclasses import replace
+
+    from ..serving.plans import Served
+    from ..serving.server import card_config
+
+    card = card_config(params)
+    conc = params.corruption.concurrency if params.corruption.concurrency > 1 else None
+    return [Served(replace(card, clamp=m, max_running_requests=conc), shared=False)
+            for m in params.corruption.clamp_modes]
 
 
 def markdown(text: str) -> Any:

@@ -36,17 +36,39 @@ from ..serving import acceptance, decode_log, measure
 from ..serving.acceptance import broken_draft
 from ..serving.acceptance import median as _med
 from ..serving.known_acceptance import KNOWN, estimator_spread, known_acceptance_rows
+from ..serving.plans import Served
 from ..serving.server import (
     CONTROL_LABELS,
     ServerConfig,
     card_refusal,
     engine_description,
     num_draft_tokens,
-    stage_configs,
 )
+from ..serving.strategies import serves_standin
 from .claim_rules import r06_mtp as rules
 
 NOTEBOOK = "06_mtp_sweep"
+
+
+def serving_plan(params) -> list[Served]:
+    """What 06 serves (:mod:`nvfp4study.serving.plans`), each asked
+    :func:`~nvfp4study.serving.records.mtp_requests`: one configuration per ``mtp.depths`` entry
+    (0 = speculation off), again on ``mtp.broken_model_path`` when set; on the CPU engine also one
+    per ``server.cpu.control_drafts`` at ``server.cpu.control_depth`` (the stand-ins of
+    :func:`nvfp4study.checkpoint.served.write_served_checkpoint` whose draft agrees or disagrees
+    with the target by construction)."""
+    clamp = params.server.clamp_mode
+    depth = lambda d: None if d == 0 else d  # noqa: E731
+    configs = [ServerConfig(clamp=clamp, spec_depth=depth(d)) for d in params.mtp.depths]
+    if params.mtp.broken_model_path:
+        configs += [ServerConfig(clamp=clamp, spec_depth=depth(d), model_path=params.mtp.broken_model_path,
+                                 model_label="broken-draft") for d in params.mtp.depths]
+    if serves_standin(params):  # stand-ins with acceptance known by construction
+        cpu = params.server.cpu
+        configs += [ServerConfig(clamp=clamp, spec_depth=cpu.control_depth, model_label=CONTROL_LABELS[d])
+                    for d in cpu.control_drafts]
+    requests = tuple(measure.mtp_requests(params))
+    return [Served(c, requests) for c in configs]
 
 
 def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
@@ -65,7 +87,6 @@ def collect(stage: Stage) -> Any:
     (:func:`nvfp4study.serving.measure.collect`): a DataFrame per configuration, or a note."""
     return measure.collect(stage)
 
-STAGE = "06_mtp_sweep"
 CARD_IDS = rules.CARD_IDS  # depth -> claim id
 
 
@@ -77,7 +98,7 @@ def _nr(stage: Stage):
 
 def sweep_configs(params) -> list[tuple[str, int, ServerConfig]]:
     """``(model label, depth, config)`` for 06, in the order of ``mtp.depths``."""
-    return [(c.model_label, c.spec_depth or 0, c) for c in stage_configs(params)[STAGE]]
+    return [(s.config.model_label, s.config.spec_depth or 0, s.config) for s in serving_plan(params)]
 
 
 def _records(df) -> list[dict[str, Any]]:

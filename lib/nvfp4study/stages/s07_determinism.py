@@ -34,17 +34,36 @@ from ..core.files import atomic_write
 from ..core.ledger import Verdict
 from ..core.stage import Stage, open_stage_named
 from ..serving import acceptance, decode_log, measure
+from ..serving.plans import Served
 from ..serving.server import (
     STANDIN_NOTE,
     ServerConfig,
     card_refusal,
     engine_description,
     lifecycle,
-    stage_configs,
 )
+from ..serving.strategies import serves_standin
 from .claim_rules import r07_determinism as rules
 
 NOTEBOOK = "07_determinism"
+
+
+def serving_plan(params) -> list[Served]:
+    """What 07 serves (:mod:`nvfp4study.serving.plans`), each asked
+    :func:`~nvfp4study.serving.records.det_requests`: speculation off and at
+    ``determinism.spec_depth``, then (``determinism.deterministic_mode``) both with deterministic
+    mode. The CPU engine refuses deterministic mode at argument checking, whatever the depth: one
+    launch, refusable, records SGLang's message for both."""
+    from dataclasses import replace
+
+    clamp = params.server.clamp_mode
+    configs = [ServerConfig(clamp=clamp, spec_depth=None),
+               ServerConfig(clamp=clamp, spec_depth=params.determinism.spec_depth)]
+    standin = serves_standin(params)
+    if params.determinism.deterministic_mode:
+        configs += [replace(c, deterministic=True) for c in (configs[:1] if standin else configs)]
+    requests = tuple(measure.det_requests(params))
+    return [Served(c, requests, refusable=c.deterministic and standin) for c in configs]
 
 
 def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
@@ -63,7 +82,6 @@ def collect(stage: Stage) -> Any:
     (:func:`nvfp4study.serving.measure.collect`): a DataFrame per configuration, or a note."""
     return measure.collect(stage)
 
-STAGE = "07_determinism"
 
 
 def _nr(stage: Stage):
@@ -75,7 +93,7 @@ def _nr(stage: Stage):
 def configs(params) -> dict[str, ServerConfig]:
     """``{"spec-off": .., "spec-on": .., "det spec-off": .., "det spec-on": ..}`` (det only if on;
     on the CPU engine only "det spec-off" is launched: SGLang refuses the mode before any depth matters)."""
-    cs = stage_configs(params)[STAGE]
+    cs = [s.config for s in serving_plan(params)]
     names = ["spec-off", "spec-on", "det spec-off", "det spec-on"]
     return dict(zip(names, cs, strict=False))
 
