@@ -322,14 +322,9 @@ def run_served_cpu_engine(stage: Stage, tasks: list, ids: list[str]) -> dict[str
     out = analyse_served(stage, params, "live", record=False)
     stage.not_run(card_refusal(params), ids)
     engine = engine_description(params)
-    res = pipeline_result(out["classified"])
-    stage.add_finding(
-        "corruption.cpu-pipeline",
-        claim="The served corruption pipeline runs on SGLang's real engine's own answers: streamed chat "
-              "completions, code extraction and the junk detector, and the sandbox for every answer with code.",
-        evidence=[out["files"]["classified"], out["files"]["summary"]], checked_on=engine["summary"],
-        **{**res, "note": res["note"] + f"; clamp modes {', '.join(params.corruption.clamp_modes)}; "
-                                         f"{engine['served_model']}"})
+    record_rules(stage, rules.CpuPipelineMeasurements(
+        pipeline_result(out["classified"]), list(params.corruption.clamp_modes), engine["served_model"],
+        [out["files"]["classified"], out["files"]["summary"]], engine["summary"]))
     out["engine"] = engine
     return out
 

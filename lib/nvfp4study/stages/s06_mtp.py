@@ -30,7 +30,6 @@ from ..core import ledger
 from ..core.claim_rules import record_rules
 from ..core.errors import StageInputMissing
 from ..core.files import atomic_write
-from ..core.ledger import Verdict
 from ..core.stage import Stage, open_stage_named
 from ..serving import acceptance, decode_log, measure
 from ..serving.acceptance import broken_draft
@@ -360,22 +359,9 @@ def ceiling_table(stage: Stage):
     rows = bound.card_table(LingShape())
     df = pd.DataFrame(rows)
     _dump(stage, "mtp-ceiling", df)
-    frac = {g: {str(r["depth"]): acceptance.round4(r["card / ceiling"]) for r in rows if r["gpu"] == g} for g in bound.CARD_CLASS}
-    below = all(r["card / ceiling"] < 1 for r in rows)
-    rng = {g: (min(v.values()), max(v.values())) for g, v in frac.items()}
-    stage.add_finding(
-        "mtp.bandwidth-ceiling",
-        claim="The card's tok/s (22.60 off, 40.19 / 45.1 / 40.48 at k=1/2/3) lie below the batch-1 decode ceiling "
-              "(memory bandwidth / bytes read per token of the NVFP4 layout) of each Blackwell GPU a 128 GB-class "
-              "card can mean; the fraction of the ceiling says which GPU class the numbers fit.",
-        measured={"card_over_ceiling": frac, "bytes_per_token_gb": round(bound.read_bytes(LingShape()).per_token() / 1e9, 3)},
-        verdict=Verdict.REPRODUCED if below else Verdict.CONTRADICTED,
-        evidence=[stage.paths.data("mtp-ceiling")],
-        note="card tok/s / ceiling: " + "; ".join(f"{g} {lo:.0%}-{hi:.0%}" for g, (lo, hi) in rng.items())
-             + ". Ceiling: weights read once per pass (verify of k+1 tokens reads the dense weights once, the same "
-               "top_k experts; draft steps counted), accept length = middle of the card's range; KV cache and state "
-               "reads not counted, so the true limit is lower. Bandwidths: vendor figures (see data/mtp-ceiling.json "
-               "'source'), not verified from the vendor pages here.")
+    record_rules(stage, rules.CeilingMeasurements(rows, tuple(bound.CARD_CLASS),
+                                                  round(bound.read_bytes(LingShape()).per_token() / 1e9, 3),
+                                                  [stage.paths.data("mtp-ceiling")]))
     return df
 
 

@@ -334,40 +334,14 @@ def record_cpu_engine(stage: Stage):
     ev = [stage.paths.data("det-pairs"), stage.paths.data("det-identity")]
     ev += [measure.raw_path(stage.paths, c) for n, c in configs(params).items() if n not in refusals(stage)]
     d = params.determinism
-    for fid, label, claim in (
-        ("det.cpu-spec-off-self", "spec-off self-reproducibility",
-         f"Greedy output without speculation is token-for-token identical across {d.repeats} repeats on SGLang's real engine."),
-        ("det.cpu-spec-on-vs-off", "spec-on vs spec-off",
-         f"Greedy output with NEXTN k={d.spec_depth} is token-for-token identical to greedy output without speculation "
-         "on SGLang's real engine (fp32 on the CPU)."),
-    ):
-        c = counts.get(label)
-        if not c or not c["prompts compared"]:
-            stage.add_finding(fid, claim=claim, measured=None, verdict=Verdict.NOT_RUN, note=rules.no_pair(c))
-            continue
-        same = c["identical prompts"] == c["prompts compared"]
-        stage.add_finding(fid, claim=claim, measured={"identical": c["identical prompts"], "n": c["prompts compared"],
-                                                      "first_divergence": c["first divergence (min..max)"]},
-                          verdict=Verdict.REPRODUCED if same else Verdict.CONTRADICTED, evidence=ev, checked_on=checked,
-                          note=f"output token ids compared, lengths first; {STANDIN_NOTE}")
     ref = refusals(stage)
-    if d.deterministic_mode:
-        msg = "; ".join(f"{k}: {v}" for k, v in ref.items()) or "SGLang did not refuse it (see the det rows)"
-        stage.add_finding("det.cpu-deterministic-mode",
-                          claim="--enable-deterministic-inference on SGLang's real engine on this CPU.",
-                          measured=None, verdict=Verdict.NOT_RUN,
-                          evidence=[measure.launch_path(stage.paths, c) for n, c in configs(params).items() if n in ref],
-                          note=f"needs an NVFP4-capable GPU (on this CPU SGLang refuses it with the CPU engine's "
-                               f"attention backend: {msg})")
     launches = lifecycle(stage)
-    life = [stage.paths.data("serve-lifecycle", "jsonl")]
-    stage.add_finding("serve.cpu-engine-teardown",
-                      claim="Every SGLang launch of the run (04-07), refused ones included, leaves 0 processes after "
-                            "the study stops it.", evidence=life, checked_on=checked, **teardown_result(launches))
     modes = list(dict.fromkeys([params.server.clamp_mode, *params.corruption.clamp_modes]))
-    stage.add_finding("serve.cpu-engine-patched-modes",
-                      claim="The study's SGLang install patched to each clamp mode the params name imports and serves "
-                            "on the real engine.", evidence=life, checked_on=checked,
-                      **patched_modes_result(launches, modes))
+    record_rules(stage, rules.CpuDeterminismMeasurements(
+        counts=counts, repeats=d.repeats, spec_depth=d.spec_depth, deterministic_mode=d.deterministic_mode,
+        evidence=ev, refusals=ref,
+        refusal_evidence=[measure.launch_path(stage.paths, c) for n, c in configs(params).items() if n in ref],
+        teardown=teardown_result(launches), patched=patched_modes_result(launches, modes),
+        lifecycle_evidence=[stage.paths.data("serve-lifecycle", "jsonl")], checked=checked, standin_note=STANDIN_NOTE))
     rows = [r for r in ledger.read_ledger(stage.run_dir) if r["stage"] == stage.name]
     return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])

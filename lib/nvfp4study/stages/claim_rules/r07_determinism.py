@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ...core.claim_rules import Row, claim_rule
+from ...core.claim_rules import Row, claim_rule, finding_rule
 from ...core.ledger import Verdict
 
 TOKS_TOL = (0.15, 0.30)  # deterministic mode's tok/s vs the card: within [0] agrees
@@ -100,3 +100,87 @@ def det_deterministic_mode(x: DeterminismMeasurements) -> Row:
                 "deterministic spec-on vs deterministic spec-off; 'reproduced' needs more identical prompts "
                 "than without the mode (or all identical) and decode tok/s within 15 % of the card "
                 "(hardware-dependent)" + ("" if on_n else "; plain spec-on had no comparable pair"))
+
+
+# --- the CPU engine: the study's findings on SGLang's real engine -----------------------------------
+@dataclass(frozen=True)
+class CpuDeterminismMeasurements:
+    """07 on the CPU engine, as its findings read it (the stage builds it once): the identity
+    counts of the stand-in's greedy outputs, SGLang's refusals of deterministic mode and every
+    launch of the run (``data/serve-lifecycle.jsonl``), judged by the stage's pure
+    ``teardown_result`` / ``patched_modes_result``."""
+
+    STAGE: ClassVar[str] = "07_determinism"
+    counts: dict[str, dict[str, Any]]  # comparison label -> its identity_counts row
+    repeats: int  # determinism.repeats
+    spec_depth: int  # determinism.spec_depth
+    deterministic_mode: bool  # determinism.deterministic_mode
+    evidence: list[Path]  # det-pairs / -identity .json and the raw files of the launches that served
+    refusals: dict[str, str]  # configuration name -> SGLang's refusal message
+    refusal_evidence: list[Path]  # the refused launches' records
+    teardown: dict[str, Any]  # teardown_result: {"measured", "verdict", "note"}
+    patched: dict[str, Any]  # patched_modes_result: {"measured", "verdict", "note"}
+    lifecycle_evidence: list[Path]  # data/serve-lifecycle.jsonl
+    checked: str  # the engine's summary
+    standin_note: str  # what the engine served, in words
+
+
+def _identity(x: CpuDeterminismMeasurements, label: str, claim: str) -> Row:
+    c = x.counts.get(label)
+    if not c or not c["prompts compared"]:
+        return Row(None, Verdict.NOT_RUN, [], no_pair(c), claim=claim)
+    same = c["identical prompts"] == c["prompts compared"]
+    return Row({"identical": c["identical prompts"], "n": c["prompts compared"],
+                "first_divergence": c["first divergence (min..max)"]},
+               Verdict.REPRODUCED if same else Verdict.CONTRADICTED, x.evidence,
+               f"output token ids compared, lengths first; {x.standin_note}", x.checked, claim=claim)
+
+
+@finding_rule("det.cpu-spec-off-self", CpuDeterminismMeasurements,
+              claim="Greedy output without speculation is token-for-token identical across repeats on SGLang's "
+                    "real engine.")
+def cpu_spec_off_self(x: CpuDeterminismMeasurements) -> Row:
+    """Reproduced when every repeat equals the first on every prompt; the claim names the repeats."""
+    return _identity(x, "spec-off self-reproducibility",
+                     f"Greedy output without speculation is token-for-token identical across {x.repeats} repeats "
+                     "on SGLang's real engine.")
+
+
+@finding_rule("det.cpu-spec-on-vs-off", CpuDeterminismMeasurements,
+              claim="Greedy output with NEXTN speculation is token-for-token identical to greedy output without "
+                    "speculation on SGLang's real engine (fp32 on the CPU).")
+def cpu_spec_on_vs_off(x: CpuDeterminismMeasurements) -> Row:
+    """Reproduced when speculation changes no greedy output; the claim names the depth."""
+    return _identity(x, "spec-on vs spec-off",
+                     f"Greedy output with NEXTN k={x.spec_depth} is token-for-token identical to greedy output "
+                     "without speculation on SGLang's real engine (fp32 on the CPU).")
+
+
+@finding_rule("det.cpu-deterministic-mode", CpuDeterminismMeasurements,
+              claim="--enable-deterministic-inference on SGLang's real engine on this CPU.")
+def cpu_deterministic_mode(x: CpuDeterminismMeasurements) -> Row | None:
+    """Not run, with SGLang's own refusal (the CPU engine's attention backend); none when the mode is off."""
+    if not x.deterministic_mode:
+        return None
+    msg = "; ".join(f"{k}: {v}" for k, v in x.refusals.items()) or "SGLang did not refuse it (see the det rows)"
+    return Row(None, Verdict.NOT_RUN, x.refusal_evidence,
+               f"needs an NVFP4-capable GPU (on this CPU SGLang refuses it with the CPU engine's "
+               f"attention backend: {msg})")
+
+
+@finding_rule("serve.cpu-engine-teardown", CpuDeterminismMeasurements,
+              claim="Every SGLang launch of the run (04-07), refused ones included, leaves 0 processes after "
+                    "the study stops it.")
+def cpu_engine_teardown(x: CpuDeterminismMeasurements) -> Row:
+    """The stage's ``teardown_result`` over every launch of the run."""
+    t = x.teardown
+    return Row(t["measured"], t["verdict"], x.lifecycle_evidence, t["note"], x.checked)
+
+
+@finding_rule("serve.cpu-engine-patched-modes", CpuDeterminismMeasurements,
+              claim="The study's SGLang install patched to each clamp mode the params name imports and serves "
+                    "on the real engine.")
+def cpu_engine_patched_modes(x: CpuDeterminismMeasurements) -> Row:
+    """The stage's ``patched_modes_result`` over every launch of the run."""
+    t = x.patched
+    return Row(t["measured"], t["verdict"], x.lifecycle_evidence, t["note"], x.checked)
