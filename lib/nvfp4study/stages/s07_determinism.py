@@ -284,7 +284,7 @@ def record_claims(stage: Stage):
     ev += [measure.raw_path(stage.paths, c) for c in configs(params).values()]
     d = params.determinism
     record_rules(stage, rules.DeterminismMeasurements(
-        counts={r["comparison"]: r for r in identity_counts(pairs)},
+        counts=rules.counts_by_comparison(identity_counts(pairs)),
         det_tok_s=thr.get("det spec-on", {}).get("decode tok/s median"),
         cards={c["id"]: c["card"] for c in ledger.card_claims()}, spec_depth=d.spec_depth, repeats=d.repeats,
         deterministic_mode=d.deterministic_mode, evidence=ev,
@@ -330,7 +330,7 @@ def record_cpu_engine(stage: Stage):
     params = measure.params_of(stage)
     stage.not_run(card_refusal(params))
     checked = engine_description(params)["summary"]
-    counts = {r["comparison"]: r for r in identity_counts(_pairs(stage))}
+    counts = rules.counts_by_comparison(identity_counts(_pairs(stage)))
     ev = [stage.paths.data("det-pairs"), stage.paths.data("det-identity")]
     ev += [measure.raw_path(stage.paths, c) for n, c in configs(params).items() if n not in refusals(stage)]
     d = params.determinism

@@ -22,11 +22,33 @@ NO_PAIR = "no comparable pair: all requests failed"
 
 
 @dataclass(frozen=True)
+class IdentityCount:
+    """One comparison's identity count, typed: a row of ``s07_determinism.identity_counts``, whose
+    display labels are read here only (:meth:`from_row`)."""
+
+    identical: int  # prompts all of whose pairs are identical
+    compared: int  # prompts compared (every pair comparable)
+    not_comparable: int  # prompts with a failed request
+    first_divergence: str  # "min..max" token index of the first difference; "-" when none differs
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> IdentityCount:
+        """The typed count of one ``identity_counts`` row."""
+        return cls(row["identical prompts"], row["prompts compared"], row["not comparable (failed request)"],
+                   row["first divergence (min..max)"])
+
+
+def counts_by_comparison(rows: list[dict[str, Any]]) -> dict[str, IdentityCount]:
+    """``{comparison label: IdentityCount}`` of ``identity_counts`` rows."""
+    return {r["comparison"]: IdentityCount.from_row(r) for r in rows}
+
+
+@dataclass(frozen=True)
 class DeterminismMeasurements:
     """The determinism comparisons, as the stage-07 rules read them (the stage builds it once)."""
 
     STAGE: ClassVar[str] = "07_determinism"
-    counts: dict[str, dict[str, Any]]  # comparison label -> its identity_counts row
+    counts: dict[str, IdentityCount]  # comparison label -> its count (counts_by_comparison)
     det_tok_s: float | None  # median decode tok/s of "det spec-on" (None when unknown)
     cards: dict[str, Any]  # claim id -> the card's value (claims.yaml)
     spec_depth: int  # determinism.spec_depth
@@ -36,11 +58,11 @@ class DeterminismMeasurements:
     checked: str | None = None  # checked_on: "sglang <version>" (and the replayed run)
 
 
-def no_pair(c: dict | None) -> str:
-    """The not-run reason when a comparison (its identity_counts row, or None) has no comparable prompt."""
+def no_pair(c: IdentityCount | None) -> str:
+    """The not-run reason when a comparison (its count, or None) has no comparable prompt."""
     if c is None:
         return "no comparable pair: no request of this comparison was recorded"
-    return f"{NO_PAIR} ({c['not comparable (failed request)']} prompt(s) with a failed request)"
+    return f"{NO_PAIR} ({c.not_comparable} prompt(s) with a failed request)"
 
 
 def _row(x: DeterminismMeasurements, measured: dict[str, Any], verdict: Verdict, note: str) -> Row:
@@ -51,10 +73,10 @@ def _row(x: DeterminismMeasurements, measured: dict[str, Any], verdict: Verdict,
 def det_spec_off(x: DeterminismMeasurements) -> Row:
     """Reproduced when every greedy repeat without speculation equals the first, on every prompt."""
     off = x.counts.get("spec-off self-reproducibility")
-    if not (off and off["prompts compared"]):
+    if not (off and off.compared):
         return Row.not_run(no_pair(off))
-    return _row(x, {"identical": off["identical prompts"], "n": off["prompts compared"], "repeats": x.repeats},
-                Verdict.REPRODUCED if off["identical prompts"] == off["prompts compared"] else Verdict.CONTRADICTED,
+    return _row(x, {"identical": off.identical, "n": off.compared, "repeats": x.repeats},
+                Verdict.REPRODUCED if off.identical == off.compared else Verdict.CONTRADICTED,
                 "every greedy repeat equal to the first, token by token")
 
 
@@ -64,12 +86,12 @@ def det_spec_on(x: DeterminismMeasurements) -> Row:
     spec-on text differs from spec-off's, contradicted when all are identical (the card's count
     depends on its prompts)."""
     on = x.counts.get("spec-on vs spec-off")
-    on_n = on["prompts compared"] if on else 0
+    on_n = on.compared if on else 0
     if not on_n:
         return Row.not_run(no_pair(on))
     card = x.cards["det.spec-on"]
-    return _row(x, {"identical": on["identical prompts"], "n": on_n, "first_divergence": on["first divergence (min..max)"]},
-                Verdict.CONTRADICTED if on["identical prompts"] == on_n else Verdict.REPRODUCED,
+    return _row(x, {"identical": on.identical, "n": on_n, "first_divergence": on.first_divergence},
+                Verdict.CONTRADICTED if on.identical == on_n else Verdict.REPRODUCED,
                 f"NEXTN k={x.spec_depth} vs speculation off, repeat 0 of each. "
                 f"The card's count ({card['identical']}/{card['n']}) depends "
                 "on its prompts; the claim tested is that speculation is not byte-identical. Whether the "
@@ -84,18 +106,18 @@ def det_deterministic_mode(x: DeterminismMeasurements) -> Row:
     if not x.deterministic_mode:
         return Row.not_run("determinism.deterministic_mode is false")
     det = x.counts.get("det spec-on vs det spec-off")
-    det_n = det["prompts compared"] if det else 0
+    det_n = det.compared if det else 0
     if not det_n:
         return Row.not_run(no_pair(det))
     on = x.counts.get("spec-on vs spec-off")
-    on_n = on["prompts compared"] if on else 0
+    on_n = on.compared if on else 0
     card, tok = x.cards["det.deterministic-mode"], x.det_tok_s
-    on_rate = on["identical prompts"] / on_n if on_n else None
-    better = det["identical prompts"] == det_n or (on_rate is not None and det["identical prompts"] / det_n > on_rate)
+    on_rate = on.identical / on_n if on_n else None
+    better = det.identical == det_n or (on_rate is not None and det.identical / det_n > on_rate)
     r = abs(tok - card["tok_s"]) / card["tok_s"] if tok else None
     tok_ok = r is not None and r <= TOKS_TOL[0]
-    return _row(x, {"identical": det["identical prompts"], "n": det_n, "tok_s": None if tok is None else round(tok, 4),
-                    "identical_vs_plain_spec_off": x.counts.get("det spec-on vs plain spec-off", {}).get("identical prompts")},
+    return _row(x, {"identical": det.identical, "n": det_n, "tok_s": None if tok is None else round(tok, 4),
+                    "identical_vs_plain_spec_off": getattr(x.counts.get("det spec-on vs plain spec-off"), "identical", None)},
                 Verdict.REPRODUCED if better and tok_ok else Verdict.PARTLY if (better or tok_ok) else Verdict.CONTRADICTED,
                 "deterministic spec-on vs deterministic spec-off; 'reproduced' needs more identical prompts "
                 "than without the mode (or all identical) and decode tok/s within 15 % of the card "
@@ -111,7 +133,7 @@ class CpuDeterminismMeasurements:
     ``teardown_result`` / ``patched_modes_result``."""
 
     STAGE: ClassVar[str] = "07_determinism"
-    counts: dict[str, dict[str, Any]]  # comparison label -> its identity_counts row
+    counts: dict[str, IdentityCount]  # comparison label -> its count (counts_by_comparison)
     repeats: int  # determinism.repeats
     spec_depth: int  # determinism.spec_depth
     deterministic_mode: bool  # determinism.deterministic_mode
@@ -127,11 +149,11 @@ class CpuDeterminismMeasurements:
 
 def _identity(x: CpuDeterminismMeasurements, label: str, claim: str) -> Row:
     c = x.counts.get(label)
-    if not c or not c["prompts compared"]:
+    if not c or not c.compared:
         return Row(None, Verdict.NOT_RUN, [], no_pair(c), claim=claim)
-    same = c["identical prompts"] == c["prompts compared"]
-    return Row({"identical": c["identical prompts"], "n": c["prompts compared"],
-                "first_divergence": c["first divergence (min..max)"]},
+    same = c.identical == c.compared
+    return Row({"identical": c.identical, "n": c.compared,
+                "first_divergence": c.first_divergence},
                Verdict.REPRODUCED if same else Verdict.CONTRADICTED, x.evidence,
                f"output token ids compared, lengths first; {x.standin_note}", x.checked, claim=claim)
 
