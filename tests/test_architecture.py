@@ -378,3 +378,38 @@ def test_no_engine_launcher_or_stage_name_branches_outside_their_owners():
     assert not unexplained, f"engine/launcher/stage-name tests outside serving/strategies.py: {unexplained}"
     stale = sorted(set(BRANCH_LEFT) - set(found))
     assert not stale, f"BRANCH_LEFT names modules that no longer branch (remove them): {stale}"
+
+
+#: what only the one reader of SGLang's log (serving/sglang_log.py) may look for in it
+LOG_MARKERS = ("Decode batch", "Load weight end", "swiglu-clamp-patch", "Traceback", "Error|", "Error)")
+
+
+def log_readers(tree: ast.AST) -> list[str]:
+    """Regex patterns (``re.compile/search/match/...`` with a literal) and ``"..." in x`` tests
+    in ``tree`` that look for a line of SGLang's log (:data:`LOG_MARKERS`)."""
+    out = []
+    for n in ast.walk(tree):
+        lit = None
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
+                and n.func.value.id == "re" and n.args and isinstance(n.args[0], ast.Constant):
+            lit = n.args[0].value
+        elif isinstance(n, ast.Compare) and isinstance(n.left, ast.Constant) and any(
+                isinstance(op, (ast.In, ast.NotIn)) for op in n.ops):
+            lit = n.left.value
+        if isinstance(lit, str) and any(m in lit for m in LOG_MARKERS):
+            out.append(lit)
+    return out
+
+
+def test_log_reader_finder_finds_planted_ones():
+    planted = ('import re\nA = re.compile(r"Decode batch, (.*)")\nif "Load weight end" in line: pass\n'
+               'msg = "no Load weight end line"\nB = re.compile(r"\\d+")\n')
+    assert log_readers(ast.parse(planted)) == ["Decode batch, (.*)", "Load weight end"]
+
+
+def test_sglang_log_is_read_in_one_module():
+    owner = PKG / "serving" / "sglang_log.py"
+    assert log_readers(ast.parse(owner.read_text()))  # the reader is where the test looks
+    found = {str(p.relative_to(LIB)): hits for p in PKG.rglob("*.py")
+             if p != owner and (hits := log_readers(ast.parse(p.read_text())))}
+    assert not found, f"SGLang's log read outside serving/sglang_log.py: {found}"

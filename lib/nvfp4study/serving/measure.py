@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import html
 import json
-import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -65,6 +64,7 @@ from .server import (
     process_for,
     served_model_path,
 )
+from .sglang_log import REFUSAL_LINE, refusal_message  # noqa: F401  (the one log parser)
 from .strategies import serves_standin
 
 
@@ -298,18 +298,6 @@ def _replay(stage: Stage, source: Path, items: list[Served]):
     files = import_recorded(stage, source, [s.config for s in items],
                             need_requests={s.config for s in items if s.replay_requests})
     return pd.DataFrame({"copied from " + str(source): [str(f.relative_to(stage.run_dir)) for f in files]})
-
-
-REFUSAL_LINE = re.compile(r"^\s*(?:\w+\.)*\w*(?:Error|Exception): .+")
-
-
-def refusal_message(log_path: Path) -> str | None:
-    """SGLang's own error message in a server log: the last ``SomeError: message`` line (the
-    exception that ended the launch), or None when there is none."""
-    if not Path(log_path).is_file():
-        return None
-    hits = [ln.strip() for ln in Path(log_path).read_text(errors="replace").splitlines() if REFUSAL_LINE.match(ln)]
-    return hits[-1] if hits else None
 
 
 def _refusable_session(stage: Stage, config: ServerConfig, pending: list[RequestSpec]) -> dict[str, Any]:

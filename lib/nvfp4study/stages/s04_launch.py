@@ -24,7 +24,6 @@ module builds once.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ..core import ledger
@@ -37,6 +36,14 @@ from ..serving import measure, plans, server
 from ..serving.measure import model_config_for
 from ..serving.records import probe_requests
 from ..serving.server import ServerConfig, card_config, card_refusal
+from ..serving.sglang_log import (  # noqa: F401  (the log's readers; tests name them here)
+    CLAMP_TAG,
+    WARNINGS,
+    find_warnings,
+    parse_clamp_lines,
+    parse_load_lines,
+    read_log,
+)
 from ..serving.strategies import serves_standin
 from .claim_rules import r04_launch as rules
 
@@ -96,83 +103,6 @@ def serving_plan(params: Params) -> list[plans.Served]:
               for c in probe_configs(params))]
 
 GIB = rules.GIB  # SGLang's "GB" is GiB (the rules convert with the same constant)
-CLAMP_TAG = "[swiglu-clamp-patch]"
-_RANK = re.compile(r"^\[[^\]]*?\b((?:TP|DP|EP|PP)\d+(?:\s+(?:TP|DP|EP|PP)\d+)*)\]")
-_KV = re.compile(r"(\w+)=(\S+)")
-_LOAD_END = re.compile(r"Load weight end\. elapsed=(?P<elapsed>[\d.]+) s, type=(?P<type>\w+),.*?"
-                       r"mem usage=(?P<mem>[\d.]+) GB")
-WARNINGS = {
-    "gate/up global scales differ": re.compile(r"w1_weight_global_scale must match w3_weight_global_scale"),
-    "reasoning parser auto-detected": re.compile(r"Auto-detected --reasoning-parser as '([^']+)'"),
-    "NVFP4 refused (not Blackwell)": re.compile(r"does not support NVFP4"),
-    "DeepGEMM failure (MIN_DEEPGEMM_DIM)": re.compile(r"DeepGEMM failed for matrix shapes"),
-    "traceback": re.compile(r"^Traceback \(most recent call last\)"),
-    "out of memory": re.compile(r"out of memory", re.I),
-}
-
-
-# --- parsing ---------------------------------------------------------------------------------
-def _num(v: str) -> float | None:
-    if v in ("None", "none", "null", "0", "0.0"):
-        return None if v in ("None", "none", "null") else 0.0
-    try:
-        return float(v)
-    except ValueError:
-        return None
-
-
-def parse_clamp_lines(text: str) -> list[dict[str, Any]]:
-    """Every clamp log line: ``rank`` (e.g. "TP0" or ""), ``order`` (per rank), ``path`` (words
-    before the first ``key=value``), ``limit`` (float or None), ``mode``, ``layer`` (int or None)."""
-    out, order = [], {}
-    for line in text.splitlines():
-        i = line.find(CLAMP_TAG)
-        if i < 0:
-            continue
-        m = _RANK.match(line)
-        rank = m.group(1) if m else ""
-        body = line[i + len(CLAMP_TAG):].strip()
-        kv = dict(_KV.findall(body))
-        first = _KV.search(body)
-        path = (body[:first.start()] if first else body).strip() or kv.get("path", "")
-        layer = kv.get("layer", kv.get("layer_id"))
-        n = order.get(rank, 0)
-        order[rank] = n + 1
-        out.append({"rank": rank, "order": n, "path": kv.get("path", path), "limit": _num(kv.get("limit", "None")),
-                    "mode": kv.get("mode"), "form": kv.get("form"),
-                    "config_limit": _num(kv["config_limit"]) if "config_limit" in kv else None,
-                    "layer": int(layer) if layer and layer.isdigit() else None, "line": line.strip()})
-    return out
-
-
-def parse_load_lines(text: str) -> list[dict[str, Any]]:
-    """``Load weight end`` lines: ``type``, ``elapsed_s``, ``mem_gib`` (SGLang's "GB"), ``rank``."""
-    out = []
-    for line in text.splitlines():
-        m = _LOAD_END.search(line)
-        if m:
-            r = _RANK.match(line)
-            out.append({"rank": r.group(1) if r else "", "type": m["type"], "elapsed_s": float(m["elapsed"]),
-                        "mem_gib": float(m["mem"])})
-    return out
-
-
-def find_warnings(text: str, model_info: dict | None = None) -> list[dict[str, Any]]:
-    """Warnings worth surfacing: kind, count, first matching line (and the active parser)."""
-    rows = []
-    lines = text.splitlines()
-    for kind, rx in WARNINGS.items():
-        hits = [ln for ln in lines if rx.search(ln)]
-        if hits:
-            rows.append({"warning": kind, "count": len(hits), "first line": hits[0].strip()[:200]})
-    rp = (model_info or {}).get("reasoning_parser")
-    if rp:
-        rows.append({"warning": "reasoning parser active", "count": 1,
-                     "first line": f"/model_info reasoning_parser={rp!r}: with enable_thinking false the "
-                                   "answer can land in reasoning_content"})
-    return rows
-
-
 def expected_limits(model_config: dict[str, Any]) -> dict[str, Any]:
     """Expected routed clamp per MoE layer from a config: ``{"moe_layers": [...], "limit": {l: v}}``.
 
@@ -214,7 +144,7 @@ def _launch(stage: Stage) -> tuple[dict[str, Any], str]:
     log = stage.run_dir / rec["log"]
     if not log.is_file():
         raise StageInputMissing(f"server log {log} missing")
-    return rec, log.read_text(errors="replace")
+    return rec, read_log(log)
 
 
 def _not_run(stage: Stage):
