@@ -413,3 +413,23 @@ def test_sglang_log_is_read_in_one_module():
     found = {str(p.relative_to(LIB)): hits for p in PKG.rglob("*.py")
              if p != owner and (hits := log_readers(ast.parse(p.read_text())))}
     assert not found, f"SGLang's log read outside serving/sglang_log.py: {found}"
+
+
+def code_strings(tree: ast.AST) -> list[str]:
+    """The string literals of ``tree`` that are not docstrings."""
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docs]
+
+
+def test_only_the_serving_plans_reach_the_stages_at_run_time():
+    # a wing never imports a stage; serving/plans.py asks each serving stage for its plan by name
+    # (a plugin lookup, documented there); nothing else below the stages names their package in
+    # code (core/bytecode.py lists it for byte-compiling only; cli.py is above the stages)
+    allowed = {"nvfp4study/serving/plans.py", "nvfp4study/core/bytecode.py", "nvfp4study/cli.py"}
+    named = sorted(rel for p in PKG.rglob("*.py")
+                   if (rel := str(p.relative_to(LIB))) not in allowed and not rel.startswith("nvfp4study/stages/")
+                   and any(v.startswith("nvfp4study.stages") for v in code_strings(ast.parse(p.read_text()))))
+    assert not named, f"modules below the stages that name the stages package: {named}"

@@ -11,9 +11,10 @@ Files (under ``data/`` of the run; ``<cfg>`` is :attr:`ServerConfig.tags`, e.g.
 - ``serve-launch-<cfg>.jsonl``: one row per launch: command, log path, load time, GPU,
   ``/server_info``, ``/model_info``, counters at the start and end of the session, status.
 
-Grouping: when a server is up, every request any of 04/06/07 needs from that configuration is
-sent (not only the running notebook's), so each distinct configuration is launched once across
-the three notebooks; requests already recorded with status "ok" are not sent again (resume).
+Grouping: what each stage serves is its own ``serving_plan(params)`` (:mod:`nvfp4study.serving.plans`).
+When a server is up, every request any stage's plan asks of that configuration is sent (not only
+the running notebook's), so each distinct configuration is launched once across the notebooks;
+requests already recorded with status "ok" are not sent again (resume).
 
 Modes (:func:`resolve_mode`): "replay" when ``replay_from`` is set (recorded files are copied in;
 missing ones are :class:`ReplayDataMissing`, never a live run); "not run" when no server can
