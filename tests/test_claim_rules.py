@@ -118,3 +118,36 @@ def test_a_second_rule_for_an_id_and_a_claim_rule_without_a_row_are_refused(tmp_
 
     with pytest.raises(LedgerError, match="STAGE"):
         cr.claim_rule("config.context", NoStage)(none)
+
+
+def test_a_finding_row_may_state_this_runs_claim_a_card_claim_may_not(tmp_path, scratch_registry):
+    @cr.finding_rule("test.repeats", _M, claim="greedy output is identical across repeats")
+    def repeats(m: _M) -> cr.Row:
+        return cr.Row(m.n, Verdict.REPRODUCED, claim=f"greedy output is identical across {m.n} repeats")
+
+    @cr.finding_rule("test.plain", _M, claim="a finding stated once, whatever the params")
+    def plain(m: _M) -> cr.Row:
+        return cr.Row(m.n, Verdict.PARTLY)
+
+    st = open_stage("02_inspect_checkpoint", "", str(tmp_path / "run"))
+    cr.record_rules(st, _M(3))
+    rows = {r["id"]: r for r in read_ledger(st.run_dir)}
+    assert rows["test.repeats"]["claim"] == "greedy output is identical across 3 repeats"
+    assert rows["test.plain"]["claim"] == "a finding stated once, whatever the params"
+
+    @cr.claim_rule("size.disk", _M)
+    def disk(m: _M) -> cr.Row:
+        return cr.Row(m.n, Verdict.PARTLY, claim="76 GB on disk, or so")
+
+    with pytest.raises(LedgerError, match="claim text for card claim 'size.disk'"):
+        cr.record_rules(st, _M(1), ids={"size.disk"})
+
+
+def test_no_stage_writes_a_ledger_row_past_the_registry():
+    # every row goes through a registered rule (record_rules); "not run" marks stay stage.not_run
+    from nvfp4study.core.params import REPO_ROOT
+
+    lib = REPO_ROOT / "lib" / "nvfp4study"
+    inline = {str(p.relative_to(lib)): n for p in sorted(lib.rglob("*.py")) if p.parent.name not in ("core", "claim_rules")
+              if (n := p.read_text().count(".add_finding(") + p.read_text().count("stage.record("))}
+    assert inline == {}, f"ledger rows written inline, not through a rule: {inline}"

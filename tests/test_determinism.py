@@ -88,7 +88,7 @@ def _results(rows, det, tok=None):
     from nvfp4study.core.claim_rules import rules_for
 
     pairs = determinism.pair_rows(rows, ["pA", "pB"], repeats=2)
-    counts = {c["comparison"]: c for c in determinism.identity_counts(pairs)}
+    counts = r07.counts_by_comparison(determinism.identity_counts(pairs))
     cards = {c["id"]: c["card"] for c in ledger.card_claims()}
     x = r07.DeterminismMeasurements(counts, tok, cards, spec_depth=2, repeats=2, deterministic_mode=det)
     return {r.id: r.fn(x) for r in rules_for(r07.DeterminismMeasurements, "claim")}
@@ -125,3 +125,11 @@ def test_verdicts_with_data():
     assert _results(rows, det=True, tok=10.0)["det.deterministic-mode"].verdict == "partly"
     rows["det spec-on"] = ROWS["spec-on"]  # 1/2 identical, same as without the mode: not better
     assert _results(rows, det=True, tok=10.0)["det.deterministic-mode"].verdict == "contradicted"
+
+
+def test_identity_counts_are_typed_for_the_rules():
+    # the rules read fields, not the table's display labels
+    c = r07.IdentityCount.from_row({"comparison": "x", "identical prompts": 1, "prompts compared": 2,
+                                    "not comparable (failed request)": 3, "first divergence (min..max)": "4..9"})
+    assert (c.identical, c.compared, c.not_comparable, c.first_divergence) == (1, 2, 3, "4..9")
+    assert r07.no_pair(c) == "no comparable pair: all requests failed (3 prompt(s) with a failed request)"

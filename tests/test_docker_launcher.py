@@ -158,7 +158,9 @@ def test_preflight_docker_rows(docker_env, tmp_path, monkeypatch):
 def test_serve_dry_run_prints_the_docker_command(capsys):
     from nvfp4study.serving import serve_cli
 
-    assert serve_cli.main(["--dry-run", "-p", "server.launcher=docker", "-p", f"server.docker.image={IMAGE}",
+    # the default profile serves on the CPU engine, which runs only locally (a ParamsError)
+    assert serve_cli.main(["--dry-run", "-p", "server.engine=gpu", "-p", "server.launcher=docker",
+                           "-p", f"server.docker.image={IMAGE}",
                            "-p", "server.model_path=/m"]) == 0
     out = capsys.readouterr().out.split()
     assert out[:4] == ["docker", "run", "--rm", "--name"] and out[out.index(IMAGE) + 1:][:3] == [

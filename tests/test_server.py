@@ -28,7 +28,7 @@ from nvfp4study.core.errors import (
     WrongInterpreter,
 )
 from nvfp4study.core.params import load_params
-from nvfp4study.serving import client, serve_cli, server
+from nvfp4study.serving import client, plans, serve_cli, server
 from nvfp4study.serving.server import ServerConfig, build_command, card_config
 from serving_fixtures import (  # noqa: F401
     GPU_ENGINE,
@@ -142,22 +142,22 @@ def test_command_table_verifies_against_the_wheel():
 # --- the plan --------------------------------------------------------------------------------
 def test_plan_launches_each_configuration_once():
     p = load_params(None, list(GPU_ENGINE))
-    plan = server.plan_servers(p)
+    plan = plans.plan_servers(p)  # read from the stages' own plan(params)
     assert len(plan) == len(set(plan)) == 7
-    needed = {c for cs in server.stage_configs(p).values() for c in cs}
+    needed = {c for cs in plans.stage_configs(p).values() for c in cs}
     assert set(plan) == needed
     assert [c.clamp for c in plan] == ["exact"] * 6 + ["none"]  # one switch of the install
     keys = [c.key for c in plan]
     assert keys[:4] == ["clamp=exact-spec=off-det=off", "clamp=exact-spec=1-det=off",
                         "clamp=exact-spec=2-det=off", "clamp=exact-spec=3-det=off"]
-    table = server.plan_table(p)
+    table = plans.plan_table(p)
     row = table.set_index("config").loc["clamp=exact-spec=2-det=off"]
     assert row.stages == "04_launch_server, 05_corruption, 06_mtp_sweep, 07_determinism"
 
 
 def test_plan_adds_broken_checkpoint():
     p = load_params(None, ["mtp.broken_model_path=/broken", "determinism.deterministic_mode=false", *GPU_ENGINE])
-    plan = server.plan_servers(p)
+    plan = plans.plan_servers(p)
     broken = [c for c in plan if c.model_label == "broken-draft"]
     assert len(broken) == 4 and all(c.model_path == "/broken" for c in broken)
     assert broken[0].key == "clamp=exact-spec=off-det=off-model=broken-draft"
@@ -517,22 +517,24 @@ def test_bad_clamp_probe_params_are_named(override):
 
 
 def test_cpu_engine_plan_adds_the_clamp_probe_to_04():
-    from nvfp4study.serving.records import needs, probe_requests
+    from nvfp4study.serving.plans import needs
+    from nvfp4study.serving.records import probe_requests
+    from nvfp4study.stages import s04_launch as s04
 
     p = load_params(None)
     assert p.server.engine == "cpu"
-    probes = server.probe_configs(p)
+    probes = s04.probe_configs(p)
     assert [c.model_label for c in probes] == ["clamp-probe-off", "clamp-probe-routed", "clamp-probe-shared",
                                                "clamp-probe-off-again", "scaling-probe-factor",
                                                "scaling-probe-weights"]
     assert all(c.spec_depth is None and not c.deterministic and c.clamp == p.server.clamp_mode for c in probes)
-    assert server.stage_configs(p)["04_launch_server"][1:] == probes
-    assert set(probes) <= set(server.plan_servers(p))
+    assert plans.stage_configs(p)["04_launch_server"][1:] == probes
+    assert set(probes) <= set(plans.plan_servers(p))
     reqs = probe_requests(p)
     assert len(reqs) == p.server.cpu.clamp_probe_prompts and {r.max_tokens for r in reqs} == {
         p.server.cpu.clamp_probe_max_tokens}
     assert all(needs(p, c) == reqs for c in probes)
     # off: limit 0, the GPU engine, or one model named for every launch
-    assert server.probe_configs(load_params(None, ["server.cpu.clamp_probe_limit=0"])) == []
-    assert server.probe_configs(load_params(None, list(GPU_ENGINE))) == []
-    assert server.probe_configs(load_params(None, ["server.model_path=some/model"])) == []
+    assert s04.probe_configs(load_params(None, ["server.cpu.clamp_probe_limit=0"])) == []
+    assert s04.probe_configs(load_params(None, list(GPU_ENGINE))) == []
+    assert s04.probe_configs(load_params(None, ["server.model_path=some/model"])) == []

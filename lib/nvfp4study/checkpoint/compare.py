@@ -23,7 +23,6 @@ from ..core import hub
 from ..core.errors import HubError
 from ..core.ledger import Verdict, card_claims
 from ..core.params import HubSource, LingShape
-from ..core.stage import Stage
 from . import quant_rules as qr
 from .audit import CARD_ROWS, AuditReport, count_formulas
 from .hub_audit import open_target, snapshot_folder
@@ -268,29 +267,3 @@ CARD_FINDINGS = {
                                  "(its recipe empties the fused maps), so SGLang's W4A4 scheme, which uses the gate's "
                                  "for both, serves up_proj scaled by up/gate.",
 }
-
-
-def record_card_findings(stage: Stage, card: dict[str, Any]) -> None:
-    """The card-artifact rows of stage 02 (:data:`CARD_FINDINGS`), measured on the card's files
-    (``checked_on`` = repo@commit), or "not run: <why>" with the command that settles them."""
-    if not card["run"]:
-        for fid, claim in CARD_FINDINGS.items():
-            stage.add_finding(fid, claim=claim, measured=None, verdict=Verdict.NOT_RUN, note=f"not run: {card['reason']}")
-        return
-    rep, ck = card["report"], card["ck"]
-    ev, ev_u = rep.extra["files"]["audit"], rep.extra["files"]["up_error"]
-    faults = sorted(f.code.value for f in rep.fault_findings() if f.code.value != "F05-routing-over-limit")
-    stage.add_finding("audit.card-checkpoint", claim=CARD_FINDINGS["audit.card-checkpoint"],
-                      measured={"fault_codes": faults, "errors": sorted({f.code.value for f in rep.errors}),
-                                "traffic": rep.extra.get("traffic")},
-                      verdict=Verdict.REPRODUCED if not faults and not rep.errors else Verdict.CONTRADICTED,
-                      evidence=[ev], note=f"Header audit by range requests; {card['traffic']}.", checked_on=ck["checked_on"])
-    gs = gate_up_test(rep)
-    v = (Verdict.NOT_RUN if not gs.get("pairs") else Verdict.REPRODUCED if gs.get("mismatched") else Verdict.CONTRADICTED)
-    stage.add_finding("audit.card-gate-up-scales", claim=CARD_FINDINGS["audit.card-gate-up-scales"], measured=gs,
-                      verdict=v, evidence=[ev, ev_u],
-                      note=(f"{gs.get('mismatched')} of {gs.get('pairs')} gate/up pairs differ on the card's files; "
-                            f"median |up/gate - 1| {gs.get('median_abs_up_scale_error')}, max "
-                            f"{gs.get('max_abs_up_scale_error')}." if gs.get("pairs") else
-                            "not run: the audit read no gate/up scale pairs (values not read)"),
-                      checked_on=ck["checked_on"])

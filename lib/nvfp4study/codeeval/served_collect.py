@@ -2,7 +2,7 @@
 
 **Collection** (live, GPU profile). For each clamp mode in ``corruption.clamp_modes`` one SGLang
 server is launched (:func:`nvfp4study.serving.server.serving`, configuration from
-``server.stage_configs(params)["05_corruption"]``); for each sampling configuration in
+the stage's ``serving_plan(params)``, :mod:`nvfp4study.serving.plans`); for each sampling configuration in
 ``corruption.sampling`` and each task (:func:`nvfp4study.codeeval.tasks.load_tasks`) one chat
 request is sent (:func:`nvfp4study.serving.client.chat_completion`; thinking via
 ``chat_template_kwargs``) and its record is appended at once to
@@ -75,13 +75,13 @@ def collect(stage: Stage, tasks: list[Task]) -> list[Path]:
         the serving errors of :func:`nvfp4study.serving.server.serving` (launch, health), and
         ``RequestFailed`` when the server stops answering (connection refused).
     """
-    from ..serving import server
+    from ..serving import plans, server
 
     params: Params = stage.params
     c = params.corruption
     digest = params.digest()
     files = []
-    for config in server.stage_configs(params)["05_corruption"]:
+    for config in [s.config for s in plans.plan_of(params, stage.name)]:
         mode = config.clamp
         todo: list[tuple[SamplingConfig, Path, list[Task]]] = []
         for s in c.sampling:

@@ -27,14 +27,13 @@ sampling configuration.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import RawDataError, ReplayDataMissing, TaskSelectionError
+from ..core.errors import JsonlError, RawDataError, ReplayDataMissing, TaskSelectionError
 from ..core.files import atomic_write
+from ..core.jsonl import append_jsonl, read_jsonl
 from ..core.ledger import card_claims
 from ..core.params import Params, SamplingConfig
 from ..core.paths import RunPaths
@@ -95,46 +94,29 @@ def probe_path(paths: RunPaths, clamp: str, parser: str) -> Path:
 
 
 def append_row(path: Path, row: dict[str, Any]) -> None:
-    """Append one JSON line and fsync it. A last line cut by a crash is first terminated, so
-    the new row starts on its own line."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab") as fh:
-        if fh.tell() > 0:
-            with open(path, "rb") as rd:
-                rd.seek(-1, os.SEEK_END)
-                if rd.read(1) != b"\n":
-                    fh.write(b"\n")
-        fh.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
-        fh.flush()
-        os.fsync(fh.fileno())
+    """Append one JSON line (non-ASCII kept as UTF-8) and fsync it; a last line cut by a crash
+    is removed first (:func:`nvfp4study.core.jsonl.append_jsonl`)."""
+    append_jsonl(path, row, ensure_ascii=False)
 
 
 REQUIRED = ("clamp", "sampling", "task_id", "status")
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a raw JSONL file.
-
-    A line that starts like a JSON object but does not parse is a write cut by a crash (the
-    next :func:`append_row` terminated it) and is skipped.
+    """The rows of a raw JSONL file; a last line cut by a crash is dropped
+    (:func:`nvfp4study.core.jsonl.read_jsonl`).
 
     Raises:
-        RawDataError: a line that is not JSON at all, or a row without ``clamp``,
+        RawDataError: a complete line that is not a JSON object, or a row without ``clamp``,
             ``sampling``, ``task_id`` and ``status``.
     """
-    rows = []
-    for i, line in enumerate(Path(path).read_text(encoding="utf-8", errors="replace").splitlines()):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if line.lstrip().startswith("{"):
-                continue  # a record cut mid-write
-            raise RawDataError(f"{path}: line {i + 1} is not JSON ({exc.msg})") from None
-        if not isinstance(row, dict) or any(k not in row for k in REQUIRED):
-            raise RawDataError(f"{path}: line {i + 1} is not a request row (needs {', '.join(REQUIRED)})")
-        rows.append(row)
+    try:
+        rows = read_jsonl(path)
+    except JsonlError as exc:
+        raise RawDataError(str(exc)) from None
+    for i, row in enumerate(rows):
+        if any(k not in row for k in REQUIRED):
+            raise RawDataError(f"{path}: row {i + 1} is not a request row (needs {', '.join(REQUIRED)})")
     return rows
 
 

@@ -12,6 +12,8 @@ __all__ = [
     "errors",
     "files",
     "hub",
+    "jsonl",
+    "kinds",
     "ledger",
     "params",
     "params_yaml",

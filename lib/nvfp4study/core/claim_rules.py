@@ -33,6 +33,9 @@ class Row:
     note: str = ""
     checked_on: str | None = None
     sources: dict[str, str] | None = None
+    #: a finding's claim text for this run, when it depends on the params (e.g. 07's repeat count);
+    #: None: the text registered with the rule. A card claim's text is claims.yaml's, never a row's.
+    claim: str | None = None
 
     @classmethod
     def not_run(cls, reason: str, *, evidence: list[str | Path] | None = None) -> Row:
@@ -95,7 +98,9 @@ def write_row(stage: Any, rule: Rule, row: Row) -> dict[str, Any]:
     kw: dict[str, Any] = dict(measured=row.measured, verdict=row.verdict, evidence=row.evidence,
                               note=row.note, checked_on=row.checked_on)
     if rule.kind == "finding":
-        return stage.add_finding(rule.id, claim=rule.claim, **kw)
+        return stage.add_finding(rule.id, claim=row.claim or rule.claim, **kw)
+    if row.claim is not None:
+        raise LedgerError(f"claim rule {rule.fn.__qualname__} set a claim text for card claim {rule.id!r}")
     return stage.record(rule.id, sources=row.sources, **kw)
 
 

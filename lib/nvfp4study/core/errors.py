@@ -42,6 +42,11 @@ class StageInputMissing(StudyError):
     """A stage needs a file an earlier stage writes, and it is not in the run folder."""
 
 
+class JsonlError(StudyError):
+    """A JSONL data file has a complete line that is not a JSON object (names the file and line);
+    only a last line cut by a crash is dropped instead (:mod:`nvfp4study.core.jsonl`)."""
+
+
 # --- checkpoint: generate, quantize, audit -----------------------------------------
 # generator, quantizer, round trip (checkpoint/layout.py, quantize.py, roundtrip.py)
 class LayoutError(StudyError):

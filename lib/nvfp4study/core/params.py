@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .errors import ParamsError, ShapeInvalid
 from .files import atomic_write
+from .kinds import Engine, LauncherKind, unsupported_pair
 from .params_yaml import apply_override, read_yaml_mapping
 from .shape_rules import shape_problems
 
@@ -243,7 +244,7 @@ class ServerParams(_Strict):
     enabled: bool = _bool(False)  # False: stages 04/06/07 record "not run" (no NVFP4-capable GPU)
     # gpu: the card's NVFP4 checkpoint on a GPU; cpu: SGLang's real engine on this CPU
     # (serving/cpu_engine: its flags and environment), serving the stand-in of checkpoint/served.py
-    engine: Literal["gpu", "cpu"] = "gpu"
+    engine: Engine = Engine.GPU
     cpu: CpuEngineParams = Field(default_factory=CpuEngineParams)
     python: str | None = None  # interpreter of the SGLang environment (a relative path is from the repo root)
     model_path: str | None = None  # served checkpoint; None = this run's quantized checkpoint
@@ -276,8 +277,16 @@ class ServerParams(_Strict):
     parallel_loads: int = _int(1, 1, 16)
     env: dict[str, str] = Field(default_factory=dict)  # extra environment for the server
     # local: server.python runs SGLang here; docker: server.docker.image runs it in a container
-    launcher: Literal["local", "docker"] = "local"
+    launcher: LauncherKind = LauncherKind.LOCAL
     docker: DockerParams = Field(default_factory=DockerParams)
+
+    @model_validator(mode="after")
+    def _supported_pair(self) -> ServerParams:
+        """Refuse an (engine, launcher) pair the study cannot run (:data:`~.kinds.SUPPORTED`)."""
+        why = unsupported_pair(self.engine, self.launcher)
+        if why:
+            raise ValueError(why)
+        return self
 
 
 # --- corruption --------------------------------------------------------------------

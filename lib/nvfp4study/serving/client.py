@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 from ..core.errors import RequestFailed, ResponseMissingFields, ServerError, StreamCut
+from ..core.kinds import RequestStatus
 from .process import process_for
 from .transport import http
 
@@ -40,16 +41,17 @@ def _error(kind: type[ServerError], message: str, base_url: str, record: dict | 
     return exc
 
 
-_STATUS_ERRORS: dict[str, type[ServerError]] = {
-    "stream_cut": StreamCut, "missing_fields": ResponseMissingFields, "http_error": RequestFailed,
-    "error_chunk": RequestFailed, "timeout": RequestFailed, "connection_error": RequestFailed,
+_STATUS_ERRORS: dict[RequestStatus, type[ServerError]] = {
+    RequestStatus.STREAM_CUT: StreamCut, RequestStatus.MISSING_FIELDS: ResponseMissingFields,
+    RequestStatus.HTTP_ERROR: RequestFailed, RequestStatus.ERROR_CHUNK: RequestFailed,
+    RequestStatus.TIMEOUT: RequestFailed, RequestStatus.CONNECTION_ERROR: RequestFailed,
 }
 
 
 def raise_for_record(record: dict, base_url: str | None = None) -> None:
     """Raise the named error matching a record's ``status`` (no-op when ``"ok"``)."""
     status = record.get("status")
-    if status == "ok":
+    if status == RequestStatus.OK:
         return
     kind = _STATUS_ERRORS.get(status, RequestFailed)
     raise _error(kind, f"{status}: {record.get('error')}", base_url or record.get("base_url", ""), record)
@@ -114,7 +116,7 @@ def chat_completion(
     body.update(extra_body or {})
     base_url = base_url.rstrip("/")
     rec: dict[str, Any] = {
-        "schema": RECORD_SCHEMA, "base_url": base_url, "request": body, "status": "ok", "error": None,
+        "schema": RECORD_SCHEMA, "base_url": base_url, "request": body, "status": RequestStatus.OK, "error": None,
         "http_status": None, "id": None, "content": None, "reasoning_content": None,
         "finish_reason": None, "matched_stop": None, "usage": None, "spec_tokens_details": None,
         "output_ids": None, "chunks": [], "ttft_s": None, "end_s": None, "done": False,
@@ -133,21 +135,21 @@ def chat_completion(
                 rec["http_status"] = r.status_code
                 rec["end_s"] = time.monotonic() - t0
                 if r.status_code != 200:
-                    rec.update(status="http_error", error=f"HTTP {r.status_code}: {r.text[:500]}")
+                    rec.update(status=RequestStatus.HTTP_ERROR, error=f"HTTP {r.status_code}: {r.text[:500]}")
                 else:
                     _absorb_full(r.json(), rec)
                     rec["done"] = True
     except httpx.TimeoutException as exc:
-        rec.update(status="timeout", error=f"{type(exc).__name__}: no data within {timeout} s")
+        rec.update(status=RequestStatus.TIMEOUT, error=f"{type(exc).__name__}: no data within {timeout} s")
     except httpx.ConnectError as exc:
-        rec.update(status="connection_error", error=f"{type(exc).__name__}: {exc}")
+        rec.update(status=RequestStatus.CONNECTION_ERROR, error=f"{type(exc).__name__}: {exc}")
     except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-        rec.update(status="stream_cut", error=f"{type(exc).__name__}: {exc}")
+        rec.update(status=RequestStatus.STREAM_CUT, error=f"{type(exc).__name__}: {exc}")
     except _Overdue:
-        rec.update(status="timeout", error=f"request exceeded {timeout} s")
+        rec.update(status=RequestStatus.TIMEOUT, error=f"request exceeded {timeout} s")
     if rec["end_s"] is None:
         rec["end_s"] = time.monotonic() - t0
-    if rec["status"] == "ok":
+    if rec["status"] == RequestStatus.OK:
         _check_complete(rec, stream, expect_spec_details)
     if raise_on_error:
         raise_for_record(rec, base_url)
@@ -162,7 +164,7 @@ def _stream(session: httpx.Client, base_url: str, body: dict, rec: dict, t0: flo
     with session.stream("POST", base_url + "/v1/chat/completions", json=body) as r:
         rec["http_status"] = r.status_code
         if r.status_code != 200:
-            rec.update(status="http_error", error=f"HTTP {r.status_code}: {r.read().decode(errors='replace')[:500]}")
+            rec.update(status=RequestStatus.HTTP_ERROR, error=f"HTTP {r.status_code}: {r.read().decode(errors='replace')[:500]}")
             return
         data: list[str] = []
         for line in r.iter_lines():
@@ -185,7 +187,7 @@ def _stream(session: httpx.Client, base_url: str, body: dict, rec: dict, t0: flo
         # the body ended without "data: [DONE]"
         if data and "sse" in rec:
             rec["sse"].append([round(time.monotonic() - t0, 6), "\n".join(data)])
-        rec.update(status="stream_cut", error="stream ended before data: [DONE]")
+        rec.update(status=RequestStatus.STREAM_CUT, error="stream ended before data: [DONE]")
 
 
 def _absorb_chunk(payload: str, rec: dict, t: float) -> bool:
@@ -193,11 +195,11 @@ def _absorb_chunk(payload: str, rec: dict, t: float) -> bool:
     try:
         obj = json.loads(payload)
     except json.JSONDecodeError:
-        rec.update(status="stream_cut", error=f"unparsable chunk: {payload[:200]!r}")
+        rec.update(status=RequestStatus.STREAM_CUT, error=f"unparsable chunk: {payload[:200]!r}")
         return False
     if "error" in obj:
         err = obj["error"]
-        rec.update(status="error_chunk", error=f"{err.get('type')} {err.get('code')}: {err.get('message')}"
+        rec.update(status=RequestStatus.ERROR_CHUNK, error=f"{err.get('type')} {err.get('code')}: {err.get('message')}"
                    if isinstance(err, dict) else str(err))
         return False
     rec["id"] = rec["id"] or obj.get("id")
@@ -266,7 +268,7 @@ def _check_complete(rec: dict, stream: bool, expect_spec: bool) -> None:
     if rec["request"].get("return_output_ids_in_sglext") and rec["output_ids"] is None:
         missing.append("sglext.output_ids")
     if missing:
-        rec.update(status="missing_fields", error="response lacks " + ", ".join(missing))
+        rec.update(status=RequestStatus.MISSING_FIELDS, error="response lacks " + ", ".join(missing))
 
 
 # --- other endpoints -------------------------------------------------------------------------

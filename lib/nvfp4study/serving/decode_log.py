@@ -24,57 +24,14 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import re
 import statistics
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import StudyError
+from .sglang_log import FIELDS, LINE_RE, parse_line, parse_log, read_log  # noqa: F401  (the one log parser)
 
-LINE_RE = re.compile(r"\[(?P<time>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?P<ms>\.\d{3})?(?P<ranks>[^\]]*)\]\s+"
-                     r"Decode batch(?: \[\d+\])?, (?P<body>.*)$")
-FIELDS = {  # log key -> our name and type
-    "#running-req": ("running_req", int), "#token": ("tokens", int), "token usage": ("token_usage", float),
-    "#full token": ("tokens", int), "full token usage": ("token_usage", float),
-    "accept len": ("accept_len", float), "accept rate": ("accept_rate", float), "cap len": ("cap_len", float),
-    "cuda graph": ("cuda_graph", lambda v: v == "True"), "gen throughput (token/s)": ("gen_tok_s", float),
-    "#queue-req": ("queue_req", int),
-}
 AGGREGATED = ("gen_tok_s", "accept_len", "accept_rate")
-
-
-def parse_line(line: str) -> dict[str, Any] | None:
-    """One ``Decode batch`` line as ``{"time": datetime (naive, the log's local time), "ranks",
-    "running_req", "tokens", "token_usage", "accept_len"?, "accept_rate"?, "cuda_graph",
-    "gen_tok_s", "queue_req"}``; ``None`` when it is not such a line or lacks ``gen throughput``."""
-    m = LINE_RE.search(line.rstrip("\n"))
-    if not m:
-        return None
-    out: dict[str, Any] = {"time": _dt.datetime.strptime(m["time"] + (m["ms"] or ".000"), "%Y-%m-%d %H:%M:%S.%f"),
-                           "ranks": m["ranks"].strip()}
-    for part in m["body"].split(", "):
-        key, sep, val = part.partition(": ")
-        if sep and key.strip() in FIELDS:
-            name, cast = FIELDS[key.strip()]
-            try:
-                out[name] = cast(val.strip().rstrip(","))
-            except ValueError:
-                return None
-    return out if "gen_tok_s" in out and "running_req" in out else None
-
-
-def parse_log(text: str) -> tuple[list[dict[str, Any]], int]:
-    """All parsed lines of a log and the number of ``Decode batch`` lines that did not parse."""
-    rows, skipped = [], 0
-    for line in text.splitlines():
-        if "Decode batch" not in line:
-            continue
-        r = parse_line(line)
-        if r is None:
-            skipped += 1
-        else:
-            rows.append(r)
-    return rows, skipped
 
 
 def request_window(row: dict[str, Any]) -> tuple[_dt.datetime, _dt.datetime] | None:
@@ -113,7 +70,7 @@ def study_lines(run_dir: Path, launch_rows: list[dict[str, Any]], request_rows: 
             continue
         wins = [w for r in request_rows if r.get("launch") == rec.get("launch") and not r.get("warmup")
                 and r.get("status") == "ok" and (w := request_window(r))]
-        out += in_windows(parse_log(log.read_text(errors="replace"))[0], wins)
+        out += in_windows(parse_log(read_log(log))[0], wins)
     return out
 
 
@@ -138,7 +95,7 @@ def main(argv: list[str]) -> int:
     path = Path(a.log)
     if not path.is_file():
         raise StudyError(f"{path}: no such log file")
-    lines, skipped = parse_log(path.read_text(errors="replace"))
+    lines, skipped = parse_log(read_log(path))
     agg = aggregates(lines)
     if a.json:
         print(json.dumps({"lines": [{**r, "time": r["time"].isoformat()} for r in lines],

@@ -12,7 +12,8 @@ import subprocess
 from typing import Any
 
 from ..core.params import Params
-from .launch_env import STANDIN_NOTE, is_cpu_engine
+from .launch_env import STANDIN_NOTE
+from .strategies import in_image, serves_standin
 
 GPU_PROBE = (
     "import torch; c = torch.cuda.get_device_capability(0) if torch.cuda.is_available() else None; "
@@ -77,7 +78,7 @@ def gpu_info(python: str | tuple[str, ...] | None = None) -> dict[str, Any] | No
 def probe_python(params: Params) -> str | tuple[str, ...] | None:
     """What runs the GPU probe: ``server.python``, or for ``server.launcher: docker`` the image
     (``docker run --rm --gpus ... --entrypoint python3 IMAGE``; None when no image is set)."""
-    if params.server.launcher == "docker":
+    if in_image(params):
         from . import docker as dk
 
         return tuple(dk.probe_prefix(params)) if params.server.docker.image else None
@@ -94,7 +95,7 @@ def gpu_refusal(params: Params) -> str | None:
     """Why stages 04-07 cannot serve here (a "needs an NVFP4-capable GPU (...)" sentence) or None."""
     if not params.server.enabled:
         return "needs an NVFP4-capable GPU (server.enabled is false in the params: no GPU on this machine)"
-    if not params.server.require_gpu or is_cpu_engine(params):
+    if not params.server.require_gpu or serves_standin(params):
         return None
     cap = gpu_capability(probe_python(params))
     if cap is None:
@@ -108,7 +109,7 @@ def card_refusal(params: Params) -> str | None:
     """Why the card's rows of 04-07 cannot be settled by this run even when it serves: the CPU
     engine serves a stand-in, never the NVFP4 checkpoint; None when the run serves on a GPU (or
     :func:`gpu_refusal`'s reason when it does not serve at all)."""
-    if is_cpu_engine(params) and params.server.enabled:
+    if serves_standin(params) and params.server.enabled:
         return ("needs the real model on an NVFP4-capable GPU (this run served SGLang's engine on CPU with a "
                 + STANDIN_NOTE + ")")
     return gpu_refusal(params)

@@ -1,7 +1,7 @@
 """What a launch on SGLang's real CPU engine adds to the study's one serving path
 (:func:`nvfp4study.serving.server.serving`), and the per-launch records every engine keeps.
 
-- ``server.engine``: :func:`is_cpu_engine`; ``server.python`` resolved from the repo root
+- ``server.engine``: :func:`~nvfp4study.serving.strategies.serves_standin`; ``server.python`` resolved from the repo root
   (:func:`server_python`); the engine's description (:func:`engine_description`, from
   :mod:`nvfp4study.serving.cpu_engine`).
 - The served stand-in (:func:`standin_path`: :func:`nvfp4study.checkpoint.served.write_served_checkpoint`
@@ -14,14 +14,15 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import StageInputMissing
+from ..core.jsonl import append_jsonl, read_jsonl
 from ..core.params import REPO_ROOT, Params
 from ..core.stage import Stage
 from .process import ServerProcess
+from .strategies import serves_standin
 
 #: model labels of the CPU engine's control stand-ins -> ``write_served_checkpoint(draft=...)``.
 CONTROL_LABELS = {"agree": "agree-draft", "disagree": "broken-draft"}
@@ -48,11 +49,6 @@ STANDIN_NOTE = ("served stand-in: BF16 all-MLA random-weight model in Ling's lay
                 "hybrid checkpoint of 01-03")
 
 
-def is_cpu_engine(params: Params) -> bool:
-    """Whether ``server.engine`` is ``cpu``: SGLang's real engine on this CPU (``serving/cpu_engine``)."""
-    return params.server.engine == "cpu"
-
-
 def server_python(params: Params) -> str | None:
     """``server.python`` with a relative path (one holding ``/``) resolved against the repo root
     (notebooks run in ``notebooks/``; tracked params never name an absolute path); a bare name
@@ -66,7 +62,7 @@ def server_python(params: Params) -> str | None:
 def engine_description(params: Params) -> dict[str, Any] | None:
     """The CPU engine's :func:`nvfp4study.serving.cpu_engine.describe` plus its ``summary`` and
     the served stand-in's note; None for the GPU engine."""
-    if not is_cpu_engine(params):
+    if not serves_standin(params):
         return None
     from . import cpu_engine
 
@@ -158,7 +154,7 @@ def server_env(stage: Stage, install_root: Path | None) -> dict[str, str]:
     :func:`nvfp4study.serving.cpu_engine.engine_env` of it, with the patched overlay
     (``install_root``) first on ``PYTHONPATH``."""
     s = stage.params.server
-    if not is_cpu_engine(stage.params):
+    if not serves_standin(stage.params):
         return dict(s.env)
     import os
 
@@ -193,19 +189,12 @@ def lifecycle_row(stage: Stage, rec: dict[str, Any]) -> None:
     stage, configuration, log, launch-to-healthy seconds (None: never healthy), the process
     names seen while healthy, the processes left after :meth:`ServerProcess.stop` (pids and
     names) and the exit status."""
-    import os
-
     row = {"stage": stage.name, "config_key": rec.get("config_key"), "clamp": (rec.get("config") or {}).get("clamp"),
            "log": rec.get("log"), "load_s": rec.get("load_s"),
            "processes": [p["name"] for p in rec.get("process_tree") or []],
            "left_after_stop": rec.get("left_after_stop") or [], "returncode": rec.get("returncode"),
-           "engine": "cpu" if is_cpu_engine(stage.params) else "gpu"}
-    path = stage.paths.data(LIFECYCLE_STEM, "jsonl")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(row, default=str) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+           "engine": str(stage.params.server.engine)}
+    append_jsonl(stage.paths.data(LIFECYCLE_STEM, "jsonl"), row)
 
 
 def lifecycle(stage: Stage) -> list[dict[str, Any]]:
@@ -213,4 +202,4 @@ def lifecycle(stage: Stage) -> list[dict[str, Any]]:
     path = stage.paths.data(LIFECYCLE_STEM, "jsonl")
     if not path.is_file():
         return []
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    return read_jsonl(path)

@@ -25,11 +25,11 @@ from . import docker as dk
 from .launch_env import (
     engine_description,
     install_overlay,
-    is_cpu_engine,
     server_env,
     server_python,
 )
 from .process import ServerProcess, check_interpreter
+from .strategies import strategy_for
 
 if TYPE_CHECKING:
     from ..sglang.source import SGLangTree
@@ -76,11 +76,9 @@ class Launcher(Protocol):
 
 
 def launcher_for(params: Params) -> Launcher:
-    """The launcher ``server.launcher`` and ``server.engine`` name (a fresh one per launch: the
-    docker one keeps its image probe)."""
-    if params.server.launcher == "docker":
-        return DockerLauncher()
-    return CpuEngineLauncher() if is_cpu_engine(params) else LocalLauncher()
+    """The launcher of the run's serving strategy (:func:`~nvfp4study.serving.strategies.strategy_for`;
+    a fresh one per launch: the docker one keeps its image probe)."""
+    return LAUNCHERS[strategy_for(params).launch]()
 
 
 class LocalLauncher:
@@ -225,3 +223,7 @@ class DockerLauncher:
         sp = dk.DockerServerProcess(dk.docker_command(params, cmd, name, model, mounts), log_path,
                                     s.host, s.port, grace_s=s.shutdown_grace_s, container=name)
         return sp, {"install": note, "container": name, "image": s.docker.image}
+
+
+#: the launcher classes the serving strategies name (:attr:`ServingStrategy.launch`).
+LAUNCHERS: dict[str, type] = {"local": LocalLauncher, "cpu-engine": CpuEngineLauncher, "docker": DockerLauncher}

@@ -11,9 +11,10 @@ Files (under ``data/`` of the run; ``<cfg>`` is :attr:`ServerConfig.tags`, e.g.
 - ``serve-launch-<cfg>.jsonl``: one row per launch: command, log path, load time, GPU,
   ``/server_info``, ``/model_info``, counters at the start and end of the session, status.
 
-Grouping: when a server is up, every request any of 04/06/07 needs from that configuration is
-sent (not only the running notebook's), so each distinct configuration is launched once across
-the three notebooks; requests already recorded with status "ok" are not sent again (resume).
+Grouping: what each stage serves is its own ``serving_plan(params)`` (:mod:`nvfp4study.serving.plans`).
+When a server is up, every request any stage's plan asks of that configuration is sent (not only
+the running notebook's), so each distinct configuration is launched once across the notebooks;
+requests already recorded with status "ok" are not sent again (resume).
 
 Modes (:func:`resolve_mode`): "replay" when ``replay_from`` is set (recorded files are copied in;
 missing ones are :class:`ReplayDataMissing`, never a live run); "not run" when no server can
@@ -25,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import html
 import json
-import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -37,12 +37,12 @@ from ..core.errors import ReplayDataMissing
 from ..core.files import atomic_write
 from ..core.stage import Stage
 from . import client
+from .plans import Served, needs, plan_of  # noqa: F401  (needs: re-exported)
 
 # what to ask and where it is recorded (serving/records.py; re-exported: stages and tests name them here)
 from .records import (  # noqa: E402, F401
     LAUNCH_STEM,
     RAW_STEM,
-    SERVING_STAGES,
     RequestSpec,
     all_prompts,
     append_jsonl,
@@ -50,7 +50,6 @@ from .records import (  # noqa: E402, F401
     launch_path,
     launches,
     mtp_requests,
-    needs,
     prompts,
     raw_path,
     read_jsonl,
@@ -62,13 +61,12 @@ from .server import (
     StartedLaunch,
     engine_description,
     gpu_refusal,
-    is_cpu_engine,
     launched,
-    probe_configs,
     process_for,
     served_model_path,
-    stage_configs,
 )
+from .sglang_log import REFUSAL_LINE, refusal_message  # noqa: F401  (the one log parser)
+from .strategies import serves_standin
 
 
 # --- mode ------------------------------------------------------------------------------------
@@ -81,7 +79,7 @@ class Mode:
     source: Path | None = None
 
     stage: str = ""
-    engine: str = "gpu"  # server.engine of a live run: "cpu" = SGLang's engine on this CPU, a stand-in served
+    standin: bool = False  # a live run serving the CPU engine's stand-in (strategies.serves_standin)
     engine_summary: str = ""  # cpu_engine.summary() of a live CPU-engine run
 
     def markdown(self):
@@ -104,7 +102,7 @@ class Mode:
         if self.kind == "replay":
             return markdown(f"**Replay** of the recorded run `{self.source}`: its raw files are copied "
                             "into this run and analysed; no server is started.")
-        if self.engine == "cpu":
+        if self.standin:
             return markdown(f"**Live on the CPU engine**: {self.engine_summary}. Each configuration below "
                             f"is launched with the study's own command, lifecycle and client; {STANDIN_NOTE}. "
                             "Every answer is appended to `data/serve-raw-*.jsonl` as it arrives. The card's rows "
@@ -139,8 +137,8 @@ def resolve_mode(stage: Stage) -> Mode:
     reason = gpu_refusal(p)
     if reason:
         return Mode("not run", reason=reason, stage=stage.name)
-    if is_cpu_engine(p):
-        return Mode("live", stage=stage.name, engine="cpu", engine_summary=engine_description(p)["summary"])
+    if serves_standin(p):
+        return Mode("live", stage=stage.name, standin=True, engine_summary=engine_description(p)["summary"])
     return Mode("live", stage=stage.name)
 
 
@@ -166,8 +164,11 @@ def params_of(stage: Stage):
     return load_params(f).model_copy(update={"replay_from": p.replay_from})
 
 
-def import_recorded(stage: Stage, source: Path, configs: list[ServerConfig], need_requests: bool) -> list[Path]:
-    """Copy a recorded run's raw files (and the logs they name) for ``configs`` into this run.
+def import_recorded(stage: Stage, source: Path, configs: list[ServerConfig],
+                    need_requests: bool | set[ServerConfig]) -> list[Path]:
+    """Copy a recorded run's raw files (and the logs they name) for ``configs`` into this run; the
+    requests file is required for every configuration (``need_requests`` True), none (False) or
+    those in the set.
 
     Raises:
         ReplayDataMissing: the source folder, or a configuration's launch / raw file, is missing.
@@ -179,7 +180,8 @@ def import_recorded(stage: Stage, source: Path, configs: list[ServerConfig], nee
     src = RunPaths(source)
     missing, copied = [], []
     for c in configs:
-        files = [launch_path(src, c)] + ([raw_path(src, c)] if need_requests else [])
+        need = c in need_requests if isinstance(need_requests, set) else need_requests
+        files = [launch_path(src, c)] + ([raw_path(src, c)] if need else [])
         for f in files:
             if not f.is_file():
                 missing.append(str(f))
@@ -245,9 +247,11 @@ def ask(stage: Stage, url: str, config: ServerConfig, spec: RequestSpec, *, laun
 def collect(stage: Stage):
     """Run the stage's live collection (or the replay import, or record "not run").
 
-    For each configuration the stage needs, the server is launched once if anything is missing:
-    the launch itself (04) or any request 06/07 need from it. Returns a DataFrame (one row per
-    configuration: launched or skipped, requests sent, failures) or a Markdown sentence.
+    What the stage serves is its own ``serving_plan(params)`` (:mod:`nvfp4study.serving.plans`). For each
+    configuration the server is launched once if anything is missing: the launch itself (a
+    ``launch_measured`` item, 04) or any request any stage asks of it (:func:`needs`). Returns a
+    DataFrame (one row per configuration: launched or skipped, requests sent, failures) or a
+    Markdown sentence.
     """
     import pandas as pd
 
@@ -255,31 +259,23 @@ def collect(stage: Stage):
     if mode.kind == "not run":
         stage.not_run(mode.reason)
         return Quiet(f"not run: {mode.reason}")
-    configs = stage_configs(params_of(stage))[stage.name]
+    items = [s for s in plan_of(params_of(stage), stage.name) if s.shared]
     if mode.kind == "replay":
-        from ..core.paths import RunPaths
-
-        # 04's clamp probe is optional in a replay: a run recorded before it has none (its rule says so)
-        src = RunPaths(mode.source) if mode.source.is_dir() else None
-        probes = set(probe_configs(params_of(stage)))
-        configs = [c for c in configs if c not in probes or (src and launch_path(src, c).is_file())]
-        files = import_recorded(stage, mode.source, configs, need_requests=stage.name != "04_launch_server")
-        return pd.DataFrame({"copied from " + str(mode.source): [str(f.relative_to(stage.run_dir)) for f in files]})
+        return _replay(stage, mode.source, items)
     rows, group = [], []
-    for c in configs:
+    for item in items:
+        c = item.config
         done = {k for k, r in recorded(stage.paths, c).items() if r.get("status") == "ok"}
         pending = [r for r in needs(stage.params, c) if r.key not in done]
-        must_launch = stage.name == "04_launch_server" and not any(
-            r.get("status") == "ok" for r in launches(stage.paths, c))
+        must_launch = item.launch_measured and not any(r.get("status") == "ok" for r in launches(stage.paths, c))
         if not pending and not must_launch:
             rows.append({"config": c.key, "launched": False, "sent": 0, "failed": 0,
                          "note": "all requests already recorded"})
             continue
-        refusable = c.deterministic and is_cpu_engine(stage.params)
-        if group and (refusable or not _same_install(group[0][0], c)):
+        if group and (item.refusable or not _same_install(group[0][0], c)):
             rows += _sessions(stage, group)  # launches keep the configurations' order
             group = []
-        if refusable:
+        if item.refusable:
             rows.append(_refusable_session(stage, c, pending))
             continue
         group.append((c, pending))
@@ -291,16 +287,18 @@ def collect(stage: Stage):
     return pd.DataFrame(rows)
 
 
-REFUSAL_LINE = re.compile(r"^\s*(?:\w+\.)*\w*(?:Error|Exception): .+")
+def _replay(stage: Stage, source: Path, items: list[Served]):
+    """Import the recorded files of the stage's plan; an optional item (04's clamp probe: a run
+    recorded before it has none, its rule says so) is skipped when the recorded run lacks it."""
+    import pandas as pd
 
+    from ..core.paths import RunPaths
 
-def refusal_message(log_path: Path) -> str | None:
-    """SGLang's own error message in a server log: the last ``SomeError: message`` line (the
-    exception that ended the launch), or None when there is none."""
-    if not Path(log_path).is_file():
-        return None
-    hits = [ln.strip() for ln in Path(log_path).read_text(errors="replace").splitlines() if REFUSAL_LINE.match(ln)]
-    return hits[-1] if hits else None
+    src = RunPaths(source) if source.is_dir() else None
+    items = [s for s in items if not s.replay_optional or (src and launch_path(src, s.config).is_file())]
+    files = import_recorded(stage, source, [s.config for s in items],
+                            need_requests={s.config for s in items if s.replay_requests})
+    return pd.DataFrame({"copied from " + str(source): [str(f.relative_to(stage.run_dir)) for f in files]})
 
 
 def _refusable_session(stage: Stage, config: ServerConfig, pending: list[RequestSpec]) -> dict[str, Any]:

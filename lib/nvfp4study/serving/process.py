@@ -28,7 +28,6 @@ import ctypes
 import errno
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -48,21 +47,7 @@ from ..core.errors import (
     ServerExitedDuringLoad,
     WrongInterpreter,
 )
-
-ERROR_LINE = re.compile(r"Traceback|Error|Exception|error:|FAILED|out of memory|Killed", re.I)
-
-
-def log_tail(path: str | Path | None, lines: int = 40) -> str:
-    """The server log's last lines; when it holds a traceback or error lines, those first."""
-    if path is None or not Path(path).is_file():
-        return ""
-    text = Path(path).read_text(errors="replace").splitlines()
-    tail = text[-lines:]
-    tb = max((i for i, ln in enumerate(text) if ln.startswith("Traceback")), default=None)
-    if tb is not None and tb < len(text) - lines:
-        return "\n".join(text[tb:tb + lines // 2] + ["..."] + tail[-lines // 2:])
-    errs = [ln for ln in text[:-lines] if ERROR_LINE.search(ln)][-5:]
-    return "\n".join((errs + ["..."] if errs else []) + tail)
+from .sglang_log import ERROR_LINE, log_tail  # noqa: F401  (the one log parser; re-exported: server names them)
 
 
 def check_port_free(host: str, port: int) -> None:

@@ -1,12 +1,11 @@
 """What the serving stages (04, 06, 07) ask each server and where the answers are recorded:
 the prompts, one :class:`RequestSpec` per request, and the JSONL files of requests and launches
 under ``data/`` of the run (their fields: :mod:`nvfp4study.serving.measure`). Appends are
-flushed and fsynced row by row, so a killed run keeps what it had received (resume)."""
+flushed and fsynced row by row (:mod:`nvfp4study.core.jsonl`), so a killed run keeps what it had
+received (resume)."""
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -16,10 +15,10 @@ from typing import Any
 import yaml
 
 from ..core.errors import StudyError
-from .server import ServerConfig, probe_configs, stage_configs
+from ..core.jsonl import append_jsonl, read_jsonl  # noqa: F401  (re-exported: measure and tests name them here)
+from .server import ServerConfig
 
 RAW_STEM, LAUNCH_STEM = "serve-raw", "serve-launch"
-SERVING_STAGES = ("04_launch_server", "06_mtp_sweep", "07_determinism")
 
 
 # --- what to ask -----------------------------------------------------------------------------
@@ -71,20 +70,6 @@ def probe_requests(params) -> list[RequestSpec]:
     return [RequestSpec(p["id"], 0, c.clamp_probe_max_tokens, False) for p in prompts(c.clamp_probe_prompts)]
 
 
-def needs(params, config: ServerConfig) -> list[RequestSpec]:
-    """Every request stages 04 (the clamp probe), 06 and 07 need from ``config``, each once, in
-    sending order."""
-    sc = stage_configs(params)
-    out: dict[str, RequestSpec] = {}
-    if config in probe_configs(params):
-        out.update((r.key, r) for r in probe_requests(params))
-    if config in sc["06_mtp_sweep"]:
-        out.update((r.key, r) for r in mtp_requests(params))
-    if config in sc["07_determinism"]:
-        out.update((r.key, r) for r in det_requests(params))
-    return list(out.values())
-
-
 # --- files -----------------------------------------------------------------------------------
 def raw_path(paths, config: ServerConfig) -> Path:
     return paths.data(RAW_STEM, "jsonl", **config.tags)
@@ -92,28 +77,6 @@ def raw_path(paths, config: ServerConfig) -> Path:
 
 def launch_path(paths, config: ServerConfig) -> Path:
     return paths.data(LAUNCH_STEM, "jsonl", **config.tags)
-
-
-def append_jsonl(path: Path, row: dict[str, Any]) -> None:
-    """Append one JSON line and fsync it (a crash loses at most the line being written)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(row, default=str) + "\n"
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(line)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSONL file; an unparsable line (a write cut by a crash) is skipped."""
-    rows = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return rows
 
 
 def recorded(paths, config: ServerConfig) -> dict[str, dict[str, Any]]:

@@ -14,6 +14,7 @@ from ..core.errors import WrongInterpreter
 from ..core.stage import Stage
 from .process import process_for
 from .server import build_command, card_config, serving
+from .strategies import in_image
 
 
 def main(argv: list[str]) -> int:
@@ -44,13 +45,13 @@ def main(argv: list[str]) -> int:
         shown = params if params.server.python else params.model_copy(
             update={"server": params.server.model_copy(update={"python": "<server.python>"})})
         cmd = build_command(shown, config, model_path=params.server.model_path or "<model>")
-        if params.server.launcher == "docker":  # the mounts of the patched files are made at launch
+        if in_image(params):  # the mounts of the patched files are made at launch
             from .docker import docker_command
 
             cmd = docker_command(params, cmd, "<container>", params.server.model_path or "<model>", [])
         print(" ".join(cmd))
         return 0
-    if not params.server.python and params.server.launcher == "local":
+    if not params.server.python and not in_image(params):
         raise WrongInterpreter("server.python is not set: name the SGLang environment's interpreter "
                                "(e.g. -p server.python=/opt/envs/sglang/bin/python)")
     root = ensure_writable(Path(a.run_dir)) if a.run_dir else new_run_dir(params.profile, suffix="serve")

@@ -57,7 +57,6 @@ from .launch_env import (  # noqa: F401  (re-exported: stages and tests name the
     STANDIN_NOTE,
     engine_description,
     install_overlay,
-    is_cpu_engine,
     lifecycle,
     lifecycle_row,
     probe_checkpoint,
@@ -75,6 +74,7 @@ from .process import (  # noqa: F401
     log_tail,
     process_for,
 )
+from .strategies import serves_standin
 
 # ``sglang serve`` == console script ``sglang = sglang.cli.main:main`` (entry_points.txt).
 SERVE_CODE = "import sys; from sglang.cli.main import main; sys.argv[0] = 'sglang'; sys.exit(main())"
@@ -149,83 +149,6 @@ def card_config(params: Params, **overrides: Any) -> ServerConfig:
     return replace(base, **overrides)
 
 
-def stage_configs(params: Params) -> dict[str, list[ServerConfig]]:
-    """The server configurations each serving stage needs, in launch order.
-
-    04: the card's configuration; on the CPU engine with ``server.cpu.clamp_probe_limit`` > 0
-    also the clamp and routed-scaling probe launches (:data:`PROBE_LABELS`: :func:`probe_configs`).
-    05: the card's per ``corruption.clamp_modes`` (its own launch
-    with ``--max-running-requests corruption.concurrency`` when that is above 1).
-    06: one per ``mtp.depths`` (0 = off), again on ``mtp.broken_model_path`` when set; on the CPU
-    engine also one per ``server.cpu.control_drafts`` at ``server.cpu.control_depth`` (the
-    stand-ins of :func:`nvfp4study.checkpoint.served.write_served_checkpoint` whose draft agrees
-    or disagrees with the target by construction).
-    07: speculation off and at ``determinism.spec_depth``, then both with deterministic mode.
-    """
-    clamp = params.server.clamp_mode
-    card = card_config(params)
-    depth = lambda d: None if d == 0 else d  # noqa: E731
-    mtp = [ServerConfig(clamp=clamp, spec_depth=depth(d)) for d in params.mtp.depths]
-    if params.mtp.broken_model_path:
-        mtp += [ServerConfig(clamp=clamp, spec_depth=depth(d), model_path=params.mtp.broken_model_path,
-                             model_label="broken-draft") for d in params.mtp.depths]
-    if params.server.engine == "cpu":  # stand-ins with acceptance known by construction
-        cpu = params.server.cpu
-        mtp += [ServerConfig(clamp=clamp, spec_depth=cpu.control_depth, model_label=CONTROL_LABELS[d])
-                for d in cpu.control_drafts]
-    det_depth = params.determinism.spec_depth
-    conc = params.corruption.concurrency if params.corruption.concurrency > 1 else None
-    det = [ServerConfig(clamp=clamp, spec_depth=None), ServerConfig(clamp=clamp, spec_depth=det_depth)]
-    if params.determinism.deterministic_mode:
-        # the CPU engine refuses deterministic mode at argument checking, whatever the depth:
-        # one launch records SGLang's message for both (stages.s07_determinism)
-        det += [replace(c, deterministic=True) for c in (det[:1] if is_cpu_engine(params) else det)]
-    return {
-        "04_launch_server": [card, *probe_configs(params)],
-        "05_corruption": [replace(card, clamp=m, max_running_requests=conc) for m in params.corruption.clamp_modes],
-        "06_mtp_sweep": mtp,
-        "07_determinism": det,
-    }
-
-
-def probe_configs(params: Params) -> list[ServerConfig]:
-    """04's clamp-probe launches on the CPU engine, speculation off, in the card's clamp mode (its
-    patch edits no CPU path): one per :data:`PROBE_LABELS` entry; none on the GPU engine, with
-    ``server.cpu.clamp_probe_limit`` 0, or with ``server.model_path`` set (every launch would
-    serve that one model)."""
-    p = params.server
-    if p.engine != "cpu" or p.cpu.clamp_probe_limit <= 0 or p.model_path:
-        return []
-    return [ServerConfig(clamp=p.clamp_mode, spec_depth=None, model_label=label)
-            for label in PROBE_LABELS.values()]
-
-
-def plan_servers(params: Params) -> list[ServerConfig]:
-    """Every distinct configuration stages 04-07 need, each once, grouped by clamp mode (so the
-    serving install is re-patched as rarely as possible), then checkpoint, determinism, depth."""
-    seen: dict[ServerConfig, None] = {}
-    for configs in stage_configs(params).values():
-        for c in configs:
-            seen.setdefault(c, None)
-    clamp_order = {m: i for i, m in enumerate(dict.fromkeys(
-        [params.server.clamp_mode, *params.corruption.clamp_modes]))}
-    return sorted(seen, key=lambda c: (clamp_order.get(c.clamp, 99), c.model_label != "study",
-                                       c.model_label, c.deterministic,
-                                       -1 if c.spec_depth is None else c.spec_depth))
-
-
-def plan_table(params: Params):
-    """A DataFrame: one row per planned configuration, the stages that use it and its flags."""
-    import pandas as pd
-
-    users = stage_configs(params)
-    rows = []
-    for c in plan_servers(params):
-        rows.append({"config": c.key, "stages": ", ".join(s for s, cs in users.items() if c in cs),
-                     "flags": " ".join(_config_flags(params, c)) or "(card's base flags only)"})
-    return pd.DataFrame(rows)
-
-
 # --- the command -----------------------------------------------------------------------------
 def _config_flags(params: Params, config: ServerConfig) -> list[str]:
     s = params.server
@@ -296,7 +219,7 @@ def build_command(params: Params, config: ServerConfig, model_path: str | None =
     cmd += _config_flags(params, config)
     if s.enable_metrics:
         cmd.append("--enable-metrics")
-    if is_cpu_engine(params):
+    if serves_standin(params):
         from . import cpu_engine
 
         cmd += _new_flags(cmd, cpu_engine.engine_flags(config.spec_depth))
@@ -365,7 +288,7 @@ def served_model_path(stage: Stage, config: ServerConfig) -> str:
     """
     if config.model_path or stage.params.server.model_path:
         return str(config.model_path or stage.params.server.model_path)
-    if is_cpu_engine(stage.params):
+    if serves_standin(stage.params):
         return str(standin_path(stage, config.model_label))
     q = stage.paths.data("quantize")
     if q.is_file():
@@ -465,7 +388,7 @@ def launched(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | N
     s = params.server
     launcher = launcher_for(params)
     version = launcher.sglang_version(params)
-    cpu_only = is_cpu_engine(params) and no_gpu_device()  # nothing to probe
+    cpu_only = serves_standin(params) and no_gpu_device()  # nothing to probe
     gpu = None if cpu_only else gpu_info(probe_python(params))
     if s.require_gpu and not nvfp4_w4a4_supported(None if gpu is None else gpu["capability"]):
         raise NoCapableGPU(gpu_refusal(params) or "needs an NVFP4-capable GPU")

@@ -24,7 +24,7 @@ from ..core import display
 from ..core.claim_rules import record_rules
 from ..core.errors import StageInputMissing
 from ..core.files import write_json
-from ..core.ledger import Verdict, card_claims
+from ..core.ledger import card_claims
 from ..core.stage import Stage, open_stage_named
 from .claim_rules import r02_inspect as rules
 
@@ -255,7 +255,7 @@ def record_ledger(stage: Stage, rep: ca.AuditReport, ck: dict[str, Any], unshare
     else:
         _record_claims(stage, rep, ck)
     _record_findings(stage, rep, ck, unshared)
-    cmp.record_card_findings(stage, card)
+    record_rules(stage, rules.CardFindings(card))
     ids = stage.claims() + ["audit.fault-verdicts", "audit.gate-up-shared", "audit.up-scale-error-card-pipeline",
                             "audit.card-checkpoint", "audit.card-gate-up-scales"]
     return pd.DataFrame([{k: r.get(k) for k in ("id", "verdict", "checked_on", "measured", "note")}
@@ -268,32 +268,7 @@ def _record_claims(stage: Stage, rep: ca.AuditReport, ck: dict[str, Any]) -> Non
 
 
 def _record_findings(stage: Stage, rep: ca.AuditReport, ck: dict[str, Any], unshared: dict[str, Any]) -> None:
-    """The study's findings on OUR checkpoint (fault verdicts, gate/up pairing, card-style pipeline)."""
-    ev, ev_u = rep.extra["files"]["audit"], rep.extra["files"]["up_error"]
+    """The study's findings on OUR checkpoint (fault verdicts, gate/up pairing, card-style pipeline),
+    each decided by its rule (:class:`~nvfp4study.stages.claim_rules.r02_inspect.InspectFindings`)."""
     real, _, scope, checked = _scope(stage, rep, ck)
-    rr = rep.extra["routing_real_sizes"]
-    faults = sorted(f_.code.value for f_ in rep.fault_findings())
-    expected = {"F05-routing-over-limit"} if rr["status"] == "over" and real else set()
-    stage.add_finding("audit.fault-verdicts",
-                      claim="The checkpoint this run serves carries none of the faults F-01..F-04 (activation scales, MTP "
-                            "state, draft format, weight-only config); F-05 depends only on the routing shape.",
-                      measured={"fault_codes": faults, "errors": [f_.code.value for f_ in rep.errors],
-                                "warnings": sorted({f_.code.value for f_ in rep.findings if f_.severity.value == "warning"})},
-                      verdict=Verdict.REPRODUCED if set(faults) <= expected and not rep.errors else Verdict.CONTRADICTED,
-                      evidence=[ev], note=f"Header audit of {scope}.", checked_on=checked)
-    gs = rep.gate_up_summary
-    stage.add_finding("audit.gate-up-shared",
-                      claim="Every routed expert of the audited checkpoint has equal gate and up weight_global_scale, so SGLang's "
-                            "W4A4 scheme (which uses the gate's for both) dequantizes up_proj exactly.",
-                      measured=gs, verdict=Verdict.REPRODUCED if gs.get("pairs") and gs.get("mismatched") == 0 else Verdict.CONTRADICTED,
-                      evidence=[ev, ev_u], note=f"{scope}.", checked_on=checked)
-    if unshared.get("run"):
-        stage.add_finding("audit.up-scale-error-card-pipeline",
-                          claim="On the card-style pipeline (fused maps emptied, no gate/up rule) gate and up global scales "
-                                "differ per expert, and SGLang's W4A4 scheme serves up_proj scaled by up/gate (error up/gate - 1).",
-                          measured={k: unshared[k] for k in ("experts", "differ", "median_abs_up_scale_error",
-                                                             "p95_abs_up_scale_error", "max_abs_up_scale_error")},
-                          verdict=Verdict.REPRODUCED if unshared["differ"] > 0 else Verdict.CONTRADICTED,
-                          evidence=[unshared["data"], unshared["figure"]],
-                          note="Scales from 01's quantization without the pairing rule, random weights; the card's own "
-                               "checkpoint was not available to measure.", checked_on="SGLang 0.5.23 w4a4_nvfp4_moe.py 187-198")
+    record_rules(stage, rules.InspectFindings(rep, real, scope, checked, unshared))

@@ -24,7 +24,6 @@ module builds once.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ..core import ledger
@@ -33,9 +32,19 @@ from ..core.errors import StageInputMissing
 from ..core.files import atomic_write, write_json
 from ..core.params import Params
 from ..core.stage import Stage, open_stage_named
-from ..serving import measure, server
+from ..serving import measure, plans, server
 from ..serving.measure import model_config_for
-from ..serving.server import card_config, card_refusal
+from ..serving.records import probe_requests
+from ..serving.server import ServerConfig, card_config, card_refusal
+from ..serving.sglang_log import (  # noqa: F401  (the log's readers; tests name them here)
+    CLAMP_TAG,
+    WARNINGS,
+    find_warnings,
+    parse_clamp_lines,
+    parse_load_lines,
+    read_log,
+)
+from ..serving.strategies import serves_standin
 from .claim_rules import r04_launch as rules
 
 NOTEBOOK = "04_launch_server"
@@ -66,87 +75,34 @@ def command_table(params: Params) -> Any:
 
 def plan_table(params: Params) -> Any:
     """One row per planned server configuration, the stages that use it and its flags
-    (:func:`nvfp4study.serving.server.plan_table`)."""
-    return server.plan_table(params)
+    (:func:`nvfp4study.serving.plans.plan_table`)."""
+    return plans.plan_table(params)
+
+
+def probe_configs(params: Params) -> list[ServerConfig]:
+    """The clamp probe's launches on the CPU engine, speculation off, in the card's clamp mode (its
+    patch edits no CPU path): one per :data:`~nvfp4study.serving.launch_env.PROBE_LABELS` entry;
+    none on the GPU engine, with ``server.cpu.clamp_probe_limit`` 0, or with ``server.model_path``
+    set (every launch would serve that one model)."""
+    p = params.server
+    if not serves_standin(params) or p.cpu.clamp_probe_limit <= 0 or p.model_path:
+        return []
+    return [ServerConfig(clamp=p.clamp_mode, spec_depth=None, model_label=label)
+            for label in server.PROBE_LABELS.values()]
+
+
+def serving_plan(params: Params) -> list[plans.Served]:
+    """What 04 serves (:mod:`nvfp4study.serving.plans`): the card's configuration, whose launch is
+    what 04 measures (launched even with nothing to ask; a replay needs its launch record only),
+    then on the CPU engine with ``server.cpu.clamp_probe_limit`` > 0 the four clamp-probe launches
+    (:func:`probe_configs`), each asked :func:`~nvfp4study.serving.records.probe_requests` (a
+    replay of a run recorded before the probe goes on without them)."""
+    probe = tuple(probe_requests(params))
+    return [plans.Served(card_config(params), launch_measured=True, replay_requests=False),
+            *(plans.Served(c, probe, launch_measured=True, replay_requests=False, replay_optional=True)
+              for c in probe_configs(params))]
 
 GIB = rules.GIB  # SGLang's "GB" is GiB (the rules convert with the same constant)
-CLAMP_TAG = "[swiglu-clamp-patch]"
-_RANK = re.compile(r"^\[[^\]]*?\b((?:TP|DP|EP|PP)\d+(?:\s+(?:TP|DP|EP|PP)\d+)*)\]")
-_KV = re.compile(r"(\w+)=(\S+)")
-_LOAD_END = re.compile(r"Load weight end\. elapsed=(?P<elapsed>[\d.]+) s, type=(?P<type>\w+),.*?"
-                       r"mem usage=(?P<mem>[\d.]+) GB")
-WARNINGS = {
-    "gate/up global scales differ": re.compile(r"w1_weight_global_scale must match w3_weight_global_scale"),
-    "reasoning parser auto-detected": re.compile(r"Auto-detected --reasoning-parser as '([^']+)'"),
-    "NVFP4 refused (not Blackwell)": re.compile(r"does not support NVFP4"),
-    "DeepGEMM failure (MIN_DEEPGEMM_DIM)": re.compile(r"DeepGEMM failed for matrix shapes"),
-    "traceback": re.compile(r"^Traceback \(most recent call last\)"),
-    "out of memory": re.compile(r"out of memory", re.I),
-}
-
-
-# --- parsing ---------------------------------------------------------------------------------
-def _num(v: str) -> float | None:
-    if v in ("None", "none", "null", "0", "0.0"):
-        return None if v in ("None", "none", "null") else 0.0
-    try:
-        return float(v)
-    except ValueError:
-        return None
-
-
-def parse_clamp_lines(text: str) -> list[dict[str, Any]]:
-    """Every clamp log line: ``rank`` (e.g. "TP0" or ""), ``order`` (per rank), ``path`` (words
-    before the first ``key=value``), ``limit`` (float or None), ``mode``, ``layer`` (int or None)."""
-    out, order = [], {}
-    for line in text.splitlines():
-        i = line.find(CLAMP_TAG)
-        if i < 0:
-            continue
-        m = _RANK.match(line)
-        rank = m.group(1) if m else ""
-        body = line[i + len(CLAMP_TAG):].strip()
-        kv = dict(_KV.findall(body))
-        first = _KV.search(body)
-        path = (body[:first.start()] if first else body).strip() or kv.get("path", "")
-        layer = kv.get("layer", kv.get("layer_id"))
-        n = order.get(rank, 0)
-        order[rank] = n + 1
-        out.append({"rank": rank, "order": n, "path": kv.get("path", path), "limit": _num(kv.get("limit", "None")),
-                    "mode": kv.get("mode"), "form": kv.get("form"),
-                    "config_limit": _num(kv["config_limit"]) if "config_limit" in kv else None,
-                    "layer": int(layer) if layer and layer.isdigit() else None, "line": line.strip()})
-    return out
-
-
-def parse_load_lines(text: str) -> list[dict[str, Any]]:
-    """``Load weight end`` lines: ``type``, ``elapsed_s``, ``mem_gib`` (SGLang's "GB"), ``rank``."""
-    out = []
-    for line in text.splitlines():
-        m = _LOAD_END.search(line)
-        if m:
-            r = _RANK.match(line)
-            out.append({"rank": r.group(1) if r else "", "type": m["type"], "elapsed_s": float(m["elapsed"]),
-                        "mem_gib": float(m["mem"])})
-    return out
-
-
-def find_warnings(text: str, model_info: dict | None = None) -> list[dict[str, Any]]:
-    """Warnings worth surfacing: kind, count, first matching line (and the active parser)."""
-    rows = []
-    lines = text.splitlines()
-    for kind, rx in WARNINGS.items():
-        hits = [ln for ln in lines if rx.search(ln)]
-        if hits:
-            rows.append({"warning": kind, "count": len(hits), "first line": hits[0].strip()[:200]})
-    rp = (model_info or {}).get("reasoning_parser")
-    if rp:
-        rows.append({"warning": "reasoning parser active", "count": 1,
-                     "first line": f"/model_info reasoning_parser={rp!r}: with enable_thinking false the "
-                                   "answer can land in reasoning_content"})
-    return rows
-
-
 def expected_limits(model_config: dict[str, Any]) -> dict[str, Any]:
     """Expected routed clamp per MoE layer from a config: ``{"moe_layers": [...], "limit": {l: v}}``.
 
@@ -188,7 +144,7 @@ def _launch(stage: Stage) -> tuple[dict[str, Any], str]:
     log = stage.run_dir / rec["log"]
     if not log.is_file():
         raise StageInputMissing(f"server log {log} missing")
-    return rec, log.read_text(errors="replace")
+    return rec, read_log(log)
 
 
 def _not_run(stage: Stage):
@@ -358,7 +314,7 @@ def record_claims(stage: Stage):
 
     if (nr := _not_run(stage)) is not None:
         return nr
-    if measure.resolve_mode(stage).engine == "cpu":
+    if measure.resolve_mode(stage).standin:
         return record_cpu_engine(stage)
     record_rules(stage, _measurements(stage))
     rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims()]
@@ -379,7 +335,7 @@ def record_cpu_engine(stage: Stage):
     summary = engine.get("summary", f"SGLang {rec.get('sglang_version')}")
     record_rules(stage, rules.CpuLaunchMeasurements(
         rec, [measure.launch_path(stage.paths, card_config(params)), stage.run_dir / rec["log"]], summary))
-    if server.probe_configs(params):
+    if probe_configs(params):
         record_rules(stage, _probe_measurements(stage, summary))
         record_rules(stage, _scaling_measurements(stage, summary))
     rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims() or r["stage"] == stage.name]
@@ -393,7 +349,7 @@ def engine_table(stage: Stage):
 
     if (nr := _not_run(stage)) is not None:
         return nr
-    if measure.resolve_mode(stage).engine != "cpu":
+    if not measure.resolve_mode(stage).standin:
         return measure.Quiet("GPU engine: nothing replaced")
     from ..serving.server import engine_description
 
@@ -418,12 +374,11 @@ def _probe_measurements(stage: Stage, summary: str) -> rules.ClampProbeMeasureme
     reason in ``missing``."""
     from ..checkpoint.layout import config_dict
     from ..checkpoint.served import probe_shape, served_shape
-    from ..serving.records import probe_requests
     from ..serving.request_numbers import compare_outputs
 
     params = measure.params_of(stage)
     limit = params.server.cpu.clamp_probe_limit
-    configs = {p: c for p, c in zip(server.PROBE_LABELS, server.probe_configs(params), strict=True)
+    configs = {p: c for p, c in zip(server.PROBE_LABELS, probe_configs(params), strict=True)
                if p in ("off", "routed", "shared", "off-again")}
     audit, audit_file = _audit_row(stage)
     evidence = [e for e in (measure.raw_path(stage.paths, c) for c in configs.values()) if e.is_file()] + (
@@ -462,7 +417,7 @@ def _scaling_measurements(stage: Stage, summary: str) -> rules.ScalingProbeMeasu
     params = measure.params_of(stage)
     ratio = params.server.cpu.scaling_probe_ratio
     keys = ("off", "off-again", "scaling-factor", "scaling-weights")
-    configs = {p: c for p, c in zip(server.PROBE_LABELS, server.probe_configs(params), strict=True) if p in keys}
+    configs = {p: c for p, c in zip(server.PROBE_LABELS, probe_configs(params), strict=True) if p in keys}
     evidence = [e for e in (measure.raw_path(stage.paths, c) for c in configs.values()) if e.is_file()]
     try:
         rows = {p: measure.rows_for(stage, c, probe_requests(params)) for p, c in configs.items()}
@@ -508,7 +463,7 @@ def clamp_probe_table(stage: Stage):
     if (nr := _not_run(stage)) is not None:
         return nr
     params = measure.params_of(stage)
-    if not server.probe_configs(params):
+    if not probe_configs(params):
         return measure.Quiet("no clamp probe (GPU engine, server.cpu.clamp_probe_limit 0, or server.model_path set)")
     m = _probe_measurements(stage, "")
     if m.missing:

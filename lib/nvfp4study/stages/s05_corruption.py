@@ -70,7 +70,7 @@ from .claim_rules import r05_corruption as rules
 NOTEBOOK = "05_corruption"
 NOT_RUN_REASON = "needs an NVFP4-capable GPU (server.enabled is false)"
 __all__ = ["markdown", "NOTEBOOK", "analyse_served", "card_examples", "describe_validation",
-           "detector_claim_verdicts", "example_table", "miss_table", "open_stage",
+           "detector_claim_verdicts", "example_table", "miss_table", "open_stage", "serving_plan",
            "record_detector_claims", "record_served_claims", "run_served_study", "sandbox_banner",
            "score_table", "served_figure", "served_junk_table", "served_ledger_rows",
            "served_summary_table", "unsafe_suffix", "validate_detector", "validation_figure"]
@@ -79,6 +79,22 @@ __all__ = ["markdown", "NOTEBOOK", "analyse_served", "card_examples", "describe_
 def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
     """:func:`nvfp4study.core.stage.open_stage_named` for notebook ``05_corruption``."""
     return open_stage_named(NOTEBOOK, params_file, run_dir)
+
+
+def serving_plan(params: Params) -> list:
+    """What 05 serves (:mod:`nvfp4study.serving.plans`): the card's configuration once per
+    ``corruption.clamp_modes`` entry, with ``--max-running-requests corruption.concurrency`` when
+    that is above 1. 05 collects these itself (:mod:`nvfp4study.codeeval.served_collect`), so the
+    items are not shared with the serving stages' collector."""
+    from dataclasses import replace
+
+    from ..serving.plans import Served
+    from ..serving.server import card_config
+
+    card = card_config(params)
+    conc = params.corruption.concurrency if params.corruption.concurrency > 1 else None
+    return [Served(replace(card, clamp=m, max_running_requests=conc), shared=False)
+            for m in params.corruption.clamp_modes]
 
 
 def markdown(text: str) -> Any:
@@ -251,13 +267,14 @@ def run_served_study(stage: Stage) -> dict[str, Any]:
         stage.not_run(NOT_RUN_REASON, ids)
         return {"status": "not run", "reason": NOT_RUN_REASON, "claims": ids}
     from ..serving.server import gpu_refusal
+    from ..serving.strategies import serves_standin
 
     refusal = gpu_refusal(params)
     if refusal:
         stage.not_run(refusal, ids)
         return {"status": "not run", "reason": refusal, "claims": ids}
     tasks = load_tasks(params.corruption.humaneval_count, params.corruption.card_tasks)
-    if params.server.engine == "cpu":
+    if serves_standin(params):
         return run_served_cpu_engine(stage, tasks, ids)
     collect(stage, tasks)
     collect_probe(stage, tasks)
@@ -305,14 +322,9 @@ def run_served_cpu_engine(stage: Stage, tasks: list, ids: list[str]) -> dict[str
     out = analyse_served(stage, params, "live", record=False)
     stage.not_run(card_refusal(params), ids)
     engine = engine_description(params)
-    res = pipeline_result(out["classified"])
-    stage.add_finding(
-        "corruption.cpu-pipeline",
-        claim="The served corruption pipeline runs on SGLang's real engine's own answers: streamed chat "
-              "completions, code extraction and the junk detector, and the sandbox for every answer with code.",
-        evidence=[out["files"]["classified"], out["files"]["summary"]], checked_on=engine["summary"],
-        **{**res, "note": res["note"] + f"; clamp modes {', '.join(params.corruption.clamp_modes)}; "
-                                         f"{engine['served_model']}"})
+    record_rules(stage, rules.CpuPipelineMeasurements(
+        pipeline_result(out["classified"]), list(params.corruption.clamp_modes), engine["served_model"],
+        [out["files"]["classified"], out["files"]["summary"]], engine["summary"]))
     out["engine"] = engine
     return out
 

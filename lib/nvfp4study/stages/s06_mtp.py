@@ -30,23 +30,44 @@ from ..core import ledger
 from ..core.claim_rules import record_rules
 from ..core.errors import StageInputMissing
 from ..core.files import atomic_write
-from ..core.ledger import Verdict
 from ..core.stage import Stage, open_stage_named
 from ..serving import acceptance, decode_log, measure
 from ..serving.acceptance import broken_draft
 from ..serving.acceptance import median as _med
 from ..serving.known_acceptance import KNOWN, estimator_spread, known_acceptance_rows
+from ..serving.plans import Served
 from ..serving.server import (
     CONTROL_LABELS,
     ServerConfig,
     card_refusal,
     engine_description,
     num_draft_tokens,
-    stage_configs,
 )
+from ..serving.strategies import serves_standin
 from .claim_rules import r06_mtp as rules
 
 NOTEBOOK = "06_mtp_sweep"
+
+
+def serving_plan(params) -> list[Served]:
+    """What 06 serves (:mod:`nvfp4study.serving.plans`), each asked
+    :func:`~nvfp4study.serving.records.mtp_requests`: one configuration per ``mtp.depths`` entry
+    (0 = speculation off), again on ``mtp.broken_model_path`` when set; on the CPU engine also one
+    per ``server.cpu.control_drafts`` at ``server.cpu.control_depth`` (the stand-ins of
+    :func:`nvfp4study.checkpoint.served.write_served_checkpoint` whose draft agrees or disagrees
+    with the target by construction)."""
+    clamp = params.server.clamp_mode
+    depth = lambda d: None if d == 0 else d  # noqa: E731
+    configs = [ServerConfig(clamp=clamp, spec_depth=depth(d)) for d in params.mtp.depths]
+    if params.mtp.broken_model_path:
+        configs += [ServerConfig(clamp=clamp, spec_depth=depth(d), model_path=params.mtp.broken_model_path,
+                                 model_label="broken-draft") for d in params.mtp.depths]
+    if serves_standin(params):  # stand-ins with acceptance known by construction
+        cpu = params.server.cpu
+        configs += [ServerConfig(clamp=clamp, spec_depth=cpu.control_depth, model_label=CONTROL_LABELS[d])
+                    for d in cpu.control_drafts]
+    requests = tuple(measure.mtp_requests(params))
+    return [Served(c, requests) for c in configs]
 
 
 def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
@@ -65,7 +86,6 @@ def collect(stage: Stage) -> Any:
     (:func:`nvfp4study.serving.measure.collect`): a DataFrame per configuration, or a note."""
     return measure.collect(stage)
 
-STAGE = "06_mtp_sweep"
 CARD_IDS = rules.CARD_IDS  # depth -> claim id
 
 
@@ -77,7 +97,7 @@ def _nr(stage: Stage):
 
 def sweep_configs(params) -> list[tuple[str, int, ServerConfig]]:
     """``(model label, depth, config)`` for 06, in the order of ``mtp.depths``."""
-    return [(c.model_label, c.spec_depth or 0, c) for c in stage_configs(params)[STAGE]]
+    return [(s.config.model_label, s.config.spec_depth or 0, s.config) for s in serving_plan(params)]
 
 
 def _records(df) -> list[dict[str, Any]]:
@@ -260,7 +280,7 @@ def figure(stage: Stage):
     import matplotlib.pyplot as plt
 
     s = summary_table(stage)
-    cpu = measure.resolve_mode(stage).engine == "cpu"
+    cpu = measure.resolve_mode(stage).standin
     card = {} if cpu else card_marks()  # never a toy number beside the card's
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     if cpu:
@@ -315,7 +335,7 @@ def record_claims(stage: Stage):
     ev = [stage.paths.data("mtp-summary"), stage.paths.data("mtp-requests"), stage.paths.data("mtp-estimators")]
     params = measure.params_of(stage)
     ev += [measure.raw_path(stage.paths, c) for _, _, c in sweep_configs(params)]
-    if measure.resolve_mode(stage).engine == "cpu":
+    if measure.resolve_mode(stage).standin:
         return record_cpu_engine(stage, ev)
     replay = params.replay_from
     checked = "sglang " + params.sglang.version + (f" (replay of {replay})" if replay else "")
@@ -339,22 +359,9 @@ def ceiling_table(stage: Stage):
     rows = bound.card_table(LingShape())
     df = pd.DataFrame(rows)
     _dump(stage, "mtp-ceiling", df)
-    frac = {g: {str(r["depth"]): acceptance.round4(r["card / ceiling"]) for r in rows if r["gpu"] == g} for g in bound.CARD_CLASS}
-    below = all(r["card / ceiling"] < 1 for r in rows)
-    rng = {g: (min(v.values()), max(v.values())) for g, v in frac.items()}
-    stage.add_finding(
-        "mtp.bandwidth-ceiling",
-        claim="The card's tok/s (22.60 off, 40.19 / 45.1 / 40.48 at k=1/2/3) lie below the batch-1 decode ceiling "
-              "(memory bandwidth / bytes read per token of the NVFP4 layout) of each Blackwell GPU a 128 GB-class "
-              "card can mean; the fraction of the ceiling says which GPU class the numbers fit.",
-        measured={"card_over_ceiling": frac, "bytes_per_token_gb": round(bound.read_bytes(LingShape()).per_token() / 1e9, 3)},
-        verdict=Verdict.REPRODUCED if below else Verdict.CONTRADICTED,
-        evidence=[stage.paths.data("mtp-ceiling")],
-        note="card tok/s / ceiling: " + "; ".join(f"{g} {lo:.0%}-{hi:.0%}" for g, (lo, hi) in rng.items())
-             + ". Ceiling: weights read once per pass (verify of k+1 tokens reads the dense weights once, the same "
-               "top_k experts; draft steps counted), accept length = middle of the card's range; KV cache and state "
-               "reads not counted, so the true limit is lower. Bandwidths: vendor figures (see data/mtp-ceiling.json "
-               "'source'), not verified from the vendor pages here.")
+    record_rules(stage, rules.CeilingMeasurements(rows, tuple(bound.CARD_CLASS),
+                                                  round(bound.read_bytes(LingShape()).per_token() / 1e9, 3),
+                                                  [stage.paths.data("mtp-ceiling")]))
     return df
 
 
@@ -374,7 +381,7 @@ def known_acceptance_table(stage: Stage):
 
     if (nr := _nr(stage)) is not None:
         return nr
-    if measure.resolve_mode(stage).engine != "cpu":
+    if not measure.resolve_mode(stage).standin:
         return measure.Quiet("GPU engine: no control stand-ins")
     _, raw = _requests(stage)
     params = measure.params_of(stage)

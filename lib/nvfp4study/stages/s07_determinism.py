@@ -34,17 +34,36 @@ from ..core.files import atomic_write
 from ..core.ledger import Verdict
 from ..core.stage import Stage, open_stage_named
 from ..serving import acceptance, decode_log, measure
+from ..serving.plans import Served
 from ..serving.server import (
     STANDIN_NOTE,
     ServerConfig,
     card_refusal,
     engine_description,
     lifecycle,
-    stage_configs,
 )
+from ..serving.strategies import serves_standin
 from .claim_rules import r07_determinism as rules
 
 NOTEBOOK = "07_determinism"
+
+
+def serving_plan(params) -> list[Served]:
+    """What 07 serves (:mod:`nvfp4study.serving.plans`), each asked
+    :func:`~nvfp4study.serving.records.det_requests`: speculation off and at
+    ``determinism.spec_depth``, then (``determinism.deterministic_mode``) both with deterministic
+    mode. The CPU engine refuses deterministic mode at argument checking, whatever the depth: one
+    launch, refusable, records SGLang's message for both."""
+    from dataclasses import replace
+
+    clamp = params.server.clamp_mode
+    configs = [ServerConfig(clamp=clamp, spec_depth=None),
+               ServerConfig(clamp=clamp, spec_depth=params.determinism.spec_depth)]
+    standin = serves_standin(params)
+    if params.determinism.deterministic_mode:
+        configs += [replace(c, deterministic=True) for c in (configs[:1] if standin else configs)]
+    requests = tuple(measure.det_requests(params))
+    return [Served(c, requests, refusable=c.deterministic and standin) for c in configs]
 
 
 def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
@@ -63,7 +82,6 @@ def collect(stage: Stage) -> Any:
     (:func:`nvfp4study.serving.measure.collect`): a DataFrame per configuration, or a note."""
     return measure.collect(stage)
 
-STAGE = "07_determinism"
 
 
 def _nr(stage: Stage):
@@ -75,7 +93,7 @@ def _nr(stage: Stage):
 def configs(params) -> dict[str, ServerConfig]:
     """``{"spec-off": .., "spec-on": .., "det spec-off": .., "det spec-on": ..}`` (det only if on;
     on the CPU engine only "det spec-off" is launched: SGLang refuses the mode before any depth matters)."""
-    cs = stage_configs(params)[STAGE]
+    cs = [s.config for s in serving_plan(params)]
     names = ["spec-off", "spec-on", "det spec-off", "det spec-on"]
     return dict(zip(names, cs, strict=False))
 
@@ -256,7 +274,7 @@ def record_claims(stage: Stage):
 
     if (nr := _nr(stage)) is not None:
         return nr
-    if measure.resolve_mode(stage).engine == "cpu":
+    if measure.resolve_mode(stage).standin:
         return record_cpu_engine(stage)
     pairs = _pairs(stage)
     thr = {r["row"]: r for r in throughput_rows(_rows(stage), pairs)}
@@ -266,7 +284,7 @@ def record_claims(stage: Stage):
     ev += [measure.raw_path(stage.paths, c) for c in configs(params).values()]
     d = params.determinism
     record_rules(stage, rules.DeterminismMeasurements(
-        counts={r["comparison"]: r for r in identity_counts(pairs)},
+        counts=rules.counts_by_comparison(identity_counts(pairs)),
         det_tok_s=thr.get("det spec-on", {}).get("decode tok/s median"),
         cards={c["id"]: c["card"] for c in ledger.card_claims()}, spec_depth=d.spec_depth, repeats=d.repeats,
         deterministic_mode=d.deterministic_mode, evidence=ev,
@@ -312,44 +330,18 @@ def record_cpu_engine(stage: Stage):
     params = measure.params_of(stage)
     stage.not_run(card_refusal(params))
     checked = engine_description(params)["summary"]
-    counts = {r["comparison"]: r for r in identity_counts(_pairs(stage))}
+    counts = rules.counts_by_comparison(identity_counts(_pairs(stage)))
     ev = [stage.paths.data("det-pairs"), stage.paths.data("det-identity")]
     ev += [measure.raw_path(stage.paths, c) for n, c in configs(params).items() if n not in refusals(stage)]
     d = params.determinism
-    for fid, label, claim in (
-        ("det.cpu-spec-off-self", "spec-off self-reproducibility",
-         f"Greedy output without speculation is token-for-token identical across {d.repeats} repeats on SGLang's real engine."),
-        ("det.cpu-spec-on-vs-off", "spec-on vs spec-off",
-         f"Greedy output with NEXTN k={d.spec_depth} is token-for-token identical to greedy output without speculation "
-         "on SGLang's real engine (fp32 on the CPU)."),
-    ):
-        c = counts.get(label)
-        if not c or not c["prompts compared"]:
-            stage.add_finding(fid, claim=claim, measured=None, verdict=Verdict.NOT_RUN, note=rules.no_pair(c))
-            continue
-        same = c["identical prompts"] == c["prompts compared"]
-        stage.add_finding(fid, claim=claim, measured={"identical": c["identical prompts"], "n": c["prompts compared"],
-                                                      "first_divergence": c["first divergence (min..max)"]},
-                          verdict=Verdict.REPRODUCED if same else Verdict.CONTRADICTED, evidence=ev, checked_on=checked,
-                          note=f"output token ids compared, lengths first; {STANDIN_NOTE}")
     ref = refusals(stage)
-    if d.deterministic_mode:
-        msg = "; ".join(f"{k}: {v}" for k, v in ref.items()) or "SGLang did not refuse it (see the det rows)"
-        stage.add_finding("det.cpu-deterministic-mode",
-                          claim="--enable-deterministic-inference on SGLang's real engine on this CPU.",
-                          measured=None, verdict=Verdict.NOT_RUN,
-                          evidence=[measure.launch_path(stage.paths, c) for n, c in configs(params).items() if n in ref],
-                          note=f"needs an NVFP4-capable GPU (on this CPU SGLang refuses it with the CPU engine's "
-                               f"attention backend: {msg})")
     launches = lifecycle(stage)
-    life = [stage.paths.data("serve-lifecycle", "jsonl")]
-    stage.add_finding("serve.cpu-engine-teardown",
-                      claim="Every SGLang launch of the run (04-07), refused ones included, leaves 0 processes after "
-                            "the study stops it.", evidence=life, checked_on=checked, **teardown_result(launches))
     modes = list(dict.fromkeys([params.server.clamp_mode, *params.corruption.clamp_modes]))
-    stage.add_finding("serve.cpu-engine-patched-modes",
-                      claim="The study's SGLang install patched to each clamp mode the params name imports and serves "
-                            "on the real engine.", evidence=life, checked_on=checked,
-                      **patched_modes_result(launches, modes))
+    record_rules(stage, rules.CpuDeterminismMeasurements(
+        counts=counts, repeats=d.repeats, spec_depth=d.spec_depth, deterministic_mode=d.deterministic_mode,
+        evidence=ev, refusals=ref,
+        refusal_evidence=[measure.launch_path(stage.paths, c) for n, c in configs(params).items() if n in ref],
+        teardown=teardown_result(launches), patched=patched_modes_result(launches, modes),
+        lifecycle_evidence=[stage.paths.data("serve-lifecycle", "jsonl")], checked=checked, standin_note=STANDIN_NOTE))
     rows = [r for r in ledger.read_ledger(stage.run_dir) if r["stage"] == stage.name]
     return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])

@@ -3,9 +3,9 @@ tokens, the disk the run writes, and an estimated wall time from stated assumpti
 
 ``nvfp4study plan [--params FILE] [-p k=v] [--load-s S] [--tok-s DEPTH=TOKS ...] [--json]``.
 
-Launches follow the code that makes them: 04/06/07 share one launch per distinct configuration
-(:func:`nvfp4study.serving.measure.collect` groups them; :func:`~nvfp4study.serving.server.plan_servers`
-orders them), 05 launches one server per ``corruption.clamp_modes`` entry
+Launches follow the stages' own serving plans (:mod:`nvfp4study.serving.plans`): 04/06/07 share
+one launch per distinct configuration (:func:`nvfp4study.serving.measure.collect` groups them;
+:func:`~nvfp4study.serving.plans.plan_servers` orders them), 05 launches one server per ``corruption.clamp_modes`` entry
 (:func:`nvfp4study.codeeval.served_collect.collect`) and one more for the reasoning-parser probe.
 
 Assumptions of the time estimate (each printed with the plan):
@@ -65,23 +65,22 @@ def card_assumptions() -> dict[str, Any]:
 def launches(params: Params) -> list[Launch]:
     """Every launch the serving stages make for ``params``, in launch order (no time yet)."""
     from ..codeeval import served_data, tasks
-    from ..serving import measure, server
+    from ..serving import plans, server
 
     p = params
-    users = server.stage_configs(p)
-    shared = [s for s in measure.SERVING_STAGES]
+    stage_plans = plans.stage_plans(p)
     out = []
-    for c in server.plan_servers(p):
-        why = [s for s in shared if c in users[s]]
+    for c in plans.plan_servers(p):
+        why = [s for s, items in stage_plans.items() if any(i.shared and i.config == c for i in items)]
         if not why:
             continue  # a 05-only configuration: launched by 05 below
-        reqs = measure.needs(p, c)
+        reqs = plans.needs(p, c)
         warm = p.mtp.warmup_requests if reqs else 0
         out.append(Launch(c.key, "needed by " + ", ".join(why), c.spec_depth, c.deterministic,
                           len(reqs) + warm, sum(r.max_tokens for r in reqs) + warm * WARMUP_TOKENS))
     cp = p.corruption
     n_tasks = (len(tasks.card_tasks()) if cp.card_tasks else 0) + cp.humaneval_count
-    for c in users["05_corruption"]:
+    for c in [i.config for items in stage_plans.values() for i in items if not i.shared]:  # 05's own
         out.append(Launch(c.key, f"05 corruption sweep, clamp {c.clamp}: {n_tasks} tasks x "
                           f"{len(cp.sampling)} sampling configs", c.spec_depth, c.deterministic,
                           n_tasks * len(cp.sampling), n_tasks * sum(s.max_tokens for s in cp.sampling),

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from ...checkpoint import audit as ca
 from ...checkpoint import compare as cmp
 from ...checkpoint import quant_rules as qr
-from ...core.claim_rules import Row, claim_rule
+from ...core.claim_rules import Row, claim_rule, finding_rule
 from ...core.ledger import Verdict, card_claims
 
 #: card word -> safetensors header dtype
@@ -336,3 +336,98 @@ def clamp_trtllm_routing(x: InspectMeasurements) -> Row:
                 f"mNumExperts / mNumExpertGroups <= WarpSize), rule status '{rr['status']}'; the audited config "
                 f"(measured) gives '{x.rep.routing.get('status')}'. The kernel's check only; the backend was not run "
                 "(no GPU)."), "FlashInfer TRT-LLM routing kernel checks (fault F-05: routing shapes)")
+
+
+# --- the study's findings on OUR checkpoint -------------------------------------------------------
+@dataclass(frozen=True)
+class InspectFindings:
+    """The audit of the checkpoint this run serves (ours, even when the card's was read for the
+    claims) and 01's card-style pipeline without the gate/up rule (``unshared``), as the stage-02
+    finding rules read them."""
+
+    STAGE: ClassVar[str] = "02_inspect_checkpoint"
+    rep: ca.AuditReport
+    real: bool  # real sizes
+    scope: str  # what was audited, in words
+    checked: str  # checked_on
+    unshared: dict[str, Any]  # s02's unshared-scale measurement ("run": False when absent)
+
+
+@finding_rule("audit.fault-verdicts", InspectFindings,
+              claim="The checkpoint this run serves carries none of the faults F-01..F-04 (activation scales, MTP "
+                    "state, draft format, weight-only config); F-05 depends only on the routing shape.")
+def fault_verdicts(x: InspectFindings) -> Row:
+    rep = x.rep
+    faults = sorted(f_.code.value for f_ in rep.fault_findings())
+    over = rep.extra["routing_real_sizes"]["status"] == "over"
+    expected = {"F05-routing-over-limit"} if over and x.real else set()
+    return Row({"fault_codes": faults, "errors": [f_.code.value for f_ in rep.errors],
+                "warnings": sorted({f_.code.value for f_ in rep.findings if f_.severity.value == "warning"})},
+               Verdict.REPRODUCED if set(faults) <= expected and not rep.errors else Verdict.CONTRADICTED,
+               [rep.extra["files"]["audit"]], f"Header audit of {x.scope}.", x.checked)
+
+
+@finding_rule("audit.gate-up-shared", InspectFindings,
+              claim="Every routed expert of the audited checkpoint has equal gate and up weight_global_scale, so "
+                    "SGLang's W4A4 scheme (which uses the gate's for both) dequantizes up_proj exactly.")
+def gate_up_shared(x: InspectFindings) -> Row:
+    gs = x.rep.gate_up_summary
+    files = x.rep.extra["files"]
+    return Row(gs, Verdict.REPRODUCED if gs.get("pairs") and gs.get("mismatched") == 0 else Verdict.CONTRADICTED,
+               [files["audit"], files["up_error"]], f"{x.scope}.", x.checked)
+
+
+@finding_rule("audit.up-scale-error-card-pipeline", InspectFindings,
+              claim="On the card-style pipeline (fused maps emptied, no gate/up rule) gate and up global scales "
+                    "differ per expert, and SGLang's W4A4 scheme serves up_proj scaled by up/gate (error up/gate - 1).")
+def up_scale_error_card_pipeline(x: InspectFindings) -> Row | None:
+    u = x.unshared
+    if not u.get("run"):
+        return None
+    return Row({k: u[k] for k in ("experts", "differ", "median_abs_up_scale_error", "p95_abs_up_scale_error",
+                                  "max_abs_up_scale_error")},
+               Verdict.REPRODUCED if u["differ"] > 0 else Verdict.CONTRADICTED, [u["data"], u["figure"]],
+               "Scales from 01's quantization without the pairing rule, random weights; the card's own "
+               "checkpoint was not available to measure.", "SGLang 0.5.23 w4a4_nvfp4_moe.py 187-198")
+
+
+# --- the card's own files (the card-artifact findings) -------------------------------------------
+@dataclass(frozen=True)
+class CardFindings:
+    """The audit of the card's published checkpoint (``s02_inspect.card_audit``: ``run``, and
+    ``report``, ``ck``, ``traffic`` when it ran, else ``reason``), as the card-artifact findings
+    (:data:`~nvfp4study.checkpoint.compare.CARD_FINDINGS`) read it."""
+
+    STAGE: ClassVar[str] = "02_inspect_checkpoint"
+    card: dict[str, Any]
+
+
+@finding_rule("audit.card-checkpoint", CardFindings, claim=cmp.CARD_FINDINGS["audit.card-checkpoint"])
+def card_checkpoint(x: CardFindings) -> Row:
+    """Reproduced when the card's header audit finds none of F-01..F-04 and no error."""
+    card = x.card
+    if not card["run"]:
+        return Row(None, Verdict.NOT_RUN, [], f"not run: {card['reason']}")
+    rep = card["report"]
+    faults = sorted(f.code.value for f in rep.fault_findings() if f.code.value != "F05-routing-over-limit")
+    return Row({"fault_codes": faults, "errors": sorted({f.code.value for f in rep.errors}),
+                "traffic": rep.extra.get("traffic")},
+               Verdict.REPRODUCED if not faults and not rep.errors else Verdict.CONTRADICTED,
+               [rep.extra["files"]["audit"]], f"Header audit by range requests; {card['traffic']}.",
+               card["ck"]["checked_on"])
+
+
+@finding_rule("audit.card-gate-up-scales", CardFindings, claim=cmp.CARD_FINDINGS["audit.card-gate-up-scales"])
+def card_gate_up_scales(x: CardFindings) -> Row:
+    """Reproduced when the card's gate and up global scales differ (:func:`~nvfp4study.checkpoint.compare.gate_up_test`)."""
+    card = x.card
+    if not card["run"]:
+        return Row(None, Verdict.NOT_RUN, [], f"not run: {card['reason']}")
+    rep = card["report"]
+    gs = cmp.gate_up_test(rep)
+    v = Verdict.NOT_RUN if not gs.get("pairs") else Verdict.REPRODUCED if gs.get("mismatched") else Verdict.CONTRADICTED
+    note = (f"{gs.get('mismatched')} of {gs.get('pairs')} gate/up pairs differ on the card's files; "
+            f"median |up/gate - 1| {gs.get('median_abs_up_scale_error')}, max "
+            f"{gs.get('max_abs_up_scale_error')}." if gs.get("pairs") else
+            "not run: the audit read no gate/up scale pairs (values not read)")
+    return Row(gs, v, [rep.extra["files"]["audit"], rep.extra["files"]["up_error"]], note, card["ck"]["checked_on"])

@@ -272,3 +272,27 @@ def serve_reasoning_parser(x: ServedMeasurements) -> Row:
     return Row({"parser": c.reasoning_probe_parser, **per},
                Verdict.REPRODUCED if every else Verdict.PARTLY if some else Verdict.CONTRADICTED,
                [x.probe_file] if x.probe_file else [], note, x.checked_on)
+
+
+# --- the CPU engine: the served pipeline on the engine's own answers -------------------------------
+@dataclass(frozen=True)
+class CpuPipelineMeasurements:
+    """What the served pipeline did on the CPU engine (``s05_corruption.pipeline_result``: measured,
+    verdict, note), as the finding reads it."""
+
+    STAGE: ClassVar[str] = "05_corruption"
+    result: dict[str, Any]  # {"measured", "verdict", "note"}
+    clamp_modes: list[str]  # corruption.clamp_modes
+    served_model: str  # what the engine served, in words (the stand-in note)
+    evidence: list[Path]  # the classified and summary files
+    checked: str  # the engine's summary
+
+
+@finding_rule("corruption.cpu-pipeline", CpuPipelineMeasurements,
+              claim="The served corruption pipeline runs on SGLang's real engine's own answers: streamed chat "
+                    "completions, code extraction and the junk detector, and the sandbox for every answer with code.")
+def cpu_pipeline(x: CpuPipelineMeasurements) -> Row:
+    """The pipeline's own verdict, with the clamp modes and the served model added to its note."""
+    r = x.result
+    return Row(r["measured"], r["verdict"], x.evidence,
+               r["note"] + f"; clamp modes {', '.join(x.clamp_modes)}; {x.served_model}", x.checked)

@@ -256,3 +256,35 @@ def mtp_cpu_estimators(x: CpuMtpMeasurements) -> Row | None:
                "toy scale (random weights, a few short prompts): these numbers describe the pipeline and its "
                "estimators, never the card's table; per-request lengths count the prefill token, the log's "
                f"do not; {STANDIN_NOTE}", x.checked)
+
+
+# --- the card's tok/s against the memory-bandwidth ceiling (no GPU needed) ---------------------
+@dataclass(frozen=True)
+class CeilingMeasurements:
+    """The card's tok/s per depth over the batch-1 decode ceiling of each card-class GPU
+    (:func:`nvfp4study.workstation.bound.card_table` on the real layout), as the finding reads it."""
+
+    STAGE: ClassVar[str] = "06_mtp_sweep"
+    rows: list[dict[str, Any]]  # bound.card_table rows: gpu, depth, "card / ceiling", ...
+    gpus: tuple[str, ...]  # bound.CARD_CLASS, in its order
+    bytes_per_token_gb: float  # bytes read per token of the NVFP4 layout, GB (1e9), 3 decimals
+    evidence: list[Path]  # data/mtp-ceiling.json
+
+
+@finding_rule("mtp.bandwidth-ceiling", CeilingMeasurements,
+              claim="The card's tok/s (22.60 off, 40.19 / 45.1 / 40.48 at k=1/2/3) lie below the batch-1 decode "
+                    "ceiling (memory bandwidth / bytes read per token of the NVFP4 layout) of each Blackwell GPU a "
+                    "128 GB-class card can mean; the fraction of the ceiling says which GPU class the numbers fit.")
+def bandwidth_ceiling(x: CeilingMeasurements) -> Row:
+    """Reproduced when every card tok/s is below its GPU's ceiling; the note gives each GPU's range."""
+    frac = {g: {str(r["depth"]): acceptance.round4(r["card / ceiling"]) for r in x.rows if r["gpu"] == g}
+            for g in x.gpus}
+    rng = {g: (min(v.values()), max(v.values())) for g, v in frac.items()}
+    return Row({"card_over_ceiling": frac, "bytes_per_token_gb": x.bytes_per_token_gb},
+               Verdict.REPRODUCED if all(r["card / ceiling"] < 1 for r in x.rows) else Verdict.CONTRADICTED,
+               x.evidence,
+               "card tok/s / ceiling: " + "; ".join(f"{g} {lo:.0%}-{hi:.0%}" for g, (lo, hi) in rng.items())
+               + ". Ceiling: weights read once per pass (verify of k+1 tokens reads the dense weights once, the same "
+                 "top_k experts; draft steps counted), accept length = middle of the card's range; KV cache and state "
+                 "reads not counted, so the true limit is lower. Bandwidths: vendor figures (see data/mtp-ceiling.json "
+                 "'source'), not verified from the vendor pages here.")
