@@ -18,7 +18,7 @@ from nvfp4study.core.params import REPO_ROOT
 
 LIB = REPO_ROOT / "lib"
 PKG = LIB / "nvfp4study"
-WINGS = ("checkpoint", "sglang", "serving", "codeeval", "workstation", "report")
+WINGS = ("checkpoint", "sglang", "serving", "codeeval", "workstation", "report", "trained")
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 

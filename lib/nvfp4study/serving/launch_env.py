@@ -27,6 +27,8 @@ from .strategies import serves_standin
 #: model labels of the CPU engine's control stand-ins -> ``write_served_checkpoint(draft=...)``.
 CONTROL_LABELS = {"agree": "agree-draft", "disagree": "broken-draft"}
 STANDIN_DRAFTS = {"study": "random", **{v: k for k, v in CONTROL_LABELS.items()}}
+#: the trained stand-in's labels -> its weights (:mod:`nvfp4study.trained.artifact`).
+TRAINED_LABELS = {"trained-bf16": "bf16", "trained-nvfp4": "nvfp4"}
 #: model labels of 04's clamp probe -> ``write_served_checkpoint(clamp_probe=(probe, limit))``
 #: (the "study" weights; only the clamp lists differ: :func:`nvfp4study.checkpoint.served.probe_shape`).
 #: "off-again" is a second launch of the "off" checkpoint: the null control (two launches of one
@@ -80,13 +82,21 @@ def standin_path(stage: Stage, label: str = "study") -> Path:
     one per :func:`probe_checkpoint`; the scaling probes ``work/served-scaling-probe-<kind>``, with
     ``server.cpu.scaling_probe_ratio``).
 
+    The labels of :data:`TRAINED_LABELS` are the committed trained stand-in, hash-checked, as
+    trained or with NVFP4-rounded experts (:func:`nvfp4study.trained.artifact.served_folder`).
+
     Raises:
         StageInputMissing: an unknown label.
+        TrainedArtifactError: the trained stand-in's files differ from their hashes.
     """
+    if label in TRAINED_LABELS:
+        from ..trained.artifact import served_folder
+
+        return served_folder(stage.paths.work, TRAINED_LABELS[label], stage.params.quantize)
     probes = {v: k for k, v in PROBE_LABELS.items()}
     if label not in STANDIN_DRAFTS and label not in probes:
         raise StageInputMissing(f"no stand-in for model label {label!r} "
-                                f"(known: {', '.join([*STANDIN_DRAFTS, *probes])})")
+                                f"(known: {', '.join([*STANDIN_DRAFTS, *TRAINED_LABELS, *probes])})")
     from ..checkpoint.served import write_served_checkpoint
 
     cpu = stage.params.server.cpu

@@ -1,4 +1,4 @@
 """The trained stand-in: a small model in Ling's layout, trained by the project with Ling's clamp.
-Its reference (what SGLang computes), corpus, tokenizer, trainer and the committed artifact."""
+Its reference (what SGLang computes), corpus, trainer, the committed artifact and the served study."""
 
-__all__ = ["reference"]
+__all__ = ["artifact", "corpus", "reference", "served", "train"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,31 @@ def nvfp4_copy(bf16: Path, dst: Path, qparams: Any) -> dict[str, Any]:
     tmp.rename(dst)
     shutil.rmtree(qdir, ignore_errors=True)
     return {"quantized": len(packed), "report": report}
+
+
+#: weights -> run work folder name of the served copy.
+FOLDERS = {"bf16": "served-trained-bf16", "nvfp4": "served-trained-nvfp4"}
+
+
+def served_folder(work: Callable[[str], Path], weights: str, qparams: Any) -> Path:
+    """The served copy for ``weights`` ("bf16": :func:`served_copy`; "nvfp4": :func:`nvfp4_copy`
+    of it, with its quantize report in ``nvfp4study_quantize.json``), made once in the folder
+    ``work(name)`` gives.
+
+    Raises:
+        TrainedArtifactError: an unknown ``weights`` or a hash that differs.
+    """
+    if weights not in FOLDERS:
+        raise TrainedArtifactError(f"no trained weights {weights!r} (known: {', '.join(FOLDERS)})")
+    bf16 = served_copy(work(FOLDERS["bf16"]))
+    if weights == "bf16":
+        return bf16
+    dst = work(FOLDERS["nvfp4"])
+    if not (dst / "model.safetensors").is_file():
+        report = nvfp4_copy(bf16, dst, qparams)
+        (dst / "nvfp4study_quantize.json").write_text(json.dumps(
+            {"quantized": report["quantized"], "counts": report["report"].get("counts")}, indent=2) + "\n")
+    return dst
 
 
 def describe(folder: Path = ARTIFACT) -> dict[str, Any]:

@@ -19,7 +19,6 @@ likely is what the trained form writes" is measured under every arm on the same 
 from __future__ import annotations
 
 import ast
-import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -67,34 +66,14 @@ def arms(params: Any) -> list[Arm]:
     return sorted(out, key=lambda a: not a.is_reference)
 
 
-def server_config(params: Any, arm: Arm, model_path: Path, depth: int | None = None) -> Any:
+def server_config(params: Any, arm: Arm, depth: int | None = None) -> Any:
     """The arm's :class:`~nvfp4study.serving.server.ServerConfig`: speculation off unless
     ``depth``; the card's clamp mode for the GPU paths (no CPU path reads it); the native MoE clamp
-    of the arm; the served folder."""
+    of the arm; the served folder by its label (``serving.launch_env.TRAINED_LABELS``)."""
     from ..serving.server import ServerConfig
 
-    return ServerConfig(clamp=params.server.clamp_mode, spec_depth=depth, model_path=str(model_path),
-                        model_label=f"trained-{arm.weights}", native=(("moe_clamp", arm.clamp),))
-
-
-def served_folders(stage: Stage) -> dict[str, Path]:
-    """``{"bf16": folder, "nvfp4": folder}`` in the run's work folder (each made once): the
-    hash-checked artifact and its NVFP4-rounded copy (only the weights the params ask for).
-
-    Raises:
-        nvfp4study.trained.artifact.TrainedArtifactError: the committed files' hashes differ.
-    """
-    from .artifact import nvfp4_copy, served_copy
-
-    out = {"bf16": served_copy(stage.paths.work("served-trained-bf16"))}
-    if "nvfp4" in stage.params.server.cpu.trained.weights:
-        dst = stage.paths.work("served-trained-nvfp4")
-        if not (dst / "model.safetensors").is_file():
-            report = nvfp4_copy(out["bf16"], dst, stage.params.quantize)
-            (dst / "nvfp4study_quantize.json").write_text(json.dumps(
-                {"quantized": report["quantized"], "counts": report["report"].get("counts")}, indent=2) + "\n")
-        out["nvfp4"] = dst
-    return out
+    return ServerConfig(clamp=params.server.clamp_mode, spec_depth=depth, model_label=f"trained-{arm.weights}",
+                        native=(("moe_clamp", arm.clamp),))
 
 
 def prompts(params: Any, tokenizer_json: Path) -> list[dict[str, Any]]:
@@ -112,7 +91,7 @@ def prompts(params: Any, tokenizer_json: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _serve_arm(stage: Stage, arm: Arm, folder: Path, reqs: list[dict[str, Any]],
+def _serve_arm(stage: Stage, arm: Arm, reqs: list[dict[str, Any]],
                reference: dict[str, list[int]] | None) -> dict[str, Any]:
     from ..serving.client import generate
     from ..serving.server import serving
@@ -120,7 +99,7 @@ def _serve_arm(stage: Stage, arm: Arm, folder: Path, reqs: list[dict[str, Any]],
     t = stage.params.server.cpu.trained
     rec: dict[str, Any] = {}
     rows = []
-    with serving(stage, server_config(stage.params, arm, folder), launch_record=rec) as url:
+    with serving(stage, server_config(stage.params, arm), launch_record=rec) as url:
         t0 = time.monotonic()
         for r in reqs:
             g = generate(url, r["ids"], max_new_tokens=t.max_new_tokens, stop=STOP)
@@ -146,13 +125,14 @@ def _serve_arm(stage: Stage, arm: Arm, folder: Path, reqs: list[dict[str, Any]],
 def collect(stage: Stage) -> dict[str, Any]:
     """Serve every arm (:func:`arms`) and return ``{"arms": [...], "rows": [...], "launches": [...],
     "prompts": n}``; also written to ``data/trained_corruption.json``."""
-    folders = served_folders(stage)
-    reqs = prompts(stage.params, folders["bf16"] / "tokenizer.json")
+    from ..serving.launch_env import standin_path
+
+    reqs = prompts(stage.params, standin_path(stage, "trained-bf16") / "tokenizer.json")
     rows: list[dict[str, Any]] = []
     launches = []
     reference: dict[str, list[int]] | None = None
     for arm in arms(stage.params):
-        got = _serve_arm(stage, arm, folders[arm.weights], reqs, reference)
+        got = _serve_arm(stage, arm, reqs, reference)
         if arm.is_reference:
             reference = {r["task_id"]: r["output_ids"] for r in got["rows"]}
         rows += got["rows"]
@@ -166,8 +146,18 @@ def collect(stage: Stage) -> dict[str, Any]:
     return out
 
 
+def complete_lines(completion: str, finish_reason: str | None) -> str:
+    """The completion up to its last complete line when the token limit cut it (``"length"``):
+    a toy model's answer cut mid-statement would otherwise never parse, whatever the clamp did;
+    a completion ended by a stop sequence is whole."""
+    if finish_reason != "length":
+        return completion
+    return completion[: completion.rindex("\n") + 1] if "\n" in completion else ""
+
+
 def classify(data: dict[str, Any], run_code: bool = True, sandbox: Any = None) -> list[dict[str, Any]]:
-    """Per row: ``code`` (the completion is not empty), ``parses`` (prompt + completion parses),
+    """Per row, on the completion's complete lines (:func:`complete_lines`): ``code`` (not
+    empty), ``parses`` (prompt + completion parses),
     ``junk`` (the study's detector flags the completion, checked inside its prompt), ``runs`` (the
     program reaches the task's checks in the sandbox: they pass or an assertion fails), ``passed``
     (they pass; both None when not run), ``same_as_reference`` (token ids equal
@@ -181,7 +171,7 @@ def classify(data: dict[str, Any], run_code: bool = True, sandbox: Any = None) -
     out = []
     for r in data["rows"]:
         task = tasks[r["task_id"]]
-        body = INDENT + r["completion"]
+        body = INDENT + complete_lines(r["completion"], r["finish_reason"])
         try:
             ast.parse(task.prompt + body)
             parses = True
@@ -196,7 +186,7 @@ def classify(data: dict[str, Any], run_code: bool = True, sandbox: Any = None) -
         from ..codeeval.sandbox import check_many
 
         results = check_many([(tasks[o["task_id"]], o["body"]) for o in out], sandbox)
-        for o, res in zip(out, results):
+        for o, res in zip(out, results, strict=True):
             o["passed"] = res.outcome == "pass"
             # ran to the task's checks: passed them, or an assertion of theirs failed
             o["runs"] = res.outcome in ("pass", "assertion_failure")
