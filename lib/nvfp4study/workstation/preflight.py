@@ -8,13 +8,10 @@ params do not need it). ``nvfp4study run`` calls :func:`preflight` first
 
 Thresholds and their sources:
 
-- NVFP4 W4A4 MoE in SGLang 0.5.23 needs compute capability major 10, 11 or 12 and CUDA >= 12.8
-  (``is_blackwell``, ``sglang/srt/utils/common.py`` 297-303, checked by
-  ``CompressedTensorsW4A4Nvfp4MoE.__init__``, ``compressed_tensors_w4a4_nvfp4_moe.py`` 38-43);
-  Hopper (9.x) is refused by name.
-- SGLang sizes its static pool as ``mem_fraction_static`` x total GPU memory
-  (``--mem-fraction-static``): the weights (the predicted NVFP4 size) must fit in it, and the
-  GPU must have that much free (memory another process holds makes the launch fail).
+- GPU (present, compute capability, memory for SGLang's pool, driver / CUDA): the sources are
+  in :mod:`.preflight_gpu`; a GPU that shares the host's memory (DGX Spark / GB10, whose
+  ``nvidia-smi`` prints ``[N/A]`` for memory) is sized from the host's available memory, as SGLang
+  sizes it there.
 - Disk: the predicted BF16 and NVFP4 sizes (:func:`.probes.checkpoint_bytes`) of what the run
   writes, summed per filesystem.
 - Quantizer: llmcompressor / compressed-tensors as the study's pair (0.13.0 / 0.18.0) or the
@@ -29,7 +26,7 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -37,117 +34,17 @@ from ..core.errors import PortInUse, StudyError
 from ..core.params import Params, load_params
 from ..core.paths import OUTPUTS
 from . import probes
+from .checks import BLOCKER, GB, NA, OK, WARNING, Check
+from .checks import quantizing as _quantizing
+from .checks import serving as _serving
+from .checks import size_text as _size
+from .preflight_gpu import ARCH, MIN_SERVE_CUDA, gpu_checks
 
-OK, BLOCKER, WARNING, NA = "ok", "blocker", "warning", "not applicable"
+__all__ = ["ARCH", "BLOCKER", "SANDBOX_FIX", "Check", "MIN_SERVE_CUDA", "NA", "OK", "WARNING", "blockers", "checkpoint_checks",
+           "disk_checks", "disk_needs", "docker_checks", "format_rows", "gpu_checks", "main", "patch_check",
+           "port_check", "preflight", "quantizer_checks", "rows_as_dicts", "sandbox_check", "sglang_checks", "table"]
+
 QUANTIZER_PAIRS = {("0.13.0", "0.18.0"): "the study's", ("0.12.0.1", "0.17.1"): "the card's"}
-MIN_SERVE_CUDA = (12, 8)
-GB = 1e9
-ARCH = {7: "Volta/Turing", 8: "Ampere/Ada", 9: "Hopper", 10: "Blackwell", 11: "Blackwell", 12: "Blackwell"}
-
-
-@dataclass
-class Check:
-    """One preflight row: ``name``, ``verdict`` (ok / blocker / warning / not applicable),
-    ``detail`` (what was found) and ``fix`` (what to do; empty when nothing is needed)."""
-
-    name: str
-    verdict: str
-    detail: str
-    fix: str = ""
-
-
-def _size(n: float) -> str:
-    return f"{n / GB:.1f} GB" if n >= GB else f"{n / 1e6:.1f} MB"
-
-
-def _cuda(v: str | None) -> tuple[int, ...] | None:
-    try:
-        return tuple(int(x) for x in str(v).split(".")[:2]) if v else None
-    except ValueError:
-        return None
-
-
-def _serving(p: Params) -> bool:
-    return p.server.enabled and not p.replay_from
-
-
-def _quantizing(p: Params) -> bool:
-    return p.quantize.enabled and not p.checkpoint.quantized_path
-
-
-# --- GPU ---------------------------------------------------------------------------------------
-def gpu_checks(p: Params, smi: dict | None, probe: dict | None, resident: int) -> list[Check]:
-    """GPU present, compute capability, free memory vs ``resident`` bytes, driver / CUDA.
-
-    ``smi`` is :func:`.probes.nvidia_smi`; ``probe`` the SGLang (or quantizer) interpreter's
-    :func:`.probes.probe_interpreter` answer (its torch sees the GPUs too)."""
-    need_serve = _serving(p) and p.server.engine != "cpu"  # the CPU engine serves without a GPU
-    need_cuda = _quantizing(p) and p.quantize.device.startswith("cuda")
-    names = ["GPU present", "GPU compute capability", "GPU free memory", "driver / CUDA"]
-    if not (need_serve or need_cuda):
-        why = ("server.engine is cpu (SGLang's engine on this CPU)" if _serving(p) else "server.enabled is false") \
-            + " and quantize.device is not cuda"
-        return [Check(n, NA, why) for n in names]
-    gpus = (smi or {}).get("gpus") or [
-        {"name": g["name"], "capability": tuple(g["capability"]), "total_mib": g["total_bytes"] / 2**20,
-         "free_mib": g["free_bytes"] / 2**20} for g in (probe or {}).get("gpus") or []]
-    if not gpus:
-        why = ("nvidia-smi not found on PATH" if smi is None else "nvidia-smi lists no GPU")
-        why += " and no torch that was probed sees a CUDA device"
-        fix = ("run on the GPU workstation (NVIDIA driver installed), or set server.enabled: false "
-               "and quantize.device: cpu")
-        return [Check("GPU present", BLOCKER, why, fix)] + [
-            Check(n, BLOCKER, "no GPU to check", "see 'GPU present'") for n in names[1:]]
-    g = gpus[0]
-    out = [Check("GPU present", OK, f"{len(gpus)} GPU(s); GPU 0: {g['name']}")]
-    cap = g.get("capability")
-    if not need_serve or not p.server.require_gpu:
-        out.append(Check(names[1], NA if not need_serve else OK,
-                         f"{cap}: quantization runs on any CUDA GPU" if not need_serve
-                         else f"{cap}: server.require_gpu is false"))
-    elif cap is None:
-        out.append(Check(names[1], BLOCKER, f"{g['name']}: capability unknown (driver too old for compute_cap)",
-                         "update the NVIDIA driver"))
-    elif cap[0] in (10, 11, 12):
-        out.append(Check(names[1], OK, f"{g['name']}: {cap[0]}.{cap[1]} (Blackwell): NVFP4 W4A4 MoE can run"))
-    else:
-        out.append(Check(names[1], BLOCKER,
-                         f"{g['name']} is {ARCH.get(cap[0], 'pre-Blackwell')} ({cap[0]}.{cap[1]}): SGLang's NVFP4 "
-                         "W4A4 MoE scheme needs compute capability 10.x-12.x (Blackwell) and refuses it",
-                         "serve on a Blackwell GPU; on this GPU only quantization (quantize.device: cuda) "
-                         "can run: set server.enabled: false"))
-    total, free = g["total_mib"] * 2**20, g["free_mib"] * 2**20
-    if need_serve:
-        pool = p.server.mem_fraction_static * total
-        holders = ", ".join(f"pid {x['pid']} {x['name']} {x['used_mib']:.0f} MiB"
-                            for x in (smi or {}).get("processes", []))
-        if resident > pool:
-            out.append(Check(names[2], BLOCKER, f"weights {resident / GB:.1f} GB > mem_fraction_static "
-                             f"{p.server.mem_fraction_static} x {total / GB:.1f} GB = {pool / GB:.1f} GB",
-                             "a GPU with more memory, or raise server.mem_fraction_static"))
-        elif free < pool:
-            out.append(Check(names[2], BLOCKER, f"{free / GB:.1f} GB free of {total / GB:.1f} GB, SGLang's "
-                             f"pool needs {pool / GB:.1f} GB; held by: {holders or 'unknown processes'}",
-                             "stop the processes holding GPU memory (nvidia-smi lists them)"))
-        else:
-            out.append(Check(names[2], OK, f"{free / GB:.1f} GB free of {total / GB:.1f} GB; pool "
-                             f"{pool / GB:.1f} GB holds the weights ({resident / GB:.1f} GB)"))
-    else:
-        out.append(Check(names[2], NA, f"{free / GB:.1f} GB free: quantization holds one tensor at a time"))
-    drv, torch_cuda = (smi or {}).get("cuda"), (probe or {}).get("torch_cuda")
-    detail = f"driver {(smi or {}).get('driver') or '?'} (CUDA {drv or '?'}), torch CUDA {torch_cuda or '?'}"
-    if torch_cuda is None:
-        out.append(Check(names[3], BLOCKER, detail + ": the probed torch is not a CUDA build",
-                         "install a CUDA build of torch in the environment (make workstation-envs)"))
-    elif _cuda(drv) and _cuda(drv) < _cuda(torch_cuda):
-        out.append(Check(names[3], BLOCKER, detail + ": the driver is older than torch's CUDA",
-                         "update the NVIDIA driver, or a torch built for the driver's CUDA"))
-    elif need_serve and _cuda(torch_cuda) < MIN_SERVE_CUDA:
-        out.append(Check(names[3], BLOCKER, detail + ": SGLang's NVFP4 MoE needs CUDA >= 12.8",
-                         "a torch / SGLang build for CUDA 12.8+"))
-    else:
-        out.append(Check(names[3], OK, detail))
-    return out
 
 
 # --- disk --------------------------------------------------------------------------------------
@@ -409,16 +306,26 @@ def checkpoint_checks(p: Params, hub=probes.hub_reachable) -> list[Check]:
     return out
 
 
+#: what to do when bubblewrap cannot run: the two values ``corruption.sandbox.isolation`` accepts
+#: (core/params.py SandboxParams), and Ubuntu 24.04 / DGX OS's AppArmor rule against
+#: unprivileged user namespaces (``kernel.apparmor_restrict_unprivileged_userns``, default 1).
+SANDBOX_FIX = ("apt-get install bubblewrap; on Ubuntu 24.04 / DGX OS, where AppArmor stops unprivileged "
+               "bubblewrap, run as root, add an AppArmor profile for bwrap, or sudo sysctl "
+               "kernel.apparmor_restrict_unprivileged_userns=0; or, knowing that generated code then runs "
+               "with your files and network, -p corruption.sandbox.isolation=subprocess-unsafe")
+
+
 def sandbox_check(p: Params) -> Check:
+    """Bubblewrap runs generated code (:func:`nvfp4study.codeeval.isolation.sandbox_status`)."""
     from ..codeeval.isolation import sandbox_status
 
     try:
         st = sandbox_status(p.corruption.sandbox)
     except StudyError as exc:
-        return Check("bubblewrap sandbox", BLOCKER, str(exc), "apt-get install bubblewrap, or sandbox.isolation: auto")
+        return Check("bubblewrap sandbox", BLOCKER, str(exc), SANDBOX_FIX)
     if st["isolation"] == "bwrap":
         return Check("bubblewrap sandbox", OK, f"bwrap {st['bwrap_version'] or ''} runs generated code")
-    return Check("bubblewrap sandbox", WARNING, st["note"], "apt-get install bubblewrap (see make setup)")
+    return Check("bubblewrap sandbox", WARNING, st["note"], SANDBOX_FIX)
 
 
 def preflight(params: Params, *, outputs: Path | None = None, timeout_s: float = 60.0) -> list[Check]:
