@@ -14,6 +14,7 @@ __all__ = [
     "hub",
     "ledger",
     "params",
+    "params_keys",
     "params_yaml",
     "paths",
     "runlock",

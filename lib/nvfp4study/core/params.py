@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .errors import ParamsError, ShapeInvalid
 from .files import atomic_write
+from .params_keys import flat_keys, is_operational
 from .params_yaml import apply_override, read_yaml_mapping
 from .shape_rules import shape_problems
 
@@ -345,9 +346,15 @@ class Params(_Strict):
     mtp: MTPParams = Field(default_factory=MTPParams)
     determinism: DeterminismParams = Field(default_factory=DeterminismParams)
 
+    def result_fields(self) -> dict[str, Any]:
+        """``{dotted key: value}`` of every key that can change a result: the flattened
+        validated params (:func:`flat_keys`) without the :data:`.params_keys.OPERATIONAL_KEYS`."""
+        return {k: v for k, v in flat_keys(self.model_dump(mode="json")).items() if not is_operational(k)}
+
     def digest(self) -> str:
-        """SHA-256 (hex, first 16 chars) of the canonical JSON of the validated params."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        """SHA-256 (hex, first 16 chars) of the canonical JSON of :meth:`result_fields`: two
+        params with the same digest give the same results (the operational keys are left out)."""
+        blob = json.dumps(self.result_fields(), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
