@@ -309,6 +309,10 @@ class CorruptionParams(_Strict):
     # launches); 1 = the card's --max-running-requests 1. >1 runs the sweep batched as its own
     # server configuration (``nvfp4study plan`` shows the saving).
     concurrency: int = _int(1, 1, 1024)
+    # which requests the served sweep sends per clamp mode: card = the card's protocol, each
+    # sampling config asks only the tasks of its claim (claims.yaml n: 15 + 10 + 10 + 10 = 45 per
+    # mode); extended = every loaded task (humaneval_count + card tasks) with every sampling config
+    protocol: Literal["card", "extended"] = "extended"
 
 
 # --- MTP and determinism -----------------------------------------------------------
