@@ -28,7 +28,8 @@ pytestmark = pytest.mark.usefixtures("no_leftover")
 IMAGE = "lmsysorg/sglang:v0.5.23"
 
 
-def test_real_docker_argv():
+def test_real_docker_argv(monkeypatch):
+    monkeypatch.setenv("TZ", "Europe/Berlin")  # the host's zone goes into the container (log times)
     p = load_params(None, [*GPU_ENGINE, "server.port=30013",  # the GPU engine, as a docker launch serves
                            "server.launcher=docker", f"server.docker.image={IMAGE}", "server.model_path=/models/q",
                            "server.docker.extra_args=[--shm-size, 32g]", "server.env={HF_HUB_OFFLINE: '1'}"])
@@ -40,7 +41,7 @@ def test_real_docker_argv():
         "docker", "run", "--rm", "--name", "nvfp4study-sglang-1-abcd", "--gpus", "all", "--ipc=host",
         "--network", "host", "-v", "/models/q:/models/q:ro",
         "-v", "/run/work/x/sglang/srt/a.py:/sgl-workspace/sglang/python/sglang/srt/a.py:ro",
-        "-e", "HF_HUB_OFFLINE=1", "--shm-size", "32g", IMAGE,
+        "-e", "HF_HUB_OFFLINE=1", "-e", "TZ=Europe/Berlin", "--shm-size", "32g", IMAGE,
         "python3", "-m", "sglang.launch_server", "--model-path", "/models/q", "--trust-remote-code",
         "--host", "127.0.0.1", "--port", "30013", "--tp-size", "1", "--ep-size", "1",
         "--mem-fraction-static", "0.75", "--context-length", "32768", "--max-running-requests", "1",
@@ -163,3 +164,47 @@ def test_serve_dry_run_prints_the_docker_command(capsys):
     out = capsys.readouterr().out.split()
     assert out[:4] == ["docker", "run", "--rm", "--name"] and out[out.index(IMAGE) + 1:][:3] == [
         "python3", "-m", "sglang.launch_server"] and "/m:/m:ro" in out
+
+
+def test_readme_docker_route_needs_no_local_sglang(docker_env, tmp_path, monkeypatch):
+    """The README's command (ling3-flash.yaml with ``-p server.launcher=docker -p
+    server.docker.image=...``; ``sglang.source: installed`` and a ``server.python`` that does not
+    exist here): preflight's SGLang rows do not look for a local SGLang, the docker rows and the
+    patch row pass, and stage 03 audits the released wheel instead of a local install."""
+    from nvfp4study.core.params import REPO_ROOT
+    from nvfp4study.stages import s03_sglang
+
+    p = load_params(REPO_ROOT / "params" / "ling3-flash.yaml",
+                    ["server.launcher=docker", f"server.docker.image={IMAGE}",
+                     f"server.python={tmp_path / 'no-such-env' / 'python'}"], overlay=False)
+    assert p.sglang.source == "installed"
+    rows = {r.name: r for r in preflight.preflight(p, outputs=tmp_path)}
+    for name in ("SGLang interpreter", "SGLang packages"):
+        assert rows[name].verdict == "not applicable" and "no local SGLang is needed" in rows[name].detail
+    assert rows["SGLang install patchable"].verdict == "ok"
+    assert [rows[n].verdict for n in ("docker CLI", "docker daemon", "docker image", "NVIDIA container runtime")] == ["ok"] * 4
+    stage = type("S", (), {"params": p})()
+    tree = s03_sglang.stage_tree(stage)
+    assert tree.origin == "wheel" and tree.version == "0.5.23"
+    assert tree.root == released("0.5.23").root
+    from nvfp4study.core.paths import RunPaths
+    from nvfp4study.core.stage import Stage
+
+    before = sorted(str(f) for f in tree.root.rglob("*") if ".nvfp4study-patch" in str(f))
+    st = Stage(name="03_patch_sglang", params=p, paths=RunPaths(tmp_path / "run"))
+    text = s03_sglang.prepare_install(st, tree)
+    assert "nothing installed is changed" in text
+    state = json.loads(st.paths.data("sglang_patch_state").read_text())
+    assert state["install"] is None and state["needed_modes"] == ["none", "exact"]
+    assert sorted(str(f) for f in tree.root.rglob("*") if ".nvfp4study-patch" in str(f)) == before  # cache untouched
+
+
+def test_docker_driver_row_without_a_local_torch():
+    from nvfp4study.workstation import preflight_gpu
+
+    smi = {"driver": "580.126.09", "cuda": "13.0", "gpus": [], "processes": []}
+    row = preflight_gpu.driver_check(smi, None, True, docker=True)
+    assert row.verdict == "ok" and "the image's" in row.detail
+    row = preflight_gpu.driver_check({**smi, "cuda": "12.4"}, None, True, docker=True)
+    assert row.verdict == "blocker" and "12.8" in row.detail
+    assert preflight_gpu.driver_check(smi, None, True).verdict == "blocker"  # local: torch must be probed

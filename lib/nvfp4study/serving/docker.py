@@ -4,7 +4,7 @@ The launch is one attached ``docker run`` whose stdout/stderr (the container's o
 run's log like a local server's::
 
     docker run --rm --name <prefix>-<pid>-<random> --gpus <gpus> --ipc=host --network host
-        -v <checkpoint>:<checkpoint>:ro -v <patched file>:<image's file>:ro ... [-e K=V ...]
+        -v <checkpoint>:<checkpoint>:ro -v <patched file>:<image's file>:ro ... [-e K=V ...] [-e TZ=<host's>]
         <server.docker.extra_args> <image> python3 -m sglang.launch_server <the local flags>
 
 ``python3 -m sglang.launch_server`` takes the same server flags as ``sglang serve``
@@ -33,6 +33,7 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..core.errors import DockerUnavailable
@@ -145,9 +146,27 @@ def docker_command(params: Params, serve_cmd: list[str], name: str, model_path: 
            "-v", f"{model_path}:{model_path}:ro"]
     for host, inside in mounts:
         cmd += ["-v", f"{host}:{inside}:ro"]
-    for k, v in s.env.items():
+    env = dict(s.env)
+    if "TZ" not in env and (tz := host_timezone()):
+        # SGLang stamps its log lines in the process's local time (logging's asctime,
+        # srt/utils/common.py 2629-2637): the container keeps the host's zone, not the image's
+        env["TZ"] = tz
+    for k, v in env.items():
         cmd += ["-e", f"{k}={v}"]
     return cmd + list(d.extra_args) + [d.image, "python3", "-m", "sglang.launch_server", *flags]
+
+
+def host_timezone() -> str | None:
+    """This machine's time zone for the container's ``TZ``: ``$TZ``, else the zone
+    ``/etc/localtime`` links to (``.../zoneinfo/<Area/City>``), else ``/etc/timezone``; None
+    when none is known (the container then keeps the image's zone)."""
+    if os.environ.get("TZ"):
+        return os.environ["TZ"]
+    link = Path("/etc/localtime")
+    if link.is_symlink() and "zoneinfo/" in (target := os.readlink(link)):
+        return target.split("zoneinfo/", 1)[1]
+    f = Path("/etc/timezone")
+    return (f.read_text().strip() or None) if f.is_file() else None
 
 
 def _docker(args: list[str], timeout_s: float) -> subprocess.CompletedProcess | None:

@@ -127,9 +127,11 @@ def quantizer_checks(p: Params, probe: dict | None) -> list[Check]:
 def sglang_checks(p: Params, probe: dict | None) -> list[Check]:
     """The SGLang interpreter: runs; ``sglang == sglang.version``; SGLang's own pins."""
     names = ["SGLang interpreter", "SGLang packages"]
-    if p.server.launcher == "docker" and p.sglang.source != "installed":
-        return [Check(n, NA, f"server.launcher is docker: the image {p.server.docker.image} holds SGLang "
-                      "(see the docker rows)") for n in names]
+    if p.server.launcher == "docker":  # whatever sglang.source says: the image's SGLang is served
+        return [Check(n, NA, f"server.launcher is docker: the image {p.server.docker.image} holds SGLang and "
+                      f"its version is compared with sglang.version {p.sglang.version} at each launch; no local "
+                      f"SGLang is needed (03 audits and 04-07 patch copies of the released {p.sglang.version} "
+                      "wheel's files)") for n in names]
     if not (_serving(p) or p.sglang.source == "installed"):
         return [Check(n, NA, "server.enabled is false and sglang.source is not 'installed'") for n in names]
     if not p.server.python:
@@ -341,7 +343,8 @@ def preflight(params: Params, *, outputs: Path | None = None, timeout_s: float =
                if _quantizing(p) else None)
     s_probe = (probes.probe_interpreter(p.server.python, ["sglang", *probes.PINNED], torch=_serving(p),
                                         timeout_s=timeout_s)
-               if p.server.python and (_serving(p) or p.sglang.source == "installed") else None)
+               if p.server.python and p.server.launcher != "docker" and (_serving(p) or p.sglang.source == "installed")
+               else None)
     smi = probes.nvidia_smi() if (_serving(p) or p.quantize.device.startswith("cuda")) else None
     if p.checkpoint.quantized_path and Path(p.checkpoint.quantized_path).is_dir():
         resident = probes.folder_bytes(p.checkpoint.quantized_path)

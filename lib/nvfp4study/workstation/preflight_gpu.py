@@ -66,7 +66,7 @@ def gpu_checks(p: Params, smi: dict | None, probe: dict | None, resident: int,
     return [Check(NAMES[0], OK, f"{len(gpus)} GPU(s); GPU 0: {g['name']} ({memory})"),
             capability_check(p, g, need_serve),
             memory_check(p, g, smi, resident, host, need_serve),
-            driver_check(smi, probe, need_serve)]
+            driver_check(smi, probe, need_serve, docker=p.server.launcher == "docker")]
 
 
 def capability_check(p: Params, g: dict[str, Any], need_serve: bool) -> Check:
@@ -138,12 +138,20 @@ def memory_check(p: Params, g: dict[str, Any], smi: dict | None, resident: int, 
                  f"{pool / GB:.1f} GB holds the weights ({resident / GB:.1f} GB)")
 
 
-def driver_check(smi: dict | None, probe: dict | None, need_serve: bool) -> Check:
-    """A CUDA torch, a driver at least as new as torch's CUDA, CUDA >= 12.8 for serving."""
+def driver_check(smi: dict | None, probe: dict | None, need_serve: bool, docker: bool = False) -> Check:
+    """A CUDA torch, a driver at least as new as torch's CUDA, CUDA >= 12.8 for serving. With
+    ``docker`` (``server.launcher: docker``) and no local torch probed, the torch is the image's:
+    only the driver's CUDA is checked against 12.8."""
     name = NAMES[3]
     drv, torch_cuda = (smi or {}).get("cuda"), (probe or {}).get("torch_cuda")
     detail = f"driver {(smi or {}).get('driver') or '?'} (CUDA {drv or '?'}), torch CUDA {torch_cuda or '?'}"
     d, t = cuda_version(drv), cuda_version(torch_cuda)
+    if docker and t is None:
+        detail = f"driver {(smi or {}).get('driver') or '?'} (CUDA {drv or '?'}); torch is the image's (not probed here)"
+        if d is None or d < MIN_SERVE_CUDA:
+            return Check(name, BLOCKER, detail + ": SGLang's NVFP4 MoE needs a driver for CUDA >= 12.8",
+                         "update the NVIDIA driver (580+ for the CUDA 13 images)")
+        return Check(name, OK, detail)
     if torch_cuda is None or t is None:
         return Check(name, BLOCKER, detail + ": the probed torch is not a CUDA build",
                      "install a CUDA build of torch in the environment (make workstation-envs)")
