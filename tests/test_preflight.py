@@ -216,3 +216,50 @@ def test_hub_source_rows(tmp_path, monkeypatch):
     row = by_name(pf.checkpoint_checks(p, hub=lambda: (False, "offline")))["BF16 source"]
     assert row.verdict == pf.OK and "in the Hub cache" in row.detail
     assert not any(w.startswith("BF16 source download") for w, _, _ in pf.disk_needs(p, tmp_path))
+
+
+def _toolkit(folder: Path, release: str) -> Path:
+    """A CUDA toolkit folder whose bin/nvcc prints ``release`` as nvcc --version does."""
+    (folder / "bin").mkdir(parents=True)
+    nvcc = folder / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'nvcc: NVIDIA (R) Cuda compiler driver'\n"
+                    f"echo 'Cuda compilation tools, release {release}, V{release}.88'\n")
+    nvcc.chmod(0o755)
+    return folder
+
+
+def test_flashinfer_finds_nvcc_as_flashinfer_does(tmp_path):
+    """FlashInfer 0.7.2's order: CUDA_HOME, CUDA_PATH, the folder above `which nvcc`'s bin,
+    /usr/local/cuda; FLASHINFER_NVCC names the compiler itself."""
+    a, b, c = (_toolkit(tmp_path / n, r) for n, r in (("a", "13.0"), ("b", "12.4"), ("c", "12.9")))
+    absent = str(tmp_path / "none")
+    f = probes.flashinfer_nvcc({"CUDA_HOME": str(a), "CUDA_PATH": str(b), "PATH": str(c / "bin")}, default_home=absent)
+    assert (f["cuda_home"], f["how"], f["release"]) == (str(a), "CUDA_HOME", "13.0")
+    f = probes.flashinfer_nvcc({"CUDA_PATH": str(b), "PATH": str(c / "bin")}, default_home=absent)
+    assert (f["how"], f["release"]) == ("CUDA_PATH", "12.4")
+    f = probes.flashinfer_nvcc({"PATH": str(c / "bin")}, default_home=absent)
+    assert f["cuda_home"] == str(c) and f["release"] == "12.9" and f["how"].startswith("which nvcc")
+    f = probes.flashinfer_nvcc({"PATH": ""}, default_home=absent)
+    assert f["release"] is None and f["nvcc"] == str(Path(absent) / "bin" / "nvcc") and "does not exist" in f["error"]
+    f = probes.flashinfer_nvcc({"PATH": "", "FLASHINFER_NVCC": str(b / "bin" / "nvcc")}, default_home=absent)
+    assert f["release"] == "12.4"
+
+
+def test_flashinfer_jit_row(tmp_path):
+    p = load_params(LING, overlay=False)
+    torch13 = {"torch_cuda": "13.0"}
+    ok = probes.flashinfer_nvcc({"CUDA_HOME": str(_toolkit(tmp_path / "t13", "13.0"))})
+    row = pf.flashinfer_jit_check(p, torch13, ok)
+    assert row.verdict == pf.OK and "release 13.0" in row.detail
+    old = probes.flashinfer_nvcc({"CUDA_HOME": str(_toolkit(tmp_path / "t12", "12.9"))})
+    row = pf.flashinfer_jit_check(p, torch13, old)
+    assert row.verdict == pf.BLOCKER and "CUDA 13.x like torch" in row.detail and "CUDA_HOME" in row.fix
+    missing = probes.flashinfer_nvcc({"PATH": ""}, default_home=str(tmp_path / "none"))
+    row = pf.flashinfer_jit_check(p, torch13, missing)
+    assert row.verdict == pf.BLOCKER and "does not exist" in row.detail
+    # server.env reaches the lookup: CUDA_HOME given there is the toolkit used
+    p2 = load_params(LING, [f"server.env={{CUDA_HOME: {tmp_path / 't13'}}}"], overlay=False)
+    assert pf.flashinfer_jit_check(p2, torch13).verdict == pf.OK
+    docker = load_params(LING, ["server.launcher=docker", "server.docker.image=x"], overlay=False)
+    assert pf.flashinfer_jit_check(docker, None, missing).verdict == pf.NA
+    assert pf.flashinfer_jit_check(load_params(None), None, missing).verdict == pf.NA  # the CPU engine

@@ -38,10 +38,10 @@ from .checks import BLOCKER, GB, NA, OK, WARNING, Check
 from .checks import quantizing as _quantizing
 from .checks import serving as _serving
 from .checks import size_text as _size
-from .preflight_gpu import ARCH, MIN_SERVE_CUDA, gpu_checks
+from .preflight_gpu import ARCH, MIN_SERVE_CUDA, flashinfer_jit_check, gpu_checks
 
 __all__ = ["ARCH", "BLOCKER", "SANDBOX_FIX", "Check", "MIN_SERVE_CUDA", "NA", "OK", "WARNING", "blockers", "checkpoint_checks",
-           "disk_checks", "disk_needs", "docker_checks", "format_rows", "gpu_checks", "main", "patch_check",
+           "disk_checks", "disk_needs", "docker_checks", "flashinfer_jit_check", "format_rows", "gpu_checks", "main", "patch_check",
            "port_check", "preflight", "quantizer_checks", "rows_as_dicts", "sandbox_check", "sglang_checks", "table"]
 
 QUANTIZER_PAIRS = {("0.13.0", "0.18.0"): "the study's", ("0.12.0.1", "0.17.1"): "the card's"}
@@ -356,6 +356,7 @@ def preflight(params: Params, *, outputs: Path | None = None, timeout_s: float =
     rows += disk_checks(p, outputs)
     rows += quantizer_checks(p, q_probe)
     rows += sglang_checks(p, s_probe)
+    rows.append(flashinfer_jit_check(p, s_probe if s_probe and "error" not in s_probe else None))
     rows += docker_checks(p)
     rows += [patch_check(p, s_probe), port_check(p)]
     rows += checkpoint_checks(p)

@@ -162,3 +162,33 @@ def driver_check(smi: dict | None, probe: dict | None, need_serve: bool, docker:
         return Check(name, BLOCKER, detail + ": SGLang's NVFP4 MoE needs CUDA >= 12.8",
                      "a torch / SGLang build for CUDA 12.8+")
     return Check(name, OK, detail)
+
+
+def flashinfer_jit_check(p: Params, probe: dict | None, found: dict | None = None) -> Check:
+    """FlashInfer's fused-MoE kernel is compiled on the first launch, before the first token:
+    FlashInfer 0.7.2's wheel ships none (``flashinfer/fused_moe/core.py`` 649-662) and builds it
+    with the ``nvcc`` that :func:`.probes.flashinfer_nvcc` finds in the server's environment
+    (this process's, with ``server.env`` over it). That compiler must exist and be of torch's
+    CUDA major (``probe["torch_cuda"]``), at least 12.8 (sm_100/sm_120 code). ``found``: the
+    probe's answer (None: asked here). Not applicable with the docker launcher (the image's
+    toolkit) or without a GPU server."""
+    import os
+
+    name = "FlashInfer JIT compiler (nvcc)"
+    if not serving(p) or p.server.engine == "cpu":
+        return Check(name, NA, "no GPU server is launched")
+    if p.server.launcher == "docker":
+        return Check(name, NA, f"server.launcher is docker: the image {p.server.docker.image} compiles with its own toolkit")
+    f = found if found is not None else probes.flashinfer_nvcc({**os.environ, **p.server.env})
+    fix = ("install the CUDA 13 toolkit (nvcc) and set CUDA_HOME to it (server.env: {CUDA_HOME: ...}), "
+           "the way FlashInfer finds it: CUDA_HOME, CUDA_PATH, nvcc on PATH, /usr/local/cuda")
+    where = f"{f['nvcc']} (toolkit from {f['how']})"
+    if f["release"] is None:
+        return Check(name, BLOCKER, f"{where}: {f['error']}; the first launch would fail compiling FlashInfer's "
+                     "fused-MoE kernel", fix)
+    nv, torch_cuda = cuda_version(f["release"]), cuda_version((probe or {}).get("torch_cuda"))
+    if nv < MIN_SERVE_CUDA or (torch_cuda and nv[0] != torch_cuda[0]):
+        want = f"CUDA {torch_cuda[0]}.x like torch" if torch_cuda else "CUDA >= 12.8"
+        return Check(name, BLOCKER, f"{where}: release {f['release']}, FlashInfer's build needs {want}", fix)
+    return Check(name, OK, f"{where}: release {f['release']}; the first launch compiles the fused-MoE kernel "
+                 "(tens of minutes; the plan's load time does not count it)")

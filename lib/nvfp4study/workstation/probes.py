@@ -179,6 +179,49 @@ def host_memory() -> dict[str, Any]:
             "source": "psutil.virtual_memory() (MemTotal / MemAvailable)"}
 
 
+#: FlashInfer 0.7.2's default toolkit folder when ``CUDA_HOME``/``CUDA_PATH`` are unset and no
+#: ``nvcc`` is on PATH (``flashinfer/jit/cpp_ext.py`` 58, from torch's ``cpp_extension``).
+FLASHINFER_DEFAULT_CUDA_HOME = "/usr/local/cuda"
+
+
+def flashinfer_nvcc(env: dict[str, str], timeout_s: float = 30.0,
+                    default_home: str = FLASHINFER_DEFAULT_CUDA_HOME) -> dict[str, Any]:
+    """The ``nvcc`` FlashInfer 0.7.2's JIT would run in a process with environment ``env``, found
+    the way it finds it, and its release.
+
+    FlashInfer 0.7.2 (``flashinfer/jit/cpp_ext.py``): the toolkit is ``CUDA_HOME``, else
+    ``CUDA_PATH``, else the folder above the ``bin/`` of ``which nvcc``, else
+    ``/usr/local/cuda`` (``get_cuda_path``, 47-63); the compiler is ``FLASHINFER_NVCC``, else
+    ``<toolkit>/bin/nvcc`` (289); its version is the ``release X.Y,`` of ``nvcc --version``
+    (``get_cuda_version``, 67-85).
+
+    Returns:
+        ``{"cuda_home", "how" (which rule found it), "nvcc" (path), "release" ("13.0") or None,
+        "error" (why there is no release) or None}``; never raises.
+    """
+    how = next((k for k in ("CUDA_HOME", "CUDA_PATH") if env.get(k)), None)
+    home = env.get(how) if how else None
+    if home is None:
+        found = shutil.which("nvcc", path=env.get("PATH", ""))
+        home, how = ((os.path.dirname(os.path.dirname(found)), f"which nvcc ({found})") if found
+                     else (default_home, "the default /usr/local/cuda"))
+    nvcc = env.get("FLASHINFER_NVCC") or os.path.join(home, "bin", "nvcc")
+    out: dict[str, Any] = {"cuda_home": home, "how": how, "nvcc": nvcc, "release": None, "error": None}
+    if not os.path.isfile(nvcc):
+        out["error"] = f"{nvcc} does not exist"
+        return out
+    try:
+        r = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=timeout_s, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        out["error"] = f"{nvcc} --version failed: {exc}"
+        return out
+    m = re.search(r"release (\d+\.\d+),", r.stdout)
+    out["release"] = m.group(1) if r.returncode == 0 and m else None
+    if out["release"] is None:
+        out["error"] = f"{nvcc} --version exited {r.returncode} without 'release X.Y,': {(r.stdout + r.stderr)[-200:]}"
+    return out
+
+
 def free_bytes(path: str | Path) -> tuple[int, Path]:
     """Free bytes (``shutil.disk_usage``) at ``path``'s nearest existing ancestor, and that ancestor."""
     probe = Path(path).expanduser().absolute()
