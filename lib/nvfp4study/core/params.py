@@ -126,6 +126,10 @@ class CheckpointParams(_Strict):
     shards: int = _int(4, 1, 100_000)
     seed: int = _int(0, 0, 2**63 - 1)  # torch.Generator.manual_seed range
     quantized_path: str | None = None  # audit this existing quantized checkpoint instead
+    # what 02 audits and 04-07 serve: ours = 01 quantizes the BF16 source; card = 01 downloads
+    # card_checkpoint (the card's NVFP4 files, its revision resolved to a commit and recorded) and
+    # nothing is quantized
+    serve: Literal["ours", "card"] = "ours"
 
 
 # --- quantize ----------------------------------------------------------------------

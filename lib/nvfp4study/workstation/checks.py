@@ -44,5 +44,11 @@ def serving(p: Params) -> bool:
 
 
 def quantizing(p: Params) -> bool:
-    """Whether stage 01 quantizes (``quantize.enabled`` and no ``checkpoint.quantized_path``)."""
-    return p.quantize.enabled and not p.checkpoint.quantized_path
+    """Whether stage 01 quantizes (``quantize.enabled``, no ``checkpoint.quantized_path``, and
+    ``checkpoint.serve`` is ours, not the card's)."""
+    return p.quantize.enabled and not p.checkpoint.quantized_path and p.checkpoint.serve == "ours"
+
+
+def serving_card(p: Params) -> bool:
+    """Whether stage 01 downloads the card's checkpoint to serve (``checkpoint.serve: card``)."""
+    return p.checkpoint.serve == "card" and not p.checkpoint.quantized_path

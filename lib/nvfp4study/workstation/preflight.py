@@ -34,13 +34,13 @@ from ..core.errors import PortInUse, StudyError
 from ..core.params import Params, load_params
 from ..core.paths import OUTPUTS
 from . import probes
-from .checks import BLOCKER, GB, NA, OK, WARNING, Check
+from .checks import BLOCKER, GB, NA, OK, WARNING, Check, serving_card
 from .checks import quantizing as _quantizing
 from .checks import serving as _serving
 from .checks import size_text as _size
 from .preflight_gpu import ARCH, MIN_SERVE_CUDA, flashinfer_jit_check, gpu_checks
 
-__all__ = ["ARCH", "BLOCKER", "SANDBOX_FIX", "Check", "MIN_SERVE_CUDA", "NA", "OK", "WARNING", "blockers", "checkpoint_checks",
+__all__ = ["ARCH", "BLOCKER", "SANDBOX_FIX", "Check", "MIN_SERVE_CUDA", "NA", "OK", "WARNING", "blockers", "card_checkpoint_check", "card_download_bytes", "checkpoint_checks",
            "disk_checks", "disk_needs", "docker_checks", "flashinfer_jit_check", "format_rows", "gpu_checks", "main", "patch_check",
            "port_check", "preflight", "quantizer_checks", "rows_as_dicts", "sandbox_check", "sglang_checks", "table"]
 
@@ -50,9 +50,18 @@ QUANTIZER_PAIRS = {("0.13.0", "0.18.0"): "the study's", ("0.12.0.1", "0.17.1"): 
 # --- disk --------------------------------------------------------------------------------------
 def disk_needs(p: Params, outputs: Path) -> list[tuple[str, Path, int]]:
     """``(what, folder, bytes)`` the run will write: generated BF16 source, NVFP4 output (twice
-    with ``quantize.compare_unshared``), a BF16 source to download into ``source_path``."""
+    with ``quantize.compare_unshared``), a BF16 source to download into ``source_path`` or the Hub
+    cache, or, with ``checkpoint.serve: card``, only the card's checkpoint (:func:`card_download_bytes`);
+    nothing for what the Hub cache already holds."""
     sizes = probes.checkpoint_bytes(p.checkpoint.shape)
     needs: list[tuple[str, Path, int]] = []
+    if serving_card(p):  # 01 neither builds nor reads a BF16 source
+        if p.checkpoint.card_checkpoint and _hub_snapshot(p.checkpoint.card_checkpoint) is None:
+            from ..core import hub
+
+            n, how = card_download_bytes(p, sizes["nvfp4"])
+            needs.append((f"card's checkpoint download (Hub cache; {how})", hub.cache_dir(), n))
+        return needs
     if p.checkpoint.source == "generate":
         needs.append(("generated BF16 source", outputs, sizes["bf16"]))
     elif p.checkpoint.source == "path" and p.checkpoint.source_path and not Path(p.checkpoint.source_path).is_dir():
@@ -66,6 +75,22 @@ def disk_needs(p: Params, outputs: Path) -> list[tuple[str, Path, int]]:
         n = 2 if p.quantize.compare_unshared else 1
         needs.append((f"NVFP4 output{' x2 (compare_unshared)' if n == 2 else ''}", outputs, n * sizes["nvfp4"]))
     return needs
+
+
+def card_download_bytes(p: Params, predicted: int, hub_ok=probes.hub_reachable) -> tuple[int, str]:
+    """``(bytes, how known)`` of the card's checkpoint download: the sizes the Hub lists for the
+    files 01 fetches (:func:`nvfp4study.core.hub.snapshot_bytes`) when the Hub answers, else
+    ``predicted`` (the NVFP4 layout's size, :func:`.probes.checkpoint_bytes`), said so."""
+    from ..core import hub
+
+    src = p.checkpoint.card_checkpoint
+    if not hub.offline() and hub_ok()[0]:
+        try:
+            return hub.snapshot_bytes(hub.HubRef(src.repo_id, src.revision), hub.CHECKPOINT_PATTERNS), \
+                f"the Hub's file sizes at {src.revision}"
+        except StudyError as exc:
+            return predicted, f"predicted from the layout; the Hub's file list failed: {exc}"
+    return predicted, "predicted from the layout (the Hub is not reachable from here)"
 
 
 def disk_checks(p: Params, outputs: Path, free=probes.free_bytes) -> list[Check]:
@@ -269,7 +294,9 @@ def checkpoint_checks(p: Params, hub=probes.hub_reachable) -> list[Check]:
     """Every checkpoint path the params name exists; a missing BF16 source needs the Hub."""
     out = []
     cp = p.checkpoint
-    if cp.source == "hub" and not cp.quantized_path and _quantizing(p):
+    if serving_card(p):
+        out.append(card_checkpoint_check(p, hub))
+    elif cp.source == "hub" and not cp.quantized_path and _quantizing(p):
         from ..core import hub as core_hub
 
         src = cp.source_hub
@@ -317,6 +344,26 @@ SANDBOX_FIX = ("apt-get install bubblewrap; on Ubuntu 24.04 / DGX OS, where AppA
                "with your files and network, -p corruption.sandbox.isolation=subprocess-unsafe")
 
 
+def card_checkpoint_check(p: Params, hub=probes.hub_reachable) -> Check:
+    """``checkpoint.serve: card``: the card's checkpoint is in the Hub cache, or the Hub answers."""
+    from ..core import hub as core_hub
+
+    name, src = "card checkpoint", p.checkpoint.card_checkpoint
+    if src is None:
+        return Check(name, BLOCKER, "checkpoint.serve is card but checkpoint.card_checkpoint is not set",
+                     "set checkpoint.card_checkpoint: {repo_id: kingjones777/Ling-3.0-flash-NVFP4-SGLang-MTP, "
+                     "revision: main}, or checkpoint.serve: ours")
+    if (snap := _hub_snapshot(src)) is not None:
+        return Check(name, OK, f"{src.repo_id}@{src.revision} in the Hub cache: {snap}")
+    if core_hub.offline():
+        return Check(name, BLOCKER, f"{src.repo_id}@{src.revision}: HF_HUB_OFFLINE=1 and not in the cache "
+                     f"{core_hub.cache_dir()}", "unset HF_HUB_OFFLINE once, or set HF_HUB_CACHE to a populated cache")
+    ok, why = hub()
+    return Check(name, OK if ok else BLOCKER, f"{src.repo_id}@{src.revision}: 01 downloads it and 04-07 serve it ({why})",
+                 "" if ok else "make the Hub reachable (or HF_ENDPOINT a mirror), or download it elsewhere and "
+                 "set checkpoint.quantized_path to the folder")
+
+
 def sandbox_check(p: Params) -> Check:
     """Bubblewrap runs generated code (:func:`nvfp4study.codeeval.isolation.sandbox_status`)."""
     from ..codeeval.isolation import sandbox_status
@@ -346,8 +393,11 @@ def preflight(params: Params, *, outputs: Path | None = None, timeout_s: float =
                if p.server.python and p.server.launcher != "docker" and (_serving(p) or p.sglang.source == "installed")
                else None)
     smi = probes.nvidia_smi() if (_serving(p) or p.quantize.device.startswith("cuda")) else None
+    card = _hub_snapshot(p.checkpoint.card_checkpoint) if serving_card(p) and p.checkpoint.card_checkpoint else None
     if p.checkpoint.quantized_path and Path(p.checkpoint.quantized_path).is_dir():
         resident = probes.folder_bytes(p.checkpoint.quantized_path)
+    elif card is not None:
+        resident = probes.folder_bytes(card)
     else:
         resident = probes.checkpoint_bytes(p.checkpoint.shape)["nvfp4"]
     gpu_probe = s_probe if s_probe and "error" not in s_probe else q_probe
