@@ -444,3 +444,24 @@ def test_gpu_profile_claim_sets(repo):
                     "t06-on": list(CARD_TASK_IDS[:10]), "t06-off": list(CARD_TASK_IDS[:10])}
     off, ids = served_data.probe_plan(params)
     assert off.thinking is False and len(ids) == params.corruption.reasoning_probe_tasks
+
+
+def test_an_answer_cut_before_its_code_is_not_counted_as_unclean():
+    """A thinking-on answer stopped at max_tokens while still reasoning (finish_reason length, no
+    code) is "cut": neither clean nor corrupted, out of n; cut after its code it is judged."""
+    from nvfp4study.codeeval import served_analysis as sa
+
+    still_thinking = {**row("exact", "t06-on", "dedupe", "", reasoning="Let me think. " * 400),
+                      "finish_reason": "length", "completion_tokens": 2048}
+    cut_after_code = {**row("exact", "t06-on", "binary_search", fenced(BS_JUNK) + "And more"),
+                      "finish_reason": "length"}
+    clean = row("exact", "t06-on", "is_balanced", fenced(IB_OK))
+    no_code = row("exact", "t06-on", "flatten", "I cannot answer that.")  # stopped by itself: judged
+    tasks = {t.task_id: t for t in card_tasks()}
+    df = sa.classify_rows([still_thinking, cut_after_code, clean, no_code], tasks, execute=False)
+    assert df.cut.tolist() == [True, False, False, False]
+    assert df.detector.tolist() == ["no_code", "corrupted", "clean", "no_code"]
+    s = sa.summarize(df, {}).iloc[0]
+    # n = 3 (the cut answer is out): 1 clean, 1 corrupted, 1 no_code
+    assert (s.requests, s.cut, s.n, s.clean, s.corrupted, s.no_code) == (4, 1, 3, 1, 1, 1)
+    assert s.clean_frac == pytest.approx(1 / 3)
