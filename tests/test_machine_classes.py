@@ -106,7 +106,7 @@ def test_discrete_classes(machine, capability, fits):
 def test_simulated_first_preflight(machine, tmp_path):
     """``nvfp4study preflight --params params/ling3-flash.yaml`` with the class's ``nvidia-smi``
     first on PATH: every check listed, the GPU named, no internal error (exit 1: this machine has
-    no interpreters at /opt/envs)."""
+    no interpreters at /opt/envs); then ``nvfp4study run`` stops at preflight with the same table."""
     env = {**os.environ, "PATH": f"{fake_smi_bin(tmp_path, machine)}{os.pathsep}{os.environ['PATH']}",
            "NVFP4STUDY_OVERLAY": ""}
     r = subprocess.run([sys.executable, "-m", "nvfp4study.cli", "preflight", "--params", str(LING), "--json"],
@@ -119,6 +119,13 @@ def test_simulated_first_preflight(machine, tmp_path):
     assert {"GPU compute capability", "GPU free memory", "driver / CUDA", "bubblewrap sandbox"} <= set(rows)
     if machine == "gb10":
         assert "psutil.virtual_memory()" in rows["GPU free memory"]["detail"]
+    # the first step of `nvfp4study run` on that machine: preflight's table, a named stop, no folder
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "nvfp4study.cli", "run", "--params", str(LING), "--run-dir", str(run)],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 1 and "internal error" not in r.stderr and "Traceback" not in r.stderr
+    assert recorded(machine)["gpus"][0]["name"] in r.stderr and "stopped before any stage" in r.stderr
+    assert not run.exists()
 
 
 def test_notebook_00_table_on_a_gb10(tmp_path, monkeypatch):
