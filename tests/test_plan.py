@@ -95,6 +95,18 @@ def test_ling3_flash_is_the_cards_protocol_within_three_hours():
     assert len(ext["warnings"]) == 1 and ext["warnings"][0].startswith("05_corruption") and "exceeds" in ext["warnings"][0]
 
 
+def test_no_cell_warning_for_the_cpu_engine_or_a_replay():
+    """The card's GPU rates do not time the CPU engine or a replay: no warning there, although the
+    same estimate on a GPU run would reach the limit."""
+    cpu = plan.summary(load_params(None, ["execution_timeout_s=60"]))
+    assert cpu["warnings"] == [] and max(cpu["stages_s"].values()) > 60
+    gpu = plan.summary(load_params(REPO_ROOT / "params" / "ling3-flash.yaml", ["execution_timeout_s=60"], overlay=False))
+    assert len(gpu["warnings"]) == 4
+    replay = plan.summary(load_params(REPO_ROOT / "params" / "ling3-flash.yaml",
+                                      ["execution_timeout_s=60", "replay_from=outputs/x"], overlay=False))
+    assert replay["warnings"] == []
+
+
 def test_cell_warnings_margin():
     assert plan.cell_warnings({"05_corruption": 0.79 * 3600}, 3600) == []
     near = plan.cell_warnings({"05_corruption": 0.85 * 3600}, 3600)

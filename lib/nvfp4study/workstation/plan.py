@@ -186,12 +186,14 @@ def summary(params: Params, assumptions: dict[str, Any] | None = None, gpu: str 
         serial.corruption.concurrency = 1
         saving = sum(x.seconds or 0 for x in estimate(launches(serial), a)) - total
     disk = [{"what": w, "folder": str(f), "gb": round(n / GB, 2)} for w, f, n in disk_needs(params, OUTPUTS)]
+    gpu_run = params.server.enabled and params.server.engine == "gpu" and not params.replay_from
     stages: dict[str, float] = {}
     for x in plan:
         stages[x.stage] = stages.get(x.stage, 0.0) + (x.seconds or 0.0)
     return {"launches": [asdict(x) for x in plan], "total_s": total, "serving": params.server.enabled,
             "stages_s": stages, "cell_limit_s": params.execution_timeout_s,
-            "warnings": cell_warnings(stages, params.execution_timeout_s),
+            # the card's GPU rates say nothing of the CPU engine's or a replay's time: warned only for a GPU run
+            "warnings": cell_warnings(stages, params.execution_timeout_s) if gpu_run else [],
             "protocol": params.corruption.protocol,
             "assumptions": {**a, "tok_s": {str(k): v for k, v in a["tok_s"].items()},
                             "tok_s_deterministic": {str(k): v for k, v in a.get("tok_s_deterministic", {}).items()}},
