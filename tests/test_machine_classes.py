@@ -140,3 +140,23 @@ def test_notebook_00_table_on_a_gb10(tmp_path, monkeypatch):
     assert row["verdict"] == pf.OK and "NVIDIA GB10" in row["detail"]
     saved = json.loads((tmp_path / "run" / "data" / "preflight.json").read_text())
     assert saved["blockers"] == int((df["verdict"] == pf.BLOCKER).sum())
+
+
+def test_the_served_gpu_is_recorded_and_replayed(tmp_path, monkeypatch):
+    """Stage 06 records which GPU served (nvidia-smi's GPU 0) and a replay reads the recorded one,
+    whatever machine the replay runs on; without nvidia-smi it is unknown (None)."""
+    from nvfp4study.core.paths import RunPaths
+    from nvfp4study.core.stage import Stage
+    from nvfp4study.stages import s06_mtp
+
+    monkeypatch.setenv("PATH", f"{fake_smi_bin(tmp_path, 'b200')}{os.pathsep}{os.environ['PATH']}")
+    p = load_params(LING, overlay=False)
+    live = Stage(name="06_mtp_sweep", params=p, paths=RunPaths(tmp_path / "run1"))
+    assert s06_mtp.served_gpu(live) == "NVIDIA B200"
+    assert json.loads((tmp_path / "run1" / "data" / "served-gpu.json").read_text())["driver"] == "580.82.07"
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # the replaying machine has no GPU
+    (tmp_path / "run1" / "params.yaml").write_text(__import__("yaml").safe_dump(p.model_dump(mode="json")))
+    replay = Stage(name="06_mtp_sweep", params=p.model_copy(update={"replay_from": str(tmp_path / "run1")}),
+                   paths=RunPaths(tmp_path / "run2"))
+    assert s06_mtp.served_gpu(replay) == "NVIDIA B200"
+    assert s06_mtp.served_gpu(Stage(name="06_mtp_sweep", params=p, paths=RunPaths(tmp_path / "run3"))) is None
