@@ -457,11 +457,12 @@ def test_an_answer_cut_before_its_code_is_not_counted_as_unclean():
                       "finish_reason": "length"}
     clean = row("exact", "t06-on", "is_balanced", fenced(IB_OK))
     no_code = row("exact", "t06-on", "flatten", "I cannot answer that.")  # stopped by itself: judged
+    rambling = {**row("exact", "t06-on", "two_sum", "words " * 900, thinking=False), "finish_reason": "length"}
     tasks = {t.task_id: t for t in card_tasks()}
-    df = sa.classify_rows([still_thinking, cut_after_code, clean, no_code], tasks, execute=False)
-    assert df.cut.tolist() == [True, False, False, False]
-    assert df.detector.tolist() == ["no_code", "corrupted", "clean", "no_code"]
+    df = sa.classify_rows([still_thinking, cut_after_code, clean, no_code, rambling], tasks, execute=False)
+    assert df.cut.tolist() == [True, False, False, False, False]  # thinking off: no code is no_code
+    assert df.detector.tolist() == ["no_code", "corrupted", "clean", "no_code", "no_code"]
     s = sa.summarize(df, {}).iloc[0]
-    # n = 3 (the cut answer is out): 1 clean, 1 corrupted, 1 no_code
-    assert (s.requests, s.cut, s.n, s.clean, s.corrupted, s.no_code) == (4, 1, 3, 1, 1, 1)
-    assert s.clean_frac == pytest.approx(1 / 3)
+    # n = 4 (the cut answer is out): 1 clean, 1 corrupted, 2 no_code
+    assert (s.requests, s.cut, s.n, s.clean, s.corrupted, s.no_code) == (5, 1, 4, 1, 1, 2)
+    assert s.clean_frac == pytest.approx(1 / 4)

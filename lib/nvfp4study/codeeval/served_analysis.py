@@ -11,10 +11,10 @@ scope), then execution of the extracted code against the task's checks in the sa
   :mod:`nvfp4study.codeeval.bounds`): counted in ``n`` as neither clean nor corrupted, in its own
   column, so an answer the detector could not read never counts as clean;
   failed requests are not completions: excluded from ``n`` and counted as ``failed``;
-  *cut*: an answer the server stopped at ``max_tokens`` (``finish_reason`` ``length``) before any
-  code, typically a thinking-on answer still reasoning at 2,048 tokens: nothing in it can be judged
-  clean or corrupted, so it is excluded from ``n`` and counted as ``cut`` (an answer cut after
-  its code, or one with junk, is judged as any other).
+  *cut*: a thinking-on answer the server stopped at ``max_tokens`` (``finish_reason`` ``length``)
+  before any code, still reasoning at 2,048 tokens: nothing in it can be judged clean or
+  corrupted, so it is excluded from ``n`` and counted as ``cut`` (an answer cut after its code, or
+  with junk, is judged as any other; a thinking-off answer without code stays ``no_code``).
 * clean fraction = clean / n, with a 95 % Wilson score interval (Wilson 1927, JASA 22:209-212;
   z = 1.959963984540054 = Phi^-1(0.975)).
 """
@@ -115,7 +115,7 @@ def classify_rows(rows: list[dict[str, Any]], tasks: dict[str, Task], sandbox_pa
             findings=sorted({str(f.kind) for f in det.findings}),
             junk=[f.text for f in det.findings if str(f.kind) in JUNK_KINDS and f.text],
         )
-        rec["cut"] = rec["no_code"] and row.get("finish_reason") == "length"
+        rec["cut"] = rec["no_code"] and row.get("finish_reason") == "length" and bool(row.get("thinking"))
         if execute and not rec["no_code"]:
             jobs.append((len(out), task, det.code))
         out.append(rec)
