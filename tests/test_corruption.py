@@ -409,6 +409,32 @@ def test_live_collection_resumes(tmp_path, monkeypatch):
     assert stage.params.server.reasoning_parser is None  # the stage's own params untouched
 
 
+def test_card_protocol_asks_each_sampling_its_claim_tasks(tmp_path, monkeypatch):
+    """corruption.protocol card: t0-off-a the 15 card tasks, t0-off-b / t06-on / t06-off the first
+    10 (claims.yaml n), 45 per clamp mode; a sampling config no claim names asks the 15; the
+    extended protocol asks every loaded task with every config."""
+    from nvfp4study.codeeval.tasks import CARD_TASK_IDS
+    from nvfp4study.serving import client, server
+
+    four = ("corruption.sampling=[{name: t0-off-a, temperature: 0.0}, {name: t0-off-b, temperature: 0.0}, "
+            "{name: t06-on, temperature: 0.6, thinking: true}, {name: t06-off, temperature: 0.6}, "
+            "{name: mine, temperature: 0.3}]")
+    stage = make_stage(tmp_path / "run", "server.enabled=true", "server.require_gpu=false", four,
+                       "corruption.protocol=card")
+    fake = FakeServing()
+    monkeypatch.setattr(server, "serving", fake.serving)
+    monkeypatch.setattr(client, "chat_completion", fake.chat_completion)
+    served_collect.collect(stage, card_tasks())
+    want = {"t0-off-a": 15, "t0-off-b": 10, "t06-on": 10, "t06-off": 10, "mine": 15}
+    for clamp in ("none", "exact"):
+        for name, n in want.items():
+            rows = read_rows(served_data.raw_path(stage.paths, clamp, name))
+            assert [r["task_id"] for r in rows] == list(CARD_TASK_IDS[:n])
+    assert len(fake.calls) == 2 * sum(want.values()) and len(fake.launches) == 2
+    ext = make_stage(tmp_path / "ext", "corruption.protocol=extended", four)
+    assert all(served_data.sweep_task_ids(ext.params, s) is None for s in ext.params.corruption.sampling)
+
+
 def test_gpu_profile_claim_sets(repo):
     from nvfp4study.codeeval.tasks import CARD_TASK_IDS
 
@@ -418,3 +444,25 @@ def test_gpu_profile_claim_sets(repo):
                     "t06-on": list(CARD_TASK_IDS[:10]), "t06-off": list(CARD_TASK_IDS[:10])}
     off, ids = served_data.probe_plan(params)
     assert off.thinking is False and len(ids) == params.corruption.reasoning_probe_tasks
+
+
+def test_an_answer_cut_before_its_code_is_not_counted_as_unclean():
+    """A thinking-on answer stopped at max_tokens while still reasoning (finish_reason length, no
+    code) is "cut": neither clean nor corrupted, out of n; cut after its code it is judged."""
+    from nvfp4study.codeeval import served_analysis as sa
+
+    still_thinking = {**row("exact", "t06-on", "dedupe", "", reasoning="Let me think. " * 400),
+                      "finish_reason": "length", "completion_tokens": 2048}
+    cut_after_code = {**row("exact", "t06-on", "binary_search", fenced(BS_JUNK) + "And more"),
+                      "finish_reason": "length"}
+    clean = row("exact", "t06-on", "is_balanced", fenced(IB_OK))
+    no_code = row("exact", "t06-on", "flatten", "I cannot answer that.")  # stopped by itself: judged
+    rambling = {**row("exact", "t06-on", "two_sum", "words " * 900, thinking=False), "finish_reason": "length"}
+    tasks = {t.task_id: t for t in card_tasks()}
+    df = sa.classify_rows([still_thinking, cut_after_code, clean, no_code, rambling], tasks, execute=False)
+    assert df.cut.tolist() == [True, False, False, False, False]  # thinking off: no code is no_code
+    assert df.detector.tolist() == ["no_code", "corrupted", "clean", "no_code", "no_code"]
+    s = sa.summarize(df, {}).iloc[0]
+    # n = 4 (the cut answer is out): 1 clean, 1 corrupted, 2 no_code
+    assert (s.requests, s.cut, s.n, s.clean, s.corrupted, s.no_code) == (5, 1, 4, 1, 1, 2)
+    assert s.clean_frac == pytest.approx(1 / 4)

@@ -253,6 +253,34 @@ def test_second_call_resumes_without_requests(study):
         assert len(served_data.read_rows(served_data.raw_path(study["stage"].paths, mode, "t06-on"))) == 15
 
 
+def test_continued_after_a_changed_timeout_sends_nothing(study, tmp_path):
+    """A run continued with a changed time-out (an operational key) is accepted by the runner's
+    check and resumes from its recorded rows: no request is sent again, no server launched. A
+    changed result key is refused, named."""
+    import shutil
+
+    from nvfp4study.core import runner
+    from nvfp4study.core.errors import ResultParamsChanged
+    from nvfp4study.core.params import dump_params, load_params
+
+    run = tmp_path / "run"
+    shutil.copytree(study["run"], run)
+    old = load_params(study["pf"])
+    # the manifest `nvfp4study run` writes holds the params the run was made with
+    (run / "manifest.json").write_text(json.dumps({"params": old.model_dump(mode="json"),
+                                                   "params_hash": old.digest()}))
+    new = load_params(study["pf"], ["server.request_timeout_s=1234", "execution_timeout_s=86400"])
+    assert new.server.request_timeout_s != old.server.request_timeout_s and new.digest() == old.digest()
+    runner._previous_manifest(run, new)  # accepted: raises on a result key (below)
+    before, logs = len(requests_seen(study["log"])), sorted((run / "logs").iterdir())
+    again = s5.run_served_study(open_stage("05_corruption", str(dump_params(new, tmp_path / "new.yaml")), str(run)))
+    assert len(requests_seen(study["log"])) == before  # nothing sent again
+    assert sorted((run / "logs").iterdir()) == logs  # no server launched
+    pd.testing.assert_frame_equal(again["summary"], study["result"]["summary"])
+    with pytest.raises(ResultParamsChanged, match=rf"mtp\.prompts: {old.mtp.prompts} -> 3"):
+        runner._previous_manifest(run, load_params(study["pf"], ["mtp.prompts=3"]))
+
+
 def test_a_lost_request_is_asked_again(study, tmp_path):
     """Drop one row from a copy of the run: the study serves that mode again for that row only."""
     import shutil

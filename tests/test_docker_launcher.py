@@ -28,7 +28,9 @@ pytestmark = pytest.mark.usefixtures("no_leftover")
 IMAGE = "lmsysorg/sglang:v0.5.23"
 
 
-def test_real_docker_argv():
+def test_real_docker_argv(monkeypatch, tmp_path):
+    monkeypatch.setenv("TZ", "Europe/Berlin")  # the host's zone goes into the container (log times)
+    monkeypatch.setenv("NVFP4STUDY_CACHE", str(tmp_path / "cache"))  # FlashInfer's JIT builds persist there
     p = load_params(None, [*GPU_ENGINE, "server.port=30013",  # the GPU engine, as a docker launch serves
                            "server.launcher=docker", f"server.docker.image={IMAGE}", "server.model_path=/models/q",
                            "server.docker.extra_args=[--shm-size, 32g]", "server.env={HF_HUB_OFFLINE: '1'}"])
@@ -40,7 +42,9 @@ def test_real_docker_argv():
         "docker", "run", "--rm", "--name", "nvfp4study-sglang-1-abcd", "--gpus", "all", "--ipc=host",
         "--network", "host", "-v", "/models/q:/models/q:ro",
         "-v", "/run/work/x/sglang/srt/a.py:/sgl-workspace/sglang/python/sglang/srt/a.py:ro",
-        "-e", "HF_HUB_OFFLINE=1", "--shm-size", "32g", IMAGE,
+        "-v", f"{tmp_path / 'cache' / 'docker-flashinfer'}:/nvfp4study-flashinfer",
+        "-e", "HF_HUB_OFFLINE=1", "-e", "TZ=Europe/Berlin", "-e", "FLASHINFER_WORKSPACE_BASE=/nvfp4study-flashinfer",
+        "--shm-size", "32g", IMAGE,
         "python3", "-m", "sglang.launch_server", "--model-path", "/models/q", "--trust-remote-code",
         "--host", "127.0.0.1", "--port", "30013", "--tp-size", "1", "--ep-size", "1",
         "--mem-fraction-static", "0.75", "--context-length", "32768", "--max-running-requests", "1",
@@ -67,6 +71,8 @@ def docker_env(tmp_path, monkeypatch):
     fake_docker.make_docker(bin_dir, exe)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     p = p.model_copy(update={"server": p.server.model_copy(update={"python": None})})
+    (tmp_path / "jit").mkdir()
+    monkeypatch.setattr(dk, "flashinfer_jit_cache", lambda: tmp_path / "jit")  # not the shared study cache
     return p, run, bin_dir / "state"
 
 
@@ -89,6 +95,8 @@ def test_serving_through_docker(docker_env):
     assert not (state / f"{name}.pid").exists() and not fake_docker._alive(pid)  # a zombie is not running
     # every clamp file mounted read-only, from a copy in the run's work folder in the card's mode
     mounts = [run_call[i + 1] for i, a in enumerate(run_call) if a == "-v"][1:]
+    assert f"{run.parent / 'jit'}:{dk.JIT_IN_CONTAINER}" in mounts  # FlashInfer's JIT builds outlive the container
+    mounts = [m for m in mounts if m.endswith(":ro")]
     files = {e["path"] for m in ("none", "exact", "det") for e in sglang_patch._files("0.5.23", m)}
     assert {m.split(":")[1] for m in mounts} == {f"/sgl-workspace/sglang/python/{f}" for f in files}
     copy = Path(mounts[0].split(":")[0]).parents[len(Path(sorted(files)[0]).parts) - 1]
@@ -155,9 +163,10 @@ def test_preflight_docker_rows(docker_env, tmp_path, monkeypatch):
     assert set(local.values()) == {"not applicable"} and len(local) == 4
 
 
-def test_serve_dry_run_prints_the_docker_command(capsys):
+def test_serve_dry_run_prints_the_docker_command(capsys, monkeypatch, tmp_path):
     from nvfp4study.serving import serve_cli
 
+    monkeypatch.setenv("NVFP4STUDY_CACHE", str(tmp_path / "cache"))  # the JIT cache folder is made there
     # the default profile serves on the CPU engine, which runs only locally (a ParamsError)
     assert serve_cli.main(["--dry-run", "-p", "server.engine=gpu", "-p", "server.launcher=docker",
                            "-p", f"server.docker.image={IMAGE}",
@@ -165,3 +174,62 @@ def test_serve_dry_run_prints_the_docker_command(capsys):
     out = capsys.readouterr().out.split()
     assert out[:4] == ["docker", "run", "--rm", "--name"] and out[out.index(IMAGE) + 1:][:3] == [
         "python3", "-m", "sglang.launch_server"] and "/m:/m:ro" in out
+
+
+def test_readme_docker_route_needs_no_local_sglang(docker_env, tmp_path, monkeypatch):
+    """The README's command (ling3-flash.yaml with ``-p server.launcher=docker -p
+    server.docker.image=...``; ``sglang.source: installed`` and a ``server.python`` that does not
+    exist here): preflight's SGLang rows do not look for a local SGLang, the docker rows and the
+    patch row pass, and stage 03 audits the released wheel instead of a local install."""
+    from nvfp4study.core.params import REPO_ROOT
+    from nvfp4study.stages import s03_sglang
+
+    p = load_params(REPO_ROOT / "params" / "ling3-flash.yaml",
+                    ["server.launcher=docker", f"server.docker.image={IMAGE}",
+                     f"server.python={tmp_path / 'no-such-env' / 'python'}"], overlay=False)
+    assert p.sglang.source == "installed"
+    rows = {r.name: r for r in preflight.preflight(p, outputs=tmp_path)}
+    for name in ("SGLang interpreter", "SGLang packages"):
+        assert rows[name].verdict == "not applicable" and "no local SGLang is needed" in rows[name].detail
+    assert rows["SGLang install patchable"].verdict == "ok"
+    assert [rows[n].verdict for n in ("docker CLI", "docker daemon", "docker image", "NVIDIA container runtime")] == ["ok"] * 4
+    stage = type("S", (), {"params": p})()
+    tree = s03_sglang.stage_tree(stage)
+    assert tree.origin == "wheel" and tree.version == "0.5.23"
+    assert tree.root == released("0.5.23").root
+    from nvfp4study.core.paths import RunPaths
+    from nvfp4study.core.stage import Stage
+
+    before = sorted(str(f) for f in tree.root.rglob("*") if ".nvfp4study-patch" in str(f))
+    st = Stage(name="03_patch_sglang", params=p, paths=RunPaths(tmp_path / "run"))
+    text = s03_sglang.prepare_install(st, tree)
+    assert "nothing installed is changed" in text
+    state = json.loads(st.paths.data("sglang_patch_state").read_text())
+    assert state["install"] is None and state["needed_modes"] == ["none", "exact"]
+    assert sorted(str(f) for f in tree.root.rglob("*") if ".nvfp4study-patch" in str(f)) == before  # cache untouched
+
+
+def test_docker_driver_row_without_a_local_torch():
+    from nvfp4study.workstation import preflight_gpu
+
+    smi = {"driver": "580.126.09", "cuda": "13.0", "gpus": [], "processes": []}
+    row = preflight_gpu.driver_check(smi, None, True, docker=True)
+    assert row.verdict == "ok" and "the image's" in row.detail
+    row = preflight_gpu.driver_check({**smi, "cuda": "12.4"}, None, True, docker=True)
+    assert row.verdict == "blocker" and "12.8" in row.detail
+    assert preflight_gpu.driver_check(smi, None, True).verdict == "blocker"  # local: torch must be probed
+
+
+def test_a_hub_snapshot_is_mounted_with_its_blobs(monkeypatch, tmp_path):
+    """The card's checkpoint in the Hub cache is a snapshot of links into ../../blobs: the repo
+    folder is mounted (at the same path), so the links resolve inside the container."""
+    monkeypatch.setenv("NVFP4STUDY_CACHE", str(tmp_path / "cache"))
+    repo = tmp_path / "hub" / "models--kingjones777--Ling-3.0-flash-NVFP4-SGLang-MTP"
+    snap = repo / "snapshots" / ("c" * 40)
+    assert dk.model_mount(str(snap)) == str(repo)
+    assert dk.model_mount("/models/q") == "/models/q"
+    p = load_params(None, [*GPU_ENGINE, "server.launcher=docker", f"server.docker.image={IMAGE}"])
+    p2 = p.model_copy(update={"server": p.server.model_copy(update={"python": "python3"})})
+    cmd = dk.docker_command(p, build_command(p2, card_config(p), model_path=str(snap)), "n", str(snap), [])
+    assert f"{repo}:{repo}:ro" in cmd and cmd[cmd.index("--model-path") + 1] == str(snap)
+    assert (tmp_path / "cache" / "docker-flashinfer").is_dir()

@@ -227,3 +227,25 @@ def test_best_depth_by_the_deciding_tok_s():
     rows[3]["log gen tok/s median"] = 46.0
     assert r06.mtp_k2_best(r06.MtpMeasurements(rows, [], "", {})).measured["best_depth"] == 3
     assert r06.mtp_k2_best(r06.MtpMeasurements(rows[:1], [], "", {})).note == "not run: fewer than two depths measured"
+
+
+def test_speed_rows_on_another_gpu_compare_speedup_and_acceptance_only():
+    """The card's tok/s are a GB10-class number: on a B200 (or an unknown GPU) absolute tok/s are
+    shown but not judged; speedup and acceptance still decide. On a GB10 nothing changes."""
+    def run(rule, row, card_id, card, gpu):
+        return rule(r06.MtpMeasurements([{"model": "study", **row}], [], "sglang 0.5.23", {card_id: card}, gpu=gpu))
+
+    # 90 tok/s on a B200 (twice the card's 45.1) with the card's speedup and acceptance
+    fast = _depth_row(2, **{"log gen tok/s median": 90.0})
+    assert run(r06.mtp_k2, fast, "mtp.k2", K2, None).verdict == "partly"  # judged as given: 3/4
+    b200 = run(r06.mtp_k2, fast, "mtp.k2", K2, "NVIDIA B200")
+    assert b200.verdict == "reproduced" and b200.note.startswith("3/3 of speedup, accept length, accept rate")
+    assert "NVIDIA B200 (8000 GB/s)" in b200.note and b200.measured["tok_s"] == 90.0
+    gb10 = run(r06.mtp_k2, fast, "mtp.k2", K2, "NVIDIA GB10")
+    assert gb10.verdict == "partly" and gb10.note.startswith("3/4 of tok/s, speedup")
+    off = _depth_row(0, **{"log gen tok/s median": 200.0, "log accept len median": None})
+    row = run(r06.mtp_off, off, "mtp.off", {"tok_s": 22.60}, "NVIDIA B200")
+    assert row.verdict == "not run" and row.note.startswith("not run: tok/s not compared") and row.measured["tok_s"] == 200.0
+    assert run(r06.mtp_off, off, "mtp.off", {"tok_s": 22.60}, "NVIDIA GB10").verdict == "contradicted"
+    unknown = run(r06.mtp_k2, fast, "mtp.k2", K2, "NVIDIA H100 80GB HBM3")  # no bandwidth on record: not compared
+    assert unknown.note.endswith("this run served on NVIDIA H100 80GB HBM3") and unknown.verdict == "reproduced"

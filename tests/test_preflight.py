@@ -48,8 +48,9 @@ def test_cli_ling3_lists_every_blocker_fast_and_default_passes():
     assert r.returncode == 1, r.stderr
     data = json.loads(r.stdout)
     names = {x["name"] for x in data["rows"] if x["verdict"] == "blocker"}
-    # no GPU, no /opt/envs interpreters, no /models source here
-    assert {"GPU present", "quantizer interpreter", "SGLang interpreter", "BF16 source"} <= names
+    # no GPU, no /opt/envs interpreter, no Hub here: the card's checkpoint cannot be had
+    assert {"GPU present", "SGLang interpreter", "card checkpoint"} <= names
+    assert not {"quantizer interpreter", "BF16 source"} & names  # serve: card quantizes nothing
     assert data["blockers"] == sum(1 for x in data["rows"] if x["verdict"] == "blocker")
     assert all(x["fix"] for x in data["rows"] if x["verdict"] == "blocker")
     assert elapsed < 10
@@ -165,7 +166,7 @@ def test_hopper_refused_by_name_and_busy_gpu():
 
 
 def test_missing_model_paths_and_hub(tmp_path):
-    p = load_params(LING, ["checkpoint.source=path", f"checkpoint.source_path={tmp_path / 'absent'}",
+    p = load_params(LING, ["checkpoint.serve=ours", "checkpoint.source=path", f"checkpoint.source_path={tmp_path / 'absent'}",
                            f"server.model_path={tmp_path / 'm'}"])
     rows = by_name(pf.checkpoint_checks(p, hub=lambda: (True, "reachable")))
     assert rows["BF16 source"].verdict == pf.BLOCKER and "hf download" in rows["BF16 source"].fix
@@ -199,7 +200,7 @@ def test_hub_source_rows(tmp_path, monkeypatch):
     snapshot -> ok without the network; HF_HUB_OFFLINE without it -> blocker."""
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    p = load_params(LING)
+    p = load_params(LING, ["checkpoint.serve=ours"])  # re-quantizing, the opt-in
     assert p.checkpoint.source == "hub" and p.checkpoint.source_hub.repo_id == "inclusionAI/Ling-3.0-flash"
     row = by_name(pf.checkpoint_checks(p, hub=lambda: (True, "reachable")))["BF16 source"]
     assert row.verdict == pf.OK and "01 downloads it" in row.detail
@@ -216,3 +217,93 @@ def test_hub_source_rows(tmp_path, monkeypatch):
     row = by_name(pf.checkpoint_checks(p, hub=lambda: (False, "offline")))["BF16 source"]
     assert row.verdict == pf.OK and "in the Hub cache" in row.detail
     assert not any(w.startswith("BF16 source download") for w, _, _ in pf.disk_needs(p, tmp_path))
+
+
+def _toolkit(folder: Path, release: str) -> Path:
+    """A CUDA toolkit folder whose bin/nvcc prints ``release`` as nvcc --version does."""
+    (folder / "bin").mkdir(parents=True)
+    nvcc = folder / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'nvcc: NVIDIA (R) Cuda compiler driver'\n"
+                    f"echo 'Cuda compilation tools, release {release}, V{release}.88'\n")
+    nvcc.chmod(0o755)
+    return folder
+
+
+def test_flashinfer_finds_nvcc_as_flashinfer_does(tmp_path):
+    """FlashInfer 0.7.2's order: CUDA_HOME, CUDA_PATH, the folder above `which nvcc`'s bin,
+    /usr/local/cuda; FLASHINFER_NVCC names the compiler itself."""
+    a, b, c = (_toolkit(tmp_path / n, r) for n, r in (("a", "13.0"), ("b", "12.4"), ("c", "12.9")))
+    absent = str(tmp_path / "none")
+    f = probes.flashinfer_nvcc({"CUDA_HOME": str(a), "CUDA_PATH": str(b), "PATH": str(c / "bin")}, default_home=absent)
+    assert (f["cuda_home"], f["how"], f["release"]) == (str(a), "CUDA_HOME", "13.0")
+    f = probes.flashinfer_nvcc({"CUDA_PATH": str(b), "PATH": str(c / "bin")}, default_home=absent)
+    assert (f["how"], f["release"]) == ("CUDA_PATH", "12.4")
+    f = probes.flashinfer_nvcc({"PATH": str(c / "bin")}, default_home=absent)
+    assert f["cuda_home"] == str(c) and f["release"] == "12.9" and f["how"].startswith("which nvcc")
+    f = probes.flashinfer_nvcc({"PATH": ""}, default_home=absent)
+    assert f["release"] is None and f["nvcc"] == str(Path(absent) / "bin" / "nvcc") and "does not exist" in f["error"]
+    f = probes.flashinfer_nvcc({"PATH": "", "FLASHINFER_NVCC": str(b / "bin" / "nvcc")}, default_home=absent)
+    assert f["release"] == "12.4"
+
+
+def test_flashinfer_jit_row(tmp_path):
+    p = load_params(LING, overlay=False)
+    torch13 = {"torch_cuda": "13.0"}
+    ok = probes.flashinfer_nvcc({"CUDA_HOME": str(_toolkit(tmp_path / "t13", "13.0"))})
+    row = pf.flashinfer_jit_check(p, torch13, ok)
+    assert row.verdict == pf.OK and "release 13.0" in row.detail
+    old = probes.flashinfer_nvcc({"CUDA_HOME": str(_toolkit(tmp_path / "t12", "12.9"))})
+    row = pf.flashinfer_jit_check(p, torch13, old)
+    assert row.verdict == pf.BLOCKER and "CUDA 13.x like torch" in row.detail and "CUDA_HOME" in row.fix
+    missing = probes.flashinfer_nvcc({"PATH": ""}, default_home=str(tmp_path / "none"))
+    row = pf.flashinfer_jit_check(p, torch13, missing)
+    assert row.verdict == pf.BLOCKER and "does not exist" in row.detail
+    # server.env reaches the lookup: CUDA_HOME given there is the toolkit used
+    p2 = load_params(LING, [f"server.env={{CUDA_HOME: {tmp_path / 't13'}}}"], overlay=False)
+    assert pf.flashinfer_jit_check(p2, torch13).verdict == pf.OK
+    docker = load_params(LING, ["server.launcher=docker", "server.docker.image=x"], overlay=False)
+    assert pf.flashinfer_jit_check(docker, None, missing).verdict == pf.NA
+    assert pf.flashinfer_jit_check(load_params(None), None, missing).verdict == pf.NA  # the CPU engine
+
+
+def test_card_checkpoint_first_rows_and_exact_disk(tmp_path, monkeypatch):
+    """ling3-flash serves the card's checkpoint: one download, sized from the Hub's own file list
+    (the files 01 fetches: weights, config, tokenizer, code; not README or patches); no BF16
+    source, no quantizer; a cached snapshot needs no disk; re-quantizing is the opt-in."""
+    from hub_server import HubServer, Repo
+
+    card = tmp_path / "card"
+    card.mkdir()
+    sizes = {"model-00001-of-00002.safetensors": 3000, "model-00002-of-00002.safetensors": 2000,
+             "config.json": 70, "tokenizer.json": 50, "modeling_bailing.py": 40, "README.md": 900,
+             "sglang_patch/01-flashinfer_cutlass.patch": 600}
+    for name, n in sizes.items():
+        (card / name).parent.mkdir(parents=True, exist_ok=True)
+        (card / name).write_bytes(b"x" * n)
+    fetched = 3000 + 2000 + 70 + 50 + 40
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    p = load_params(LING, overlay=False)
+    assert p.checkpoint.serve == "card" and not pf._quantizing(p)
+    with HubServer([Repo("kingjones777/Ling-3.0-flash-NVFP4-SGLang-MTP", card, "c" * 40)]) as srv:
+        monkeypatch.setenv("HF_ENDPOINT", srv.url)
+        needs = pf.disk_needs(p, tmp_path)
+        assert [(w.split(" (")[0], n) for w, _, n in needs] == [("card's checkpoint download", fetched)]
+        assert "the Hub's file sizes at main" in needs[0][0]
+        rows = by_name(pf.checkpoint_checks(p))
+        assert rows["card checkpoint"].verdict == pf.OK and "04-07 serve it" in rows["card checkpoint"].detail
+    # no Hub: the layout's prediction, said so
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    (w, _, n), = pf.disk_needs(p, tmp_path)
+    assert n == probes.checkpoint_bytes(p.checkpoint.shape)["nvfp4"] and "predicted" in w
+    assert pf.quantizer_checks(p, None)[0].verdict == pf.NA
+    # a cached snapshot: nothing to download, the row says where it is
+    repo = tmp_path / "hub" / "models--kingjones777--Ling-3.0-flash-NVFP4-SGLang-MTP"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("c" * 40)
+    (repo / "snapshots" / ("c" * 40)).mkdir(parents=True)
+    (repo / "snapshots" / ("c" * 40) / "model-00001-of-00002.safetensors").write_bytes(b"x")
+    assert pf.disk_needs(p, tmp_path) == []
+    assert by_name(pf.checkpoint_checks(p, hub=lambda: (False, "")))["card checkpoint"].verdict == pf.OK
+    ours = load_params(LING, ["checkpoint.serve=ours"], overlay=False)
+    assert [w for w, _, _ in pf.disk_needs(ours, tmp_path)][-1].startswith("NVFP4 output")

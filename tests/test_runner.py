@@ -8,7 +8,7 @@ import nbformat
 import pytest
 
 from nvfp4study.core import runner
-from nvfp4study.core.errors import ParamsError
+from nvfp4study.core.errors import ParamsError, ResultParamsChanged
 
 PARAMS_CELL = ('params_file: str = "../params/default.yaml"  # params\n'
                'run_dir: str = ""  # run folder')
@@ -92,8 +92,13 @@ def test_partial_runs_continue_latest_and_keep_the_manifest(nbdir, tmp_path):
     assert again == first and m2["started"] == m1["started"]
     assert [n["notebook"] for n in m2["notebooks"]] == ["00_first", "01_second", "99_report"]
     assert m2["notebooks"][0] == m1["notebooks"][0]  # 00 kept, not re-run
-    with pytest.raises(ParamsError, match="other params"):
+    with pytest.raises(ResultParamsChanged, match=r"other params: mtp\.prompts: 2 -> 3\."):
         runner.run_study(overrides=["mtp.prompts=3"], outputs=out, notebook_dir=nbdir, only="01")
+    # an operational key (the cell time-out) may change: the run continues, the new value recorded
+    cont, m3 = runner.run_study(overrides=["execution_timeout_s=999"], outputs=out, notebook_dir=nbdir,
+                                echo=lambda s: None, start="01")
+    assert cont == first and m3["status"] == "ok" and m3["params"]["execution_timeout_s"] == 999
+    assert m3["params_hash"] == m1["params_hash"] and m3["notebooks"][0] == m1["notebooks"][0]
 
 
 def test_cell_timeout_is_a_failure(nbdir, tmp_path):

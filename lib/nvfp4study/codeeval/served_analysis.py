@@ -10,7 +10,11 @@ scope), then execution of the extracted code against the task's checks in the sa
   *unjudged*: the detector refused the answer as ``too_large`` / ``too_deep`` (over the bounds of
   :mod:`nvfp4study.codeeval.bounds`): counted in ``n`` as neither clean nor corrupted, in its own
   column, so an answer the detector could not read never counts as clean;
-  failed requests are not completions: excluded from ``n`` and counted as ``failed``.
+  failed requests are not completions: excluded from ``n`` and counted as ``failed``;
+  *cut*: a thinking-on answer the server stopped at ``max_tokens`` (``finish_reason`` ``length``)
+  before any code, still reasoning at 2,048 tokens: nothing in it can be judged clean or
+  corrupted, so it is excluded from ``n`` and counted as ``cut`` (an answer cut after its code, or
+  with junk, is judged as any other; a thinking-off answer without code stays ``no_code``).
 * clean fraction = clean / n, with a 95 % Wilson score interval (Wilson 1927, JASA 22:209-212;
   z = 1.959963984540054 = Phi^-1(0.975)).
 """
@@ -73,7 +77,7 @@ def classify_rows(rows: list[dict[str, Any]], tasks: dict[str, Task], sandbox_pa
         DataFrame with columns ``clamp, sampling, task_id, source, thinking, stream,
         reasoning_parser, status, finish_reason, completion_tokens, content_empty,
         code_source, code_origin, think, detector, label, clean, corrupted, no_code,
-        unjudged, misplaced, findings (list[str]), junk (list[str]), exec_outcome,
+        unjudged, cut, misplaced, findings (list[str]), junk (list[str]), exec_outcome,
         exec_exception, exec_name, passed, isolation``; ``detector`` is clean / corrupted /
         no_code / too_large / too_deep / request_failed.
 
@@ -96,7 +100,7 @@ def classify_rows(rows: list[dict[str, Any]], tasks: dict[str, Task], sandbox_pa
                    passed=False, isolation=None)
         if row["status"] != "ok":
             rec.update(detector="request_failed", clean=False, corrupted=False, no_code=False,
-                       unjudged=False, misplaced=False)
+                       unjudged=False, misplaced=False, cut=False)
             out.append(rec)
             continue
         det = detect_completion(row.get("content"), row.get("reasoning_content"),
@@ -111,6 +115,7 @@ def classify_rows(rows: list[dict[str, Any]], tasks: dict[str, Task], sandbox_pa
             findings=sorted({str(f.kind) for f in det.findings}),
             junk=[f.text for f in det.findings if str(f.kind) in JUNK_KINDS and f.text],
         )
+        rec["cut"] = rec["no_code"] and row.get("finish_reason") == "length" and bool(row.get("thinking"))
         if execute and not rec["no_code"]:
             jobs.append((len(out), task, det.code))
         out.append(rec)
@@ -122,7 +127,7 @@ def classify_rows(rows: list[dict[str, Any]], tasks: dict[str, Task], sandbox_pa
     cols = ["clamp", "sampling", "task_id", "source", "thinking", "stream", "reasoning_parser",
             "status", "finish_reason", "completion_tokens", "content_empty", "code_source",
             "code_origin", "think", "detector", "label", "clean", "corrupted", "no_code",
-            "unjudged", "misplaced", "findings", "junk", "exec_outcome", "exec_exception", "exec_name",
+            "unjudged", "cut", "misplaced", "findings", "junk", "exec_outcome", "exec_exception", "exec_name",
             "passed", "isolation"]
     return pd.DataFrame(out, columns=cols)
 
@@ -132,24 +137,27 @@ def summarize(df: pd.DataFrame, sets: dict[str, list[str]]) -> pd.DataFrame:
     """Clean fractions per clamp mode x sampling config, on the claim set and on all tasks.
 
     Returns:
-        DataFrame: ``clamp, sampling, task_set ("claim" | "all"), requests, failed, n, clean,
+        DataFrame: ``clamp, sampling, task_set ("claim" | "all"), requests, failed, cut, n, clean,
         corrupted, no_code, unjudged, clean_frac, ci_low, ci_high, executed, passed``; ``n`` =
-        successful requests (clean + corrupted + no_code + unjudged); ``executed`` =
-        completions with code; ``passed`` = executed and passed.
+        successful requests that are not cut (clean + corrupted + no_code + unjudged);
+        ``executed`` = completions with code; ``passed`` = executed and passed.
     """
     rows = []
     if df.empty:
-        return pd.DataFrame(columns=["clamp", "sampling", "task_set", "requests", "failed", "n",
+        return pd.DataFrame(columns=["clamp", "sampling", "task_set", "requests", "failed", "cut", "n",
                                      "clean", "corrupted", "no_code", "unjudged", "clean_frac", "ci_low",
                                      "ci_high", "executed", "passed"])
     for (clamp, sampling), g in df.groupby(["clamp", "sampling"], sort=False):
         subsets = [("claim", g[g.task_id.isin(sets[sampling])])] if sampling in sets else []
         for name, part in [*subsets, ("all", g)]:
-            ok = part[part.detector != "request_failed"]
+            answered = part[part.detector != "request_failed"]
+            cut = answered["cut"].astype(bool) if "cut" in answered else pd.Series(False, index=answered.index)
+            ok = answered[~cut]
             n, k = len(ok), int(ok.clean.sum())
             lo, hi = wilson_interval(k, n)
             rows.append({"clamp": clamp, "sampling": sampling, "task_set": name,
-                         "requests": len(part), "failed": len(part) - n, "n": n, "clean": k,
+                         "requests": len(part), "failed": len(part) - len(answered), "cut": int(cut.sum()),
+                         "n": n, "clean": k,
                          "corrupted": int(ok.corrupted.sum()), "no_code": int(ok.no_code.sum()),
                          "unjudged": int(ok.unjudged.sum()),
                          "clean_frac": k / n if n else math.nan, "ci_low": lo, "ci_high": hi,

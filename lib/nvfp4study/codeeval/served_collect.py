@@ -3,7 +3,9 @@
 **Collection** (live, GPU profile). For each clamp mode in ``corruption.clamp_modes`` one SGLang
 server is launched (:func:`nvfp4study.serving.server.serving`, configuration from
 the stage's ``serving_plan(params)``, :mod:`nvfp4study.serving.plans`); for each sampling configuration in
-``corruption.sampling`` and each task (:func:`nvfp4study.codeeval.tasks.load_tasks`) one chat
+``corruption.sampling`` and each task (:func:`nvfp4study.codeeval.tasks.load_tasks`; with
+``corruption.protocol: card`` only the tasks of that sampling's claim,
+:func:`nvfp4study.codeeval.served_data.sweep_task_ids`) one chat
 request is sent (:func:`nvfp4study.serving.client.chat_completion`; thinking via
 ``chat_template_kwargs``) and its record is appended at once to
 ``data/corruption-raw-clamp=<mode>-sampling=<name>.jsonl`` (schema in
@@ -35,6 +37,7 @@ from .served_data import (
     probe_plan,
     raw_path,
     read_rows,
+    sweep_task_ids,
 )
 from .tasks import Task, chat_messages, chat_template_kwargs
 
@@ -89,7 +92,8 @@ def collect(stage: Stage, tasks: list[Task]) -> list[Path]:
             files.append(path)
             done = {k for k, r in latest(read_rows(path)).items() if r["status"] == "ok"} \
                 if path.is_file() else set()
-            pending = [t for t in tasks if t.task_id not in done]
+            want = sweep_task_ids(params, s)  # None: every task (corruption.protocol: extended)
+            pending = [t for t in tasks if t.task_id not in done and (want is None or t.task_id in want)]
             if pending:
                 todo.append((s, path, pending))
         if not todo:

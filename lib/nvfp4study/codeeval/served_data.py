@@ -22,7 +22,8 @@ two_sum, run_length_encode, evaluate_rpn, max_subarray_sum, flatten, word_freque
 first_unique_char, rotate_left, longest_common_prefix, remove_adjacent_duplicates,
 fibonacci); with ``card_tasks: false`` the first n loaded tasks. The reasoning-parser probe
 (:func:`probe_plan`) asks the first ``reasoning_probe_tasks`` of them with the first thinking-off
-sampling configuration.
+sampling configuration. The sweep itself asks, per sampling config, every loaded task
+(``corruption.protocol: extended``) or only its claim's tasks (``card``: :func:`sweep_task_ids`).
 """
 
 from __future__ import annotations
@@ -80,6 +81,25 @@ def claim_sets(params: Params) -> dict[str, list[str]]:
     names = {s.name for s in params.corruption.sampling}
     return {c["sampling"]: claim_task_ids(params, c["n"]) for c in sampling_claims()
             if c["sampling"] in names}
+
+
+def sweep_task_ids(params: Params, sampling: SamplingConfig) -> list[str] | None:
+    """The task ids the served sweep asks with ``sampling``, or None for every loaded task.
+
+    ``corruption.protocol: card``: the tasks of the card claim that names this sampling config
+    (:func:`claim_sets`: 15 for ``t0-off-a``, 10 for ``t0-off-b``, ``t06-on`` and ``t06-off``,
+    the card's 45 requests per clamp mode); a config no claim names asks the largest claim set.
+    ``extended``: None.
+
+    Raises:
+        TaskSelectionError: ``corruption.claim_tasks`` names a task that is not loaded.
+    """
+    if params.corruption.protocol == "extended":
+        return None
+    sets = claim_sets(params)
+    if sampling.name in sets:
+        return sets[sampling.name]
+    return claim_task_ids(params, max((c["n"] for c in sampling_claims()), default=0))
 
 
 # --- files -------------------------------------------------------------------------------------

@@ -86,7 +86,9 @@ def describe(result: dict[str, Any]):
     s = result["summary"]
     params = result["params"]
     claim = s[s.task_set == "claim"]
-    parts = [f"{r.clamp}/{r.sampling}: {r.clean}/{r.n} clean" for r in claim.itertuples()]
+    parts = [f"{r.clamp}/{r.sampling}: {r.clean}/{r.n} clean"
+             + (f" ({r.cut} more cut at max_tokens while thinking, not judged)" if getattr(r, "cut", 0) else "")
+             for r in claim.itertuples()]
     how = "replayed from the recorded run" if result["status"] == "replay" else "served live"
     return markdown(f"**{how.capitalize()}** ({len(result['classified'])} completions; "
                     f"before = `{params.corruption.before_mode}`, after = "

@@ -16,6 +16,7 @@ __all__ = [
     "kinds",
     "ledger",
     "params",
+    "params_keys",
     "params_yaml",
     "paths",
     "runlock",

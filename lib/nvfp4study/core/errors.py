@@ -17,6 +17,12 @@ class ParamsError(StudyError):
     """The params file is missing, unreadable, or fails validation (names the key and file)."""
 
 
+class ResultParamsChanged(ParamsError):
+    """A run folder is continued with params whose result keys differ from the ones it was run
+    with (names each key with its old and new value); operational keys may change
+    (:data:`nvfp4study.core.params_keys.OPERATIONAL_KEYS`)."""
+
+
 class RunDirError(StudyError):
     """The outputs folder or run folder cannot be created or written."""
 

@@ -115,6 +115,11 @@ def translate(exc: BaseException, ref: HubRef, what: str = "") -> HubError:
     return HubError(f"{where}: {type(exc).__name__}: {exc}")
 
 
+#: the files a checkpoint on the Hub is downloaded with: weights, config, tokenizer and custom
+#: modelling code (what the quantizer reads of a BF16 source and SGLang of the card's checkpoint)
+CHECKPOINT_PATTERNS = ["*.json", "*.safetensors", "*.py", "*.txt", "*.model", "*.tiktoken"]
+
+
 def call(ref: HubRef, fn: Callable[[], T], what: str = "") -> T:
     """Run ``fn`` (a huggingface_hub call), translating its failures with :func:`translate`."""
     try:
@@ -172,3 +177,20 @@ def download(ref: HubRef, allow_patterns: list[str] | None = None, token: str | 
         ref.repo_id, revision=ref.revision, allow_patterns=allow_patterns, cache_dir=str(cache_dir()),
         token=token, endpoint=endpoint(), local_files_only=offline()), "download"))
     return folder, folder.name
+
+
+def snapshot_bytes(ref: HubRef, allow_patterns: list[str] | None = None, token: str | None = None) -> int:
+    """Bytes :func:`download` would fetch for ``ref``: the ``size`` of every file of the repo at
+    the revision (``HfApi.list_repo_tree``, recursive) that ``allow_patterns`` selects, with the
+    rule ``snapshot_download`` itself applies (``huggingface_hub.utils.filter_repo_objects``).
+
+    Raises:
+        HubRepoNotFound, HubRevisionNotFound, HubAccessDenied, HubUnreachable.
+    """
+    from huggingface_hub.hf_api import RepoFile
+    from huggingface_hub.utils import filter_repo_objects
+
+    entries = call(ref, lambda: list(api().list_repo_tree(ref.repo_id, revision=ref.revision, recursive=True,
+                                                           token=token)), "file list")
+    files = {e.path: e.size for e in entries if isinstance(e, RepoFile)}
+    return sum(files[f] for f in filter_repo_objects(list(files), allow_patterns=allow_patterns))

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .errors import ParamsError, ShapeInvalid
 from .files import atomic_write
 from .kinds import Engine, LauncherKind, unsupported_pair
+from .params_keys import flat_keys, is_operational
 from .params_yaml import apply_override, read_yaml_mapping
 from .shape_rules import shape_problems
 
@@ -126,6 +127,10 @@ class CheckpointParams(_Strict):
     shards: int = _int(4, 1, 100_000)
     seed: int = _int(0, 0, 2**63 - 1)  # torch.Generator.manual_seed range
     quantized_path: str | None = None  # audit this existing quantized checkpoint instead
+    # what 02 audits and 04-07 serve: ours = 01 quantizes the BF16 source; card = 01 downloads
+    # card_checkpoint (the card's NVFP4 files, its revision resolved to a commit and recorded) and
+    # nothing is quantized
+    serve: Literal["ours", "card"] = "ours"
 
 
 # --- quantize ----------------------------------------------------------------------
@@ -355,6 +360,10 @@ class CorruptionParams(_Strict):
     # launches); 1 = the card's --max-running-requests 1. >1 runs the sweep batched as its own
     # server configuration (``nvfp4study plan`` shows the saving).
     concurrency: int = _int(1, 1, 1024)
+    # which requests the served sweep sends per clamp mode: card = the card's protocol, each
+    # sampling config asks only the tasks of its claim (claims.yaml n: 15 + 10 + 10 + 10 = 45 per
+    # mode); extended = every loaded task (humaneval_count + card tasks) with every sampling config
+    protocol: Literal["card", "extended"] = "extended"
 
 
 # --- MTP and determinism -----------------------------------------------------------
@@ -392,9 +401,15 @@ class Params(_Strict):
     mtp: MTPParams = Field(default_factory=MTPParams)
     determinism: DeterminismParams = Field(default_factory=DeterminismParams)
 
+    def result_fields(self) -> dict[str, Any]:
+        """``{dotted key: value}`` of every key that can change a result: the flattened
+        validated params (:func:`flat_keys`) without the :data:`.params_keys.OPERATIONAL_KEYS`."""
+        return {k: v for k, v in flat_keys(self.model_dump(mode="json")).items() if not is_operational(k)}
+
     def digest(self) -> str:
-        """SHA-256 (hex, first 16 chars) of the canonical JSON of the validated params."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        """SHA-256 (hex, first 16 chars) of the canonical JSON of :meth:`result_fields`: two
+        params with the same digest give the same results (the operational keys are left out)."""
+        blob = json.dumps(self.result_fields(), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from . import environment, ledger, runlock
-from .errors import NotebookFailed, ParamsError, RunDirError, StudyError
+from .errors import NotebookFailed, ParamsError, ResultParamsChanged, RunDirError, StudyError
 from .files import atomic_write, write_json
 from .params import REPO_ROOT, Params, dump_params, load_params
+from .params_keys import OPERATIONAL_KEYS, result_changes
 from .paths import OUTPUTS, RunPaths, ensure_writable, new_run_dir, point_latest
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
@@ -78,17 +79,26 @@ def _now() -> str:
 def _previous_manifest(root: Path, params: Params) -> dict[str, Any]:
     """The manifest of a run folder being continued ({} for a new folder).
 
+    Only result keys must match (:func:`nvfp4study.core.params_keys.result_changes`): a changed
+    time-out, port, concurrency, launcher, environment or interpreter path continues the run.
+
     Raises:
-        ParamsError: the folder's earlier stages ran with other params (their files would not
-            match the new ones).
+        ResultParamsChanged: the folder's earlier stages ran with other result params (their
+            files would not match the new ones); names each key, old and new value.
     """
     path = RunPaths(root).manifest
     if not path.is_file():
         return {}
     previous = json.loads(path.read_text())
-    if previous.get("params_hash") not in (None, params.digest()):
-        raise ParamsError(f"{root} was run with other params (hash {previous['params_hash']}, now "
-                          f"{params.digest()}): continue it with the same params, or use a new run folder")
+    if isinstance(previous.get("params"), dict):
+        changed = result_changes(previous["params"], params)
+    else:  # a manifest without its params: only the hash can be compared
+        changed = [f"params hash: {previous['params_hash']} -> {params.digest()}"] \
+            if previous.get("params_hash") not in (None, params.digest()) else []
+    if changed:
+        raise ResultParamsChanged(f"{root} was run with other params: {'; '.join(changed)}. Only "
+                                  f"operational keys ({', '.join(OPERATIONAL_KEYS)}) may change when a run is "
+                                  "continued: continue it with the same result params, or use a new run folder")
     return previous
 
 

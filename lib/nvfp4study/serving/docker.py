@@ -4,7 +4,9 @@ The launch is one attached ``docker run`` whose stdout/stderr (the container's o
 run's log like a local server's::
 
     docker run --rm --name <prefix>-<pid>-<random> --gpus <gpus> --ipc=host --network host
-        -v <checkpoint>:<checkpoint>:ro -v <patched file>:<image's file>:ro ... [-e K=V ...]
+        -v <checkpoint>:<checkpoint>:ro -v <patched file>:<image's file>:ro ...
+        -v <study cache>/docker-flashinfer:/nvfp4study-flashinfer [-e K=V ...] [-e TZ=<host's>]
+        -e FLASHINFER_WORKSPACE_BASE=/nvfp4study-flashinfer
         <server.docker.extra_args> <image> python3 -m sglang.launch_server <the local flags>
 
 ``python3 -m sglang.launch_server`` takes the same server flags as ``sglang serve``
@@ -33,6 +35,7 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..core.errors import DockerUnavailable
@@ -141,13 +144,65 @@ def docker_command(params: Params, serve_cmd: list[str], name: str, model_path: 
     if not d.image:
         raise DockerUnavailable("server.docker.image is not set (e.g. lmsysorg/sglang:v0.5.23)")
     flags = serve_cmd[serve_cmd.index("serve") + 1:]
+    model_root = model_mount(model_path)
     cmd = ["docker", "run", "--rm", "--name", name, "--gpus", d.gpus, "--ipc=host", "--network", "host",
-           "-v", f"{model_path}:{model_path}:ro"]
+           "-v", f"{model_root}:{model_root}:ro"]
     for host, inside in mounts:
         cmd += ["-v", f"{host}:{inside}:ro"]
-    for k, v in s.env.items():
+    env = dict(s.env)
+    if "TZ" not in env and (tz := host_timezone()):
+        # SGLang stamps its log lines in the process's local time (logging's asctime,
+        # srt/utils/common.py 2629-2637): the container keeps the host's zone, not the image's
+        env["TZ"] = tz
+    if "FLASHINFER_WORKSPACE_BASE" not in env:
+        jit_host = flashinfer_jit_cache()
+        cmd += ["-v", f"{jit_host}:{JIT_IN_CONTAINER}"]
+        env["FLASHINFER_WORKSPACE_BASE"] = JIT_IN_CONTAINER
+    for k, v in env.items():
         cmd += ["-e", f"{k}={v}"]
     return cmd + list(d.extra_args) + [d.image, "python3", "-m", "sglang.launch_server", *flags]
+
+
+#: where the container's FlashInfer keeps its JIT builds: FlashInfer 0.7.2 builds under
+#: ``$FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/<version>/<arch>`` (``flashinfer/jit/env.py``
+#: 67-70, 391-396); a host folder is mounted there so the fused-MoE kernel compiled by the first
+#: launch (tens of minutes) is reused by the next ``--rm`` containers instead of compiled again.
+JIT_IN_CONTAINER = "/nvfp4study-flashinfer"
+
+
+def flashinfer_jit_cache() -> Path:
+    """The host folder mounted at :data:`JIT_IN_CONTAINER`: ``<study cache>/docker-flashinfer``
+    (``$NVFP4STUDY_CACHE`` or ``~/.cache/nvfp4study``), made when missing so that docker does not
+    make it root-owned."""
+    from ..sglang.source import cache_dir
+
+    folder = cache_dir() / "docker-flashinfer"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def model_mount(model_path: str) -> str:
+    """The folder to mount for ``model_path``: for a Hub-cache snapshot
+    (``.../models--<org>--<name>/snapshots/<commit>``, whose files are links into ``../../blobs``,
+    huggingface_hub's cache layout) the repository folder that holds both, so the links resolve in
+    the container; otherwise ``model_path`` itself."""
+    p = Path(model_path)
+    if p.parent.name == "snapshots" and p.parent.parent.name.startswith("models--"):
+        return str(p.parent.parent)
+    return model_path
+
+
+def host_timezone() -> str | None:
+    """This machine's time zone for the container's ``TZ``: ``$TZ``, else the zone
+    ``/etc/localtime`` links to (``.../zoneinfo/<Area/City>``), else ``/etc/timezone``; None
+    when none is known (the container then keeps the image's zone)."""
+    if os.environ.get("TZ"):
+        return os.environ["TZ"]
+    link = Path("/etc/localtime")
+    if link.is_symlink() and "zoneinfo/" in (target := os.readlink(link)):
+        return target.split("zoneinfo/", 1)[1]
+    f = Path("/etc/timezone")
+    return (f.read_text().strip() or None) if f.is_file() else None
 
 
 def _docker(args: list[str], timeout_s: float) -> subprocess.CompletedProcess | None:

@@ -281,7 +281,8 @@ def _next_log(paths, config: ServerConfig) -> Path:
 def served_model_path(stage: Stage, config: ServerConfig) -> str:
     """The checkpoint to serve: ``config.model_path``, ``server.model_path``, on the CPU engine
     the run's stand-in (:func:`standin_path`), else the quantized checkpoint 01 recorded in
-    ``data/quantize.json`` of the run.
+    ``data/quantize.json`` of the run (its ``quantized`` key, as ``stages/s01_quantize.run_quantize``
+    writes it).
 
     Raises:
         StageInputMissing: none of them is available.
@@ -293,7 +294,7 @@ def served_model_path(stage: Stage, config: ServerConfig) -> str:
     q = stage.paths.data("quantize")
     if q.is_file():
         data = json.loads(q.read_text())
-        for k in ("serving_checkpoint", "output", "checkpoint", "quantized_path", "path"):
+        for k in ("quantized", "serving_checkpoint", "output", "checkpoint", "quantized_path", "path"):
             if isinstance(data.get(k), str):
                 return data[k]
     raise StageInputMissing(f"no model to serve: set server.model_path or run 01_quantize ({q} missing)")

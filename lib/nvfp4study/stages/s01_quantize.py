@@ -23,7 +23,8 @@ from ..core import display
 from ..core.claim_rules import record_rules, rules_for
 from ..core.errors import OutputExists, SourceCheckpointMissing, StageInputMissing
 from ..core.files import atomic_write, write_json
-from ..core.params import Params
+from ..core.hub import CHECKPOINT_PATTERNS
+from ..core.params import HubSource, Params
 from ..core.paths import RunPaths
 from ..core.stage import Stage, open_stage_named
 from .claim_rules import r01_quantize as rules
@@ -48,12 +49,14 @@ UNSHARED_DIR = "quantized-nvfp4-unshared"
 def plan(params: Params, paths: RunPaths) -> dict[str, Any]:
     """Decide what the stage does.
 
-    Returns ``{"action": "quantize"|"reuse"|"skip", "source_kind": "generate"|"path"|None, "source",
-    "quantized", "reason"}``; skipping when ``checkpoint.quantized_path`` is set (that checkpoint
-    is audited as given) or ``quantize.enabled`` is false.
+    Returns ``{"action": "quantize"|"reuse"|"skip"|"card", "source_kind": "generate"|"path"|None,
+    "source", "quantized", "reason"}``; skipping when ``checkpoint.quantized_path`` is set (that
+    checkpoint is audited as given) or ``quantize.enabled`` is false; "card" with
+    ``checkpoint.serve: card`` (:func:`build_source` downloads it and fills ``quantized``).
 
     Raises:
-        SourceCheckpointMissing: ``checkpoint.source: path`` without ``source_path``.
+        SourceCheckpointMissing: ``checkpoint.source: path`` without ``source_path``, or
+            ``checkpoint.serve: card`` without ``card_checkpoint``.
     """
     cp, qp = params.checkpoint, params.quantize
     src_kind = cp.source
@@ -62,6 +65,13 @@ def plan(params: Params, paths: RunPaths) -> dict[str, Any]:
         return {"action": "skip", "source_kind": "path" if src_kind == "path" else None,
                 "source": cp.source_path if src_kind == "path" else None, "quantized": cp.quantized_path,
                 "reason": f"checkpoint.quantized_path is set: {cp.quantized_path} is used as given, no quantization"}
+    if cp.serve == "card":
+        if cp.card_checkpoint is None:
+            raise SourceCheckpointMissing("checkpoint.serve is 'card' but checkpoint.card_checkpoint is not set")
+        ref = f"hf:{cp.card_checkpoint.repo_id}@{cp.card_checkpoint.revision}"
+        return {"action": "card", "source_kind": None, "source": None, "quantized": None, "card": ref,
+                "reason": f"checkpoint.serve is card: the card's own checkpoint {ref} is downloaded, audited and "
+                          "served, nothing is quantized (-p checkpoint.serve=ours quantizes the BF16 release instead)"}
     if not qp.enabled:
         return {"action": "skip", "source_kind": None, "source": None, "quantized": None,
                 "reason": "quantize.enabled is false"}
@@ -123,7 +133,7 @@ def _source_bytes(params: Params, kind: str, src: str) -> int:
 def plan_markdown(p: dict[str, Any]) -> str:
     """One paragraph saying what this stage will do and, before a quantization, how long it
     should take (source bytes / ``quantize.assumed_mb_per_s``, an assumption, said so)."""
-    if p["action"] == "skip":
+    if p["action"] in ("skip", "card"):
         return f"**Quantization skipped**: {p['reason']}."
     if p["action"] == "reuse":
         return f"**Reusing** `{p['quantized']}`: {p['reason']}."
@@ -160,6 +170,11 @@ def build_source(params: Params, paths: RunPaths, p: dict[str, Any]) -> dict[str
         SourceCheckpointMissing: a given source is incomplete.
         OutputExists: the run's source folder exists with other params (not overwritten).
     """
+    if p["action"] == "card":
+        rec = fetch_hub(params.checkpoint.card_checkpoint, paths.data("card_checkpoint", "json"))
+        p["quantized"] = rec["path"]  # what 02 audits and 04-07 serve (data/quantize.json)
+        return {"path": None, "note": f"no BF16 source: the card's checkpoint {rec['repo_id']}@{rec['commit']} "
+                f"is served ({rec['path']})", "hub": rec}
     if p["source"] is None:
         return {"path": None, "note": "no source: " + p["reason"]}
     src = Path(p["source"])
@@ -186,23 +201,30 @@ def build_source(params: Params, paths: RunPaths, p: dict[str, Any]) -> dict[str
             "bytes": info["safetensors_bytes"] if info else None, "seconds": time.monotonic() - t0}
 
 
-#: what the quantizer needs of a BF16 Hub source (weights, config, tokenizer, custom modelling code)
-SOURCE_PATTERNS = ["*.json", "*.safetensors", "*.py", "*.txt", "*.model", "*.tiktoken"]
+#: what the quantizer needs of a BF16 Hub source, and SGLang of the card's checkpoint
+SOURCE_PATTERNS = CHECKPOINT_PATTERNS
 
 
 def fetch_hub_source(params: Params, paths: RunPaths) -> dict[str, Any]:
-    """Download ``checkpoint.source_hub`` with snapshot_download into the Hub cache (resumable;
-    offline from the cache with HF_HUB_OFFLINE=1) and record ``data/source_hub.json``
+    """Download ``checkpoint.source_hub`` (:func:`fetch_hub`, recorded in ``data/source_hub.json``).
+
+    Raises:
+        HubError subclasses (unknown repo/revision, 401/403, no network, not cached offline).
+    """
+    return fetch_hub(params.checkpoint.source_hub, paths.data("source_hub", "json"))
+
+
+def fetch_hub(hs: HubSource, rec_file: Path) -> dict[str, Any]:
+    """Download ``hs`` (the files of :data:`SOURCE_PATTERNS`) with snapshot_download into the Hub
+    cache (resumable; offline from the cache with HF_HUB_OFFLINE=1) and record ``rec_file``
     (repo_id, revision asked, commit, path). A re-run in the same run folder reuses the recorded
-    commit, so a branch that moved does not change the run's source.
+    commit, so a branch that moved does not change the run's checkpoint.
 
     Raises:
         HubError subclasses (unknown repo/revision, 401/403, no network, not cached offline).
     """
     from ..core import hub
 
-    hs = params.checkpoint.source_hub
-    rec_file = paths.data("source_hub", "json")
     revision = hs.revision
     if rec_file.is_file():
         old = json.loads(rec_file.read_text())
@@ -240,6 +262,8 @@ def run_quantize(params: Params, paths: RunPaths, p: dict[str, Any], source: dic
         return json.loads(out.read_text())  # recorded by the identical quantization (see plan)
     else:
         rep = {"source": p["source"], "quantized": p["quantized"]}
+        if source.get("hub") and p["action"] == "card":
+            rep["card_checkpoint"] = source["hub"]  # repo, commit, snapshot folder
     rep.update(action=p["action"], reason=p["reason"])
     write_json(out, rep)
     return rep

@@ -63,9 +63,15 @@ CARD_VERSION = rules.CARD_VERSION
 
 def stage_tree(stage: Stage) -> SGLangTree:
     """The tree ``params.sglang`` names: the released wheel's source (default), the install of
-    ``params.server.python`` (GPU profile), or a folder."""
-    s = stage.params.sglang
-    return resolve_tree(s.source, version=s.version, path=s.path, python=stage.params.server.python)
+    ``params.server.python`` (GPU profile), or a folder. With ``server.launcher: docker`` the
+    "installed" SGLang is the image's, whose version each launch compares with ``sglang.version``
+    and whose clamp files are replaced by patched copies of that release's wheel
+    (:func:`nvfp4study.serving.docker.patched_mounts`): the released wheel is audited, and no
+    local SGLang is needed."""
+    s, server = stage.params.sglang, stage.params.server
+    if s.source == "installed" and server.launcher == "docker":
+        return resolve_tree("wheel", version=s.version)
+    return resolve_tree(s.source, version=s.version, path=s.path, python=server.python)
 
 
 def describe_tree(tree: SGLangTree) -> str:
@@ -277,6 +283,12 @@ def prepare_install(stage: Stage, tree: SGLangTree) -> str:
                 "the modes were applied and reverted on a copy in `work/`.")
     for m in needed:
         sp.check_can_apply(tree, m)
+    if stage.params.server.launcher == "docker":  # nothing installed here is patched: copies are mounted
+        write_json(state_file, {"install": None, "clamp_mode": None, "needed_modes": needed,
+                                "note": f"server.launcher docker: each launch mounts copies of SGLang {tree.version}'s "
+                                        "clamp files patched to its mode over the image's (the image is not modified)"})
+        return (f"SGLang {tree.version}'s released files accept modes {', '.join(needed)}; with the docker launcher "
+                "each launch mounts copies patched to its mode over the image's files (nothing installed is changed).")
     sp.switch_mode(tree, "stock", det=False, state_file=state_file)
     st = json.loads(state_file.read_text())
     st.update(needed_modes=needed, install=str(tree.root))

@@ -339,10 +339,40 @@ def record_claims(stage: Stage):
         return record_cpu_engine(stage, ev)
     replay = params.replay_from
     checked = "sglang " + params.sglang.version + (f" (replay of {replay})" if replay else "")
+    gpu = served_gpu(stage)
+    if gpu:
+        ev.append(stage.paths.data("served-gpu"))
     record_rules(stage, rules.MtpMeasurements(_records(s), ev, checked,
-                                              {c["id"]: c["card"] for c in ledger.card_claims()}))
+                                              {c["id"]: c["card"] for c in ledger.card_claims()}, gpu=gpu))
     rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims()]
     return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
+
+
+def served_gpu(stage: Stage) -> str | None:
+    """The name of the GPU this run's servers used (``nvidia-smi``'s GPU 0), kept in
+    ``data/served-gpu.json``: written once by a live run on its machine, copied from the recorded
+    run in a replay (None when that run has none, or no ``nvidia-smi`` answers). The tok/s rows
+    compare absolute tok/s with the card's only on the card's GPU class
+    (:attr:`~nvfp4study.stages.claim_rules.r06_mtp.MtpMeasurements.speed_mismatch`)."""
+    from pathlib import Path
+
+    from ..core.files import write_json
+    from ..workstation import probes
+
+    f = stage.paths.data("served-gpu")
+    params = measure.params_of(stage)
+    if params.replay_from:
+        src = Path(params.replay_from).expanduser()
+        f_src = (src if src.is_absolute() else Path.cwd() / src) / "data" / f.name
+        if not f_src.is_file():
+            return None
+        write_json(f, json.loads(f_src.read_text()))
+    elif not f.is_file():
+        smi = probes.nvidia_smi()
+        if not smi or not smi["gpus"]:
+            return None
+        write_json(f, {"name": smi["gpus"][0]["name"], "driver": smi["driver"], "source": "nvidia-smi"})
+    return json.loads(f.read_text()).get("name")
 
 
 def ceiling_table(stage: Stage):

@@ -6,9 +6,11 @@ requests and an estimated time, and ``run`` puts preflight in front of the study
 
 __all__ = [
     "bound",
+    "checks",
     "envs",
     "plan",
     "preflight",
+    "preflight_gpu",
     "probes",
     "run",
 ]

@@ -16,9 +16,16 @@ Assumptions of the time estimate (each printed with the plan):
   early), at the single-request decode rate of its depth; default the card's tok/s per NEXTN
   depth (claims.yaml ``mtp.off``, ``mtp.k1``-``k3``; deterministic mode at k=2: ``det.deterministic-mode``),
   labelled "card's"; prefill time is not counted;
-- with ``corruption.concurrency`` = c > 1 the corruption sweep's aggregate rate is c x the
-  single-request rate (decode reads the weights once per step for the whole batch), so its
-  saving is an upper bound.
+- with ``corruption.concurrency`` = c > 1 the corruption sweep's aggregate rate is the
+  single-request rate times :func:`.bound.batch_speedup`: a batched decode step reads the dense
+  weights once but the routed experts of every token, the expected number of distinct experts
+  among c x (k+1) tokens each picking top_k of E, ``E * (1 - (1 - top_k/E)^tokens)``
+  (:func:`.bound.distinct_experts`); for Ling (512 experts, top-8) at c = 8, k = 2 that is about
+  2.1x, not 8x. Still an upper bound (KV-cache reads and compute not counted).
+
+Each notebook runs its stage's server work in one cell, and papermill stops a cell after
+``execution_timeout_s``: the plan sums each stage's launches (a launch shared by 04/06/07 runs in
+the first of them) and warns when a stage would reach that limit (:func:`cell_warnings`).
 
 The decode ceiling of the user's GPU (:mod:`.bound`: memory bandwidth / bytes read per token of
 the layout, with and without MTP) is printed beside, so an assumed tok/s above it shows.
@@ -48,6 +55,8 @@ class Launch:
     requests: int
     tokens: int
     concurrency: int = 1
+    stage: str = ""  # the notebook whose cell makes this launch
+    batch_speedup: float = 1.0  # aggregate rate / single-request rate (bound.batch_speedup)
     seconds: float | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -64,8 +73,7 @@ def card_assumptions() -> dict[str, Any]:
 
 def launches(params: Params) -> list[Launch]:
     """Every launch the serving stages make for ``params``, in launch order (no time yet)."""
-    from ..codeeval import served_data, tasks
-    from ..serving import plans, server
+    from ..serving import plans
 
     p = params
     stage_plans = plans.stage_plans(p)
@@ -77,26 +85,42 @@ def launches(params: Params) -> list[Launch]:
         reqs = plans.needs(p, c)
         warm = p.mtp.warmup_requests if reqs else 0
         out.append(Launch(c.key, "needed by " + ", ".join(why), c.spec_depth, c.deterministic,
-                          len(reqs) + warm, sum(r.max_tokens for r in reqs) + warm * WARMUP_TOKENS))
-    cp = p.corruption
+                          len(reqs) + warm, sum(r.max_tokens for r in reqs) + warm * WARMUP_TOKENS,
+                          stage=why[0]))
+    return out + corruption_launches(p)
+
+
+def corruption_launches(params: Params) -> list[Launch]:
+    """05's launches: one sweep per clamp mode (``corruption.protocol``: the card's claim tasks
+    per sampling config, or every task with every config) and the reasoning-parser probe."""
+    from ..codeeval import served_data, tasks
+    from ..serving import plans, server
+    from .bound import batch_speedup, read_bytes
+
+    p, cp = params, params.corruption
     n_tasks = (len(tasks.card_tasks()) if cp.card_tasks else 0) + cp.humaneval_count
-    for c in [i.config for items in stage_plans.values() for i in items if not i.shared]:  # 05's own
-        out.append(Launch(c.key, f"05 corruption sweep, clamp {c.clamp}: {n_tasks} tasks x "
-                          f"{len(cp.sampling)} sampling configs", c.spec_depth, c.deterministic,
-                          n_tasks * len(cp.sampling), n_tasks * sum(s.max_tokens for s in cp.sampling),
-                          concurrency=cp.concurrency))
+    per = [(s, len(ids) if (ids := served_data.sweep_task_ids(p, s)) is not None else n_tasks) for s in cp.sampling]
+    shape = ", ".join(f"{s.name} {n}" for s, n in per)
+    out = []
+    own = [i.config for items in plans.stage_plans(p).values() for i in items if not i.shared]  # 05's own
+    for c in own:
+        speed = batch_speedup(read_bytes(p.checkpoint.shape), cp.concurrency, c.spec_depth or 0)
+        out.append(Launch(c.key, f"05 corruption sweep, clamp {c.clamp}, protocol {cp.protocol}: tasks per "
+                          f"sampling config {shape}", c.spec_depth, c.deterministic,
+                          sum(n for _, n in per), sum(n * s.max_tokens for s, n in per),
+                          concurrency=cp.concurrency, stage="05_corruption", batch_speedup=speed))
     probe = served_data.probe_plan(p)
     if probe:
         s, ids = probe
         c = server.card_config(p, clamp=cp.after_mode)
         out.append(Launch(c.key + f"-parser={cp.reasoning_probe_parser}",
                           f"05 reasoning-parser probe (--reasoning-parser {cp.reasoning_probe_parser})",
-                          c.spec_depth, False, 2 * len(ids), 2 * len(ids) * s.max_tokens))
+                          c.spec_depth, False, 2 * len(ids), 2 * len(ids) * s.max_tokens, stage="05_corruption"))
     return out
 
 
 def estimate(plan: list[Launch], assumptions: dict[str, Any]) -> list[Launch]:
-    """Fill ``seconds`` of each launch: ``load_s + tokens / (tok_s(depth) x concurrency)``.
+    """Fill ``seconds`` of each launch: ``load_s + tokens / (tok_s(depth) x batch_speedup)``.
 
     A depth without a rate leaves ``seconds`` None with a note (no number is invented)."""
     for launch in plan:
@@ -108,7 +132,7 @@ def estimate(plan: list[Launch], assumptions: dict[str, Any]) -> list[Launch]:
         if rate is None:
             launch.notes.append(f"no tok/s assumption for depth {d}: pass --tok-s {d}=RATE")
             continue
-        launch.seconds = assumptions["load_s"] + launch.tokens / (rate * launch.concurrency)
+        launch.seconds = assumptions["load_s"] + launch.tokens / (rate * launch.batch_speedup)
     return plan
 
 
@@ -163,10 +187,38 @@ def summary(params: Params, assumptions: dict[str, Any] | None = None, gpu: str 
         serial.corruption.concurrency = 1
         saving = sum(x.seconds or 0 for x in estimate(launches(serial), a)) - total
     disk = [{"what": w, "folder": str(f), "gb": round(n / GB, 2)} for w, f, n in disk_needs(params, OUTPUTS)]
+    gpu_run = params.server.enabled and params.server.engine == "gpu" and not params.replay_from
+    stages: dict[str, float] = {}
+    for x in plan:
+        stages[x.stage] = stages.get(x.stage, 0.0) + (x.seconds or 0.0)
     return {"launches": [asdict(x) for x in plan], "total_s": total, "serving": params.server.enabled,
+            "stages_s": stages, "cell_limit_s": params.execution_timeout_s,
+            # the card's GPU rates say nothing of the CPU engine's or a replay's time: warned only for a GPU run
+            "warnings": cell_warnings(stages, params.execution_timeout_s) if gpu_run else [],
+            "protocol": params.corruption.protocol,
             "assumptions": {**a, "tok_s": {str(k): v for k, v in a["tok_s"].items()},
                             "tok_s_deterministic": {str(k): v for k, v in a.get("tok_s_deterministic", {}).items()}},
             "disk": disk, "concurrency_saving_s": saving, "ceiling": ceilings(params, gpu)}
+
+
+#: a stage estimated above this share of ``execution_timeout_s`` is warned about: the estimate
+#: leaves out prefill and the first launch's kernel compilation (FlashInfer's fused MoE is
+#: compiled on first use), so a stage near the limit may reach it.
+CELL_MARGIN = 0.8
+
+
+def cell_warnings(stages_s: dict[str, float], limit_s: float) -> list[str]:
+    """One sentence per stage whose estimated seconds reach :data:`CELL_MARGIN` x ``limit_s``
+    (``execution_timeout_s``: papermill stops a cell after it, and each stage's server work is
+    one cell); ``[]`` when every stage fits."""
+    out = []
+    for stage, sec in stages_s.items():
+        if sec >= CELL_MARGIN * limit_s:
+            verb = "exceeds" if sec >= limit_s else "is within 20 % of"
+            out.append(f"{stage}: ~{sec / 3600:.2f} h {verb} the per-cell limit execution_timeout_s = "
+                       f"{limit_s / 3600:.2f} h; the cell would be stopped. Raise it (-p execution_timeout_s=N, "
+                       "an operational key: a stopped run continues with it), or shrink the stage")
+    return out
 
 
 def table(params: Params, assumptions: dict[str, Any] | None = None):
@@ -195,9 +247,18 @@ def format_plan(params: Params, s: dict[str, Any]) -> str:
     lines.append(f"estimated serving time: {s['total_s'] / 3600:.2f} h ({label} assumptions: load "
                  f"{a['load_s']:g} s per launch, tok/s per depth {a['tok_s']}, deterministic {a.get('tok_s_deterministic')}; "
                  "every request generates max_tokens; prefill not counted)")
+    lines.append("per stage (its server work is one notebook cell; limit execution_timeout_s "
+                 f"{s['cell_limit_s'] / 3600:.2f} h): " + ", ".join(f"{k} ~{v / 3600:.2f} h" for k, v in sorted(s["stages_s"].items())))
+    lines += [f"WARNING: {w}" for w in s["warnings"]]
+    lines.append(f"corruption.protocol {s['protocol']}" + (
+        " (the card's: each sampling config asks its claim's tasks); -p corruption.protocol=extended plans "
+        "every task with every sampling config" if s["protocol"] == "card" else
+        " (every task with every sampling config); -p corruption.protocol=card plans the card's 45 requests per mode"))
     if s["concurrency_saving_s"] is not None:
+        speed = next((x["batch_speedup"] for x in s["launches"] if x["stage"] == "05_corruption"), 1.0)
         lines.append(f"corruption.concurrency {params.corruption.concurrency}: saves ~{s['concurrency_saving_s'] / 3600:.2f} h "
-                     "against 1 (ideal batch scaling: an upper bound)")
+                     f"against 1 ({speed:.2f}x the single-request rate, not {params.corruption.concurrency}x: each "
+                     "request adds its own routed experts to every decode step; an upper bound)")
     else:
         lines.append("corruption.concurrency 1 (the card's --max-running-requests 1); -p corruption.concurrency=8 "
                      "shows the saving of a batched sweep")

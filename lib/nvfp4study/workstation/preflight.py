@@ -8,13 +8,10 @@ params do not need it). ``nvfp4study run`` calls :func:`preflight` first
 
 Thresholds and their sources:
 
-- NVFP4 W4A4 MoE in SGLang 0.5.23 needs compute capability major 10, 11 or 12 and CUDA >= 12.8
-  (``is_blackwell``, ``sglang/srt/utils/common.py`` 297-303, checked by
-  ``CompressedTensorsW4A4Nvfp4MoE.__init__``, ``compressed_tensors_w4a4_nvfp4_moe.py`` 38-43);
-  Hopper (9.x) is refused by name.
-- SGLang sizes its static pool as ``mem_fraction_static`` x total GPU memory
-  (``--mem-fraction-static``): the weights (the predicted NVFP4 size) must fit in it, and the
-  GPU must have that much free (memory another process holds makes the launch fail).
+- GPU (present, compute capability, memory for SGLang's pool, driver / CUDA): the sources are
+  in :mod:`.preflight_gpu`; a GPU that shares the host's memory (DGX Spark / GB10, whose
+  ``nvidia-smi`` prints ``[N/A]`` for memory) is sized from the host's available memory, as SGLang
+  sizes it there.
 - Disk: the predicted BF16 and NVFP4 sizes (:func:`.probes.checkpoint_bytes`) of what the run
   writes, summed per filesystem.
 - Quantizer: llmcompressor / compressed-tensors as the study's pair (0.13.0 / 0.18.0) or the
@@ -29,7 +26,7 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -37,125 +34,34 @@ from ..core.errors import PortInUse, StudyError
 from ..core.params import Params, load_params
 from ..core.paths import OUTPUTS
 from . import probes
+from .checks import BLOCKER, GB, NA, OK, WARNING, Check, serving_card
+from .checks import quantizing as _quantizing
+from .checks import serving as _serving
+from .checks import size_text as _size
+from .preflight_gpu import ARCH, MIN_SERVE_CUDA, flashinfer_jit_check, gpu_checks
 
-OK, BLOCKER, WARNING, NA = "ok", "blocker", "warning", "not applicable"
+__all__ = ["ARCH", "BLOCKER", "SANDBOX_FIX", "Check", "MIN_SERVE_CUDA", "NA", "OK", "WARNING", "blockers", "card_checkpoint_check", "card_download_bytes", "checkpoint_checks",
+           "disk_checks", "disk_needs", "docker_checks", "flashinfer_jit_check", "format_rows", "gpu_checks", "main", "patch_check",
+           "port_check", "preflight", "quantizer_checks", "rows_as_dicts", "sandbox_check", "sglang_checks", "table"]
+
 QUANTIZER_PAIRS = {("0.13.0", "0.18.0"): "the study's", ("0.12.0.1", "0.17.1"): "the card's"}
-MIN_SERVE_CUDA = (12, 8)
-GB = 1e9
-ARCH = {7: "Volta/Turing", 8: "Ampere/Ada", 9: "Hopper", 10: "Blackwell", 11: "Blackwell", 12: "Blackwell"}
-
-
-@dataclass
-class Check:
-    """One preflight row: ``name``, ``verdict`` (ok / blocker / warning / not applicable),
-    ``detail`` (what was found) and ``fix`` (what to do; empty when nothing is needed)."""
-
-    name: str
-    verdict: str
-    detail: str
-    fix: str = ""
-
-
-def _size(n: float) -> str:
-    return f"{n / GB:.1f} GB" if n >= GB else f"{n / 1e6:.1f} MB"
-
-
-def _cuda(v: str | None) -> tuple[int, ...] | None:
-    try:
-        return tuple(int(x) for x in str(v).split(".")[:2]) if v else None
-    except ValueError:
-        return None
-
-
-def _serving(p: Params) -> bool:
-    return p.server.enabled and not p.replay_from
-
-
-def _quantizing(p: Params) -> bool:
-    return p.quantize.enabled and not p.checkpoint.quantized_path
-
-
-# --- GPU ---------------------------------------------------------------------------------------
-def gpu_checks(p: Params, smi: dict | None, probe: dict | None, resident: int) -> list[Check]:
-    """GPU present, compute capability, free memory vs ``resident`` bytes, driver / CUDA.
-
-    ``smi`` is :func:`.probes.nvidia_smi`; ``probe`` the SGLang (or quantizer) interpreter's
-    :func:`.probes.probe_interpreter` answer (its torch sees the GPUs too)."""
-    need_serve = _serving(p) and p.server.engine != "cpu"  # the CPU engine serves without a GPU
-    need_cuda = _quantizing(p) and p.quantize.device.startswith("cuda")
-    names = ["GPU present", "GPU compute capability", "GPU free memory", "driver / CUDA"]
-    if not (need_serve or need_cuda):
-        why = ("server.engine is cpu (SGLang's engine on this CPU)" if _serving(p) else "server.enabled is false") \
-            + " and quantize.device is not cuda"
-        return [Check(n, NA, why) for n in names]
-    gpus = (smi or {}).get("gpus") or [
-        {"name": g["name"], "capability": tuple(g["capability"]), "total_mib": g["total_bytes"] / 2**20,
-         "free_mib": g["free_bytes"] / 2**20} for g in (probe or {}).get("gpus") or []]
-    if not gpus:
-        why = ("nvidia-smi not found on PATH" if smi is None else "nvidia-smi lists no GPU")
-        why += " and no torch that was probed sees a CUDA device"
-        fix = ("run on the GPU workstation (NVIDIA driver installed), or set server.enabled: false "
-               "and quantize.device: cpu")
-        return [Check("GPU present", BLOCKER, why, fix)] + [
-            Check(n, BLOCKER, "no GPU to check", "see 'GPU present'") for n in names[1:]]
-    g = gpus[0]
-    out = [Check("GPU present", OK, f"{len(gpus)} GPU(s); GPU 0: {g['name']}")]
-    cap = g.get("capability")
-    if not need_serve or not p.server.require_gpu:
-        out.append(Check(names[1], NA if not need_serve else OK,
-                         f"{cap}: quantization runs on any CUDA GPU" if not need_serve
-                         else f"{cap}: server.require_gpu is false"))
-    elif cap is None:
-        out.append(Check(names[1], BLOCKER, f"{g['name']}: capability unknown (driver too old for compute_cap)",
-                         "update the NVIDIA driver"))
-    elif cap[0] in (10, 11, 12):
-        out.append(Check(names[1], OK, f"{g['name']}: {cap[0]}.{cap[1]} (Blackwell): NVFP4 W4A4 MoE can run"))
-    else:
-        out.append(Check(names[1], BLOCKER,
-                         f"{g['name']} is {ARCH.get(cap[0], 'pre-Blackwell')} ({cap[0]}.{cap[1]}): SGLang's NVFP4 "
-                         "W4A4 MoE scheme needs compute capability 10.x-12.x (Blackwell) and refuses it",
-                         "serve on a Blackwell GPU; on this GPU only quantization (quantize.device: cuda) "
-                         "can run: set server.enabled: false"))
-    total, free = g["total_mib"] * 2**20, g["free_mib"] * 2**20
-    if need_serve:
-        pool = p.server.mem_fraction_static * total
-        holders = ", ".join(f"pid {x['pid']} {x['name']} {x['used_mib']:.0f} MiB"
-                            for x in (smi or {}).get("processes", []))
-        if resident > pool:
-            out.append(Check(names[2], BLOCKER, f"weights {resident / GB:.1f} GB > mem_fraction_static "
-                             f"{p.server.mem_fraction_static} x {total / GB:.1f} GB = {pool / GB:.1f} GB",
-                             "a GPU with more memory, or raise server.mem_fraction_static"))
-        elif free < pool:
-            out.append(Check(names[2], BLOCKER, f"{free / GB:.1f} GB free of {total / GB:.1f} GB, SGLang's "
-                             f"pool needs {pool / GB:.1f} GB; held by: {holders or 'unknown processes'}",
-                             "stop the processes holding GPU memory (nvidia-smi lists them)"))
-        else:
-            out.append(Check(names[2], OK, f"{free / GB:.1f} GB free of {total / GB:.1f} GB; pool "
-                             f"{pool / GB:.1f} GB holds the weights ({resident / GB:.1f} GB)"))
-    else:
-        out.append(Check(names[2], NA, f"{free / GB:.1f} GB free: quantization holds one tensor at a time"))
-    drv, torch_cuda = (smi or {}).get("cuda"), (probe or {}).get("torch_cuda")
-    detail = f"driver {(smi or {}).get('driver') or '?'} (CUDA {drv or '?'}), torch CUDA {torch_cuda or '?'}"
-    if torch_cuda is None:
-        out.append(Check(names[3], BLOCKER, detail + ": the probed torch is not a CUDA build",
-                         "install a CUDA build of torch in the environment (make workstation-envs)"))
-    elif _cuda(drv) and _cuda(drv) < _cuda(torch_cuda):
-        out.append(Check(names[3], BLOCKER, detail + ": the driver is older than torch's CUDA",
-                         "update the NVIDIA driver, or a torch built for the driver's CUDA"))
-    elif need_serve and _cuda(torch_cuda) < MIN_SERVE_CUDA:
-        out.append(Check(names[3], BLOCKER, detail + ": SGLang's NVFP4 MoE needs CUDA >= 12.8",
-                         "a torch / SGLang build for CUDA 12.8+"))
-    else:
-        out.append(Check(names[3], OK, detail))
-    return out
 
 
 # --- disk --------------------------------------------------------------------------------------
 def disk_needs(p: Params, outputs: Path) -> list[tuple[str, Path, int]]:
     """``(what, folder, bytes)`` the run will write: generated BF16 source, NVFP4 output (twice
-    with ``quantize.compare_unshared``), a BF16 source to download into ``source_path``."""
+    with ``quantize.compare_unshared``), a BF16 source to download into ``source_path`` or the Hub
+    cache, or, with ``checkpoint.serve: card``, only the card's checkpoint (:func:`card_download_bytes`);
+    nothing for what the Hub cache already holds."""
     sizes = probes.checkpoint_bytes(p.checkpoint.shape)
     needs: list[tuple[str, Path, int]] = []
+    if serving_card(p):  # 01 neither builds nor reads a BF16 source
+        if p.checkpoint.card_checkpoint and _hub_snapshot(p.checkpoint.card_checkpoint) is None:
+            from ..core import hub
+
+            n, how = card_download_bytes(p, sizes["nvfp4"])
+            needs.append((f"card's checkpoint download (Hub cache; {how})", hub.cache_dir(), n))
+        return needs
     if p.checkpoint.source == "generate":
         needs.append(("generated BF16 source", outputs, sizes["bf16"]))
     elif p.checkpoint.source == "path" and p.checkpoint.source_path and not Path(p.checkpoint.source_path).is_dir():
@@ -169,6 +75,22 @@ def disk_needs(p: Params, outputs: Path) -> list[tuple[str, Path, int]]:
         n = 2 if p.quantize.compare_unshared else 1
         needs.append((f"NVFP4 output{' x2 (compare_unshared)' if n == 2 else ''}", outputs, n * sizes["nvfp4"]))
     return needs
+
+
+def card_download_bytes(p: Params, predicted: int, hub_ok=probes.hub_reachable) -> tuple[int, str]:
+    """``(bytes, how known)`` of the card's checkpoint download: the sizes the Hub lists for the
+    files 01 fetches (:func:`nvfp4study.core.hub.snapshot_bytes`) when the Hub answers, else
+    ``predicted`` (the NVFP4 layout's size, :func:`.probes.checkpoint_bytes`), said so."""
+    from ..core import hub
+
+    src = p.checkpoint.card_checkpoint
+    if not hub.offline() and hub_ok()[0]:
+        try:
+            return hub.snapshot_bytes(hub.HubRef(src.repo_id, src.revision), hub.CHECKPOINT_PATTERNS), \
+                f"the Hub's file sizes at {src.revision}"
+        except StudyError as exc:
+            return predicted, f"predicted from the layout; the Hub's file list failed: {exc}"
+    return predicted, "predicted from the layout (the Hub is not reachable from here)"
 
 
 def disk_checks(p: Params, outputs: Path, free=probes.free_bytes) -> list[Check]:
@@ -230,9 +152,11 @@ def quantizer_checks(p: Params, probe: dict | None) -> list[Check]:
 def sglang_checks(p: Params, probe: dict | None) -> list[Check]:
     """The SGLang interpreter: runs; ``sglang == sglang.version``; SGLang's own pins."""
     names = ["SGLang interpreter", "SGLang packages"]
-    if p.server.launcher == "docker" and p.sglang.source != "installed":
-        return [Check(n, NA, f"server.launcher is docker: the image {p.server.docker.image} holds SGLang "
-                      "(see the docker rows)") for n in names]
+    if p.server.launcher == "docker":  # whatever sglang.source says: the image's SGLang is served
+        return [Check(n, NA, f"server.launcher is docker: the image {p.server.docker.image} holds SGLang and "
+                      f"its version is compared with sglang.version {p.sglang.version} at each launch; no local "
+                      f"SGLang is needed (03 audits and 04-07 patch copies of the released {p.sglang.version} "
+                      "wheel's files)") for n in names]
     if not (_serving(p) or p.sglang.source == "installed"):
         return [Check(n, NA, "server.enabled is false and sglang.source is not 'installed'") for n in names]
     if not p.server.python:
@@ -370,7 +294,9 @@ def checkpoint_checks(p: Params, hub=probes.hub_reachable) -> list[Check]:
     """Every checkpoint path the params name exists; a missing BF16 source needs the Hub."""
     out = []
     cp = p.checkpoint
-    if cp.source == "hub" and not cp.quantized_path and _quantizing(p):
+    if serving_card(p):
+        out.append(card_checkpoint_check(p, hub))
+    elif cp.source == "hub" and not cp.quantized_path and _quantizing(p):
         from ..core import hub as core_hub
 
         src = cp.source_hub
@@ -409,16 +335,46 @@ def checkpoint_checks(p: Params, hub=probes.hub_reachable) -> list[Check]:
     return out
 
 
+#: what to do when bubblewrap cannot run: the two values ``corruption.sandbox.isolation`` accepts
+#: (core/params.py SandboxParams), and Ubuntu 24.04 / DGX OS's AppArmor rule against
+#: unprivileged user namespaces (``kernel.apparmor_restrict_unprivileged_userns``, default 1).
+SANDBOX_FIX = ("apt-get install bubblewrap; on Ubuntu 24.04 / DGX OS, where AppArmor stops unprivileged "
+               "bubblewrap, run as root, add an AppArmor profile for bwrap, or sudo sysctl "
+               "kernel.apparmor_restrict_unprivileged_userns=0; or, knowing that generated code then runs "
+               "with your files and network, -p corruption.sandbox.isolation=subprocess-unsafe")
+
+
+def card_checkpoint_check(p: Params, hub=probes.hub_reachable) -> Check:
+    """``checkpoint.serve: card``: the card's checkpoint is in the Hub cache, or the Hub answers."""
+    from ..core import hub as core_hub
+
+    name, src = "card checkpoint", p.checkpoint.card_checkpoint
+    if src is None:
+        return Check(name, BLOCKER, "checkpoint.serve is card but checkpoint.card_checkpoint is not set",
+                     "set checkpoint.card_checkpoint: {repo_id: kingjones777/Ling-3.0-flash-NVFP4-SGLang-MTP, "
+                     "revision: main}, or checkpoint.serve: ours")
+    if (snap := _hub_snapshot(src)) is not None:
+        return Check(name, OK, f"{src.repo_id}@{src.revision} in the Hub cache: {snap}")
+    if core_hub.offline():
+        return Check(name, BLOCKER, f"{src.repo_id}@{src.revision}: HF_HUB_OFFLINE=1 and not in the cache "
+                     f"{core_hub.cache_dir()}", "unset HF_HUB_OFFLINE once, or set HF_HUB_CACHE to a populated cache")
+    ok, why = hub()
+    return Check(name, OK if ok else BLOCKER, f"{src.repo_id}@{src.revision}: 01 downloads it and 04-07 serve it ({why})",
+                 "" if ok else "make the Hub reachable (or HF_ENDPOINT a mirror), or download it elsewhere and "
+                 "set checkpoint.quantized_path to the folder")
+
+
 def sandbox_check(p: Params) -> Check:
+    """Bubblewrap runs generated code (:func:`nvfp4study.codeeval.isolation.sandbox_status`)."""
     from ..codeeval.isolation import sandbox_status
 
     try:
         st = sandbox_status(p.corruption.sandbox)
     except StudyError as exc:
-        return Check("bubblewrap sandbox", BLOCKER, str(exc), "apt-get install bubblewrap, or sandbox.isolation: auto")
+        return Check("bubblewrap sandbox", BLOCKER, str(exc), SANDBOX_FIX)
     if st["isolation"] == "bwrap":
         return Check("bubblewrap sandbox", OK, f"bwrap {st['bwrap_version'] or ''} runs generated code")
-    return Check("bubblewrap sandbox", WARNING, st["note"], "apt-get install bubblewrap (see make setup)")
+    return Check("bubblewrap sandbox", WARNING, st["note"], SANDBOX_FIX)
 
 
 def preflight(params: Params, *, outputs: Path | None = None, timeout_s: float = 60.0) -> list[Check]:
@@ -434,10 +390,14 @@ def preflight(params: Params, *, outputs: Path | None = None, timeout_s: float =
                if _quantizing(p) else None)
     s_probe = (probes.probe_interpreter(p.server.python, ["sglang", *probes.PINNED], torch=_serving(p),
                                         timeout_s=timeout_s)
-               if p.server.python and (_serving(p) or p.sglang.source == "installed") else None)
+               if p.server.python and p.server.launcher != "docker" and (_serving(p) or p.sglang.source == "installed")
+               else None)
     smi = probes.nvidia_smi() if (_serving(p) or p.quantize.device.startswith("cuda")) else None
+    card = _hub_snapshot(p.checkpoint.card_checkpoint) if serving_card(p) and p.checkpoint.card_checkpoint else None
     if p.checkpoint.quantized_path and Path(p.checkpoint.quantized_path).is_dir():
         resident = probes.folder_bytes(p.checkpoint.quantized_path)
+    elif card is not None:
+        resident = probes.folder_bytes(card)
     else:
         resident = probes.checkpoint_bytes(p.checkpoint.shape)["nvfp4"]
     gpu_probe = s_probe if s_probe and "error" not in s_probe else q_probe
@@ -446,6 +406,7 @@ def preflight(params: Params, *, outputs: Path | None = None, timeout_s: float =
     rows += disk_checks(p, outputs)
     rows += quantizer_checks(p, q_probe)
     rows += sglang_checks(p, s_probe)
+    rows.append(flashinfer_jit_check(p, s_probe if s_probe and "error" not in s_probe else None))
     rows += docker_checks(p)
     rows += [patch_check(p, s_probe), port_check(p)]
     rows += checkpoint_checks(p)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -89,15 +90,15 @@ def probe_interpreter(python: str, packages: list[str], *, torch: bool = False,
         return {"error": f"{exe} printed no probe answer: {lines[-1][:200]}"}
 
 
-def nvidia_smi(timeout_s: float = 10.0) -> dict[str, Any] | None:
-    """The NVIDIA driver's view: ``{"driver", "cuda", "gpus": [...], "processes": [...]}``, or
-    ``None`` when ``nvidia-smi`` is not on PATH or fails.
+SMI_QUERY_GPU = ("--query-gpu=index,name,compute_cap,memory.total,memory.used,memory.free,driver_version",
+                 "--format=csv,noheader,nounits")
+SMI_QUERY_APPS = ("--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits")
 
-    ``gpus``: ``{"index", "name", "capability" (major, minor) or None, "total_mib", "used_mib",
-    "free_mib"}`` (``--query-gpu``; ``compute_cap`` needs driver 510+); ``processes``:
-    ``{"pid", "name", "used_mib"}`` of compute processes holding GPU memory; ``cuda``: the
-    highest CUDA the driver supports, from the ``CUDA Version:`` of the plain output.
-    """
+
+def nvidia_smi(timeout_s: float = 10.0) -> dict[str, Any] | None:
+    """The NVIDIA driver's view (:func:`parse_nvidia_smi` of three ``nvidia-smi`` calls), or
+    ``None`` when ``nvidia-smi`` is not on PATH or its GPU query fails (each call at most
+    ``timeout_s`` seconds)."""
     exe = shutil.which("nvidia-smi")
     if not exe:
         return None
@@ -109,28 +110,49 @@ def nvidia_smi(timeout_s: float = 10.0) -> dict[str, Any] | None:
             return None
         return r.stdout if r.returncode == 0 else None
 
-    rows = q("--query-gpu=index,name,compute_cap,memory.total,memory.used,memory.free,driver_version",
-             "--format=csv,noheader,nounits")
+    rows = q(*SMI_QUERY_GPU)
     if rows is None:
         return None
+    return parse_nvidia_smi(rows, q(*SMI_QUERY_APPS) or "", q() or "")
+
+
+def parse_nvidia_smi(query_gpu: str, query_apps: str = "", plain: str = "") -> dict[str, Any]:
+    """Parse ``nvidia-smi``'s answers: ``{"driver", "cuda", "gpus": [...], "processes": [...]}``.
+
+    Args:
+        query_gpu: the output of :data:`SMI_QUERY_GPU` (one CSV line per GPU: index, name,
+            compute_cap, memory.total/used/free in MiB, driver_version).
+        query_apps: the output of :data:`SMI_QUERY_APPS` (pid, process name, MiB per process).
+        plain: ``nvidia-smi``'s plain table; only its ``CUDA Version:`` is read.
+
+    Returns:
+        ``gpus``: ``{"index", "name", "capability" (major, minor) or None, "total_mib",
+        "used_mib", "free_mib", "unified"}``; a memory field the driver does not report
+        (``[N/A]``, ``[Not Supported]``) is None, and ``unified`` is True when ``memory.total``
+        is such a field: a GPU that shares the host's memory (DGX Spark / GB10 prints
+        ``[N/A]`` for ``memory.total``, ``memory.used`` and ``memory.free``: llama-swap issue
+        782, Osmantic/ODS PR 1133). ``compute_cap`` needs driver 510+. ``processes``:
+        ``{"pid", "name", "used_mib"}`` of compute processes holding GPU memory. ``cuda``: the
+        highest CUDA the driver supports. Lines with fewer than 7 fields are skipped; nothing
+        raises.
+    """
     gpus, driver = [], None
-    for line in rows.strip().splitlines():
+    for line in query_gpu.strip().splitlines():
         f = [x.strip() for x in line.split(",")]
-        if len(f) < 7:
+        if len(f) < 7 or not f[0].isdigit():
             continue
-        cap = tuple(int(x) for x in f[2].split(".")) if f[2].replace(".", "").isdigit() else None
-        gpus.append({"index": int(f[0]), "name": f[1], "capability": cap, "total_mib": _num(f[3]),
-                     "used_mib": _num(f[4]), "free_mib": _num(f[5])})
+        cap = tuple(int(x) for x in f[2].split(".")) if re.fullmatch(r"\d+\.\d+", f[2]) else None
+        total = _num(f[3])
+        gpus.append({"index": int(f[0]), "name": f[1], "capability": cap, "total_mib": total,
+                     "used_mib": _num(f[4]), "free_mib": _num(f[5]), "unified": total is None})
         driver = f[6]
     procs = []
-    for line in (q("--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits")
-                 or "").strip().splitlines():
+    for line in query_apps.strip().splitlines():
         f = [x.strip() for x in line.split(",")]
         if len(f) >= 3 and f[0].isdigit():
             procs.append({"pid": int(f[0]), "name": f[1], "used_mib": _num(f[2])})
-    plain = q() or ""
-    cuda = plain.split("CUDA Version:", 1)[1].split()[0] if "CUDA Version:" in plain else None
-    return {"driver": driver, "cuda": cuda, "gpus": gpus, "processes": procs}
+    m = re.search(r"CUDA Version:\s*([0-9.]+)", plain)
+    return {"driver": driver, "cuda": m.group(1) if m else None, "gpus": gpus, "processes": procs}
 
 
 def _num(x: str) -> float | None:
@@ -138,6 +160,66 @@ def _num(x: str) -> float | None:
         return float(x)
     except ValueError:
         return None
+
+
+def host_memory() -> dict[str, Any]:
+    """The host's memory as SGLang reads it for a GPU that shares it: ``{"total_bytes",
+    "available_bytes", "source"}`` from ``psutil.virtual_memory()`` (``total``, ``available``:
+    on Linux ``MemTotal`` and ``MemAvailable`` of ``/proc/meminfo``, page cache that can be
+    reclaimed included). SGLang 0.5.23 sizes memory on an integrated GPU from
+    ``psutil.virtual_memory().available`` instead of ``torch.cuda.mem_get_info``
+    (``srt/utils/common.py`` 449-456). ``{"error": ...}`` when psutil cannot say."""
+    try:
+        import psutil
+
+        vm = psutil.virtual_memory()
+    except Exception as exc:  # psutil missing, or no /proc: preflight shows the reason
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"total_bytes": int(vm.total), "available_bytes": int(vm.available),
+            "source": "psutil.virtual_memory() (MemTotal / MemAvailable)"}
+
+
+#: FlashInfer 0.7.2's default toolkit folder when ``CUDA_HOME``/``CUDA_PATH`` are unset and no
+#: ``nvcc`` is on PATH (``flashinfer/jit/cpp_ext.py`` 58, from torch's ``cpp_extension``).
+FLASHINFER_DEFAULT_CUDA_HOME = "/usr/local/cuda"
+
+
+def flashinfer_nvcc(env: dict[str, str], timeout_s: float = 30.0,
+                    default_home: str = FLASHINFER_DEFAULT_CUDA_HOME) -> dict[str, Any]:
+    """The ``nvcc`` FlashInfer 0.7.2's JIT would run in a process with environment ``env``, found
+    the way it finds it, and its release.
+
+    FlashInfer 0.7.2 (``flashinfer/jit/cpp_ext.py``): the toolkit is ``CUDA_HOME``, else
+    ``CUDA_PATH``, else the folder above the ``bin/`` of ``which nvcc``, else
+    ``/usr/local/cuda`` (``get_cuda_path``, 47-63); the compiler is ``FLASHINFER_NVCC``, else
+    ``<toolkit>/bin/nvcc`` (289); its version is the ``release X.Y,`` of ``nvcc --version``
+    (``get_cuda_version``, 67-85).
+
+    Returns:
+        ``{"cuda_home", "how" (which rule found it), "nvcc" (path), "release" ("13.0") or None,
+        "error" (why there is no release) or None}``; never raises.
+    """
+    how = next((k for k in ("CUDA_HOME", "CUDA_PATH") if env.get(k)), None)
+    home = env.get(how) if how else None
+    if home is None:
+        found = shutil.which("nvcc", path=env.get("PATH", ""))
+        home, how = ((os.path.dirname(os.path.dirname(found)), f"which nvcc ({found})") if found
+                     else (default_home, "the default /usr/local/cuda"))
+    nvcc = env.get("FLASHINFER_NVCC") or os.path.join(home, "bin", "nvcc")
+    out: dict[str, Any] = {"cuda_home": home, "how": how, "nvcc": nvcc, "release": None, "error": None}
+    if not os.path.isfile(nvcc):
+        out["error"] = f"{nvcc} does not exist"
+        return out
+    try:
+        r = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=timeout_s, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        out["error"] = f"{nvcc} --version failed: {exc}"
+        return out
+    m = re.search(r"release (\d+\.\d+),", r.stdout)
+    out["release"] = m.group(1) if r.returncode == 0 and m else None
+    if out["release"] is None:
+        out["error"] = f"{nvcc} --version exited {r.returncode} without 'release X.Y,': {(r.stdout + r.stderr)[-200:]}"
+    return out
 
 
 def free_bytes(path: str | Path) -> tuple[int, Path]:

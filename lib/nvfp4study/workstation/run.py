@@ -3,6 +3,8 @@
 ``nvfp4study run [--skip-preflight] [runner options]``: the checks of
 :func:`nvfp4study.workstation.preflight.preflight` run with the same ``--params`` and ``-p``
 overrides; any blocker prints the table and exits 1 before a run folder or a stage exists.
+Without a blocker, the plan's per-cell warnings (:func:`nvfp4study.workstation.plan.cell_warnings`:
+a stage estimated near or past ``execution_timeout_s``) are printed before the run starts.
 ``--skip-preflight`` goes straight to the runner. The core runner cannot call preflight itself
 (core imports no wing), hence this front door.
 """
@@ -41,4 +43,8 @@ def main(argv: list[str]) -> int:
                   file=sys.stderr)
             return 1
         print(f"preflight: {len(rows)} checks, no blocker")
+        from . import plan
+
+        for w in plan.summary(load_params(known.params, known.overrides))["warnings"]:
+            print(f"plan: WARNING: {w}", file=sys.stderr)  # a warning, not a stop: the user may know better
     return runner.main(argv)

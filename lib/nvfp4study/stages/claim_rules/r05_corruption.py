@@ -170,15 +170,18 @@ class ServedMeasurements:
 
 
 def count(summary: pd.DataFrame, mode: str, sampling: str) -> dict[str, Any] | None:
-    """Clean / n / Wilson 95 % interval of one clamp mode and sampling config on the claim set."""
+    """Clean / n / Wilson 95 % interval of one clamp mode and sampling config on the claim set;
+    ``cut`` (answers stopped at ``max_tokens`` before any code, excluded from ``n``) when any."""
     r = summary[(summary.clamp == mode) & (summary.sampling == sampling) & (summary.task_set == "claim")]
     if r.empty:
         return None
     r = r.iloc[0]
     ci = [round(float(r.ci_low), 4), round(float(r.ci_high), 4)] if r.n else None
     frac = round(float(r.clean_frac), 4) if r.n else None
-    return {"clean": int(r.clean), "n": int(r.n), "clean_frac": frac, "no_code": int(r.no_code),
-            "unjudged": int(r.unjudged), "failed": int(r.failed), "ci95": ci}
+    out = {"clean": int(r.clean), "n": int(r.n), "clean_frac": frac, "no_code": int(r.no_code),
+           "unjudged": int(r.unjudged), "failed": int(r.failed), "ci95": ci}
+    cut = int(r.get("cut", 0) or 0)  # answers stopped at max_tokens before any code: not in n
+    return {**out, "cut": cut} if cut else out
 
 
 def _sampling_row(x: ServedMeasurements, cid: str) -> Row:

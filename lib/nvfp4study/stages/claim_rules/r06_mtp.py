@@ -23,6 +23,11 @@ from ...core.ledger import Verdict
 from ...serving import acceptance
 from ...serving.server import STANDIN_NOTE
 
+#: The GPU class the card's tok/s belong to: its 22.6 tok/s speculation-off baseline fits a DGX
+#: Spark (GB10, 273 GB/s) and lies far below any other Blackwell card's decode ceiling
+#: (workstation/bound.py, ``ceiling_table`` of stage 06). On another GPU an absolute tok/s says
+#: nothing about the card's claim: only speedup and acceptance are compared there.
+CARD_SPEED_GPU = "NVIDIA DGX Spark (GB10)"
 TOKS_TOL = (0.15, 0.30)  # tok/s and speedup vs the card: reproduced within 15 %, partly within 30 %
 RANGE_TOL = 0.05     # accept length / rate: within the card's range widened by this
 CARD_IDS = {0: "mtp.off", 1: "mtp.k1", 2: "mtp.k2", 3: "mtp.k3"}
@@ -37,6 +42,25 @@ class MtpMeasurements:
     evidence: list[Path]  # data/mtp-summary.json, mtp-requests.json, mtp-estimators.json, the raw files
     checked: str  # checked_on: "sglang <version>" (and the replayed run)
     card: dict[str, Any]  # claim id -> the card's value (claims.yaml)
+    gpu: str | None = None  # the served GPU's name (nvidia-smi); None: not known (tok/s compared as given)
+
+    @property
+    def speed_mismatch(self) -> str | None:
+        """Why this run's absolute tok/s cannot be compared with the card's (the served GPU is
+        known and is not of :data:`CARD_SPEED_GPU`'s class), or None when they can."""
+        if self.gpu is None:
+            return None
+        from ...workstation.bound import UnknownGPU, gpu_bandwidth
+
+        try:
+            name, bw = gpu_bandwidth(self.gpu)
+        except UnknownGPU:
+            name, bw = None, None
+        if name == CARD_SPEED_GPU:
+            return None
+        band = f" ({bw / 1e9:g} GB/s)" if bw else ""
+        return (f"tok/s not compared: the card's tok/s are of a {CARD_SPEED_GPU}-class GPU (273 GB/s) and this "
+                f"run served on {self.gpu}{band}")
 
     @property
     def study(self) -> dict[int, dict[str, Any]]:
@@ -125,14 +149,21 @@ def _depth(x: MtpMeasurements, depth: int) -> Row:
     card, d = x.card[CARD_IDS[depth]], deciding(row)
     measured = _measured(depth, row, d)
     tok = _within(d["tok_s"], card["tok_s"], TOKS_TOL)
+    mismatch = x.speed_mismatch
     if depth == 0:
+        if mismatch:  # the row is only a tok/s: measured and shown, not judged
+            return Row(measured, Verdict.NOT_RUN, x.evidence, f"not run: {mismatch}; measured shown", x.checked)
         return Row(measured, [Verdict.CONTRADICTED, Verdict.PARTLY, Verdict.REPRODUCED][tok], x.evidence,
                    f"decided by {d['estimator']}; {TOL_NOTE}", x.checked)
-    checks = [tok == 2, _within(d["speedup"], card["speedup"], TOKS_TOL) == 2,
-              _in_range(d["accept_len"], card["accept_len"]), _in_range(d["accept_rate"], card["accept_rate"])]
-    verdict = Verdict.REPRODUCED if all(checks) else Verdict.PARTLY if any(checks) else Verdict.CONTRADICTED
-    note = (f"{sum(checks)}/4 of tok/s, speedup, accept length, accept rate agree; decided by {d['estimator']}; "
-            f"{TOL_NOTE}")
+    checks = {"tok/s": tok == 2, "speedup": _within(d["speedup"], card["speedup"], TOKS_TOL) == 2,
+              "accept length": _in_range(d["accept_len"], card["accept_len"]),
+              "accept rate": _in_range(d["accept_rate"], card["accept_rate"])}
+    if mismatch:
+        del checks["tok/s"]
+    ok = list(checks.values())
+    verdict = Verdict.REPRODUCED if all(ok) else Verdict.PARTLY if any(ok) else Verdict.CONTRADICTED
+    note = (f"{sum(ok)}/{len(ok)} of {', '.join(checks)} agree; decided by {d['estimator']}; {TOL_NOTE}"
+            + (f"; {mismatch}" if mismatch else ""))
     if row.get("note"):
         note += "; " + row["note"]
     return Row(measured, verdict, x.evidence, note, x.checked)
