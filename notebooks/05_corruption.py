@@ -147,3 +147,34 @@ s5.served_junk_table(served)
 s5.served_ledger_rows(stage)
 
 # %% [markdown]
+# ### What others measured on the real model (theirs, not ours)
+#
+# The card's corruption rows above stay *not run* here; their notes cite these independent public
+# measurements, attributed. None of them was re-measured by this study.
+
+# %%
+s5.outside_evidence_table()
+
+# %% [markdown]
+# ## Part 3 · Before and after on a trained stand-in (toy scale)
+#
+# The mechanism, measured: a small model in Ling's layout that the project trained with Ling's
+# post-SiLU clamp (`lib/nvfp4study/trained`, its weights committed with their sha256 and checked
+# before serving) is served by SGLang's real engine on this CPU, once per arm: the routed clamp as
+# the engine's native MoE path ships it (*released*: dropped), in the pre-SiLU form SGLang's NVFP4
+# CUTLASS call computes (*approx*) and in Ling's form (*exact*), each with the trained BF16 experts
+# and with NVFP4-rounded ones (the study's `model_free_ptq` output, decoded to BF16 for serving: the
+# CPU engine has no FP4 MoE). The reference arm is *exact-bf16* (the form the model was trained with);
+# it is launched twice (null control). Every arm answers the same HumanEval prompts greedily and
+# scores the reference arm's tokens teacher-forced. Toy scale: these numbers are never set beside
+# the card's.
+
+# %%
+trained = s5.run_trained_study(stage)
+s5.describe_trained(trained)
+
+# %%
+s5.trained_table(trained)
+
+# %%
+s5.trained_figure(trained)

@@ -116,7 +116,8 @@ def patched_mounts(stage, config, version: str, image_root: str) -> tuple[list[t
     from ..sglang import source as sglang_source
 
     released = sglang_source.unpack_wheel(version)
-    modes = [m for m in sglang_patch.modes_for(version) if m != "stock"]
+    # the native MoE modes patch the CPU engine's path only; a GPU image gets the clamp and det files
+    modes = [m for m in sglang_patch.modes_for(version) if m != "stock" and m not in sglang_patch.NATIVE_MODES]
     files = sorted({e["path"] for m in modes for e in sglang_patch._files(version, m)})
     dest = stage.paths.work(f"sglang-docker-{config.clamp}-det-{'on' if config.deterministic else 'off'}")
     if dest.exists():

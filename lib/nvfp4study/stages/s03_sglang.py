@@ -68,8 +68,10 @@ def stage_tree(stage: Stage) -> SGLangTree:
     and whose clamp files are replaced by patched copies of that release's wheel
     (:func:`nvfp4study.serving.docker.patched_mounts`): the released wheel is audited, and no
     local SGLang is needed."""
+    from ..serving.strategies import in_image
+
     s, server = stage.params.sglang, stage.params.server
-    if s.source == "installed" and server.launcher == "docker":
+    if s.source == "installed" and in_image(stage.params):
         return resolve_tree("wheel", version=s.version)
     return resolve_tree(s.source, version=s.version, path=s.path, python=server.python)
 
@@ -283,7 +285,9 @@ def prepare_install(stage: Stage, tree: SGLangTree) -> str:
                 "the modes were applied and reverted on a copy in `work/`.")
     for m in needed:
         sp.check_can_apply(tree, m)
-    if stage.params.server.launcher == "docker":  # nothing installed here is patched: copies are mounted
+    from ..serving.strategies import in_image
+
+    if in_image(stage.params):  # nothing installed here is patched: copies are mounted
         write_json(state_file, {"install": None, "clamp_mode": None, "needed_modes": needed,
                                 "note": f"server.launcher docker: each launch mounts copies of SGLang {tree.version}'s "
                                         "clamp files patched to its mode over the image's (the image is not modified)"})

@@ -69,7 +69,8 @@ from .claim_rules import r05_corruption as rules
 
 NOTEBOOK = "05_corruption"
 NOT_RUN_REASON = "needs an NVFP4-capable GPU (server.enabled is false)"
-__all__ = ["markdown", "NOTEBOOK", "analyse_served", "card_examples", "describe_validation",
+__all__ = ["markdown", "NOTEBOOK", "analyse_served", "describe_trained", "run_trained_study", "trained_figure",
+           "trained_table", "outside_evidence_table", "card_examples", "describe_validation",
            "detector_claim_verdicts", "example_table", "miss_table", "open_stage", "serving_plan",
            "record_detector_claims", "record_served_claims", "run_served_study", "sandbox_banner",
            "score_table", "served_figure", "served_junk_table", "served_ledger_rows",
@@ -264,14 +265,14 @@ def run_served_study(stage: Stage) -> dict[str, Any]:
         import_recorded(stage, recorded)
         return analyse_served(stage, recorded, "replay")
     if not params.server.enabled:
-        stage.not_run(NOT_RUN_REASON, ids)
+        _not_run_with_outside(stage, NOT_RUN_REASON, ids)
         return {"status": "not run", "reason": NOT_RUN_REASON, "claims": ids}
     from ..serving.server import gpu_refusal
     from ..serving.strategies import serves_standin
 
     refusal = gpu_refusal(params)
     if refusal:
-        stage.not_run(refusal, ids)
+        _not_run_with_outside(stage, refusal, ids)
         return {"status": "not run", "reason": refusal, "claims": ids}
     tasks = load_tasks(params.corruption.humaneval_count, params.corruption.card_tasks)
     if serves_standin(params):
@@ -320,7 +321,7 @@ def run_served_cpu_engine(stage: Stage, tasks: list, ids: list[str]) -> dict[str
     keep = set(claim_task_ids(params, params.server.cpu.corruption_tasks))
     collect(stage, [t for t in tasks if t.task_id in keep])
     out = analyse_served(stage, params, "live", record=False)
-    stage.not_run(card_refusal(params), ids)
+    _not_run_with_outside(stage, card_refusal(params), ids)
     engine = engine_description(params)
     record_rules(stage, rules.CpuPipelineMeasurements(
         pipeline_result(out["classified"]), list(params.corruption.clamp_modes), engine["served_model"],
@@ -367,3 +368,99 @@ def served_ledger_rows(stage: Stage) -> pd.DataFrame:
     return pd.DataFrame([{"claim": r["id"], "card": json.dumps(r["card"]),
                           "measured": json.dumps(r["measured"]), "verdict": r["verdict"],
                           "note": r["note"]} for r in rows])
+
+
+# --- the trained stand-in: before / after on SGLang's real engine (toy scale) ----------------------
+def run_trained_study(stage: Stage) -> dict[str, Any]:
+    """Corruption before and after the fix on the trained stand-in (:mod:`nvfp4study.trained.served`):
+    one CPU-engine launch per arm (``server.cpu.trained``: clamp released / approx / exact x BF16 /
+    NVFP4 weights) plus the reference relaunched (null control); the study findings
+    ``corruption.trained-*`` through their rules. On a GPU profile, with the server off or
+    ``server.cpu.trained.enabled`` false: ``{"status": "not run", "reason"}`` and no rows.
+
+    Raises:
+        nvfp4study.trained.artifact.TrainedArtifactError: the committed weights' hashes differ.
+    """
+    from ..serving.server import engine_description
+    from ..serving.strategies import serves_standin
+    from ..trained import served as trained
+
+    p = stage.params
+    if not (p.server.enabled and serves_standin(p) and p.server.cpu.trained.enabled and not p.replay_from):
+        return {"status": "not run", "reason": "the trained stand-in is served only live on the CPU engine "
+                                               "(server.engine: cpu, server.cpu.trained.enabled)"}
+    out = trained.run(stage, p.corruption.sandbox)
+    engine = engine_description(p)
+    record_rules(stage, rules.TrainedMeasurements(
+        {s["arm"]: s for s in out["summary"]}, out["standin"], list(out["files"].values()), engine["summary"]))
+    out["status"] = "live"
+    return out
+
+
+def describe_trained(result: dict[str, Any]) -> Any:
+    """Markdown: the stand-in (size, training), the arms, and what was served."""
+    if result["status"] != "live":
+        return markdown(f"**Trained stand-in: not run.** {result['reason']}")
+    s = result["standin"]
+    h = s["held_out"]
+    binds = ", ".join(f"{k} {v:.1%}" for k, v in h.get("routed_clamp_binds", {}).items())
+    return markdown(
+        f"**Trained stand-in** (toy scale, never beside the card's numbers): {s['parameters']:,} parameters "
+        f"({s['megabytes']} MB BF16), {s['layers']} layers all MLA, {s['experts']} routed experts top-{s['top_k']} "
+        f"plus a shared expert, vocabulary {s['vocab_size']}; routed clamp limits {s['routed_limits']}, shared "
+        f"{s['shared_limits']} (Ling's halved: at Ling's own limits the toy's gates exceed 4 on under 0.05 % of "
+        f"values); trained {s['steps']} steps in {s['train_seconds']:.0f} s on {s['device']}. Held-out bits per "
+        f"byte: {h['exact']['bits_per_byte']} with the clamp as trained, {h['dropped']['bits_per_byte']} with the "
+        f"routed clamp dropped, {h['approx']['bits_per_byte']} pre-SiLU (the reference's numbers, from the "
+        f"training log); the clamp binds on {binds} of routed gate values. Served: "
+        f"{len(result['summary'])} launches on SGLang's CPU engine, {result['data']['prompts']} HumanEval "
+        f"prompts each, greedy, at most {result['data']['max_new_tokens']} tokens.")
+
+
+def trained_table(result: dict[str, Any]) -> Any:
+    """One row per arm: requests, code, parses, junk (detector), runs / passes (sandbox), continuations
+    identical to the reference arm, and the reference tokens' mean logprob, with Wilson intervals."""
+    if result["status"] != "live":
+        return pd.DataFrame()
+    df = pd.DataFrame(result["summary"])
+    for col in ("code", "parses", "junk", "runs", "passed", "same_as_reference"):
+        if f"{col}_ci" in df:
+            df[f"{col}_ci"] = df[f"{col}_ci"].map(lambda c: f"{c[0]:.2f}-{c[1]:.2f}")
+    return df
+
+
+def trained_figure(result: dict[str, Any]) -> Any:
+    """:func:`nvfp4study.trained.served.figure` of the arms (None when not run)."""
+    if result["status"] != "live":
+        return None
+    from ..trained.served import figure
+
+    return figure(result["summary"])
+
+
+def outside_evidence() -> list[dict[str, Any]]:
+    """Independent public measurements of Ling without its clamp (``core/outside_evidence.yaml``):
+    who, date, stack, what they measured, link. Theirs, shown as theirs."""
+    from importlib.resources import files
+
+    import yaml
+
+    return yaml.safe_load(files("nvfp4study.core").joinpath("outside_evidence.yaml").read_text())
+
+
+def outside_evidence_table() -> Any:
+    """:func:`outside_evidence` as a table (their numbers, their stacks)."""
+    return pd.DataFrame(outside_evidence())
+
+
+def _not_run_with_outside(stage: Stage, reason: str, ids: list[str]) -> None:
+    """The card's corruption rows "not run" with ``reason``, each note followed by the outside
+    evidence, attributed (never as the study's measurement)."""
+    cites = "; ".join(f"{e['who']} ({e['date'] or 'undated'}, {e['stack']}): {e['measured']} <{e['url']}>"
+                      for e in outside_evidence())
+    corr = [i for i in ids if i.startswith("corruption.")]
+    if corr:
+        stage.not_run(f"{reason}. Outside evidence, theirs and not re-measured here: {cites}", corr)
+    rest = [i for i in ids if i not in corr]
+    if rest:
+        stage.not_run(reason, rest)

@@ -42,28 +42,34 @@ class TrainedStudyError(StudyError):
 
 @dataclass(frozen=True)
 class Arm:
-    """One served arm: the routed clamp form on the native MoE path and the expert weights."""
+    """One served arm: the routed clamp form on the native MoE path and the expert weights;
+    ``again`` marks the null control (the reference arm launched a second time)."""
 
     clamp: str
     weights: str
+    again: bool = False
 
     @property
     def key(self) -> str:
-        """``"exact-bf16"``."""
-        return f"{self.clamp}-{self.weights}"
+        """``"exact-bf16"`` (``"exact-bf16-again"`` for the null control)."""
+        return f"{self.clamp}-{self.weights}" + ("-again" if self.again else "")
 
     @property
     def is_reference(self) -> bool:
-        """Exact clamp, BF16 weights: the form the model was trained with."""
-        return (self.clamp, self.weights) == REFERENCE
+        """Exact clamp, BF16 weights, first launch: the form the model was trained with."""
+        return (self.clamp, self.weights) == REFERENCE and not self.again
+
+
+REFERENCE_KEY = Arm(*REFERENCE).key
+NULL_KEY = Arm(*REFERENCE, again=True).key
 
 
 def arms(params: Any) -> list[Arm]:
     """The arms of ``server.cpu.trained``, the reference first (its continuations are scored
-    under every other arm)."""
+    under every other arm), the null control (the reference relaunched) last."""
     t = params.server.cpu.trained
-    out = [Arm(c, w) for w in t.weights for c in t.clamps]
-    return sorted(out, key=lambda a: not a.is_reference)
+    out = sorted([Arm(c, w) for w in t.weights for c in t.clamps], key=lambda a: not a.is_reference)
+    return out + [Arm(*REFERENCE, again=True)]
 
 
 def server_config(params: Any, arm: Arm, depth: int | None = None) -> Any:
@@ -166,8 +172,7 @@ def classify(data: dict[str, Any], run_code: bool = True, sandbox: Any = None) -
     from ..codeeval.tasks import humaneval_tasks
 
     tasks = {t.task_id: t for t in humaneval_tasks()}
-    ref = {r["task_id"]: r["output_ids"] for r in data["rows"]
-           if (r["clamp"], r["weights"]) == REFERENCE}
+    ref = {r["task_id"]: r["output_ids"] for r in data["rows"] if r["arm"] == REFERENCE_KEY}
     out = []
     for r in data["rows"]:
         task = tasks[r["task_id"]]
@@ -225,3 +230,53 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         s["reference_logprob_mean"] = round(sum(lps) / len(lps), 4) if lps else None
         out.append(s)
     return out
+
+
+def run(stage: Stage, sandbox: Any = None) -> dict[str, Any]:
+    """Collect (or read the run's ``data/trained_corruption.json`` when it is complete for these
+    arms and prompts), classify, summarise; writes ``data/trained_corruption_rows.json`` and
+    ``data/trained_corruption_summary.json``. Returns ``{"data", "rows", "summary", "files",
+    "standin"}`` (``standin``: :func:`.artifact.describe`)."""
+    from ..core.files import write_json
+    from .artifact import describe
+
+    path = stage.paths.data("trained_corruption")
+    data = None
+    if path.is_file():
+        import json
+
+        old = json.loads(path.read_text())
+        if old.get("arms") == [asdict(a) | {"key": a.key} for a in arms(stage.params)] and \
+                old.get("prompts") == stage.params.server.cpu.trained.prompts:
+            data = old  # a continued run: the engine's answers are already recorded
+    data = data or collect(stage)
+    rows = classify(data, sandbox=sandbox)
+    summary = summarize(rows)
+    files = {"raw": path, "rows": stage.paths.data("trained_corruption_rows"),
+             "summary": stage.paths.data("trained_corruption_summary")}
+    write_json(files["rows"], [{k: v for k, v in r.items() if k != "body"} for r in rows])
+    write_json(files["summary"], summary)
+    return {"data": data, "rows": rows, "summary": summary, "files": files, "standin": describe()}
+
+
+def figure(summary: list[dict[str, Any]]) -> Any:
+    """Two panels per arm: greedy continuations identical to the reference arm's (share, Wilson
+    95 % interval) and the mean per-token logprob of the reference arm's continuations (nats)."""
+    import matplotlib.pyplot as plt
+
+    arms_ = [s for s in summary if s["arm"] != REFERENCE_KEY]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.2))
+    names = [s["arm"] for s in arms_]
+    share = [s["same_as_reference"] / s["requests"] for s in arms_]
+    lo = [p - s["same_as_reference_ci"][0] for p, s in zip(share, arms_, strict=True)]
+    hi = [s["same_as_reference_ci"][1] - p for p, s in zip(share, arms_, strict=True)]
+    a.barh(names, share, xerr=[lo, hi], color="#4c72b0")
+    a.set_xlim(0, 1)
+    a.set_xlabel("greedy continuations identical to exact-bf16")
+    ref = next(s["reference_logprob_mean"] for s in summary if s["arm"] == REFERENCE_KEY)
+    b.barh(names, [s["reference_logprob_mean"] - ref for s in arms_], color="#dd8452")
+    b.axvline(0, color="black", lw=0.8)
+    b.set_xlabel("mean logprob of exact-bf16's tokens, minus exact-bf16's (nats)")
+    fig.suptitle("Trained stand-in (toy scale, SGLang CPU engine): what each arm changes")
+    fig.tight_layout()
+    return fig

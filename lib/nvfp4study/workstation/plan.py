@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..core.params import Params, load_params
+from ..serving.strategies import serves_standin
 
 GB = 1e9
 WARMUP_TOKENS = 64  # measure._serve's warm-up request: RequestSpec("warmup-i", 0, 64)
@@ -187,7 +188,7 @@ def summary(params: Params, assumptions: dict[str, Any] | None = None, gpu: str 
         serial.corruption.concurrency = 1
         saving = sum(x.seconds or 0 for x in estimate(launches(serial), a)) - total
     disk = [{"what": w, "folder": str(f), "gb": round(n / GB, 2)} for w, f, n in disk_needs(params, OUTPUTS)]
-    gpu_run = params.server.enabled and params.server.engine == "gpu" and not params.replay_from
+    gpu_run = params.server.enabled and not serves_standin(params) and not params.replay_from
     stages: dict[str, float] = {}
     for x in plan:
         stages[x.stage] = stages.get(x.stage, 0.0) + (x.seconds or 0.0)

@@ -33,6 +33,7 @@ from typing import Any
 from ..core.errors import PortInUse, StudyError
 from ..core.params import Params, load_params
 from ..core.paths import OUTPUTS
+from ..serving.strategies import in_image, serves_standin
 from . import probes
 from .checks import BLOCKER, GB, NA, OK, WARNING, Check, serving_card
 from .checks import quantizing as _quantizing
@@ -152,7 +153,7 @@ def quantizer_checks(p: Params, probe: dict | None) -> list[Check]:
 def sglang_checks(p: Params, probe: dict | None) -> list[Check]:
     """The SGLang interpreter: runs; ``sglang == sglang.version``; SGLang's own pins."""
     names = ["SGLang interpreter", "SGLang packages"]
-    if p.server.launcher == "docker":  # whatever sglang.source says: the image's SGLang is served
+    if in_image(p):  # whatever sglang.source says: the image's SGLang is served
         return [Check(n, NA, f"server.launcher is docker: the image {p.server.docker.image} holds SGLang and "
                       f"its version is compared with sglang.version {p.sglang.version} at each launch; no local "
                       f"SGLang is needed (03 audits and 04-07 patch copies of the released {p.sglang.version} "
@@ -170,7 +171,7 @@ def sglang_checks(p: Params, probe: dict | None) -> list[Check]:
     pk = probe["packages"]
     out = [Check(names[0], OK, f"{probe['executable']} (Python {probe['python']})")]
     # the CPU engine runs without SGLang's CUDA pins: its closure is tests/real_sglang/requirements.txt
-    pins, where = ({}, "server.engine cpu: make sglang-env") if p.server.engine == "cpu" else probes.sglang_pins(p.sglang.version)
+    pins, where = ({}, "server.engine cpu: make sglang-env") if serves_standin(p) else probes.sglang_pins(p.sglang.version)
     want = {"sglang": f"=={p.sglang.version}"} if p.server.check_version else {}
     want.update(pins)
     bad = [f"{n} {pk.get(n) or 'missing'} (wants {s})" for n, s in want.items() if not probes.version_ok(pk.get(n), s)]
@@ -192,7 +193,7 @@ def patch_check(p: Params, probe: dict | None) -> Check:
     name = "SGLang install patchable"
     if not (_serving(p) and p.sglang.apply_to_install):
         return Check(name, NA, "sglang.apply_to_install is false (or no server)")
-    if p.server.launcher == "docker":  # patched copies of the released files are mounted, nothing written
+    if in_image(p):  # patched copies of the released files are mounted, nothing written
         if p.sglang.version in sglang_patch.patch_versions():
             return Check(name, OK, f"docker: patched copies of SGLang {p.sglang.version}'s clamp files are "
                          "mounted read-only over the image's (the image is not modified)")
@@ -233,7 +234,7 @@ def docker_checks(p: Params) -> list[Check]:
     ``docker info``'s runtimes, or the NVIDIA Container Toolkit's ``nvidia-ctk`` /
     ``nvidia-container-cli`` on PATH, which ``--gpus`` needs). Otherwise all "not applicable"."""
     names = ["docker CLI", "docker daemon", "docker image", "NVIDIA container runtime"]
-    if p.server.launcher != "docker" or not _serving(p):
+    if not in_image(p) or not _serving(p):
         return [Check(n, NA, "server.launcher is local (or no server)") for n in names]
     d = probes.docker_facts(p.server.docker.image)
     if not d["exe"]:
@@ -390,7 +391,7 @@ def preflight(params: Params, *, outputs: Path | None = None, timeout_s: float =
                if _quantizing(p) else None)
     s_probe = (probes.probe_interpreter(p.server.python, ["sglang", *probes.PINNED], torch=_serving(p),
                                         timeout_s=timeout_s)
-               if p.server.python and p.server.launcher != "docker" and (_serving(p) or p.sglang.source == "installed")
+               if p.server.python and not in_image(p) and (_serving(p) or p.sglang.source == "installed")
                else None)
     smi = probes.nvidia_smi() if (_serving(p) or p.quantize.device.startswith("cuda")) else None
     card = _hub_snapshot(p.checkpoint.card_checkpoint) if serving_card(p) and p.checkpoint.card_checkpoint else None

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.params import Params
+from ..serving.strategies import in_image, serves_standin
 from . import probes
 from .checks import BLOCKER, GB, NA, OK, WARNING, Check, cuda_version, quantizing, serving
 
@@ -47,7 +48,7 @@ def gpu_checks(p: Params, smi: dict | None, probe: dict | None, resident: int,
 
     Returns four rows named as :data:`NAMES`; never raises for a machine's answer.
     """
-    need_serve = serving(p) and p.server.engine != "cpu"  # the CPU engine serves without a GPU
+    need_serve = serving(p) and not serves_standin(p)  # the CPU engine serves without a GPU
     need_cuda = quantizing(p) and p.quantize.device.startswith("cuda")
     if not (need_serve or need_cuda):
         why = ("server.engine is cpu (SGLang's engine on this CPU)" if serving(p) else "server.enabled is false") \
@@ -66,7 +67,7 @@ def gpu_checks(p: Params, smi: dict | None, probe: dict | None, resident: int,
     return [Check(NAMES[0], OK, f"{len(gpus)} GPU(s); GPU 0: {g['name']} ({memory})"),
             capability_check(p, g, need_serve),
             memory_check(p, g, smi, resident, host, need_serve),
-            driver_check(smi, probe, need_serve, docker=p.server.launcher == "docker")]
+            driver_check(smi, probe, need_serve, docker=in_image(p))]
 
 
 def capability_check(p: Params, g: dict[str, Any], need_serve: bool) -> Check:
@@ -175,9 +176,9 @@ def flashinfer_jit_check(p: Params, probe: dict | None, found: dict | None = Non
     import os
 
     name = "FlashInfer JIT compiler (nvcc)"
-    if not serving(p) or p.server.engine == "cpu":
+    if not serving(p) or serves_standin(p):
         return Check(name, NA, "no GPU server is launched")
-    if p.server.launcher == "docker":
+    if in_image(p):
         return Check(name, NA, f"server.launcher is docker: the image {p.server.docker.image} compiles with its own toolkit")
     f = found if found is not None else probes.flashinfer_nvcc({**os.environ, **p.server.env})
     fix = ("install the CUDA 13 toolkit (nvcc) and set CUDA_HOME to it (server.env: {CUDA_HOME: ...}), "
