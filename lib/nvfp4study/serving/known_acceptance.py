@@ -63,12 +63,13 @@ def known_acceptance_rows(requests: list[dict[str, Any]], log_lines: list[dict[s
 
 
 
-def estimator_spread(est_rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per depth of the random-weight sweep: each estimator's accept length and rate, and the
-    largest difference between estimators (pure). ``est_rows`` are :func:`estimator_table` rows."""
+def estimator_spread(est_rows: list[dict[str, Any]], model: str = "study") -> dict[str, Any]:
+    """Per depth of the sweep of ``model`` (the random-weight stand-in "study", or the trained
+    stand-in "trained-bf16"): each estimator's accept length and rate, and the largest difference
+    between estimators (pure). ``est_rows`` are :func:`estimator_table` rows."""
     out: dict[str, Any] = {}
     for r in est_rows:
-        if r["model"] != "study":
+        if r["model"] != model:
             continue
         d = out.setdefault(f"k={r['depth']}", {"accept_len": {}, "accept_rate": {}})
         d["accept_len"][r["estimator"]] = acceptance.round4(r["accept_len"])

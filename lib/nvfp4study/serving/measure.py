@@ -350,9 +350,9 @@ def _parallel_loads(params) -> int:
 
 
 def _same_install(a: ServerConfig, b: ServerConfig) -> bool:
-    """Whether two launches serve one install state (clamp mode, deterministic edit), so that
-    they may load at the same time (:func:`~nvfp4study.serving.server.launched`)."""
-    return (a.clamp, a.deterministic) == (b.clamp, b.deterministic)
+    """Whether two launches serve one install state (clamp mode, deterministic edit, native MoE
+    patches), so that they may load at the same time (:func:`~nvfp4study.serving.server.launched`)."""
+    return (a.clamp, a.deterministic, a.native) == (b.clamp, b.deterministic, b.native)
 
 
 def _session(stage: Stage, config: ServerConfig, pending: list[RequestSpec]) -> dict[str, Any]:

@@ -49,16 +49,26 @@ from .claim_rules import r06_mtp as rules
 NOTEBOOK = "06_mtp_sweep"
 
 
+def _sweep_model(params) -> dict[str, Any]:
+    """The depth sweep's model on the CPU engine: the trained stand-in (its NEXTN head was trained
+    with an MTP loss) with Ling's exact clamp on the native MoE path, when
+    ``server.cpu.trained.enabled``; else the card's checkpoint / the random stand-in."""
+    if serves_standin(params) and params.server.cpu.trained.enabled:
+        return {"model_label": "trained-bf16", "native": (("moe_clamp", "exact"),)}
+    return {}
+
+
 def serving_plan(params) -> list[Served]:
     """What 06 serves (:mod:`nvfp4study.serving.plans`), each asked
     :func:`~nvfp4study.serving.records.mtp_requests`: one configuration per ``mtp.depths`` entry
-    (0 = speculation off), again on ``mtp.broken_model_path`` when set; on the CPU engine also one
+    (0 = speculation off; on the CPU engine the trained stand-in, :func:`_sweep_model`), again on
+    ``mtp.broken_model_path`` when set; on the CPU engine also one
     per ``server.cpu.control_drafts`` at ``server.cpu.control_depth`` (the stand-ins of
     :func:`nvfp4study.checkpoint.served.write_served_checkpoint` whose draft agrees or disagrees
     with the target by construction)."""
     clamp = params.server.clamp_mode
     depth = lambda d: None if d == 0 else d  # noqa: E731
-    configs = [ServerConfig(clamp=clamp, spec_depth=depth(d)) for d in params.mtp.depths]
+    configs = [ServerConfig(clamp=clamp, spec_depth=depth(d), **_sweep_model(params)) for d in params.mtp.depths]
     if params.mtp.broken_model_path:
         configs += [ServerConfig(clamp=clamp, spec_depth=depth(d), model_path=params.mtp.broken_model_path,
                                  model_label="broken-draft") for d in params.mtp.depths]
@@ -441,9 +451,11 @@ def record_cpu_engine(stage: Stage, ev: list) -> Any:
     known = _records(known_acceptance_table(stage))
     label = CONTROL_LABELS["disagree"]
     disagree = [r for r in _records(summary_table(stage)) if r["model"] == label]
+    sweep = _sweep_model(params).get("model_label", "study")
+    spread = estimator_spread(_records(estimator_table(stage)), sweep)
     record_rules(stage, rules.CpuMtpMeasurements(
-        known=known, disagree=disagree[0] if disagree else None,
-        spread=estimator_spread(_records(estimator_table(stage))), evidence=ev,
-        known_evidence=[stage.paths.data("mtp-known-acceptance"), *ev], checked=engine_description(params)["summary"]))
+        known=known, disagree=disagree[0] if disagree else None, spread=spread, evidence=ev,
+        known_evidence=[stage.paths.data("mtp-known-acceptance"), *ev], checked=engine_description(params)["summary"],
+        sweep_model=sweep))
     rows = [r for r in ledger.read_ledger(stage.run_dir) if r["stage"] == stage.name]
     return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])

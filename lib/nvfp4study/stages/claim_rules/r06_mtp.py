@@ -230,6 +230,7 @@ class CpuMtpMeasurements:
     evidence: list[Path]  # the sweep's evidence (as MtpMeasurements.evidence)
     known_evidence: list[Path]  # data/mtp-known-acceptance.json, then ``evidence``
     checked: str  # the engine's summary
+    sweep_model: str = "study"  # the depth sweep's model label: the random stand-in or "trained-bf16"
 
 
 @finding_rule("mtp.cpu-known-acceptance", CpuMtpMeasurements,
@@ -279,14 +280,47 @@ def mtp_cpu_broken_draft_signature(x: CpuMtpMeasurements) -> Row | None:
                     "acceptance estimators (decode log, response meta_info, /metrics) are measured side by side "
                     "on one data set.")
 def mtp_cpu_estimators(x: CpuMtpMeasurements) -> Row | None:
-    """Reproduced when the estimators were measured at a depth of the random-weight sweep (a
-    description of the pipeline, never compared with the card); recorded only then."""
+    """Reproduced when the estimators were measured at a depth of the sweep (a description of the
+    pipeline, never compared with the card); recorded only then."""
     if not x.spread:
         return None
+    trained = x.sweep_model.startswith("trained")
+    served = ("served stand-in: the trained BF16 all-MLA model in Ling's layout (its NEXTN head trained), not the "
+              "NVFP4 hybrid checkpoint of 01-03" if trained else STANDIN_NOTE)
     return Row(x.spread, Verdict.REPRODUCED, x.evidence,
-               "toy scale (random weights, a few short prompts): these numbers describe the pipeline and its "
-               "estimators, never the card's table; per-request lengths count the prefill token, the log's "
-               f"do not; {STANDIN_NOTE}", x.checked)
+               f"toy scale ({'the trained stand-in' if trained else 'random weights'}, a few short prompts): these "
+               "numbers describe the pipeline and its estimators, never the card's table; per-request lengths count "
+               f"the prefill token, the log's do not; {served}", x.checked)
+
+
+#: the estimator the trained-head finding reads (every request's accepted / proposed draft tokens).
+TRAINED_ESTIMATOR = "token-weighted"
+
+
+@finding_rule("mtp.trained-acceptance", CpuMtpMeasurements,
+              claim="On the trained stand-in's NEXTN head, served by SGLang's real engine, deeper drafting "
+                    "accepts a smaller share of draft tokens (the card's shape: accept rate falls from k=1 to k=3) "
+                    "while the accept length grows.")
+def mtp_trained_acceptance(x: CpuMtpMeasurements) -> Row | None:
+    """Reproduced when the token-weighted accept rate falls strictly with depth over the swept
+    depths and the accept length rises with depth; contradicted otherwise; recorded only when the
+    sweep served the trained stand-in at two depths or more."""
+    if not x.sweep_model.startswith("trained"):
+        return None
+    depths = sorted((int(k.split("=")[1]), v) for k, v in x.spread.items() if k != "k=0")
+    pts = [(d, v["accept_rate"].get(TRAINED_ESTIMATOR), v["accept_len"].get(TRAINED_ESTIMATOR)) for d, v in depths]
+    if len(pts) < 2 or any(r is None or n is None for _, r, n in pts):
+        return Row.not_run("the trained sweep has fewer than two depths with a token-weighted estimate",
+                           evidence=x.evidence)
+    falls = all(a[1] > b[1] for a, b in zip(pts, pts[1:], strict=False))
+    grows = all(a[2] < b[2] for a, b in zip(pts, pts[1:], strict=False))
+    measured = {f"k={d}": {"accept_rate": r, "accept_len": n} for d, r, n in pts}
+    words = ", ".join(f"k={d}: rate {r:.3f}, length {n:.2f}" for d, r, n in pts)
+    note = (f"{TRAINED_ESTIMATOR} estimator ({words}); every estimator per depth is in mtp.cpu-estimators. "
+            f"Toy scale: the trained stand-in (lib/nvfp4study/trained) with Ling's exact clamp on the native MoE "
+            f"path, chat prompts of mtp.prompts; the shape is compared with the card's, never its numbers; "
+            "served stand-in: BF16 all-MLA trained model in Ling's layout, not the NVFP4 hybrid checkpoint of 01-03")
+    return Row(measured, Verdict.REPRODUCED if falls and grows else Verdict.CONTRADICTED, x.evidence, note, x.checked)
 
 
 # --- the card's tok/s against the memory-bandwidth ceiling (no GPU needed) ---------------------
