@@ -194,15 +194,13 @@ class DockerParams(_Strict):
 class TrainedStandinParams(_Strict):
     # the trained stand-in (nvfp4study.trained, committed with its hash) served on the CPU engine:
     # 05 its clamp arms x weight arms on the first `prompts` HumanEval prompts (greedy,
-    # `max_new_tokens`, the HumanEval stop sequences); 06 its NEXTN head at `mtp_depths`
+    # `max_new_tokens`, the HumanEval stop sequences); 06 its NEXTN head at mtp.depths
     enabled: bool = _bool(True)
-    prompts: int = _int(16, 1, 164)
-    max_new_tokens: int = _int(64, 1, 1024)
+    prompts: int = _int(10, 1, 164)
+    max_new_tokens: int = _int(48, 1, 1024)
     clamps: list[Literal["released", "approx", "exact"]] = Field(
         default_factory=lambda: ["released", "approx", "exact"], min_length=1)
     weights: list[Literal["bf16", "nvfp4"]] = Field(default_factory=lambda: ["bf16", "nvfp4"], min_length=1)
-    mtp_depths: list[int] = Field(default_factory=lambda: [1, 2, 3])
-    mtp_prompts: int = _int(4, 1, 164)
 
     @model_validator(mode="after")
     def _reference_arm(self) -> TrainedStandinParams:
@@ -211,8 +209,6 @@ class TrainedStandinParams(_Strict):
                               "every other arm is compared with; keep 'exact' in clamps and 'bf16' in weights")
         if len(set(self.clamps)) != len(self.clamps) or len(set(self.weights)) != len(self.weights):
             raise ParamsError("server.cpu.trained: clamps and weights must not repeat")
-        if any(not 1 <= d <= 16 for d in self.mtp_depths):
-            raise ParamsError("server.cpu.trained.mtp_depths: each depth in 1..16")
         return self
 
 

@@ -97,52 +97,69 @@ def prompts(params: Any, tokenizer_json: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _serve_arm(stage: Stage, arm: Arm, reqs: list[dict[str, Any]],
-               reference: dict[str, list[int]] | None) -> dict[str, Any]:
+def _ask_arm(url: str, stage: Stage, arm: Arm, reqs: list[dict[str, Any]],
+             reference: dict[str, list[int]] | None) -> list[dict[str, Any]]:
+    """The arm's greedy answers, each with the reference arm's tokens scored teacher-forced (the
+    arm's own tokens when ``reference`` is None: the reference arm itself)."""
     from ..serving.client import generate
-    from ..serving.server import serving
 
     t = stage.params.server.cpu.trained
-    rec: dict[str, Any] = {}
     rows = []
-    with serving(stage, server_config(stage.params, arm), launch_record=rec) as url:
-        t0 = time.monotonic()
-        for r in reqs:
-            g = generate(url, r["ids"], max_new_tokens=t.max_new_tokens, stop=STOP)
-            row = {"arm": arm.key, "clamp": arm.clamp, "weights": arm.weights, "task_id": r["task_id"],
-                   "completion": g["text"], "output_ids": g["output_ids"], "finish_reason": g["finish_reason"]}
-            ref = (reference or {}).get(r["task_id"], g["output_ids"])
-            if ref:
-                # SGLang gives no logprob for the first position of the range (None): start one
-                # token early and drop it
-                s = generate(url, r["ids"] + ref, max_new_tokens=1, logprob_start_len=len(r["ids"]) - 1)
-                lps = s["input_token_logprobs"][1: 1 + len(ref)]
-                if len(lps) != len(ref) or any(x is None for x in lps):
-                    raise TrainedStudyError(f"{arm.key} {r['task_id']}: SGLang scored {len(lps)} of "
-                                            f"{len(ref)} reference tokens")
-                row["reference_logprob_mean"] = sum(lps) / len(lps)
-                row["reference_tokens"] = len(lps)
-            rows.append(row)
-        rec["requests_s"] = round(time.monotonic() - t0, 2)
-    return {"rows": rows, "launch": {k: rec.get(k) for k in ("config_key", "load_s", "requests_s", "log",
-                                                               "native_moe_audit", "model_path")}}
+    for r in reqs:
+        g = generate(url, r["ids"], max_new_tokens=t.max_new_tokens, stop=STOP)
+        row = {"arm": arm.key, "clamp": arm.clamp, "weights": arm.weights, "task_id": r["task_id"],
+               "completion": g["text"], "output_ids": g["output_ids"], "finish_reason": g["finish_reason"]}
+        ref = (reference or {}).get(r["task_id"], g["output_ids"])
+        if ref:
+            # SGLang gives no logprob for the first position of the range (None): start one
+            # token early and drop it
+            s = generate(url, r["ids"] + ref, max_new_tokens=1, logprob_start_len=len(r["ids"]) - 1)
+            lps = s["input_token_logprobs"][1: 1 + len(ref)]
+            if len(lps) != len(ref) or any(x is None for x in lps):
+                raise TrainedStudyError(f"{arm.key} {r['task_id']}: SGLang scored {len(lps)} of "
+                                        f"{len(ref)} reference tokens")
+            row["reference_logprob_mean"] = sum(lps) / len(lps)
+            row["reference_tokens"] = len(lps)
+        rows.append(row)
+    return rows
+
+
+def _groups(all_arms: list[Arm]) -> list[list[Arm]]:
+    """Arms by native clamp mode, the reference's group first: the arms of one group serve one
+    install state, so they load at the same time (``serving.server.launched``)."""
+    order = list(dict.fromkeys([REFERENCE[0], *(a.clamp for a in all_arms)]))
+    return [[a for a in all_arms if a.clamp == c] for c in order if any(a.clamp == c for a in all_arms)]
 
 
 def collect(stage: Stage) -> dict[str, Any]:
-    """Serve every arm (:func:`arms`) and return ``{"arms": [...], "rows": [...], "launches": [...],
-    "prompts": n}``; also written to ``data/trained_corruption.json``."""
+    """Serve every arm (:func:`arms`), the arms of one clamp form loading together
+    (:func:`_groups`), and return ``{"arms", "rows", "launches", "prompts", ...}``; also written to
+    ``data/trained_corruption.json``."""
+    import contextlib
+
     from ..serving.launch_env import standin_path
+    from ..serving.server import launched
 
     reqs = prompts(stage.params, standin_path(stage, "trained-bf16") / "tokenizer.json")
     rows: list[dict[str, Any]] = []
     launches = []
     reference: dict[str, list[int]] | None = None
-    for arm in arms(stage.params):
-        got = _serve_arm(stage, arm, reqs, reference)
-        if arm.is_reference:
-            reference = {r["task_id"]: r["output_ids"] for r in got["rows"]}
-        rows += got["rows"]
-        launches.append({"arm": arm.key, **got["launch"]})
+    for group in _groups(arms(stage.params)):
+        with contextlib.ExitStack() as stack:
+            recs = [{} for _ in group]
+            started = [stack.enter_context(launched(stage, server_config(stage.params, a), launch_record=r))
+                       for a, r in zip(group, recs, strict=True)]
+            for arm, st, rec in zip(group, started, recs, strict=True):
+                url = st.wait_healthy()
+                t0 = time.monotonic()
+                got = _ask_arm(url, stage, arm, reqs, reference)
+                rec["requests_s"] = round(time.monotonic() - t0, 2)
+                if arm.is_reference:
+                    reference = {r["task_id"]: r["output_ids"] for r in got}
+                rows += got
+        launches += [{"arm": a.key, **{k: r.get(k) for k in ("config_key", "load_s", "requests_s", "log",
+                                                             "native_moe_audit", "model_path")}}
+                     for a, r in zip(group, recs, strict=True)]
     out = {"arms": [asdict(a) | {"key": a.key} for a in arms(stage.params)], "prompts": len(reqs),
            "rows": rows, "launches": launches, "stop": STOP, "indent": INDENT,
            "max_new_tokens": stage.params.server.cpu.trained.max_new_tokens}
@@ -208,7 +225,8 @@ def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     den = 1 + z * z / n
     mid = (p + z * z / (2 * n)) / den
     half = z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5 / den
-    return max(0.0, mid - half), min(1.0, mid + half)
+    # at k = 0 / k = n the bound is exactly 0 / 1 (mid -+ half cancels only up to rounding)
+    return (0.0 if k == 0 else max(0.0, mid - half)), (1.0 if k == n else min(1.0, mid + half))
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -299,12 +299,12 @@ TRAINED_ESTIMATOR = "token-weighted"
 
 @finding_rule("mtp.trained-acceptance", CpuMtpMeasurements,
               claim="On the trained stand-in's NEXTN head, served by SGLang's real engine, deeper drafting "
-                    "accepts a smaller share of draft tokens (the card's shape: accept rate falls from k=1 to k=3) "
-                    "while the accept length grows.")
+                    "accepts a smaller share of draft tokens: the accept rate falls from k=1 to k=3, the shape of "
+                    "the card's table (0.85-0.95, 0.81-0.85, 0.53-0.63).")
 def mtp_trained_acceptance(x: CpuMtpMeasurements) -> Row | None:
     """Reproduced when the token-weighted accept rate falls strictly with depth over the swept
-    depths and the accept length rises with depth; contradicted otherwise; recorded only when the
-    sweep served the trained stand-in at two depths or more."""
+    depths, contradicted otherwise (the accept length is reported: the card's itself stops growing
+    after k=2); recorded only when the sweep served the trained stand-in."""
     if not x.sweep_model.startswith("trained"):
         return None
     depths = sorted((int(k.split("=")[1]), v) for k, v in x.spread.items() if k != "k=0")
@@ -313,14 +313,13 @@ def mtp_trained_acceptance(x: CpuMtpMeasurements) -> Row | None:
         return Row.not_run("the trained sweep has fewer than two depths with a token-weighted estimate",
                            evidence=x.evidence)
     falls = all(a[1] > b[1] for a, b in zip(pts, pts[1:], strict=False))
-    grows = all(a[2] < b[2] for a, b in zip(pts, pts[1:], strict=False))
     measured = {f"k={d}": {"accept_rate": r, "accept_len": n} for d, r, n in pts}
     words = ", ".join(f"k={d}: rate {r:.3f}, length {n:.2f}" for d, r, n in pts)
     note = (f"{TRAINED_ESTIMATOR} estimator ({words}); every estimator per depth is in mtp.cpu-estimators. "
             f"Toy scale: the trained stand-in (lib/nvfp4study/trained) with Ling's exact clamp on the native MoE "
             f"path, chat prompts of mtp.prompts; the shape is compared with the card's, never its numbers; "
             "served stand-in: BF16 all-MLA trained model in Ling's layout, not the NVFP4 hybrid checkpoint of 01-03")
-    return Row(measured, Verdict.REPRODUCED if falls and grows else Verdict.CONTRADICTED, x.evidence, note, x.checked)
+    return Row(measured, Verdict.REPRODUCED if falls else Verdict.CONTRADICTED, x.evidence, note, x.checked)
 
 
 # --- the card's tok/s against the memory-bandwidth ceiling (no GPU needed) ---------------------
