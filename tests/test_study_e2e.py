@@ -69,6 +69,22 @@ def test_report_has_every_card_claim(study_run):
     scaling = by_id["audit.cpu-routed-scaling"]["measured"]
     assert scaling["dynamic_reading"] == "not applied" and scaling["patch"] == "released"
     assert scaling["factor_outputs_equal_to_unchanged"] == scaling["prompts"] and scaling["down_proj_control_changed"] >= 1
+    # the trained stand-in on the real engine: each finding measured, its arms named, the null
+    # control held (the reference relaunched gave the same tokens), never beside the card's numbers
+    for fid, arms in (("corruption.trained-before-after", ("released-bf16",)),
+                      ("corruption.trained-weights-vs-clamp", ("exact-nvfp4", "released-bf16")),
+                      ("corruption.trained-approx-gap", ("approx-bf16", "released-bf16")),
+                      ("mtp.trained-acceptance", ("k=1", "k=2", "k=3"))):
+        row = by_id[fid]
+        assert row["verdict"] in ("reproduced", "contradicted") and row["card"] is None, (fid, row["note"])
+        assert all(a in row["note"] for a in arms) and "toy scale" in row["note"].lower(), fid
+        assert "SGLang 0.5.23 engine on CPU" in row["checked_on"], fid
+    assert by_id["corruption.trained-before-after"]["measured"]["null_control_identical"] == \
+        by_id["corruption.trained-before-after"]["measured"]["prompts"]
+    # the card's corruption rows stay not run, citing the outside measurements as theirs
+    for cid in SERVED_05:
+        if cid.startswith("corruption."):
+            assert "jundot/omlx/pull/2571" in by_id[cid]["note"] and "theirs" in by_id[cid]["note"], cid
     # ours is never the card's: a row not run carries no value; every measured row names
     # evidence files that exist in the run folder and a value that is not the card's own
     for row in ledger:

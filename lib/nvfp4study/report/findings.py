@@ -240,8 +240,8 @@ def _cpu_engine(r: dict) -> tuple[str, str]:
     hit = sum(v["matching"] for v in known["measured"].values())
     sm = sig["measured"]
     s = (f"{launch['checked_on']}: stages 04-07 ran on it with the study's own command, lifecycle and client "
-         f"(a BF16 all-MLA random-weight stand-in in Ling's layout, not the NVFP4 checkpoint; the card's rows stay "
-         f"not run). Against drafts of known acceptance {hit} of {checks} estimator checks (decode log, response "
+         f"(BF16 all-MLA stand-ins in Ling's layout, random-weight and trained, not the NVFP4 checkpoint; the card's "
+         f"rows stay not run). Against drafts of known acceptance {hit} of {checks} estimator checks (decode log, response "
          f"meta_info, /metrics) gave the exact value; a draft that never agrees gave the card's broken-draft line "
          f"(accept len {sm['log_accept_len']:.2f}, accept rate {sm['log_accept_rate']:.2f}) at k={sm['depth']}")
     if spec and spec.get("measured"):
@@ -260,6 +260,29 @@ def _cpu_engine(r: dict) -> tuple[str, str]:
     return s + ".", ("reproduced" if all(v == "reproduced" for v in verdicts) else "partly")
 
 
+def _trained(r: dict) -> tuple[str, str]:
+    ba, wc = r["corruption.trained-before-after"], r["corruption.trained-weights-vs-clamp"]
+    ap, mtp = r.get("corruption.trained-approx-gap"), r.get("mtp.trained-acceptance")
+    m, w = ba["measured"], wc["measured"]
+    s = (f"On the project's trained stand-in (toy scale; {ba['checked_on']}), dropping the routed clamp, as "
+         f"the engine's native MoE path ships it, changed {m['changed_by_dropping']} of {m['prompts']} greedy "
+         f"continuations of the trained form and lowered the mean logprob of its tokens by "
+         f"{-m['logprob_delta_nats']:.4f} nats; NVFP4-rounded experts with the clamp lowered it by "
+         f"{-w['nvfp4_weights_logprob_delta']:.4f} (the relaunched reference matched on all "
+         f"{m['null_control_identical']})")
+    verdicts = [ba["verdict"], wc["verdict"]]
+    if ap and (am := ap.get("measured")):
+        s += (f"; the pre-SiLU form kept {am['approx_identical']} of {am['prompts']} continuations "
+              f"({am['approx_logprob_delta']:+.4f} nats)")
+        verdicts.append(ap["verdict"])
+    if mtp and (mm := mtp.get("measured")):
+        s += "; its NEXTN head's accept rate by depth: " + ", ".join(
+            f"{k} {v['accept_rate']:.2f}" for k, v in mm.items())
+        verdicts.append(mtp["verdict"])
+    return s + ". A mechanism at toy scale, not the card's numbers.", (
+        "reproduced" if all(v == "reproduced" for v in verdicts) else "partly")
+
+
 # (section, title, builder, ledger rows it reads; the first row's evidence gives the figures)
 HEADLINES: list[tuple[str, str, Any, list[str]]] = [
     ("clamp", "The SwiGLU clamp", _clamp,
@@ -275,6 +298,9 @@ HEADLINES: list[tuple[str, str, Any, list[str]]] = [
     ("serving", "W4A16", _w4a16, ["sglang.w4a16-unservable"]),
     ("corruption", "Detecting junk", _detect, ["detect.ast-undefined", "detect.method-comparison"]),
     ("determinism", "Deterministic mode", _deepgemm, ["det.min-deepgemm-dim"]),
+    ("corruption", "Before and after the fix, on a trained stand-in", _trained,
+     ["corruption.trained-before-after", "corruption.trained-weights-vs-clamp", "corruption.trained-approx-gap",
+      "mtp.trained-acceptance"]),
     ("serving", "SGLang's real engine on this CPU", _cpu_engine,
      ["serve.cpu-engine-launch", "mtp.cpu-known-acceptance", "mtp.cpu-broken-draft-signature",
       "det.cpu-spec-on-vs-off", "serve.cpu-engine-teardown", "audit.cpu-moe-clamp"]),
