@@ -264,7 +264,7 @@ def _trained(r: dict) -> tuple[str, str]:
     ba, wc = r["corruption.trained-before-after"], r["corruption.trained-weights-vs-clamp"]
     ap, mtp = r.get("corruption.trained-approx-gap"), r.get("mtp.trained-acceptance")
     m, w = ba["measured"], wc["measured"]
-    s = (f"On the project's trained stand-in (toy scale; {ba['checked_on']}), dropping the routed clamp, as "
+    s = ("On the project's trained stand-in (toy scale; SGLang's real engine on this CPU), dropping the routed clamp, as "
          f"the engine's native MoE path ships it, changed {m['changed_by_dropping']} of {m['prompts']} greedy "
          f"continuations of the trained form and lowered the mean logprob of its tokens by "
          f"{-m['logprob_delta_nats']:.4f} nats; NVFP4-rounded experts with the clamp lowered it by "
