@@ -307,9 +307,14 @@ def test_not_run_without_server(tmp_path):
     result = run_served_study(stage)
     assert result["status"] == "not run"
     rows = {r["id"]: r for r in read_ledger(stage.run_dir)}
+    reason = "not run: needs an NVFP4-capable GPU (server.enabled is false)"
     for cid in served_data.SERVED_CLAIMS:
-        assert rows[cid]["verdict"] == "not run"
-        assert rows[cid]["note"] == "not run: needs an NVFP4-capable GPU (server.enabled is false)"
+        assert rows[cid]["verdict"] == "not run" and rows[cid]["measured"] is None
+        if cid.startswith("corruption."):  # the card's corruption rows cite the outside evidence, as theirs
+            assert rows[cid]["note"].startswith(reason + ". Outside evidence, theirs")
+            assert "jundot/omlx/pull/2571" in rows[cid]["note"] and "88.41 %" in rows[cid]["note"]
+        else:
+            assert rows[cid]["note"] == reason
     assert not list(stage.paths.data_dir.glob("corruption-raw-*"))
 
 

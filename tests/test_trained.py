@@ -154,9 +154,47 @@ def test_missing_sums_file_or_unlisted_weights_are_refused(tmp_path):
     sums = (src / "SHA256SUMS").read_text().splitlines()
     (src / "SHA256SUMS").write_text("\n".join(ln for ln in sums if not ln.endswith("model.safetensors")) + "\n")
     with pytest.raises(artifact.TrainedArtifactError, match="does not list model.safetensors"):
+        artifact.verify(src, sums_sha256=None)
+    with pytest.raises(artifact.TrainedArtifactError, match="not the committed one"):
         artifact.verify(src)
     (src / "SHA256SUMS").unlink()
     with pytest.raises(artifact.TrainedArtifactError, match="missing"):
+        artifact.verify(src)
+
+
+def test_a_file_changed_together_with_its_line_is_refused_by_the_pin(tmp_path):
+    src = _copy(tmp_path)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["expert_swiglu_limit_list"] = [99] * len(cfg["expert_swiglu_limit_list"])
+    (src / "config.json").write_text(json.dumps(cfg))
+    new = hashlib.sha256((src / "config.json").read_bytes()).hexdigest()
+    lines = [f"{new}  config.json" if ln.endswith("  config.json") else ln
+             for ln in (src / "SHA256SUMS").read_text().splitlines()]
+    (src / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+    assert artifact.verify(src, sums_sha256=None)["config.json"] == new  # consistent with itself ...
+    with pytest.raises(artifact.TrainedArtifactError, match="not the committed one"):
+        artifact.verify(src)  # ... but not the committed list
+    with pytest.raises(artifact.TrainedArtifactError):
+        artifact.served_copy(tmp_path / "served", src)
+    assert not (tmp_path / "served").exists()
+
+
+@pytest.mark.parametrize("entry", ["../x", "/etc/hostname", "sub/dir.json"])
+def test_listed_names_must_stay_in_the_folder(tmp_path, entry):
+    src = _copy(tmp_path)
+    with open(src / "SHA256SUMS", "a") as fh:
+        fh.write(f"{'0' * 64}  {entry}\n")
+    with pytest.raises(artifact.TrainedArtifactError, match="file name in this folder"):
+        artifact.verify(src, sums_sha256=None)
+
+
+def test_a_listed_symlink_is_refused(tmp_path):
+    src = _copy(tmp_path)
+    target = tmp_path / "outside.json"
+    shutil.copy2(src / "tokenizer_config.json", target)
+    (src / "tokenizer_config.json").unlink()
+    (src / "tokenizer_config.json").symlink_to(target)
+    with pytest.raises(artifact.TrainedArtifactError, match="tokenizer_config.json is not a regular file"):
         artifact.verify(src)
 
 
@@ -214,7 +252,7 @@ def test_fit_trains_writes_layout_weights_and_checks_the_corpus_hash(tmp_path):
     log = train.fit(out, steps=2, batch=2, seq=16, device="cpu", log_every=1)
     assert [c["step"] for c in log["curve"]] == [0, 1] and all(math.isfinite(c["loss"]) for c in log["curve"])
     assert set(log["held_out"]) >= {"exact", "approx", "dropped", "routed_clamp_binds"}
-    got = artifact.verify(out)  # SHA256SUMS written over the files present
+    got = artifact.verify(out, sums_sha256=None)  # SHA256SUMS written over the files present
     assert "model.safetensors" in got and "train_log.json" in got
     # a packed corpus that is not the one the config names is refused before training
     np.savez_compressed(out / "corpus.npz", train=ids["train"][::-1].copy(), held_out=ids["held_out"],

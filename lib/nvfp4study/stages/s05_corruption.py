@@ -449,18 +449,18 @@ def outside_evidence() -> list[dict[str, Any]]:
 
 
 def outside_evidence_table() -> Any:
-    """:func:`outside_evidence` as a table (their numbers, their stacks)."""
-    return pd.DataFrame(outside_evidence())
+    """:func:`outside_evidence` as a table (their numbers, their stacks; the short form is the
+    ledger notes')."""
+    return pd.DataFrame(outside_evidence()).drop(columns=["short"])
 
 
 def _not_run_with_outside(stage: Stage, reason: str, ids: list[str]) -> None:
     """The card's corruption rows "not run" with ``reason``, each note followed by the outside
     evidence, attributed (never as the study's measurement)."""
-    cites = "; ".join(f"{e['who']} ({e['date'] or 'undated'}, {e['stack']}): {e['measured']} <{e['url']}>"
-                      for e in outside_evidence())
+    cites = "; ".join(f"{e['short']} <{e['url']}>" for e in outside_evidence())
     corr = [i for i in ids if i.startswith("corruption.")]
     if corr:
-        stage.not_run(f"{reason}. Outside evidence, theirs and not re-measured here: {cites}", corr)
+        stage.not_run(f"{reason}. Outside evidence, theirs, not re-measured here (notebook 05's table): {cites}", corr)
     rest = [i for i in ids if i not in corr]
     if rest:
         stage.not_run(reason, rest)

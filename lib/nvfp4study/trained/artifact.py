@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -23,36 +24,67 @@ ARTIFACT = Path(__file__).parent / "artifact"
 #: files a served copy holds (the corpus manifest and training logs stay in the artifact).
 SERVED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                 "generation_config.json")
+#: sha256 of the committed ``artifact/SHA256SUMS``: the list itself is pinned here, so changing a
+#: file and its line together is refused (rebuilding the artifact means updating this constant).
+SUMS_SHA256 = "f338387db6e8f72a180df5597b81deeb4a2a34b2393d802ccc2cba7f9ee74e74"
 
 
 class TrainedArtifactError(StudyError):
     """The trained stand-in's files are missing or differ from ``SHA256SUMS`` (each named)."""
 
 
-def verify(folder: Path = ARTIFACT) -> dict[str, str]:
-    """``{file: sha256}`` of every file ``folder/SHA256SUMS`` lists, after checking each.
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _listed(sums: Path) -> dict[str, str]:
+    """``{name: sha256}`` of a ``sha256sum``-format file; only plain names inside the folder.
 
     Raises:
-        TrainedArtifactError: ``SHA256SUMS`` is missing or empty, a listed file is missing, or
-            its sha256 differs (every problem named).
+        TrainedArtifactError: a line that is not ``<64 hex>  <name>``, or a name with a path in it.
+    """
+    want: dict[str, str] = {}
+    for n, line in enumerate(sums.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        m = re.fullmatch(r"([0-9a-f]{64}) [ *]([^/\\]+)", line.strip())
+        if not m or m.group(2) in (".", ".."):
+            raise TrainedArtifactError(f"{sums}:{n}: not '<sha256>  <file name in this folder>': {line[:80]!r}")
+        want[m.group(2)] = m.group(1)
+    return want
+
+
+def verify(folder: Path = ARTIFACT, sums_sha256: str | None = SUMS_SHA256) -> dict[str, str]:
+    """``{file: sha256}`` of every file ``folder/SHA256SUMS`` lists, after checking each.
+
+    ``sums_sha256``: the sha256 ``SHA256SUMS`` itself must have (default: the committed artifact's,
+    pinned in this module, so an edited file with an edited ``SHA256SUMS`` is refused too; None for
+    a folder of one's own, e.g. a fresh ``train`` output, which is then only checked against its
+    own list). Listed files must be regular files in ``folder`` (no path, no symbolic link).
+
+    Raises:
+        TrainedArtifactError: ``SHA256SUMS`` missing, empty, malformed or not the pinned one; a
+            listed file missing, a link, or with another sha256; a served file not listed (each named).
     """
     sums = folder / "SHA256SUMS"
-    if not sums.is_file():
+    if not sums.is_file() or sums.is_symlink():
         raise TrainedArtifactError(f"{sums} is missing: the trained stand-in cannot be checked")
-    want: dict[str, str] = {}
-    for line in sums.read_text().splitlines():
-        if line.strip():
-            sha, _, name = line.partition("  ")
-            want[name.strip()] = sha.strip()
+    if sums_sha256 is not None and _sha(sums) != sums_sha256:
+        raise TrainedArtifactError(f"{sums} is not the committed one (sha256 {_sha(sums)[:12]}..., pinned "
+                                   f"{sums_sha256[:12]}... in nvfp4study.trained.artifact)")
+    want = _listed(sums)
     if not want:
         raise TrainedArtifactError(f"{sums} lists no file")
     problems, got = [], {}
     for name, sha in want.items():
         f = folder / name
+        if f.is_symlink() or (f.exists() and not f.is_file()):
+            problems.append(f"{name} is not a regular file")
+            continue
         if not f.is_file():
             problems.append(f"{name} missing")
             continue
-        got[name] = hashlib.sha256(f.read_bytes()).hexdigest()
+        got[name] = _sha(f)
         if got[name] != sha:
             problems.append(f"{name}: sha256 {got[name][:12]}..., SHA256SUMS says {sha[:12]}...")
     missing_served = [f for f in SERVED_FILES if f not in want]
@@ -63,24 +95,31 @@ def verify(folder: Path = ARTIFACT) -> dict[str, str]:
     return got
 
 
-def served_copy(dst: Path, folder: Path = ARTIFACT) -> Path:
+def served_copy(dst: Path, folder: Path = ARTIFACT, sums_sha256: str | None = SUMS_SHA256) -> Path:
     """``dst`` holding the hash-checked :data:`SERVED_FILES` (made once: an existing ``dst`` whose
-    ``model.safetensors`` matches is kept). Written to ``dst.partial`` and renamed.
+    served files all match the list is kept; any other is replaced). Written to ``dst.partial``
+    and renamed; nothing is left half-written.
 
     Raises:
-        TrainedArtifactError: as :func:`verify`.
+        TrainedArtifactError: as :func:`verify`; ``dst`` is a file.
     """
-    sums = verify(folder)
-    if (dst / "model.safetensors").is_file() and \
-            hashlib.sha256((dst / "model.safetensors").read_bytes()).hexdigest() == sums["model.safetensors"]:
+    sums = verify(folder, sums_sha256)
+    if dst.exists() and not dst.is_dir():
+        raise TrainedArtifactError(f"{dst} is a file, not a folder for the served copy")
+    if all((dst / f).is_file() and not (dst / f).is_symlink() and _sha(dst / f) == sums[f] for f in SERVED_FILES):
         return dst
     tmp = dst.with_name(dst.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for f in SERVED_FILES:
-        shutil.copy2(folder / f, tmp / f)
-    shutil.rmtree(dst, ignore_errors=True)
-    tmp.rename(dst)
+    try:
+        tmp.mkdir(parents=True)
+        for f in SERVED_FILES:
+            shutil.copyfile(folder / f, tmp / f)
+        if any(_sha(tmp / f) != sums[f] for f in SERVED_FILES):  # changed while copying
+            raise TrainedArtifactError(f"{folder}: a served file changed while it was copied")
+        shutil.rmtree(dst, ignore_errors=True)
+        tmp.rename(dst)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return dst
 
 
@@ -149,10 +188,18 @@ def served_folder(work: Callable[[str], Path], weights: str, qparams: Any) -> Pa
     if weights == "bf16":
         return bf16
     dst = work(FOLDERS["nvfp4"])
-    if not (dst / "model.safetensors").is_file():
+    src_sha = _sha(bf16 / "model.safetensors")
+    rec = dst / "nvfp4study_quantize.json"
+    try:
+        made = json.loads(rec.read_text())
+        fresh = made["source_sha256"] == src_sha and made["model_sha256"] == _sha(dst / "model.safetensors")
+    except (OSError, ValueError, KeyError, TypeError):
+        fresh = False
+    if not fresh:  # made from these trained weights, and untouched since: else made again
         report = nvfp4_copy(bf16, dst, qparams)
-        (dst / "nvfp4study_quantize.json").write_text(json.dumps(
-            {"quantized": report["quantized"], "counts": report["report"].get("counts")}, indent=2) + "\n")
+        rec.write_text(json.dumps({"quantized": report["quantized"], "counts": report["report"].get("counts"),
+                                   "source_sha256": src_sha,
+                                   "model_sha256": _sha(dst / "model.safetensors")}, indent=2) + "\n")
     return dst
 
 

@@ -131,6 +131,15 @@ def _groups(all_arms: list[Arm]) -> list[list[Arm]]:
     return [[a for a in all_arms if a.clamp == c] for c in order if any(a.clamp == c for a in all_arms)]
 
 
+def _model_sha(stage: Stage) -> str:
+    """sha256 of the trained weights served (the hash-checked copy's ``model.safetensors``)."""
+    import hashlib
+
+    from ..serving.launch_env import standin_path
+
+    return hashlib.sha256((standin_path(stage, "trained-bf16") / "model.safetensors").read_bytes()).hexdigest()
+
+
 def collect(stage: Stage) -> dict[str, Any]:
     """Serve every arm (:func:`arms`), the arms of one clamp form loading together
     (:func:`_groups`), and return ``{"arms", "rows", "launches", "prompts", ...}``; also written to
@@ -161,6 +170,7 @@ def collect(stage: Stage) -> dict[str, Any]:
                                                              "native_moe_audit", "model_path")}}
                      for a, r in zip(group, recs, strict=True)]
     out = {"arms": [asdict(a) | {"key": a.key} for a in arms(stage.params)], "prompts": len(reqs),
+           "model_sha256": _model_sha(stage),
            "rows": rows, "launches": launches, "stop": STOP, "indent": INDENT,
            "max_new_tokens": stage.params.server.cpu.trained.max_new_tokens}
     from ..core.files import write_json
@@ -170,21 +180,26 @@ def collect(stage: Stage) -> dict[str, Any]:
 
 
 def complete_lines(completion: str, finish_reason: str | None) -> str:
-    """The completion up to its last complete line when the token limit cut it (``"length"``):
-    a toy model's answer cut mid-statement would otherwise never parse, whatever the clamp did;
-    a completion ended by a stop sequence is whole."""
+    """The completion up to its last complete line when the token limit cut it (``"length"``),
+    without trailing lines that open a block (end in ``:``) whose body the cut removed: a toy
+    model's answer cut mid-statement would otherwise never parse, whatever the clamp did. A
+    completion ended by a stop sequence is whole."""
     if finish_reason != "length":
         return completion
-    return completion[: completion.rindex("\n") + 1] if "\n" in completion else ""
+    lines = completion.split("\n")[:-1]  # the last piece has no newline: cut
+    while lines and lines[-1].rstrip().endswith(":"):
+        lines.pop()
+    return "".join(ln + "\n" for ln in lines)
 
 
 def classify(data: dict[str, Any], run_code: bool = True, sandbox: Any = None) -> list[dict[str, Any]]:
     """Per row, on the completion's complete lines (:func:`complete_lines`): ``code`` (not
-    empty), ``parses`` (prompt + completion parses),
+    blank); where there is code, ``parses`` (prompt + completion parses),
     ``junk`` (the study's detector flags the completion, checked inside its prompt), ``runs`` (the
     program reaches the task's checks in the sandbox: they pass or an assertion fails), ``passed``
     (they pass; both None when not run), ``same_as_reference`` (token ids equal
-    the reference arm's). Pure except the sandbox."""
+    the reference arm's); ``parses``/``junk``/``runs``/``passed`` are None for a row without code.
+    Pure except the sandbox."""
     from ..codeeval.detect import detect_code
     from ..codeeval.tasks import humaneval_tasks
 
@@ -193,22 +208,28 @@ def classify(data: dict[str, Any], run_code: bool = True, sandbox: Any = None) -
     out = []
     for r in data["rows"]:
         task = tasks[r["task_id"]]
-        body = INDENT + complete_lines(r["completion"], r["finish_reason"])
-        try:
-            ast.parse(task.prompt + body)
-            parses = True
-        except (SyntaxError, ValueError):
-            parses = False
-        det = detect_code(body, prompt=task.prompt, source="trained-standin")
+        lines = complete_lines(r["completion"], r["finish_reason"])
+        body = INDENT + lines
+        code = bool(lines.strip())
+        parses = junk = None  # judged only where there is code
+        if code:
+            try:
+                ast.parse(task.prompt + body)
+                parses = True
+            except (SyntaxError, ValueError):
+                parses = False
+            junk = bool(detect_code(body, prompt=task.prompt, source="trained-standin").corrupted)
         out.append({**{k: r[k] for k in ("arm", "clamp", "weights", "task_id")},
-                    "code": bool(r["completion"].strip()), "parses": parses, "junk": bool(det.corrupted),
+                    "code": code, "parses": parses, "junk": junk,
                     "same_as_reference": r["output_ids"] == ref.get(r["task_id"]),
-                    "reference_logprob_mean": r.get("reference_logprob_mean"), "body": body})
+                    "reference_logprob_mean": r.get("reference_logprob_mean"),
+                    "reference_tokens": r.get("reference_tokens"), "body": body})
     if run_code:
         from ..codeeval.sandbox import check_many
 
-        results = check_many([(tasks[o["task_id"]], o["body"]) for o in out], sandbox)
-        for o, res in zip(out, results, strict=True):
+        coded = [o for o in out if o["code"]]
+        results = check_many([(tasks[o["task_id"]], o["body"]) for o in coded], sandbox) if coded else []
+        for o, res in zip(coded, results, strict=True):
             o["passed"] = res.outcome == "pass"
             # ran to the task's checks: passed them, or an assertion of theirs failed
             o["runs"] = res.outcome in ("pass", "assertion_failure")
@@ -230,22 +251,28 @@ def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per arm: counts of each outcome with Wilson 95 % intervals, and the mean
-    per-token logprob of the reference arm's continuations under the arm (nats)."""
+    """One row per arm: ``requests``; per outcome its count, its denominator (``<col>_n``: the rows
+    that have it; ``parses``, ``junk``, ``runs``, ``passed`` only rows with code) and a Wilson 95 %
+    interval; the per-token mean logprob of the reference arm's continuations under the arm (nats,
+    every scored token weighted alike)."""
     out = []
     for key in dict.fromkeys(r["arm"] for r in rows):
         rs = [r for r in rows if r["arm"] == key]
-        n = len(rs)
-        s: dict[str, Any] = {"arm": key, "clamp": rs[0]["clamp"], "weights": rs[0]["weights"], "requests": n}
+        s: dict[str, Any] = {"arm": key, "clamp": rs[0]["clamp"], "weights": rs[0]["weights"], "requests": len(rs)}
         for col in ("code", "parses", "junk", "runs", "passed", "same_as_reference"):
-            if all(r.get(col) is None for r in rs):
+            have = [r[col] for r in rs if r.get(col) is not None]
+            if col != "code" and col != "same_as_reference" and not any(r.get("code") for r in rs):
+                have = []
+            if not have and col not in ("code", "same_as_reference"):
                 continue
-            k = sum(bool(r.get(col)) for r in rs)
-            lo, hi = wilson(k, n)
-            s[col] = k
-            s[f"{col}_ci"] = [round(lo, 3), round(hi, 3)]
-        lps = [r["reference_logprob_mean"] for r in rs if r.get("reference_logprob_mean") is not None]
-        s["reference_logprob_mean"] = round(sum(lps) / len(lps), 4) if lps else None
+            k = sum(bool(v) for v in have)
+            lo, hi = wilson(k, len(have))
+            s[col], s[f"{col}_n"], s[f"{col}_ci"] = k, len(have), [round(lo, 3), round(hi, 3)]
+        scored = [(r["reference_logprob_mean"], r.get("reference_tokens") or 1) for r in rs
+                  if r.get("reference_logprob_mean") is not None]
+        tokens = sum(n for _, n in scored)
+        s["reference_logprob_mean"] = round(sum(m * n for m, n in scored) / tokens, 4) if tokens else None
+        s["reference_tokens"] = tokens
         out.append(s)
     return out
 
@@ -264,9 +291,10 @@ def run(stage: Stage, sandbox: Any = None) -> dict[str, Any]:
         import json
 
         old = json.loads(path.read_text())
-        if old.get("arms") == [asdict(a) | {"key": a.key} for a in arms(stage.params)] and \
-                old.get("prompts") == stage.params.server.cpu.trained.prompts:
-            data = old  # a continued run: the engine's answers are already recorded
+        if (old.get("arms"), old.get("prompts"), old.get("max_new_tokens"), old.get("model_sha256")) == (
+                [asdict(a) | {"key": a.key} for a in arms(stage.params)], stage.params.server.cpu.trained.prompts,
+                stage.params.server.cpu.trained.max_new_tokens, _model_sha(stage)):
+            data = old  # a continued run: the engine's answers for these arms and weights are recorded
     data = data or collect(stage)
     rows = classify(data, sandbox=sandbox)
     summary = summarize(rows)

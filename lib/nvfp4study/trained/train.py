@@ -26,6 +26,7 @@ import math
 import os
 import platform
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -44,11 +45,19 @@ BIAS_RATE = 1e-3
 #: native MoE path (stage 04's probe), so the model is trained with 1.0, where dropping changes
 #: nothing; Ling's 2.5 is what the layout writes for the random stand-in.
 ROUTED_SCALING_FACTOR = 1.0
+#: Ling's clamp limits are multiplied by this: at Ling's own limits the toy's gates exceed 4 on
+#: 0.02-0.03 % of routed values and dropping the clamp changes held-out loss by 0.01 %
+#: (``artifact/train_log_ling_limits.json``); halved, the clamp binds on 1.3-1.7 % (``train_log.json``).
+LIMIT_SCALE = 0.5
 ARTIFACT_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                  "generation_config.json", "corpus_manifest.json", "train_log.json")
+                  "generation_config.json", "corpus_manifest.json", "train_log.json", "train_log_ling_limits.json")
 
 
-def standin_config(vocab_size: int = VOCAB_SIZE, limit_scale: float = 1.0) -> dict[str, Any]:
+class TrainError(ValueError):
+    """A training input is unusable (what and why are named); nothing is written."""
+
+
+def standin_config(vocab_size: int = VOCAB_SIZE, limit_scale: float = LIMIT_SCALE) -> dict[str, Any]:
     """``config.json`` of the trained stand-in: the served all-MLA shape of
     ``params/default.yaml`` (:func:`nvfp4study.checkpoint.served.served_shape`: Ling's clamp lists
     on its last layers, limits 4 routed, 5 and 7 shared) with ``vocab_size``,
@@ -70,15 +79,37 @@ def standin_config(vocab_size: int = VOCAB_SIZE, limit_scale: float = 1.0) -> di
     return cfg
 
 
-def prepare(out: Path, limit_scale: float = 1.0) -> dict[str, Any]:
-    """Corpus, tokenizer, packed ids and config into ``out`` (created). Returns the packed
-    corpus's summary (files, bytes, ids, their sha256)."""
+def prepare(out: Path, limit_scale: float = LIMIT_SCALE) -> dict[str, Any]:
+    """Corpus, tokenizer, packed ids and config into ``out``, which must not exist or be empty;
+    written into ``out.partial`` and renamed. Returns the packed corpus's summary (files, bytes,
+    ids, their sha256).
+
+    Raises:
+        TrainError: ``out`` is a file or a folder that holds files; ``limit_scale`` is not a
+            finite number above 0.
+    """
+    import shutil
+
+    if not (isinstance(limit_scale, (int, float)) and math.isfinite(limit_scale) and limit_scale > 0):
+        raise TrainError(f"--limit-scale must be a finite number above 0 (0 would mean no clamp), not {limit_scale!r}")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise TrainError(f"{out} exists and is not an empty folder: prepare writes a new artifact folder")
+    final, out = out, out.with_name(out.name + ".partial")
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    summary = _prepare_into(out, limit_scale)
+    if final.exists():
+        final.rmdir()
+    out.rename(final)
+    return summary
+
+
+def _prepare_into(out: Path, limit_scale: float) -> dict[str, Any]:
     import numpy as np
 
     from ..checkpoint.tokenizer import EOS, build_tokenizer, tokenizer_config
     from .corpus import collect, ids_sha256, manifest
 
-    out.mkdir(parents=True, exist_ok=True)
     train, held = collect()
     tok = build_tokenizer(VOCAB_SIZE, (f.text for f in train))
     eos = tok.token_to_id(EOS)
@@ -156,10 +187,12 @@ def fit(out: Path, *, steps: int = STEPS, device: str | None = None, seed: int =
     ``train_log.json`` and ``SHA256SUMS`` into ``out``. Returns the log.
 
     ``budget_s``: time the first :data:`PROBE_STEPS` steps (inside the warm-up, so the schedule
-    does not depend on the total yet) and lower ``steps`` to what fits in ``budget_s`` seconds;
-    the log records the steps run, and ``--steps N`` repeats them exactly.
+    does not depend on the total yet) and lower ``steps`` to what fits in ``budget_s`` seconds,
+    never below :data:`PROBE_STEPS`; the log records the steps run, and ``--steps N`` repeats them.
 
     Raises:
+        TrainError: ``steps`` or ``batch`` below 1, no ``config.json`` in ``out`` (run ``prepare``
+            first), or fewer held-out ids than one evaluation window.
         nvfp4study.trained.corpus.CorpusError: the packed ids do not match the config's hashes.
     """
     import torch
@@ -167,8 +200,15 @@ def fit(out: Path, *, steps: int = STEPS, device: str | None = None, seed: int =
     from .corpus import load_packed
     from .reference import BailingReference
 
+    if steps < 1 or batch < 1 or seq < 2:
+        raise TrainError(f"steps, batch and seq must be at least 1, 1 and 2 (got {steps}, {batch}, {seq})")
+    if not (out / "config.json").is_file():
+        raise TrainError(f"{out / 'config.json'} missing: run `--step prepare` into {out} first")
     cfg = json.loads((out / "config.json").read_text())
     data = load_packed(out / "corpus.npz", cfg["_nvfp4study"]["corpus"]["ids_sha256"])
+    if data["held_out"].size < seq + 1 or data["train"].size < seq + 2:
+        raise TrainError(f"the packed corpus has {data['train'].size} train / {data['held_out'].size} held-out ids: "
+                         f"fewer than one window of {seq + 1}")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(seed)
     train_ids = torch.from_numpy(data["train"].astype("int64"))
@@ -184,7 +224,7 @@ def fit(out: Path, *, steps: int = STEPS, device: str | None = None, seed: int =
             t_probe = time.time()
         if budget_s and step == PROBE_STEPS:
             per_step = (time.time() - t_probe) / (PROBE_STEPS - PROBE_STEPS // 3)
-            steps = min(steps, PROBE_STEPS + int((budget_s - (time.time() - t0)) / per_step))
+            steps = min(steps, PROBE_STEPS + max(0, int((budget_s - (time.time() - t0)) / per_step)))
         for g in opt.param_groups:
             g["lr"] = _lr(step, steps)
         win = _batch(train_ids, gen, batch, seq, device)
@@ -235,6 +275,11 @@ def evaluate(model: Any, data: dict[str, Any], device: str, seq: int = SEQ_LEN,
     n = min(max_windows, (ids.numel() - 1) // (seq + 1))
     wins = ids[: n * (seq + 1)].view(n, seq + 1).to(device)
     bytes_per_token = float(data["held_out_bytes"]) / ids.numel()
+    from .reference import MoE
+
+    for m in model.modules():  # count where the clamp binds over this evaluation only
+        if isinstance(m, MoE):
+            m.bind_count, m.bind_total = 0, 0
     out: dict[str, Any] = {"windows": n, "tokens": n * seq, "bytes_per_token": round(bytes_per_token, 4)}
     for form in ("exact", "approx", "dropped"):
         tot, mtot = 0.0, 0.0
@@ -253,7 +298,8 @@ def evaluate(model: Any, data: dict[str, Any], device: str, seq: int = SEQ_LEN,
 
 def _binding_share(model: Any) -> dict[str, float]:
     """Per clamped MoE layer (``"layer N"``): the share of selected (token, expert) gate values
-    whose ``silu`` exceeds the routed limit, accumulated over the last evaluation batches."""
+    whose ``silu`` exceeds the routed limit, over the no-gradient forward passes since
+    :func:`evaluate` reset the counts (its exact-form pass)."""
     from .reference import MoE
 
     return {f"layer {m.layer}": round(m.bind_count / m.bind_total, 6)
@@ -290,15 +336,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=BATCH)
     ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--limit-scale", type=float, default=1.0, help="multiply Ling's clamp limits (prepare)")
+    ap.add_argument("--limit-scale", type=float, default=LIMIT_SCALE,
+                    help=f"multiply Ling's clamp limits (prepare; default {LIMIT_SCALE}, the committed model's)")
     ap.add_argument("--budget-s", type=float, default=None, help="lower --steps to fit this many seconds")
     ap.add_argument("--keep-corpus", action="store_true", help="keep corpus.npz after fitting")
     args = ap.parse_args(argv)
+    try:
+        return _run(args)
+    except (TrainError, OSError) as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .corpus import CorpusError
+
+    if args.steps < 1:
+        raise TrainError(f"--steps must be at least 1, not {args.steps}")
     if args.step in ("all", "prepare"):
         print(json.dumps(prepare(args.out, args.limit_scale)), flush=True)
     if args.step in ("all", "fit"):
-        log = fit(args.out, steps=args.steps, device=args.device, seed=args.seed, batch=args.batch,
-                  budget_s=args.budget_s)
+        try:
+            log = fit(args.out, steps=args.steps, device=args.device, seed=args.seed, batch=args.batch,
+                      budget_s=args.budget_s)
+        except CorpusError as exc:
+            raise TrainError(str(exc)) from None
         print(json.dumps(log["held_out"]), flush=True)
         if not args.keep_corpus and args.step == "all":
             (args.out / "corpus.npz").unlink()

@@ -308,6 +308,11 @@ TRAINED_NOTE = ("toy scale: the project's trained stand-in (lib/nvfp4study/train
                 "a mechanism check, not a measurement of Ling-3.0-flash or of the card's numbers")
 
 
+#: the null control's largest allowed logprob difference (nats): a relaunch that computes the same
+#: tokens in float32 reproduces their logprobs to rounding; measured 0 on this machine.
+NULL_LOGPROB_TOL = 1e-4
+
+
 @dataclass(frozen=True)
 class TrainedMeasurements:
     """The trained stand-in's arms (``trained.served.summarize`` rows, one per arm, keyed by arm),
@@ -331,11 +336,15 @@ def _trained_refusal(x: TrainedMeasurements, need: tuple[str, ...]) -> str | Non
     missing = [a for a in ("exact-bf16", "exact-bf16-again", *need) if a not in x.arms]
     if missing:
         return f"arms not served: {', '.join(missing)}"
-    null = x.arms["exact-bf16-again"]
+    null, ref = x.arms["exact-bf16-again"], x.arms["exact-bf16"]
     if null["same_as_reference"] != null["requests"]:
         return (f"the null control failed: the reference arm relaunched gave {null['same_as_reference']} of "
                 f"{null['requests']} continuations identical to its first launch, so a difference between arms "
                 "cannot be told from the engine's own variation")
+    if abs(null["reference_logprob_mean"] - ref["reference_logprob_mean"]) > NULL_LOGPROB_TOL:
+        return (f"the null control failed: the relaunched reference scored its own tokens "
+                f"{null['reference_logprob_mean'] - ref['reference_logprob_mean']:+.2g} nats off the first launch, "
+                f"above {NULL_LOGPROB_TOL:g}: logprob differences between arms are not readable")
     return None
 
 
@@ -349,11 +358,12 @@ def _arm_words(a: dict[str, Any], ref_lp: float) -> str:
 @finding_rule("corruption.trained-before-after", TrainedMeasurements,
               claim="On a model trained with Ling's post-SiLU clamp, served by SGLang's real engine, dropping the "
                     "routed clamp (the native MoE path as shipped) changes the greedy output and makes what the "
-                    "trained form writes less likely; the study's exact patch restores the trained form.")
+                    "model writes with its clamp (served through the study's exact patch) less likely.")
 def trained_before_after(x: TrainedMeasurements) -> Row | None:
-    """Reproduced when the null control holds (the reference relaunched matches itself on every
-    prompt), the dropped arm changes at least one continuation AND gives the reference's tokens a
-    lower mean logprob; contradicted otherwise; not run without the arms or the control."""
+    """Reproduced when the null control holds (the reference relaunched gives the same tokens on
+    every prompt and their logprobs within :data:`NULL_LOGPROB_TOL`), the dropped arm changes at
+    least one continuation AND gives the reference's tokens a lower per-token mean logprob;
+    contradicted otherwise; not run without the arms or the control."""
     if not x.arms:
         return None
     if (why := _trained_refusal(x, ("released-bf16",))) is not None:
