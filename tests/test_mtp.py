@@ -227,3 +227,38 @@ def test_best_depth_by_the_deciding_tok_s():
     rows[3]["log gen tok/s median"] = 46.0
     assert r06.mtp_k2_best(r06.MtpMeasurements(rows, [], "", {})).measured["best_depth"] == 3
     assert r06.mtp_k2_best(r06.MtpMeasurements(rows[:1], [], "", {})).note == "not run: fewer than two depths measured"
+
+
+# Each tolerance band (core/claims.yaml's mtp.k2 range, widened by 0.05; tok/s and speedup within
+# 15 % of the card): a value inside the card's exact range, inside the band only, on the band's
+# edge, and just past it. The log's values decide; the other three checks stay at agreeing values,
+# so one check alone moves the verdict between reproduced (4/4) and partly (3/4).
+BAND_CASES = [
+    ("log accept len median", 2.66, True), ("log accept len median", 2.73, True),
+    ("log accept len median", 2.70 + 0.05, True), ("log accept len median", 2.76, False),
+    ("log accept len median", 2.62 - 0.05, True), ("log accept len median", 2.56, False),
+    ("log accept rate median", 0.84, True), ("log accept rate median", 0.88, True),
+    ("log accept rate median", 0.85 + 0.05, True), ("log accept rate median", 0.91, False),
+    ("log accept rate median", 0.81 - 0.05, True), ("log accept rate median", 0.75, False),
+    ("log gen tok/s median", 45.1 * 1.14, True), ("log gen tok/s median", 45.1 * 0.86, True),
+    ("log gen tok/s median", 45.1 * 1.16, False), ("log gen tok/s median", 45.1 * 0.84, False),
+    ("speedup vs off (log gen tok/s medians)", 2.0 * 1.15, True),
+    ("speedup vs off (log gen tok/s medians)", 1.71, True),  # 2.0 x 0.85 is 15.000000000000002 % in floats
+    ("speedup vs off (log gen tok/s medians)", 2.31, False), ("speedup vs off (log gen tok/s medians)", 1.69, False),
+]
+
+SHORT = {"log accept len median": "len", "log accept rate median": "rate", "log gen tok/s median": "tok_s",
+         "speedup vs off (log gen tok/s medians)": "speedup"}
+
+
+@pytest.mark.parametrize("key,value,agrees", BAND_CASES, ids=[f"{SHORT[k]}-{v:.4g}" for k, v, _ in BAND_CASES])
+def test_tolerance_bands_inside_on_and_past(key, value, agrees):
+    res = _depth(r06.mtp_k2, _depth_row(2, **{key: value}), "mtp.k2", K2)
+    assert (res.verdict, res.note[:3]) == (("reproduced", "4/4") if agrees else ("partly", "3/4"))
+
+
+def test_within_bands_by_hand():
+    """``_within``: 2 within 15 % of the card, 1 within 30 %, 0 past it or missing (both sides)."""
+    for x, want in ((100.0, 2), (115.0, 2), (85.0, 2), (116.0, 1), (84.0, 1), (130.0, 1), (70.0, 1),
+                    (131.0, 0), (69.0, 0), (None, 0)):
+        assert r06._within(x, 100.0, (0.15, 0.30)) == want, x

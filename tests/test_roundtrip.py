@@ -71,6 +71,8 @@ def test_hand_decoded_blocks_reproduce_codec_and_source(pair, proj):
     bound = torch.maximum(s * half, x.abs() - 6 * s) + 2 ** -7 * x.abs() + 2 ** -8 * s
     err = (hand - x).abs()
     assert bool((err <= bound).all()), float((err / bound).max())
+    # the library's bound is this hand bound, element by element
+    assert torch.allclose(R.element_bound(w, scale, gscale)[rows], bound, rtol=1e-6, atol=0)
     # and the codes are the nearest grid points: no other e2m1 value x s is closer
     grid = torch.tensor(E2M1 + [-g for g in E2M1[1:]])
     best = (x.unsqueeze(-1) - grid * s.unsqueeze(-1)).abs().min(dim=-1).values
@@ -113,3 +115,41 @@ def test_sample_experts(pair):
 def test_missing_index(tmp_path):
     with pytest.raises(SourceCheckpointMissing):
         R.roundtrip(tmp_path, tmp_path, 2)
+
+
+# (v = |x| / s in block-scale units, the bound in units of s by hand from the module docstring:
+#  half the e2m1 grid gap, 0.25 below 2, 0.5 in [2, 4), 1 in [4, 6]; beyond 6 the clip |x| - 6 s;
+#  then + 2^-7 |x| + 2^-8 s)
+HAND_BOUND = [(0.0, 0.25), (1.0, 0.25), (1.99, 0.25), (2.0, 0.5), (3.5, 0.5), (3.99, 0.5), (4.0, 1.0),
+              (5.0, 1.0), (6.0, 1.0), (6.5, 1.0), (7.0, 1.0), (7.5, 1.5), (8.0, 2.0), (10.0, 4.0), (16.0, 10.0)]
+
+
+def test_element_bound_by_hand_element_by_element():
+    """Two blocks of 16 with block scales 3 and 6 over a global scale 2 (s = 1.5 and 3): every
+    element's bound equals the hand value, both signs, each block with its own s."""
+    vs = [v for v, _ in HAND_BOUND] + [0.5]  # 16 values per block
+    x, want = [], []
+    for s in (1.5, 3.0):
+        for sign in (1.0, -1.0):
+            row_x = [sign * v * s for v in vs]
+            x.append(row_x)
+            want.append([h * s + 2 ** -7 * abs(xi) + 2 ** -8 * s
+                         for (_, h), xi in zip(HAND_BOUND + [(0.5, 0.25)], row_x, strict=True)])
+    # rows: block 0 of the first two rows has s 1.5, block 1 s 3 (each row is both blocks)
+    x = torch.tensor([x[0] + x[2], x[1] + x[3]])
+    want = torch.tensor([want[0] + want[2], want[1] + want[3]])
+    block_scale = torch.tensor([[3.0, 6.0], [3.0, 6.0]])
+    got = R.element_bound(x, block_scale, torch.tensor([2.0]))
+    assert got.dtype == torch.float32 and got.shape == (2, 32)
+    assert torch.allclose(got, want, rtol=1e-6, atol=0), (got - want).abs().max()
+    # a bf16 input gives the same float32 bound
+    assert torch.equal(R.element_bound(x.bfloat16(), block_scale, torch.tensor([2.0])),
+                       R.element_bound(x.bfloat16().float(), block_scale, torch.tensor([2.0])))
+
+
+def test_element_bound_zero_block_scale_is_finite():
+    """An all-zero block (block scale 0): v is |x| / tiny, not a division by zero; the bound of a
+    zero element is 0 there and of any other element its clip |x|."""
+    got = R.element_bound(torch.tensor([[0.0] * 15 + [1.0]]), torch.tensor([[0.0]]), torch.tensor([1.0]))
+    assert torch.isfinite(got).all()
+    assert got[0, :15].tolist() == [0.0] * 15 and got[0, 15].item() == pytest.approx(1.0 + 2 ** -7)

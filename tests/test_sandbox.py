@@ -367,3 +367,39 @@ def test_sandbox_python_is_base_interpreter():
     py = isolation.sandbox_python(SandboxParams())
     assert py == os.path.realpath(sys.executable)
     assert Path(py).is_file()
+
+
+# Fake ``bwrap`` programs: (name, shell body, whether the probe may accept it). The probe runs
+# ``bwrap ARGS -- python -I -c "print('ok')"`` and accepts only exit status 0 with exactly "ok" on
+# stdout; "runs" execs what follows ``--`` (a bwrap that runs the program, without isolation).
+FAKE_BWRAP = [
+    ("exits-0-runs-nothing", "exit 0", False),
+    ("prints-ok-exits-1", "echo ok; exit 1", False),
+    ("exits-0-prints-other", "echo okay; exit 0", False),
+    ("exits-0-prints-ok-on-stderr", "echo ok >&2; exit 0", False),
+    ("runs", 'while [ $# -gt 0 ] && [ "$1" != "--" ]; do shift; done; shift; exec "$@"', True),
+]
+
+
+@pytest.mark.parametrize("name,body,usable", FAKE_BWRAP, ids=[c[0] for c in FAKE_BWRAP])
+def test_bwrap_probe_needs_exit_0_and_ok(name, body, usable, tmp_path, monkeypatch):
+    """Both sides of the probe: a ``bwrap`` that exits 0 without running anything (or prints "ok"
+    but fails) is refused with SandboxUnavailable and the program is not run; only one that ran the
+    probe's program (status 0, "ok") is accepted."""
+    fake = tmp_path / "bwrap"
+    fake.write_text(f"#!/bin/sh\n{body}\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(isolation, "_bwrap_path", lambda: str(fake))
+    isolation._bwrap_probe.cache_clear()
+    try:
+        if usable:
+            assert sandbox_status(SandboxParams())["isolation"] == "bwrap"
+            return
+        with pytest.raises(SandboxUnavailable, match="cannot be set up: bwrap cannot run here"):
+            sandbox_status(SandboxParams())
+        flag = tmp_path / "ran"
+        with pytest.raises(SandboxUnavailable):
+            check_program(TASK, f"open({str(flag)!r}, 'w').write('x')\n{GOOD}", SandboxParams())
+        assert not flag.exists()
+    finally:
+        isolation._bwrap_probe.cache_clear()
