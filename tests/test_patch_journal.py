@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,6 @@ import pytest
 from nvfp4study.core.errors import PatchStateError, PatchTargetReadOnly
 from nvfp4study.sglang import patch_journal as pj
 
-REPO = Path(__file__).resolve().parents[1]
 OLD = {"pkg/a.py": b"a = 1\n", "pkg/b.py": b"b = 2\n"}
 NEW = {"pkg/a.py": b"a = 1  # patched\n", "pkg/b.py": b"b = 3  # patched\n"}
 
@@ -148,7 +148,8 @@ def test_write_all_writes_every_target_keeps_modes(tmp_path):
 def test_write_all_refuses_while_a_journal_is_pending(tmp_path):
     root = _pending(tmp_path, renamed=1)
     before = _state(root)
-    with pytest.raises(PatchStateError, match="interrupted patch command is pending"):
+    with pytest.raises(PatchStateError, match="interrupted patch command is pending; run `nvfp4study patch "
+                                              "status` to finish it"):
         pj.write_all(root, {root / r: b"x\n" for r in OLD}, {root / r: before[r] for r in OLD})
     assert _state(root) == before and (root / ".nvfp4study-patch" / "1.new").read_bytes() == NEW["pkg/b.py"]
 
@@ -185,7 +186,8 @@ def test_killed_at_every_step_recovers_wholly_before_or_after(tmp_path):
     mkdir, 2 x (new, old), journal tmp, journal rename, 2 target renames, unlink, rmtree); after
     each kill :func:`recover` leaves the tree wholly before (killed before the journal's rename)
     or wholly after (killed after it)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "lib"), os.environ.get("PYTHONPATH", "")])}
+    lib = Path(pj.__file__).resolve().parents[2]  # the package this test imported, in the child too
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(lib), os.environ.get("PYTHONPATH", "")])}
     seen = []
     for n in range(1, 13):
         root = _tree(tmp_path / str(n), OLD)
@@ -196,3 +198,92 @@ def test_killed_at_every_step_recovers_wholly_before_or_after(tmp_path):
         assert not pj.pending(root)
         seen.append("after" if _state(root) == NEW else "before" if _state(root) == OLD else "mixed")
     assert seen == ["before"] * 7 + ["after"] * 5
+
+
+def test_recover_renames_every_pending_file_and_names_them(tmp_path):
+    root = _pending(tmp_path, renamed=0)
+    assert pj.recover(root) == ["finished an interrupted patch command: 2 file(s) in the after state, "
+                                "renamed now: pkg/a.py, pkg/b.py"]
+    assert _state(root) == NEW
+
+
+def test_recover_rename_failure_is_read_only_error(tmp_path, monkeypatch):
+    root = _pending(tmp_path, renamed=1)
+
+    def replace(src, dst):
+        raise PermissionError(13, "read-only", str(dst))
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(PatchTargetReadOnly, match=r"finishing the interrupted patch command in .*\.nvfp4study-patch "
+                                                  r"failed: .*read-only"):
+        pj.recover(root)
+    assert pj.pending(root)
+
+
+def test_write_all_failure_before_any_target(tmp_path):
+    """The journal folder cannot be made (no tree there): PatchTargetReadOnly naming no target, and
+    the roll-back (no folder to remove) does not replace the error."""
+    with pytest.raises(PatchTargetReadOnly, match="writing None failed"):
+        pj.write_all(tmp_path / "absent", {}, {})
+
+
+def test_write_all_rollback_skips_a_vanished_target(tmp_path, monkeypatch):
+    """A target gone when the write fails is not recreated, and the error stays PatchTargetReadOnly."""
+    root = _tree(tmp_path, OLD)
+    real = os.replace
+
+    def replace(src, dst):
+        if Path(dst) == root / "pkg/b.py":
+            (root / "pkg/b.py").unlink()
+            raise PermissionError(13, "read-only", str(dst))
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(PatchTargetReadOnly):
+        pj.write_all(root, {root / r: NEW[r] for r in OLD}, {root / r: OLD[r] for r in OLD})
+    assert (root / "pkg/a.py").read_bytes() == OLD["pkg/a.py"] and not (root / "pkg/b.py").exists()
+
+
+class _Killed(BaseException):
+    pass
+
+
+def test_kill_hook_steps_in_order(tmp_path, monkeypatch):
+    """``NVFP4STUDY_PATCH_KILL_AT=N`` sends SIGKILL to this process just before the N-th step; with
+    ``os.kill`` replaced, the state of the tree at each step shows what was done before it (the
+    journal and its ``.tmp`` with mode 0644 and the format of the module docstring)."""
+    seen = {}
+    journal = {"files": [{"path": r, "new": f"{i}.new", "old": f"{i}.old", "sha256_before": _sha(OLD[r]),
+                          "sha256_after": _sha(NEW[r])} for i, r in enumerate(OLD)]}
+    for n in range(1, 13):
+        root = _tree(tmp_path / str(n), OLD)
+        jdir = root / ".nvfp4study-patch"
+
+        def kill(pid, sig, n=n, root=root, jdir=jdir):
+            assert (pid, sig) == (os.getpid(), signal.SIGKILL)
+            files = sorted(p.name for p in jdir.iterdir()) if jdir.is_dir() else None
+            seen[n] = (files, [_state(root)[r] == NEW[r] for r in OLD])
+            if (jdir / "journal.json").is_file():
+                assert json.loads((jdir / "journal.json").read_text()) == journal
+                assert os.stat(jdir / "journal.json").st_mode & 0o777 == 0o644
+            raise _Killed
+
+        monkeypatch.setattr(os, "kill", kill)
+        monkeypatch.setattr(pj, "_steps", 0)
+        monkeypatch.setenv(pj.KILL_ENV, str(n))
+        if n == 12:
+            pj.write_all(root, {root / r: NEW[r] for r in OLD}, {root / r: OLD[r] for r in OLD})
+            assert _state(root) == NEW
+        else:
+            with pytest.raises(_Killed):
+                pj.write_all(root, {root / r: NEW[r] for r in OLD}, {root / r: OLD[r] for r in OLD})
+            assert _state(root) == OLD  # in-process: rolled back
+        assert not pj.pending(root)
+    j, t = "journal.json", "journal.json.tmp"
+    assert seen == {1: (None, [False, False]), 2: ([], [False, False]), 3: (["0.new"], [False, False]),
+                    4: (["0.new", "0.old"], [False, False]), 5: (["0.new", "0.old", "1.new"], [False, False]),
+                    6: (["0.new", "0.old", "1.new", "1.old"], [False, False]),
+                    7: (["0.new", "0.old", "1.new", "1.old", t], [False, False]),
+                    8: (["0.new", "0.old", "1.new", "1.old", j], [False, False]),
+                    9: (["0.old", "1.new", "1.old", j], [True, False]),
+                    10: (["0.old", "1.old", j], [True, True]), 11: (["0.old", "1.old"], [True, True])}
