@@ -462,3 +462,14 @@ def test_broken_draft_result_flagged_model_and_not_run_notes():
                    "mtp.broken_model_path to a checkpoint with layer 42 mis-declared to test this claim"}
     assert acceptance.broken_draft_result(_study() + [_summary("broken-draft", 1, None, None, 0.9)], BROKEN_CARD) == {
         "not_run": "model 'broken-draft': no accept length/rate measured at any speculative depth (no successful request)"}
+
+
+def test_broken_draft_result_working_rate_edge_and_half_measured_depth():
+    # an accept rate of exactly 0.30 (WORKING_RATE) is clearly working
+    recs = _study() + [_summary("broken-draft", 1, 1.6, 0.30, 1.5), _summary("broken-draft", 2, 2.0, 0.30, 1.6)]
+    assert acceptance.broken_draft_result(recs, BROKEN_CARD)["verdict"] == "contradicted"
+    # a depth with a length but no rate has no acceptance measured
+    recs = _study() + [_summary("broken-draft", 1, 1.0, 0.0, 0.94), _summary("broken-draft", 2, 1.0, None, 0.8)]
+    res = acceptance.broken_draft_result(recs, BROKEN_CARD)
+    assert res["verdict"] == "partly" and res["note"].endswith("; not measured: k=2 (acceptance)")
+    assert res["measured"]["accept_rate"] == 0.0

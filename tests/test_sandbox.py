@@ -477,3 +477,12 @@ def test_sandbox_unavailable_message_names_the_unsafe_mode(monkeypatch):
         "the sandbox (corruption.sandbox.isolation: bwrap) cannot be set up: bwrap not found on PATH. Generated "
         "code is not run without it; fix bubblewrap, or set corruption.sandbox.isolation: subprocess-unsafe to run "
         "it as a plain subprocess with the harness's file and network access")
+
+
+def test_sandbox_status_unsafe_mode_asked_by_name():
+    from nvfp4study.codeeval.task_cap import cap_description
+
+    st = sandbox_status(SandboxParams(isolation="subprocess-unsafe"))
+    assert st == {"isolation": "subprocess-unsafe", "note": isolation.UNSAFE_NOTE,
+                  "python": os.path.realpath(sys.executable), "bwrap_version": isolation._bwrap_version(),
+                  "process_cap": cap_description()}

@@ -19,7 +19,26 @@ _REAL_DIR = ("equivalent on this machine: merged /usr, /bin /sbin /lib /lib64 ar
 
 _DL = "nvfp4study.serving.decode_log."
 
+_ACC = "nvfp4study.serving.acceptance."
+_DUMP = ("equivalent for these params: pydantic dumps any mode but 'json' as Python values, and every field is a "
+         "str, number, bool, None, list, dict or str enum, which json.dumps writes as the JSON mode does")
+
+_CSV = "nvfp4study.checkpoint.check_scale_values."
+_MOST = "equivalent: most_common(n)[0] is the most common value for any n >= 1 or None"
+
 EQUIVALENT: dict[str, str] = {
+    # checkpoint/check_scale_values.py
+    _CSV + "x_check_scale_values__mutmut_39": _MOST,
+    _CSV + "x_check_scale_values__mutmut_41": _MOST,
+    _CSV + "x_value_problem__mutmut_13": "equivalent: v <= 0 for v < 0 after `v == 0` has returned 'zero' (-0.0 too)",
+    # serving/acceptance.py
+    _ACC + "x_session_delta__mutmut_3": "equivalent: found = None for False, only read as a truth value",
+    _ACC + "x_broken_draft_result__mutmut_170": ("equivalent: a missing speedup already makes `slower` false and "
+                                                 "`missing` non-empty, so the verdict is partly either way"),
+    # core/params.py Params.digest
+    "nvfp4study.core.params.xǁParamsǁdigest__mutmut_6": _DUMP,
+    "nvfp4study.core.params.xǁParamsǁdigest__mutmut_7": _DUMP,
+    "nvfp4study.core.params.xǁParamsǁdigest__mutmut_8": _DUMP,
     # serving/decode_log.py: parse_line's stripping, where the regex or a later strip does the same
     _DL + "x_parse_line__mutmut_3": ("equivalent: rstrip() also strips trailing spaces, which the last value's "
                                      "val.strip() removes anyway"),
