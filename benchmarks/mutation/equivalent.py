@@ -59,6 +59,7 @@ EQUIVALENT: dict[str, str] = {
     _ISO + "x_bwrap_args__mutmut_44": _NO_LIB32,
     _ISO + "x_bwrap_args__mutmut_55": _REAL_DIR,
     _ISO + "x_bwrap_args__mutmut_56": _REAL_DIR,
+    _ISO + "x_bwrap_args__mutmut_57": _REAL_DIR,
     _ISO + "x_bwrap_args__mutmut_58": _REAL_DIR,
     _ISO + "x_bwrap_args__mutmut_59": _REAL_DIR,
     _ISO + "x_bwrap_args__mutmut_60": _REAL_DIR,
