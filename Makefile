@@ -16,7 +16,7 @@ SGL_VENV  := .venv-sglang
 SGL_REQ   := tests/real_sglang/requirements.txt
 SGL_STAMP := $(SGL_VENV)/.installed-$(shell cat $(SGL_REQ) | cksum | cut -d' ' -f1)
 
-.PHONY: setup sglang-env envs prefetch study test lint notebooks bench jupyter clean-outputs workstation-envs gpu-clamp-check
+.PHONY: setup sglang-env envs prefetch study test lint notebooks bench mutation jupyter clean-outputs workstation-envs gpu-clamp-check
 
 setup: $(STAMP) $(BYTECODE)
 
@@ -90,6 +90,12 @@ workstation-envs: $(STAMP)
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# The mutation benchmark (not part of `make test`): mutmut over the modules whose mistakes change a
+# verdict or a user's safety, each with its own tests; writes benchmarks/mutation/REPORT.md.
+# MUTATION_ARGS="--only roundtrip r06_mtp" runs some modules (the others kept from the last run).
+mutation: $(STAMP)
+	$(BIN)/python benchmarks/mutation/run.py $(MUTATION_ARGS)
 
 # JupyterLab on the study's venv, in notebooks/. Local by default; on a remote workstation
 # `make jupyter JUPYTER_IP=0.0.0.0` (or keep 127.0.0.1 and tunnel: see the README). Jupyter prints

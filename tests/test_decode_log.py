@@ -94,3 +94,60 @@ def test_log_estimator_in_a_recorded_run_and_its_replay(tmp_path):
     measure.collect(s6)
     again = mtp.estimator_table(s6)
     assert again[again.estimator.str.startswith("SGLang decode log")].iloc[0]["accept_len"] == row["accept_len"]
+
+
+def _row(launch, start, end_s, **kw):
+    """A raw request row sent at the naive local time ``start`` (the log's clock)."""
+    return {"launch": launch, "t_wall": start.astimezone().astimezone(dt.UTC).isoformat(), "end_s": end_s,
+            "status": "ok", **kw}
+
+
+def test_study_lines_keep_each_launch_to_its_own_requests(tmp_path):
+    """Launch 1's log keeps the lines inside its ok, non-warm-up requests' windows; launch 2's
+    request does not reach into launch 1's log; a launch without a log file (or without ``log``)
+    adds nothing."""
+    (tmp_path / "logs").mkdir()
+    # a byte that is not UTF-8 in a noise line does not stop the read
+    (tmp_path / "logs" / "a.log").write_bytes(("\n".join([SPEC, SPEC_CAP, OFF]) + "\n").encode() + b"noise \xff\n")
+    (tmp_path / "logs" / "b.log").write_text(OFF + "\n")
+    t = dt.datetime(2026, 5, 9, 7, 35, 24, 500000)
+    launches = [{"launch": 3, "log": "logs/missing.log"}, {"launch": 4}, {"launch": 1, "log": "logs/a.log"},
+                {"launch": 2, "log": "logs/b.log"}]
+    ok = _row(1, t, 1.2)  # window 07:35:24-07:35:26: SPEC only
+    lines = dl.study_lines(tmp_path, launches, [ok])
+    assert [r["gen_tok_s"] for r in lines] == [45.12]
+    later = _row(1, dt.datetime(2026, 5, 9, 7, 40, 0, 200000), 0.5)  # 07:40:00-07:40:01: OFF
+    others = [_row(1, t, 1.2, warmup=True), _row(1, t, 1.2, status="stream_cut"), _row(2, t, 1.2),
+              _row(1, t, None), _row(3, t, 100.0), _row(4, t, 100.0)]
+    assert dl.study_lines(tmp_path, launches, others) == []
+    assert [r["gen_tok_s"] for r in dl.study_lines(tmp_path, launches, [ok, later, *others])] == [45.12, 22.61]
+    # launch 2's own request keeps launch 2's line
+    launch2 = _row(2, dt.datetime(2026, 5, 9, 7, 40, 0, 200000), 0.5)
+    assert [r["gen_tok_s"] for r in dl.study_lines(tmp_path, launches, [launch2])] == [22.61]
+    assert [r["gen_tok_s"] for r in dl.study_lines(tmp_path, launches, [ok, launch2])] == [45.12, 22.61]
+
+
+def test_estimator_row_by_hand():
+    rows, _ = dl.parse_log("\n".join([SPEC, SPEC_CAP, OFF]))
+    assert dl.estimator_row(rows) == {
+        "estimator": "SGLang decode log, median over lines in our request windows (the card's)",
+        "accept_len": (2.65 + 2.70) / 2, "accept_rate": (0.83 + 0.85) / 2, "rate_derived": False, "n": 3,
+        "len_min": 2.65, "len_max": 2.70, "rate_min": 0.83, "rate_max": 0.85, "gen_tok_s": 44.80}
+
+
+def test_parse_edges():
+    """A trailing comma on the last value, a line without gen throughput or without #running-req
+    (None), each unparsed line counted, an empty aggregate, and a window's end inclusive."""
+    assert dl.parse_line(OFF + ",")["queue_req"] == 0
+    assert dl.parse_line(OFF.replace(", gen throughput (token/s): 22.61", "")) is None
+    assert dl.parse_line(OFF.replace("#running-req: 1, ", "")) is None
+    assert dl.parse_log("\n".join([BROKEN, SPEC, BROKEN, "Decode batch, nothing"]))[1] == 3
+    assert dl.aggregates([]) == {f: {"median": None, "min": None, "max": None, "n": 0}
+                                 for f in ("gen_tok_s", "accept_len", "accept_rate")}
+    rows, _ = dl.parse_log(SPEC)
+    t = dt.datetime(2026, 5, 9, 7, 35, 25)
+    assert dl.in_windows(rows, [(t - dt.timedelta(seconds=1), t)]) == rows
+    assert dl.in_windows(rows, [(t, t + dt.timedelta(seconds=1))]) == rows
+    assert dl.in_windows(rows, [(t + dt.timedelta(seconds=1), t + dt.timedelta(seconds=2))]) == []
+    assert dl.request_window({"t_wall": "2026-05-09T05:35:24+00:00", "end_s": None}) is None
+    assert dl.request_window({"t_wall": None, "end_s": 1.0}) is None

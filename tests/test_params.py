@@ -162,3 +162,16 @@ def test_run_refuses_bad_params_before_any_notebook(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "corruption.sandbox.timeout_s" in r.stderr and "Traceback" not in r.stderr
     assert not run.exists()
+
+
+def test_digest_by_hand():
+    """SHA-256 of the params' JSON with sorted keys, its first 16 hex digits; the same params in
+    another key order give the same digest."""
+    import hashlib
+    import json
+
+    p = load_params(None, ["mtp.prompts=3"])
+    data = p.model_dump(mode="json")
+    assert p.digest() == hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    reordered = type(p).model_validate(dict(reversed(list(data.items()))))
+    assert reordered.digest() == p.digest() and len(p.digest()) == 16

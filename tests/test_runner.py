@@ -223,3 +223,22 @@ def test_a_temp_folder_too_long_for_a_socket_path_falls_back_to_a_short_unique_n
     short = tmp_path.anchor + "t"  # a short temp folder (tmp_path itself can be long under xdist)
     monkeypatch.setattr(runner.tempfile, "gettempdir", lambda: short)
     assert runner.kernel_socket_prefix().startswith(short + "/nvfp4study-kernel-")
+
+
+def test_previous_manifest_resumes_only_with_the_same_params(tmp_path):
+    """Continuing a run folder: none yet gives {}; a manifest with this params' digest (or none,
+    an older manifest) is returned; another digest is refused, naming both."""
+    from nvfp4study.core.params import load_params
+
+    params = load_params()
+    assert runner._previous_manifest(tmp_path, params) == {}
+    for h in (params.digest(), None):
+        m = {"params_hash": h, "notebooks": [{"name": "00_first", "status": "ok"}]}
+        (tmp_path / "manifest.json").write_text(json.dumps(m))
+        assert runner._previous_manifest(tmp_path, params) == m
+    (tmp_path / "manifest.json").write_text(json.dumps({"params_hash": "0123456789abcdef"}))
+    other = load_params(None, ["mtp.prompts=3"]).digest()
+    with pytest.raises(ParamsError) as exc:
+        runner._previous_manifest(tmp_path, load_params(None, ["mtp.prompts=3"]))
+    assert str(exc.value) == (f"{tmp_path} was run with other params (hash 0123456789abcdef, now {other}): "
+                              "continue it with the same params, or use a new run folder")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -367,3 +368,121 @@ def test_sandbox_python_is_base_interpreter():
     py = isolation.sandbox_python(SandboxParams())
     assert py == os.path.realpath(sys.executable)
     assert Path(py).is_file()
+
+
+# Fake ``bwrap`` programs: (name, shell body, whether the probe may accept it). The probe runs
+# ``bwrap ARGS -- python -I -c "print('ok')"`` and accepts only exit status 0 with exactly "ok" on
+# stdout; "runs" execs what follows ``--`` (a bwrap that runs the program, without isolation).
+FAKE_BWRAP = [
+    ("exits-0-runs-nothing", "exit 0", False),
+    ("prints-ok-exits-1", "echo ok; exit 1", False),
+    ("exits-0-prints-other", "echo okay; exit 0", False),
+    ("exits-0-prints-ok-on-stderr", "echo ok >&2; exit 0", False),
+    ("runs", 'while [ $# -gt 0 ] && [ "$1" != "--" ]; do shift; done; shift; exec "$@"', True),
+]
+
+
+@pytest.mark.parametrize("name,body,usable", FAKE_BWRAP, ids=[c[0] for c in FAKE_BWRAP])
+def test_bwrap_probe_needs_exit_0_and_ok(name, body, usable, tmp_path, monkeypatch):
+    """Both sides of the probe: a ``bwrap`` that exits 0 without running anything (or prints "ok"
+    but fails) is refused with SandboxUnavailable and the program is not run; only one that ran the
+    probe's program (status 0, "ok") is accepted."""
+    fake = tmp_path / "bwrap"
+    fake.write_text(f"#!/bin/sh\n{body}\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(isolation, "_bwrap_path", lambda: str(fake))
+    isolation._bwrap_probe.cache_clear()
+    isolation._bwrap_version.cache_clear()
+    try:
+        if usable:
+            assert sandbox_status(SandboxParams())["isolation"] == "bwrap"
+            return
+        with pytest.raises(SandboxUnavailable, match="cannot be set up: bwrap cannot run here"):
+            sandbox_status(SandboxParams())
+        flag = tmp_path / "ran"
+        with pytest.raises(SandboxUnavailable):
+            check_program(TASK, f"open({str(flag)!r}, 'w').write('x')\n{GOOD}", SandboxParams())
+        assert not flag.exists()
+    finally:
+        isolation._bwrap_probe.cache_clear()
+        isolation._bwrap_version.cache_clear()
+
+
+SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+INSIDE = """
+import os, socket
+print(socket.gethostname())
+print(os.getuid(), os.getgid())
+print([line.split()[1] for line in open('/proc/self/status') if line.startswith('CapEff')][0])
+for d in {dirs!r}:
+    p = '/' + d
+    print(d, os.readlink(p) if os.path.islink(p) else os.path.isdir(p))
+print(os.path.isfile('/etc/ld.so.cache'))
+st = os.statvfs('/tmp')
+print(st.f_blocks * st.f_frsize)
+print(sorted(os.environ.items()))
+"""
+
+
+@needs_bwrap
+def test_bwrap_command_line_inside(tmp_path):
+    """What the program sees inside the sandbox's command line: hostname ``sandbox``, uid/gid
+    65534, no capability, the host's /bin, /sbin, /lib... as the same links (or folders), the
+    loader cache where the host has one, a /tmp of tmp_size_mb MiB and only the variables set there."""
+    params = SandboxParams()
+    py = isolation.sandbox_python(params)
+    r = subprocess.run([*isolation.bwrap_args(py, params), "--", py, "-I", "-S", "-c",
+                        INSIDE.format(dirs=SYSTEM_DIRS)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    host = [f"{d} {os.readlink('/' + d) if os.path.islink('/' + d) else os.path.isdir('/' + d)}"
+            for d in SYSTEM_DIRS]
+    env = [("HOME", "/tmp"), ("LANG", "C.UTF-8"), ("PATH", "/usr/bin:/bin"),
+           ("PWD", "/tmp"),  # bwrap sets PWD for --chdir /tmp
+           ("TMPDIR", "/tmp")]
+    assert r.stdout.splitlines() == ["sandbox", "65534 65534", "0000000000000000", *host,
+                                     str(os.path.isfile("/etc/ld.so.cache")), str(params.tmp_size_mb * 2 ** 20),
+                                     str(env)]
+
+
+def test_rlimits_by_hand():
+    """soft = hard (the program cannot raise them) except RLIMIT_CPU's hard one second later."""
+    p = SandboxParams(memory_mb=100, cpu_s=7, file_size_mb=3)
+    assert isolation.rlimits(p) == {"RLIMIT_AS": (104857600, 104857600), "RLIMIT_CPU": (7, 8),
+                                    "RLIMIT_FSIZE": (3145728, 3145728), "RLIMIT_CORE": (0, 0),
+                                    "RLIMIT_NOFILE": (256, 256)}
+
+
+@needs_bwrap
+def test_sandbox_status_under_bwrap():
+    from nvfp4study.codeeval.task_cap import cap_description
+
+    isolation._bwrap_probe.cache_clear()
+    isolation._bwrap_version.cache_clear()
+    st = sandbox_status(SandboxParams())
+    version = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.strip()
+    assert st == {"isolation": "bwrap", "note": "", "python": os.path.realpath(sys.executable),
+                  "bwrap_version": version, "process_cap": cap_description()}
+    assert version.startswith("bubblewrap ")
+
+
+def test_sandbox_unavailable_message_names_the_unsafe_mode(monkeypatch):
+    monkeypatch.setattr(isolation, "_bwrap_path", lambda: None)
+    isolation._bwrap_probe.cache_clear()
+    try:
+        with pytest.raises(SandboxUnavailable) as exc:
+            sandbox_status(SandboxParams())
+    finally:
+        isolation._bwrap_probe.cache_clear()
+    assert str(exc.value) == (
+        "the sandbox (corruption.sandbox.isolation: bwrap) cannot be set up: bwrap not found on PATH. Generated "
+        "code is not run without it; fix bubblewrap, or set corruption.sandbox.isolation: subprocess-unsafe to run "
+        "it as a plain subprocess with the harness's file and network access")
+
+
+def test_sandbox_status_unsafe_mode_asked_by_name():
+    from nvfp4study.codeeval.task_cap import cap_description
+
+    st = sandbox_status(SandboxParams(isolation="subprocess-unsafe"))
+    assert st == {"isolation": "subprocess-unsafe", "note": isolation.UNSAFE_NOTE,
+                  "python": os.path.realpath(sys.executable), "bwrap_version": isolation._bwrap_version(),
+                  "process_cap": cap_description()}

@@ -99,3 +99,80 @@ def test_gate_up_allclose_uses_torchs_default_tolerance(tmp_path):
     assert rows[(2, 4)]["allclose"] and not rows[(3, 5)]["allclose"]
     assert rep.gate_up_summary["mismatched"] == 2 and rep.gate_up_summary["not_allclose"] == 1
     assert all(r["allclose"] and r["shared"] for k, r in rows.items() if k not in ((2, 4), (3, 5)))
+
+
+# --- check_scale_values on its own, with modules made here (only the fields it reads) ---------
+def _check(wgs: dict[tuple[int, str, int], float], extra=()):
+    """check_scale_values over experts whose weight_global_scale values are ``wgs``
+    ({(layer, proj, expert): value}); ``extra``: modules without the scale or with a [2] one."""
+    from types import SimpleNamespace as NS
+
+    from nvfp4study.checkpoint.check_scale_values import check_scale_values
+
+    mods = list(extra)
+    for layer, proj, e in wgs:
+        t = NS(name=f"model.layers.{layer}.mlp.experts.{e}.{proj}.weight_global_scale", numel=1)
+        mods.append(NS(layer=layer, proj=proj, expert=e, params={"weight_global_scale": t}))
+    vals = {m.params["weight_global_scale"].name: v for m, v in zip(mods[len(extra):], wgs.values(), strict=True)}
+    findings = []
+    out = check_scale_values(mods, vals, findings)
+    return out["weight_global_scale"], {f.details["reason"]: f for f in findings}
+
+
+def _layer(layer, values, proj="up_proj"):
+    return {(layer, proj, e): v for e, v in enumerate(values)}
+
+
+def test_copied_within_layer_edges():
+    """A value held by >= 4 experts AND >= half of the layer's is a copy: 4 of 8 and 4 of 4 are;
+    4 of 10, 2 of 4 and a layer of 3 are not (a small layer first does not stop the others)."""
+    distinct = [1.5 + i for i in range(10)]
+    wgs = {**_layer(1, [9.0] * 3), **_layer(2, [2.0] * 4 + distinct[:4]), **_layer(3, [3.0] * 4),
+           **_layer(4, [4.0] * 4 + distinct[:6]), **_layer(5, [5.0] * 2 + distinct[:2])}
+    out, found = _check(wgs)
+    assert out == {"copied-within-layer": 8}
+    f = found["copied-within-layer"]
+    assert f.details["experts"] == {"2": {"up_proj": [0, 1, 2, 3]}, "3": {"up_proj": [0, 1, 2, 3]}}
+    assert f.message == ("8 expert weight_global_scale values share one bit-identical value [2.0, 3.0] with at least "
+                         "50% of their layer's experts (copied, not calibrated); layers 2-3; "
+                         "layer 2: up_proj experts [0, 1, 2, 3]; layer 3: up_proj experts [0, 1, 2, 3]")
+
+
+def test_copied_within_layer_message_shows_three_values_and_layers():
+    wgs = {k: v for la in range(1, 5) for k, v in _layer(la, [float(la)] * 4).items()}
+    _, found = _check(wgs)
+    f = found["copied-within-layer"]
+    assert f.message.startswith("16 expert weight_global_scale values share one bit-identical value [1.0, 2.0, 3.0] "
+                                "with at least 50%")
+    assert f.message.endswith("; layers 1-4; layer 1: up_proj experts [0, 1, 2, 3]; layer 2: up_proj experts "
+                              "[0, 1, 2, 3]; layer 3: up_proj experts [0, 1, 2, 3]")
+
+
+def test_copied_across_layers_edges():
+    """A layer's vector of at least two different values repeated in another layer is a copy; a
+    repeated uniform vector (one value) or a single expert is not."""
+    out, found = _check({**_layer(1, [1.5, 2.5]), **_layer(2, [1.5, 2.5]), **_layer(1, [7.0, 7.0], "down_proj"),
+                         **_layer(2, [7.0, 7.0], "down_proj"), **_layer(3, [8.0], "gate_proj"),
+                         **_layer(4, [8.0], "gate_proj")})
+    assert out == {"copied-across-layers": 4}
+    f = found["copied-across-layers"]
+    assert f.message == ("4 expert weight_global_scale values repeat another layer's per-expert values exactly (a layer "
+                         "copied); layers 1-2; layer 1: up_proj experts [0, 1]; layer 2: up_proj experts [0, 1]")
+    _, found = _check({**_layer(1, [1.5, 2.5]), **_layer(1, [3.5, 4.5], "down_proj"), **_layer(2, [1.5, 2.5]),
+                       **_layer(2, [3.5, 4.5], "down_proj")})
+    assert found["copied-across-layers"].message.endswith(
+        "layer 1: down_proj experts [0, 1], up_proj experts [0, 1]; layer 2: down_proj experts [0, 1], "
+        "up_proj experts [0, 1]")
+
+
+def test_bad_values_skip_modules_without_a_scalar_and_cap_the_tensor_list():
+    from types import SimpleNamespace as NS
+
+    no_scale = NS(layer=1, proj="up_proj", expert=99, params={})
+    vector = NS(layer=1, proj="up_proj", expert=98,
+                params={"weight_global_scale": NS(name="vector.weight_global_scale", numel=2)})
+    out, found = _check(_layer(1, [math.nan] * 501), extra=[no_scale, vector])
+    assert out == {"nan": 501}
+    f = found["nan"]
+    assert len(f.tensors) == 500 and f.tensors[0] == "model.layers.1.mlp.experts.0.up_proj.weight_global_scale"
+    assert f.severity == Severity.ERROR and "vector.weight_global_scale" not in f.tensors
