@@ -165,13 +165,31 @@ def test_run_refuses_bad_params_before_any_notebook(tmp_path):
 
 
 def test_digest_by_hand():
-    """SHA-256 of the params' JSON with sorted keys, its first 16 hex digits; the same params in
-    another key order give the same digest."""
+    """SHA-256 of the JSON (sorted keys) of the flattened params without the operational keys, its
+    first 16 hex digits; the same params in another key order give the same digest; an operational
+    key leaves it, a result key changes it."""
     import hashlib
     import json
 
+    from nvfp4study.core.params_keys import OPERATIONAL_KEYS
+
+    def flat(d, prefix=""):
+        out = {}
+        for k, v in d.items():
+            key = f"{prefix}{k}"
+            if isinstance(v, dict) and v:
+                out.update(flat(v, key + "."))
+            else:
+                out[key] = v
+        return out
+
     p = load_params(None, ["mtp.prompts=3"])
     data = p.model_dump(mode="json")
-    assert p.digest() == hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    kept = {k: v for k, v in flat(data).items()
+            if not any(k == o or k.startswith(o + ".") for o in OPERATIONAL_KEYS)}
+    assert "mtp.prompts" in kept and "server.port" not in kept
+    assert p.digest() == hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
     reordered = type(p).model_validate(dict(reversed(list(data.items()))))
     assert reordered.digest() == p.digest() and len(p.digest()) == 16
+    assert load_params(None, ["mtp.prompts=3", "server.port=1234"]).digest() == p.digest()
+    assert load_params(None, ["mtp.prompts=4"]).digest() != p.digest()

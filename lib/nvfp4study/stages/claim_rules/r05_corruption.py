@@ -302,10 +302,8 @@ def cpu_pipeline(x: CpuPipelineMeasurements) -> Row:
 
 
 # --- the trained stand-in (toy scale; never set beside the card's numbers) ------------------------
-TRAINED_NOTE = ("toy scale: the project's trained stand-in (lib/nvfp4study/trained; {params} parameters, "
-                "{layers} layers, {experts} routed experts top-{top_k}, routed limit {limit:g} on its last "
-                "layers) served by SGLang 0.5.23's real engine on this CPU, {n} HumanEval prompts, greedy; "
-                "a mechanism check, not a measurement of Ling-3.0-flash or of the card's numbers")
+TRAINED_NOTE = ("toy scale: the project's trained stand-in ({params} parameters, docs/trained-standin.md) on "
+                "SGLang's real engine on this CPU, {n} HumanEval prompts, greedy; a mechanism, not the card's numbers")
 
 
 #: the null control's largest allowed logprob difference (nats): a relaunch that computes the same
@@ -326,10 +324,8 @@ class TrainedMeasurements:
 
 
 def _trained_note(x: TrainedMeasurements) -> str:
-    s, ref = x.standin, x.arms.get("exact-bf16", {})
-    limit = max((v for v in s["routed_limits"] if v), default=0)
-    return TRAINED_NOTE.format(params=f"{s['parameters']:,}", layers=s["layers"], experts=s["experts"],
-                               top_k=s["top_k"], limit=limit, n=ref.get("requests", 0))
+    ref = x.arms.get("exact-bf16", {})
+    return TRAINED_NOTE.format(params=f"{x.standin['parameters']:,}", n=ref.get("requests", 0))
 
 
 def _trained_refusal(x: TrainedMeasurements, need: tuple[str, ...]) -> str | None:
@@ -350,9 +346,8 @@ def _trained_refusal(x: TrainedMeasurements, need: tuple[str, ...]) -> str | Non
 
 def _arm_words(a: dict[str, Any], ref_lp: float) -> str:
     lo, hi = a["same_as_reference_ci"]
-    return (f"{a['arm']}: {a['same_as_reference']} of {a['requests']} continuations identical to exact-bf16 "
-            f"(95 % {lo:.2f}-{hi:.2f}), mean logprob of exact-bf16's tokens {a['reference_logprob_mean']:+.4f} "
-            f"({a['reference_logprob_mean'] - ref_lp:+.4f} nats vs exact-bf16)")
+    return (f"{a['arm']}: {a['same_as_reference']} of {a['requests']} continuations as exact-bf16's "
+            f"(95 % {lo:.2f}-{hi:.2f}), their tokens' mean logprob {a['reference_logprob_mean'] - ref_lp:+.4f} nats")
 
 
 @finding_rule("corruption.trained-before-after", TrainedMeasurements,
@@ -377,9 +372,9 @@ def trained_before_after(x: TrainedMeasurements) -> Row | None:
                 "parses": {k: v.get("parses") for k, v in x.arms.items()},
                 "junk": {k: v.get("junk") for k, v in x.arms.items()}}
     ok = changed > 0 and delta < 0
-    note = (f"before (routed clamp dropped) vs after (Ling's exact form): {_arm_words(drop, ref['reference_logprob_mean'])}; "
-            f"null control: exact-bf16 relaunched matched on all {ref['requests']}. Code-level outcomes (parses, "
-            f"junk, tests) per arm are in the table; {_trained_note(x)}")
+    note = (f"before (routed clamp dropped) vs after (Ling's form): {_arm_words(drop, ref['reference_logprob_mean'])}; "
+            f"null control: exact-bf16 relaunched matched on all {ref['requests']}; code-level outcomes are in "
+            f"05's table; {_trained_note(x)}")
     return Row(measured, Verdict.REPRODUCED if ok else Verdict.CONTRADICTED, x.evidence, note, x.checked)
 
 
@@ -399,10 +394,9 @@ def trained_weights_vs_clamp(x: TrainedMeasurements) -> Row | None:
     measured = {"nvfp4_weights_logprob_delta": round(dw, 4), "dropped_clamp_logprob_delta": round(dc, 4),
                 "nvfp4_identical": w["same_as_reference"], "dropped_identical": c["same_as_reference"],
                 "prompts": w["requests"]}
-    note = (f"weights: {_arm_words(w, ref)}; clamp: {_arm_words(c, ref)}. Both change greedy continuations "
-            f"(a small model's ties flip under any perturbation); the likelihood cost is what separates them. "
-            f"The NVFP4 arm carries NVFP4's weight rounding only (decoded to BF16 for serving: the CPU engine has "
-            f"no FP4 MoE kernel; activations are not rounded); {_trained_note(x)}")
+    note = (f"weights: {_arm_words(w, ref)}; clamp: {_arm_words(c, ref)}. Both change greedy continuations; the "
+            f"likelihood cost separates them. NVFP4 weight rounding only (decoded to BF16: the CPU engine has no FP4 "
+            f"MoE); {_trained_note(x)}")
     return Row(measured, Verdict.REPRODUCED if abs(dw) < abs(dc) else Verdict.CONTRADICTED, x.evidence, note, x.checked)
 
 
@@ -422,6 +416,5 @@ def trained_approx_gap(x: TrainedMeasurements) -> Row | None:
     measured = {"approx_identical": a["same_as_reference"], "dropped_identical": c["same_as_reference"],
                 "approx_logprob_delta": round(da, 4), "dropped_logprob_delta": round(dc, 4), "prompts": a["requests"]}
     ok = a["same_as_reference"] > c["same_as_reference"] and abs(da) < abs(dc)
-    note = (f"approx: {_arm_words(a, ref)}; dropped: {_arm_words(c, ref)}. APPROX is not EXACT: it still changes "
-            f"continuations where a gate exceeds the limit; {_trained_note(x)}")
+    note = f"approx: {_arm_words(a, ref)}; dropped: {_arm_words(c, ref)}; {_trained_note(x)}"
     return Row(measured, Verdict.REPRODUCED if ok else Verdict.CONTRADICTED, x.evidence, note, x.checked)

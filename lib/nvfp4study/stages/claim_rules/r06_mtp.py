@@ -315,10 +315,9 @@ def mtp_trained_acceptance(x: CpuMtpMeasurements) -> Row | None:
     falls = all(a[1] > b[1] for a, b in zip(pts, pts[1:], strict=False))
     measured = {f"k={d}": {"accept_rate": r, "accept_len": n} for d, r, n in pts}
     words = ", ".join(f"k={d}: rate {r:.3f}, length {n:.2f}" for d, r, n in pts)
-    note = (f"{TRAINED_ESTIMATOR} estimator ({words}); every estimator per depth is in mtp.cpu-estimators. "
-            f"Toy scale: the trained stand-in (lib/nvfp4study/trained) with Ling's exact clamp on the native MoE "
-            f"path, chat prompts of mtp.prompts; the shape is compared with the card's, never its numbers; "
-            "served stand-in: BF16 all-MLA trained model in Ling's layout, not the NVFP4 hybrid checkpoint of 01-03")
+    note = (f"{TRAINED_ESTIMATOR} estimator ({words}); all estimators in mtp.cpu-estimators. Toy scale: the "
+            "trained stand-in (docs/trained-standin.md), exact clamp, chat prompts of mtp.prompts; its shape is "
+            "compared with the card's, never its numbers")
     return Row(measured, Verdict.REPRODUCED if falls else Verdict.CONTRADICTED, x.evidence, note, x.checked)
 
 
