@@ -29,6 +29,27 @@ CONTROL_LABELS = {"agree": "agree-draft", "disagree": "broken-draft"}
 STANDIN_DRAFTS = {"study": "random", **{v: k for k, v in CONTROL_LABELS.items()}}
 #: the trained stand-in's labels -> its weights (:mod:`nvfp4study.trained.artifact`).
 TRAINED_LABELS = {"trained-bf16": "bf16", "trained-nvfp4": "nvfp4"}
+#: what the CPU engine serves where the trained stand-in is served, said wherever its results show.
+TRAINED_STANDIN_NOTE = ("served stand-in: the project's trained BF16 all-MLA model in Ling's layout "
+                        "(docs/trained-standin.md), not the NVFP4 hybrid checkpoint of 01-03")
+
+
+def trained_sweep(params: Params) -> dict[str, Any]:
+    """``ServerConfig`` fields of 06's depth sweep and 07's launches on the CPU engine: the trained
+    stand-in as trained (BF16, Ling's exact clamp on the native MoE path) when
+    ``server.cpu.trained.enabled``, so the two stages share launches; ``{}`` otherwise (the card's
+    checkpoint on a GPU, the random stand-in on the CPU)."""
+    from .strategies import serves_standin
+
+    if serves_standin(params) and params.server.cpu.trained.enabled:
+        return {"model_label": "trained-bf16", "native": (("moe_clamp", "exact"),)}
+    return {}
+
+
+def sweep_note(params: Params) -> str:
+    """:data:`TRAINED_STANDIN_NOTE` where :func:`trained_sweep` serves the trained stand-in, else
+    :data:`STANDIN_NOTE`."""
+    return TRAINED_STANDIN_NOTE if trained_sweep(params) else STANDIN_NOTE
 #: model labels of 04's clamp probe -> ``write_served_checkpoint(clamp_probe=(probe, limit))``
 #: (the "study" weights; only the clamp lists differ: :func:`nvfp4study.checkpoint.served.probe_shape`).
 #: "off-again" is a second launch of the "off" checkpoint: the null control (two launches of one

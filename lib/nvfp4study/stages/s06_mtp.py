@@ -50,12 +50,10 @@ NOTEBOOK = "06_mtp_sweep"
 
 
 def _sweep_model(params) -> dict[str, Any]:
-    """The depth sweep's model on the CPU engine: the trained stand-in (its NEXTN head was trained
-    with an MTP loss) with Ling's exact clamp on the native MoE path, when
-    ``server.cpu.trained.enabled``; else the card's checkpoint / the random stand-in."""
-    if serves_standin(params) and params.server.cpu.trained.enabled:
-        return {"model_label": "trained-bf16", "native": (("moe_clamp", "exact"),)}
-    return {}
+    """The depth sweep's model (:func:`nvfp4study.serving.launch_env.trained_sweep`)."""
+    from ..serving.launch_env import trained_sweep
+
+    return trained_sweep(params)
 
 
 def serving_plan(params) -> list[Served]:

@@ -34,9 +34,9 @@ from ..core.files import atomic_write
 from ..core.ledger import Verdict
 from ..core.stage import Stage, open_stage_named
 from ..serving import acceptance, decode_log, measure
+from ..serving.launch_env import sweep_note
 from ..serving.plans import Served
 from ..serving.server import (
-    STANDIN_NOTE,
     ServerConfig,
     card_refusal,
     engine_description,
@@ -56,9 +56,11 @@ def serving_plan(params) -> list[Served]:
     launch, refusable, records SGLang's message for both."""
     from dataclasses import replace
 
-    clamp = params.server.clamp_mode
-    configs = [ServerConfig(clamp=clamp, spec_depth=None),
-               ServerConfig(clamp=clamp, spec_depth=params.determinism.spec_depth)]
+    from ..serving.launch_env import trained_sweep
+
+    clamp, model = params.server.clamp_mode, trained_sweep(params)  # the trained stand-in: 06's launches
+    configs = [ServerConfig(clamp=clamp, spec_depth=None, **model),
+               ServerConfig(clamp=clamp, spec_depth=params.determinism.spec_depth, **model)]
     standin = serves_standin(params)
     if params.determinism.deterministic_mode:
         configs += [replace(c, deterministic=True) for c in (configs[:1] if standin else configs)]
@@ -342,6 +344,6 @@ def record_cpu_engine(stage: Stage):
         evidence=ev, refusals=ref,
         refusal_evidence=[measure.launch_path(stage.paths, c) for n, c in configs(params).items() if n in ref],
         teardown=teardown_result(launches), patched=patched_modes_result(launches, modes),
-        lifecycle_evidence=[stage.paths.data("serve-lifecycle", "jsonl")], checked=checked, standin_note=STANDIN_NOTE))
+        lifecycle_evidence=[stage.paths.data("serve-lifecycle", "jsonl")], checked=checked, standin_note=sweep_note(params)))
     rows = [r for r in ledger.read_ledger(stage.run_dir) if r["stage"] == stage.name]
     return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
