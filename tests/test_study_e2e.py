@@ -153,7 +153,9 @@ def test_report_in_a_browser(study_run):
 
 
 def test_report_prints_on_a4(study_run):
-    """report.html printed by Chromium to an A4 PDF takes at most 20 pages; laid out as printed
+    """report.html printed by Chromium to an A4 PDF takes at most 22 pages (20 until the trained
+    stand-in's four findings and the routed-scaling probe's row: 21 pages; the rows are
+    already folded to their first clause on paper); laid out as printed
     (print media, the page's content box) no table is wider than the page or than what holds
     it, no cell's content spills out of it, the ledger tables take the page's width, and every
     ledger row opens with its one-sentence verdict and fits on a page."""
@@ -163,7 +165,7 @@ def test_report_prints_on_a4(study_run):
 
     run, _ = study_run
     seen = print_a4(run / "report.html", run / "report-a4.pdf", PAGE_MARGIN_MM)
-    assert seen["pages"] <= 20, f"{seen['pages']} A4 pages (report-a4.pdf in {run})"
+    assert seen["pages"] <= 22, f"{seen['pages']} A4 pages (report-a4.pdf in {run})"
     width = seen["content_width"]
     assert seen["print_media"] and width == round((A4_MM[0] - 2 * PAGE_MARGIN_MM) * PX_PER_MM)
     assert seen["scroll_width"] <= width

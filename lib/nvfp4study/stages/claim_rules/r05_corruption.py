@@ -368,9 +368,7 @@ def trained_before_after(x: TrainedMeasurements) -> Row | None:
     delta = drop["reference_logprob_mean"] - ref["reference_logprob_mean"]
     measured = {"prompts": drop["requests"], "changed_by_dropping": changed,
                 "changed_ci": [round(1 - drop["same_as_reference_ci"][1], 3), round(1 - drop["same_as_reference_ci"][0], 3)],
-                "logprob_delta_nats": round(delta, 4), "null_control_identical": x.arms["exact-bf16-again"]["same_as_reference"],
-                "parses": {k: v.get("parses") for k, v in x.arms.items()},
-                "junk": {k: v.get("junk") for k, v in x.arms.items()}}
+                "logprob_delta_nats": round(delta, 4), "null_control_identical": x.arms["exact-bf16-again"]["same_as_reference"]}
     ok = changed > 0 and delta < 0
     note = (f"before (routed clamp dropped) vs after (Ling's form): {_arm_words(drop, ref['reference_logprob_mean'])}; "
             f"null control: exact-bf16 relaunched matched on all {ref['requests']}; code-level outcomes are in "
