@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 import time
 from pathlib import Path
 
@@ -26,9 +25,11 @@ SESSION = os.environ.setdefault(SESSION_ENV, secrets.token_hex(8))
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range (the study's own choice, so a port 0 bind
+    elsewhere, such as a loading server's gloo sockets, cannot take it before the server binds it)."""
+    from nvfp4study.serving.server import free_port as study_free_port
+
+    return study_free_port("127.0.0.1")
 
 
 def fake_processes() -> list[psutil.Process]:

@@ -373,3 +373,21 @@ def test_trained_acceptance_rule_both_sides():
     assert r6.mtp_trained_acceptance(m([0.5, 0.5, 0.2], [1.6, 2.0, 1.7])).verdict is Verdict.CONTRADICTED
     assert r6.mtp_trained_acceptance(m([0.5], [1.6])).verdict is Verdict.NOT_RUN
     assert r6.mtp_trained_acceptance(m([0.5, 0.3], [1.6, 1.7], model="study")) is None
+
+
+def test_free_ports_lie_below_the_ephemeral_range_and_are_free():
+    import socket
+
+    from nvfp4study.serving import server
+
+    lo, _ = server._ephemeral_range()
+    ports = {server.free_port("127.0.0.1") for _ in range(20)}
+    assert all(p < lo for p in ports)
+    for p in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))  # nothing listens there
+    server._PORTS_HELD.add(("127.0.0.1", min(ports)))
+    try:
+        assert all(server.free_port("127.0.0.1") != min(ports) for _ in range(50))
+    finally:
+        server._PORTS_HELD.discard(("127.0.0.1", min(ports)))

@@ -305,17 +305,43 @@ def served_model_path(stage: Stage, config: ServerConfig) -> str:
 _PORTS_HELD: set[tuple[str, int]] = set()
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's ephemeral port range (``/proc/sys/net/ipv4/ip_local_port_range``; Linux's
+    default 32768-60999 where it cannot be read)."""
+    try:
+        lo, hi = (int(x) for x in open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port(host: str) -> int:
-    """A TCP port nothing listens on at ``host`` now (the kernel's choice for port 0), and none a
-    running launch of this process holds."""
+    """A TCP port nothing listens on at ``host`` now, below the kernel's ephemeral range, and none
+    a running launch of this process holds.
+
+    Below the ephemeral range because a launch binds its port only after SGLang has imported
+    (seconds): a port the kernel handed out for port 0 and took back could meanwhile be handed to
+    any socket bound to port 0, such as another loading server's gloo connections ("address
+    already in use", then a health timeout; seen with several CPU launches loading at once).
+    Falls back to the kernel's choice when no port below the range is free.
+    """
+    import random
     import socket
 
-    while True:
+    lo = min(_ephemeral_range()[0], 65536)
+    candidates = random.Random().sample(range(10000, lo), min(200, max(0, lo - 10000)))
+    for port in [*candidates, 0]:
+        if (host, port) in _PORTS_HELD:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
             port = int(sock.getsockname()[1])
         if (host, port) not in _PORTS_HELD:
             return port
+    raise OSError(f"no free TCP port at {host}")
 
 
 @dataclass
