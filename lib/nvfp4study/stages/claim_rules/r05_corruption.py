@@ -376,19 +376,39 @@ def trained_before_after(x: TrainedMeasurements) -> Row | None:
     return Row(measured, Verdict.REPRODUCED if ok else Verdict.CONTRADICTED, x.evidence, note, x.checked)
 
 
+@dataclass(frozen=True)
+class _Versus:
+    """An arm and the dropped-clamp arm, each with its logprob change from the reference's."""
+
+    ref: float
+    arm: dict[str, Any]
+    drop: dict[str, Any]
+    d_arm: float
+    d_drop: float
+
+
+def _versus_dropped(x: TrainedMeasurements, key: str) -> Row | _Versus | None:
+    """Arm ``key`` against released-bf16, or the not-run row (arms missing, null control failed),
+    or None when the trained stand-in was not served."""
+    if not x.arms:
+        return None
+    if (why := _trained_refusal(x, ("released-bf16", key))) is not None:
+        return Row.not_run(why, evidence=x.evidence)
+    ref = x.arms["exact-bf16"]["reference_logprob_mean"]
+    arm, drop = x.arms[key], x.arms["released-bf16"]
+    return _Versus(ref, arm, drop, arm["reference_logprob_mean"] - ref, drop["reference_logprob_mean"] - ref)
+
+
 @finding_rule("corruption.trained-weights-vs-clamp", TrainedMeasurements,
               claim="On the trained stand-in, NVFP4-rounded routed experts (the study's model_free_ptq output) with "
                     "the clamp cost less likelihood than BF16 experts without it: the weights are not what breaks it.")
 def trained_weights_vs_clamp(x: TrainedMeasurements) -> Row | None:
     """Reproduced when the null control holds and exact-nvfp4 lowers the reference tokens' mean
     logprob less than released-bf16 does; contradicted otherwise."""
-    if not x.arms:
-        return None
-    if (why := _trained_refusal(x, ("released-bf16", "exact-nvfp4"))) is not None:
-        return Row.not_run(why, evidence=x.evidence)
-    ref = x.arms["exact-bf16"]["reference_logprob_mean"]
-    w, c = x.arms["exact-nvfp4"], x.arms["released-bf16"]
-    dw, dc = w["reference_logprob_mean"] - ref, c["reference_logprob_mean"] - ref
+    p = _versus_dropped(x, "exact-nvfp4")
+    if not isinstance(p, _Versus):
+        return p
+    ref, w, c, dw, dc = p.ref, p.arm, p.drop, p.d_arm, p.d_drop
     measured = {"nvfp4_weights_logprob_delta": round(dw, 4), "dropped_clamp_logprob_delta": round(dc, 4),
                 "nvfp4_identical": w["same_as_reference"], "dropped_identical": c["same_as_reference"],
                 "prompts": w["requests"]}
@@ -404,13 +424,10 @@ def trained_weights_vs_clamp(x: TrainedMeasurements) -> Row | None:
 def trained_approx_gap(x: TrainedMeasurements) -> Row | None:
     """Reproduced when the null control holds and approx-bf16 keeps more continuations identical to
     exact-bf16 than released-bf16 does and loses less mean logprob; contradicted otherwise."""
-    if not x.arms:
-        return None
-    if (why := _trained_refusal(x, ("released-bf16", "approx-bf16"))) is not None:
-        return Row.not_run(why, evidence=x.evidence)
-    ref = x.arms["exact-bf16"]["reference_logprob_mean"]
-    a, c = x.arms["approx-bf16"], x.arms["released-bf16"]
-    da, dc = a["reference_logprob_mean"] - ref, c["reference_logprob_mean"] - ref
+    p = _versus_dropped(x, "approx-bf16")
+    if not isinstance(p, _Versus):
+        return p
+    ref, a, c, da, dc = p.ref, p.arm, p.drop, p.d_arm, p.d_drop
     measured = {"approx_identical": a["same_as_reference"], "dropped_identical": c["same_as_reference"],
                 "approx_logprob_delta": round(da, 4), "dropped_logprob_delta": round(dc, 4), "prompts": a["requests"]}
     ok = a["same_as_reference"] > c["same_as_reference"] and abs(da) < abs(dc)
