@@ -283,13 +283,15 @@ def test_complete_lines_only_trims_answers_cut_by_the_token_limit():
 
 
 @pytest.mark.parametrize("k,n", [(0, 10), (3, 10), (10, 10), (1, 16)])
-def test_wilson_interval_against_its_formula(k, n):
+def test_summary_intervals_are_wilson_by_its_formula(k, n):
     z = 1.959964
     p = k / n
     c = (p + z * z / (2 * n)) / (1 + z * z / n)
     h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    assert served.wilson(k, n) == pytest.approx((max(0, c - h), min(1, c + h)))
-    lo, hi = served.wilson(k, n)
+    rows = [{"arm": "a", "clamp": "exact", "weights": "bf16", "code": False, "same_as_reference": i < k,
+             "reference_logprob_mean": None} for i in range(n)]
+    lo, hi = served.summarize(rows)[0]["same_as_reference_ci"]
+    assert (lo, hi) == pytest.approx((max(0, c - h), min(1, c + h)), abs=1e-3)  # rounded to 3 places
     assert lo <= p <= hi
 
 
@@ -313,7 +315,9 @@ def test_classify_and_summarize_count_each_outcome():
 
 # --- the findings' rules, from both sides ------------------------------------------------------
 def _arm(key, same, lp, n=10):
-    lo, hi = served.wilson(same, n)
+    from nvfp4study.codeeval.served_analysis import wilson_interval
+
+    lo, hi = wilson_interval(same, n)
     return {"arm": key, "requests": n, "same_as_reference": same, "same_as_reference_ci": [lo, hi],
             "reference_logprob_mean": lp, "parses": 0, "junk": n}
 

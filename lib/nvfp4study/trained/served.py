@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..codeeval.served_analysis import wilson_interval
 from ..core.errors import StudyError
 from ..core.stage import Stage
 
@@ -140,7 +141,7 @@ def _model_sha(stage: Stage) -> str:
     return hashlib.sha256((standin_path(stage, "trained-bf16") / "model.safetensors").read_bytes()).hexdigest()
 
 
-def collect(stage: Stage) -> dict[str, Any]:
+def collect(stage: Stage, model_sha256: str | None = None) -> dict[str, Any]:
     """Serve every arm (:func:`arms`), the arms of one clamp form loading together
     (:func:`_groups`), and return ``{"arms", "rows", "launches", "prompts", ...}``; also written to
     ``data/trained_corruption.json``."""
@@ -170,7 +171,7 @@ def collect(stage: Stage) -> dict[str, Any]:
                                                              "native_moe_audit", "model_path")}}
                      for a, r in zip(group, recs, strict=True)]
     out = {"arms": [asdict(a) | {"key": a.key} for a in arms(stage.params)], "prompts": len(reqs),
-           "model_sha256": _model_sha(stage),
+           "model_sha256": model_sha256 or _model_sha(stage),
            "rows": rows, "launches": launches, "stop": STOP, "indent": INDENT,
            "max_new_tokens": stage.params.server.cpu.trained.max_new_tokens}
     from ..core.files import write_json
@@ -237,19 +238,6 @@ def classify(data: dict[str, Any], run_code: bool = True, sandbox: Any = None) -
     return out
 
 
-def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """Wilson score interval for ``k`` of ``n`` (95 % by default); ``(0, 1)`` when ``n`` is 0
-    (Wilson 1927; the form of Brown, Cai & DasGupta 2001, eq. 4)."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    den = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / den
-    half = z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5 / den
-    # at k = 0 / k = n the bound is exactly 0 / 1 (mid -+ half cancels only up to rounding)
-    return (0.0 if k == 0 else max(0.0, mid - half)), (1.0 if k == n else min(1.0, mid + half))
-
-
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per arm: ``requests``; per outcome its count, its denominator (``<col>_n``: the rows
     that have it; ``parses``, ``junk``, ``runs``, ``passed`` only rows with code) and a Wilson 95 %
@@ -266,7 +254,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if not have and col not in ("code", "same_as_reference"):
                 continue
             k = sum(bool(v) for v in have)
-            lo, hi = wilson(k, len(have))
+            lo, hi = wilson_interval(k, len(have))
             s[col], s[f"{col}_n"], s[f"{col}_ci"] = k, len(have), [round(lo, 3), round(hi, 3)]
         scored = [(r["reference_logprob_mean"], r.get("reference_tokens") or 1) for r in rs
                   if r.get("reference_logprob_mean") is not None]
@@ -286,6 +274,7 @@ def run(stage: Stage, sandbox: Any = None) -> dict[str, Any]:
     from .artifact import describe
 
     path = stage.paths.data("trained_corruption")
+    model_sha = _model_sha(stage)  # hashed once: the reuse check and the record share it
     data = None
     if path.is_file():
         import json
@@ -293,9 +282,9 @@ def run(stage: Stage, sandbox: Any = None) -> dict[str, Any]:
         old = json.loads(path.read_text())
         if (old.get("arms"), old.get("prompts"), old.get("max_new_tokens"), old.get("model_sha256")) == (
                 [asdict(a) | {"key": a.key} for a in arms(stage.params)], stage.params.server.cpu.trained.prompts,
-                stage.params.server.cpu.trained.max_new_tokens, _model_sha(stage)):
+                stage.params.server.cpu.trained.max_new_tokens, model_sha):
             data = old  # a continued run: the engine's answers for these arms and weights are recorded
-    data = data or collect(stage)
+    data = data or collect(stage, model_sha)
     rows = classify(data, sandbox=sandbox)
     summary = summarize(rows)
     files = {"raw": path, "rows": stage.paths.data("trained_corruption_rows"),
