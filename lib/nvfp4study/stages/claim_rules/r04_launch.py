@@ -226,6 +226,20 @@ def miss_bound(prompts: int, changed: int) -> float | None:
     return wilson_interval(prompts - changed, prompts)[1] ** prompts
 
 
+
+def _control_refusal(pairs: list[dict[str, Any]], control: str, null_why: str, weak: str) -> str | None:
+    """Why a probe's controls cannot decide (None: they can): ``null_why`` when the two no-limit
+    launches differ; ``weak`` (formatted with changed, n, bound, max_miss) when the positive
+    control ``control`` changed too few outputs for :func:`miss_bound` to stay within :data:`MAX_MISS`."""
+    if not all(p["null"]["identical"] for p in pairs):
+        return null_why
+    changed = sum(not p[control]["identical"] for p in pairs)
+    bound = miss_bound(len(pairs), changed)
+    if bound is None or bound > MAX_MISS:
+        return weak.format(changed=changed, n=len(pairs), bound=bound, max_miss=MAX_MISS)
+    return None
+
+
 def _probe_refusal(x: ClampProbeMeasurements, where: str) -> str | None:
     """Why the probe cannot decide (the not-run reason), or None."""
     sides = ("routed", "shared", "null")
@@ -240,16 +254,12 @@ def _probe_refusal(x: ClampProbeMeasurements, where: str) -> str | None:
     if x.audit.get("sglang_version") != x.served_version:
         return (f"the audit read SGLang {x.audit.get('sglang_version')}, the probe served "
                 f"{x.served_version}")
-    if not all(p["null"]["identical"] for p in x.pairs):
-        return ("two launches of the no-limit model gave different outputs, so a difference would "
-                "say nothing about the clamp")
-    changed = sum(not p["shared"]["identical"] for p in x.pairs)
-    bound = miss_bound(len(x.pairs), changed)
-    if bound is None or bound > MAX_MISS:
-        return (f"the probe is too weak: the same limit on the shared expert changed {changed} of "
-                f"{len(x.pairs)} outputs, so an applied routed clamp would go unseen with chance up to "
-                f"{bound:.3g} (more than {MAX_MISS:g}; more prompts: server.cpu.clamp_probe_prompts)")
-    return None
+    return _control_refusal(
+        x.pairs, "shared", "two launches of the no-limit model gave different outputs, so a difference would "
+                           "say nothing about the clamp",
+        "the probe is too weak: the same limit on the shared expert changed {changed} of {n} outputs, so an "
+        "applied routed clamp would go unseen with chance up to {bound:.3g} (more than {max_miss:g}; more "
+        "prompts: server.cpu.clamp_probe_prompts)")
 
 
 @finding_rule("audit.cpu-moe-clamp", ClampProbeMeasurements,
@@ -330,15 +340,11 @@ def _scaling_refusal(x: ScalingProbeMeasurements) -> str | None:
         return f"the launches of {', '.join(x.served_wrong)} did not serve the probe's config"
     if x.patch not in SCALING_PREDICTS:
         return f"the factor launch's record does not say which routed_scaling patch it ran ({x.patch!r})"
-    if not all(p["null"]["identical"] for p in x.pairs):
-        return "two launches of the no-limit model gave different outputs"
-    changed = sum(not p["weights"]["identical"] for p in x.pairs)
-    bound = miss_bound(len(x.pairs), changed)
-    if bound is None or bound > MAX_MISS:
-        return (f"the probe is too weak: routed down_proj x {x.ratio:g} changed {changed} of {len(x.pairs)} "
-                f"outputs, so an applied factor would go unseen with chance up to {bound:.3g} (more than "
-                f"{MAX_MISS:g}; more prompts: server.cpu.clamp_probe_prompts)")
-    return None
+    return _control_refusal(
+        x.pairs, "weights", "two launches of the no-limit model gave different outputs",
+        f"the probe is too weak: routed down_proj x {x.ratio:g} changed {{changed}} of {{n}} outputs, so an "
+        "applied factor would go unseen with chance up to {bound:.3g} (more than {max_miss:g}; more prompts: "
+        "server.cpu.clamp_probe_prompts)")
 
 
 @finding_rule("audit.cpu-routed-scaling", ScalingProbeMeasurements,
