@@ -6,7 +6,8 @@ IMAGE``, ``run ... IMAGE python3 -m sglang.launch_server FLAGS`` (starts the fak
 ``python`` with ``-c <serve code> serve FLAGS`` in its own session, detached from this CLI like a
 container is, with a clean environment; records its pid under ``--name``; stays attached until it
 exits, its output on this CLI's stdout), ``run --rm --entrypoint python3 IMAGE -c CODE`` (the
-image probe, answered from the config; other code goes to the fake interpreter), ``stop [-t N]
+image probe and the image-files probe, answered from the config; other code goes to the fake
+interpreter), ``stop [-t N]
 NAME`` and ``rm -f NAME``. Every call is appended to ``state/calls.jsonl``.
 """
 
@@ -25,16 +26,38 @@ VALUE_OPTS = {"--name", "--gpus", "--network", "-v", "-e", "--entrypoint"}
 
 
 def make_docker(folder: Path, python: Path, images=("lmsysorg/sglang:v0.5.23",), version="0.5.23",
-                root="/sgl-workspace/sglang/python", daemon=True, runtimes=("nvidia", "runc")) -> Path:
+                root="/sgl-workspace/sglang/python", daemon=True, runtimes=("nvidia", "runc"),
+                image_tree: Path | None = None) -> Path:
+    """``image_tree``: a host folder standing for the image's ``root`` (its files are hashed for
+    the image-files probe); None: the image holds the released wheel's files of ``version``."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "state").mkdir(exist_ok=True)
     (folder / "state" / "config.json").write_text(json.dumps(
         {"python": str(python), "images": list(images), "version": version, "root": root,
-         "daemon": daemon, "runtimes": list(runtimes)}))
+         "daemon": daemon, "runtimes": list(runtimes), "image_tree": str(image_tree) if image_tree else None}))
     exe = folder / "docker"
     exe.write_text(f"#!/bin/sh\nexec {sys.executable} {Path(__file__).resolve()} {folder / 'state'} \"$@\"\n")
     exe.chmod(0o755)
     return exe
+
+
+def image_hashes(cfg: dict, root: str, files: list[str]) -> dict[str, str | None]:
+    """What ``IMAGE_FILES_PROBE`` prints in the image: sha256 of each file under ``root``, read
+    from ``image_tree`` or (none) from the released wheel of the image's version."""
+    import hashlib
+    import zipfile
+
+    if root != cfg["root"]:
+        return dict.fromkeys(files)
+    if cfg.get("image_tree"):
+        tree = Path(cfg["image_tree"])
+        return {f: hashlib.sha256((tree / f).read_bytes()).hexdigest() if (tree / f).is_file() else None
+                for f in files}
+    from nvfp4study.sglang.source import wheel_path
+
+    with zipfile.ZipFile(wheel_path(cfg["version"])) as z:
+        names = set(z.namelist())
+        return {f: hashlib.sha256(z.read(f)).hexdigest() if f in names else None for f in files}
 
 
 def _alive(pid: int) -> bool:
@@ -113,6 +136,9 @@ def main(state: Path, argv: list[str]) -> int:
     if opts.get("--entrypoint") == ["python3"]:
         if "nvfp4study-image-probe" in tail[1]:
             print(json.dumps({"version": cfg["version"], "root": cfg["root"]}))
+            return 0
+        if "nvfp4study-image-files" in tail[1]:  # sha256 of the image's files under root
+            print(json.dumps(image_hashes(cfg, tail[2], json.loads(tail[3]))))
             return 0
         return subprocess.run([cfg["python"], *tail]).returncode
     if tail[:3] != ["python3", "-m", "sglang.launch_server"]:

@@ -72,6 +72,8 @@ DEFAULTS = {
     "replies": [],              # [{"mode": str|None, "match": str|None, "content": str}], first match
     "strand_with_parser": False,  # --reasoning-parser + thinking off: answer in reasoning_content
     "request_log": None,        # a file: one JSON line per chat request (counts them across launches)
+    "packages": {},             # preflight's probe: {distribution: version} (sglang: "version")
+    "torch_cuda": "13.0",       # preflight's probe: torch.version.cuda
 }
 
 WORDS = ("the quick brown fox jumps over a lazy dog while binary search splits sorted arrays "
@@ -459,6 +461,20 @@ def spawn_daemon(clear_env: bool) -> None:
     subprocess.Popen([sys.executable, "-c", code], start_new_session=True).wait()
 
 
+def probe_answer(cfg: dict, names: list[str], want_torch: bool) -> dict:
+    """What ``workstation/probes.py``'s PROBE_CODE prints in an interpreter holding SGLang
+    ``version`` with ``packages`` and a CUDA torch that sees ``gpu``."""
+    pk = {"sglang": cfg["version"], **cfg["packages"]}
+    out = {"python": "3.12.3", "executable": sys.argv[0], "packages": {n: pk.get(n) for n in names},
+           "requires": {}, "sglang_origin": cfg["sglang_origin"]}
+    if want_torch and pk.get("torch"):
+        major, minor, name, total = cfg["gpu"] or (0, 0, "", 0)
+        out.update(torch_cuda=cfg["torch_cuda"], cuda_available=bool(cfg["gpu"]),
+                   gpus=[{"index": 0, "name": name, "capability": [major, minor], "total_bytes": total,
+                          "free_bytes": total}] if cfg["gpu"] else [])
+    return out
+
+
 def main(argv: list[str]) -> int:
     cfg = dict(DEFAULTS)
     if argv[:1] == ["--fake-config"]:
@@ -468,6 +484,9 @@ def main(argv: list[str]) -> int:
         print("fake sglang interpreter: expected -c CODE", file=sys.stderr)
         return 2
     code, rest = argv[1], argv[2:]
+    if "sglang_origin" in code and "importlib.metadata" in code:  # preflight's probe (probes.PROBE_CODE)
+        print(json.dumps(probe_answer(cfg, json.loads(rest[0]), rest[1:2] == ["1"])))
+        return 0
     if "find_spec" in code:
         print(cfg["sglang_origin"] or "")
         return 0 if cfg["sglang_origin"] else 1

@@ -140,6 +140,40 @@ def test_image_problems_are_named(docker_env):
             pass
 
 
+def test_image_files_are_hash_checked_before_mounting(docker_env, tmp_path):
+    """Before patched copies are mounted, each image file they replace is hashed in the image
+    and compared with the released wheel's: equal files launch; one edited byte or a missing file
+    is refused by name (both digests given) before any server starts."""
+    import hashlib
+    import zipfile
+
+    from nvfp4study.core.errors import ImageFilesDiffer
+
+    p, run, state = docker_env
+    files = dk.mounted_files("0.5.23")
+    assert files and {e["path"] for e in sglang_patch._files("0.5.23", "exact")} <= set(files)
+    image = tmp_path / "image-root"
+    with zipfile.ZipFile(sglang_source.wheel_path("0.5.23")) as z:
+        z.extractall(image, files)
+    wheel = {f: hashlib.sha256((image / f).read_bytes()).hexdigest() for f in files}
+    exe = fake_sglang.make_interpreter(tmp_path / "image-env")
+    fake_docker.make_docker(state.parent, exe, image_tree=image)
+    assert dk.check_image_files(p, "0.5.23", "/sgl-workspace/sglang/python") == wheel
+    edited = image / files[0]
+    edited.write_bytes(edited.read_bytes() + b"# local edit\n")
+    digest = hashlib.sha256(edited.read_bytes()).hexdigest()
+    with pytest.raises(ImageFilesDiffer, match=f"{files[0]}: image {digest}, wheel {wheel[files[0]]}"):
+        dk.check_image_files(p, "0.5.23", "/sgl-workspace/sglang/python")
+    before = len(_calls(state))
+    with pytest.raises(ImageFilesDiffer, match="1 of"):
+        with server.serving(stage_for(p, run), card_config(p)):
+            pass
+    assert not any("--name" in c for c in _calls(state)[before:])  # refused before any container served
+    edited.unlink()
+    with pytest.raises(ImageFilesDiffer, match=f"{files[0]}: image absent"):
+        dk.check_image_files(p, "0.5.23", "/sgl-workspace/sglang/python")
+
+
 def _rows(p):
     return {r.name: r for r in preflight.docker_checks(p)}
 

@@ -29,6 +29,17 @@ TRACKED_PACKAGES = (
 
 NVFP4_MIN_CAPABILITY = (10, 0)
 
+#: Set by the simulated first runs (``tests/simulate``) to a sentence naming their stand-ins
+#: (``nvidia-smi``, Docker, the SGLang server, the Hub). A run under it says so wherever its
+#: results show: ``environment.json`` and the manifest (``simulated``), every ledger row and the
+#: report (:mod:`nvfp4study.core.ledger`, stage 99), so none of its values reads as a measurement.
+SIMULATED_ENV = "NVFP4STUDY_SIMULATED"
+
+
+def simulated() -> str | None:
+    """The stand-ins of a simulated run (:data:`SIMULATED_ENV`), or None for a real run."""
+    return os.environ.get(SIMULATED_ENV) or None
+
 
 def package_versions(names: tuple[str, ...] = TRACKED_PACKAGES) -> dict[str, str | None]:
     """Installed version of each distribution, ``None`` when absent."""
@@ -148,6 +159,8 @@ def collect(params: Params | None = None, run_dir: Path | None = None) -> dict[s
         "git": git_commit(),
         "bwrap": shutil.which("bwrap"),
     }
+    if simulated():
+        info["simulated"] = simulated()
     if params is not None and run_dir is not None:
         info["disk"] = disk_free(checkpoint_paths(params, run_dir))
     return info

@@ -292,6 +292,12 @@ class DockerUnavailable(ServerError):
     image's SGLang is not the one the params want."""
 
 
+class ImageFilesDiffer(DockerUnavailable):
+    """The image's copy of a file the study mounts a patched copy over is not the released
+    wheel's file of the image's SGLang version (sha256 differs, or the image lacks it): mounting
+    would replace edits the study never audited."""
+
+
 class PortInUse(ServerError):
     """Something already listens on the server's host:port (checked before launch)."""
 

@@ -173,10 +173,21 @@ def record(
                 row["sources"] = dict(sources)
             else:
                 row.pop("sources", None)
+            _mark_simulated(row)
             _write(path, data)
             return row
     valid = [r["id"] for r in data["rows"]]
     raise LedgerError(f"unknown claim id {claim_id!r}; valid ids: {', '.join(valid)}")
+
+
+def _mark_simulated(row: dict[str, Any]) -> None:
+    """A simulated run's row (:func:`nvfp4study.core.environment.simulated`) names its stand-ins
+    in ``simulated`` and opens its note with "SIMULATED", so no value of it reads as measured."""
+    from .environment import simulated
+
+    if simulated():
+        row["simulated"] = simulated()
+        row["note"] = f"SIMULATED (stand-ins, not a measurement): {row['note']}"
 
 
 def record_not_run(run_dir: str | Path, claim_ids: list[str], reason: str) -> None:

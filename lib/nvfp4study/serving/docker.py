@@ -20,7 +20,10 @@ SGLang version (the wheel the study already unpacks under ``~/.cache/nvfp4study/
 to ``work/`` of the run, put in the configuration's mode by the study's patcher
 (:func:`nvfp4study.sglang.patch.switch_mode`) and mounted read-only over the image's copies, at
 the package folder the image itself reports (:data:`IMAGE_PROBE`). Every file any mode touches is
-mounted, so the container runs exactly the released files plus this configuration's patch.
+mounted, so the container runs exactly the released files plus this configuration's patch. Before
+the first mount the image's own copies are hashed in the image (:data:`IMAGE_FILES_PROBE`) and
+compared with the wheel's (:func:`check_image_files`): an image whose files differ is refused
+(``ImageFilesDiffer``), since its edits would be silently replaced.
 
 Teardown: :class:`DockerServerProcess` runs ``docker stop -t <grace> <name>`` then
 ``docker rm -f <name>`` before stopping the ``docker run`` process group as a local server's; it
@@ -38,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import DockerUnavailable
+from ..core.errors import DockerUnavailable, ImageFilesDiffer
 from ..core.params import Params
 from .process import ServerProcess
 
@@ -48,6 +51,18 @@ IMAGE_PROBE = ("import importlib.metadata as m, importlib.util as u, json, os  #
                "s = u.find_spec('sglang')\n"
                "print(json.dumps({'version': m.version('sglang'), "
                "'root': os.path.dirname(os.path.dirname(s.origin)) if s else None}))")
+
+
+#: Run inside the image: ``python3 -c CODE ROOT FILES_JSON`` prints ``{file: sha256 or null}`` of
+#: each file (relative to ROOT, the folder holding ``sglang``) as the image holds it.
+IMAGE_FILES_PROBE = ("import hashlib, json, os, sys  # nvfp4study-image-files\n"
+                     "root, files = sys.argv[1], json.loads(sys.argv[2])\n"
+                     "def h(p):\n"
+                     "    try:\n"
+                     "        return hashlib.sha256(open(p, 'rb').read()).hexdigest()\n"
+                     "    except OSError:\n"
+                     "        return None\n"
+                     "print(json.dumps({f: h(os.path.join(root, f)) for f in files}))")
 
 
 def docker_exe() -> str:
@@ -99,6 +114,53 @@ def image_sglang(params: Params, timeout_s: float = 300.0) -> dict[str, Any]:
     return out
 
 
+def mounted_files(version: str) -> list[str]:
+    """The files (relative to the folder holding ``sglang``) a patched copy is mounted over:
+    every file a GPU clamp mode or the deterministic edit touches for ``version``."""
+    from ..sglang import patch as sglang_patch
+
+    # the native MoE modes patch the CPU engine's path only; a GPU image gets the clamp and det files
+    modes = [m for m in sglang_patch.modes_for(version) if m != "stock" and m not in sglang_patch.NATIVE_MODES]
+    return sorted({e["path"] for m in modes for e in sglang_patch._files(version, m)})
+
+
+def check_image_files(params: Params, version: str, image_root: str, timeout_s: float = 300.0) -> dict[str, str]:
+    """Compare the image's copy of every :func:`mounted_files` file with the released
+    ``sglang==version`` wheel's (sha256) before patched copies are mounted over them.
+
+    Returns:
+        ``{file: sha256}`` (equal in both).
+
+    Raises:
+        ImageFilesDiffer: a file differs or the image lacks it (each named with both digests).
+        DockerUnavailable: the probe container fails or prints no JSON.
+        SGLangSourceError: the wheel cannot be had.
+    """
+    import hashlib
+
+    from ..sglang import source as sglang_source
+
+    files = mounted_files(version)
+    cmd = probe_prefix(params) + ["-c", IMAGE_FILES_PROBE, image_root, json.dumps(files)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        image = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, IndexError, json.JSONDecodeError) as exc:
+        raise DockerUnavailable(f"image {params.server.docker.image!r}: hashing its SGLang files failed: {exc}") from None
+    if not isinstance(image, dict):
+        raise DockerUnavailable(f"image {params.server.docker.image!r}: hashing its SGLang files failed "
+                                f"(exit {r.returncode}): {(r.stderr or r.stdout).strip()[-400:]}")
+    released = sglang_source.unpack_wheel(version)
+    wheel = {f: hashlib.sha256(released.file(f).read_bytes()).hexdigest() for f in files}
+    bad = [f"{f}: image {image.get(f) or 'absent'}, wheel {wheel[f]}" for f in files if image.get(f) != wheel[f]]
+    if bad:
+        raise ImageFilesDiffer(
+            f"image {params.server.docker.image!r} (sglang {version} at {image_root}): {len(bad)} of {len(files)} files "
+            f"the study mounts patched copies over are not the released wheel's: {'; '.join(bad)}. Use an image "
+            "with the released files, or sglang.apply_to_install=false to serve the image as found")
+    return wheel
+
+
 def patched_mounts(stage, config, version: str, image_root: str) -> tuple[list[tuple[str, str]], str]:
     """Patched copies of the clamp files for ``config`` and where they go in the image.
 
@@ -116,9 +178,7 @@ def patched_mounts(stage, config, version: str, image_root: str) -> tuple[list[t
     from ..sglang import source as sglang_source
 
     released = sglang_source.unpack_wheel(version)
-    # the native MoE modes patch the CPU engine's path only; a GPU image gets the clamp and det files
-    modes = [m for m in sglang_patch.modes_for(version) if m != "stock" and m not in sglang_patch.NATIVE_MODES]
-    files = sorted({e["path"] for m in modes for e in sglang_patch._files(version, m)})
+    files = mounted_files(version)
     dest = stage.paths.work(f"sglang-docker-{config.clamp}-det-{'on' if config.deterministic else 'off'}")
     if dest.exists():
         shutil.rmtree(dest)

@@ -199,6 +199,7 @@ class DockerLauncher:
 
     def __init__(self) -> None:
         self.image: dict[str, Any] | None = None  # the image's probe (version, package folder)
+        self.files_checked: dict[str, str] | None = None  # the image's files as the wheel's (sha256)
 
     def sglang_version(self, params: Params) -> str:
         """The image's sglang version (probed once; its package folder is kept for the mounts)."""
@@ -216,6 +217,8 @@ class DockerLauncher:
         s = params.server
         image = self.image if self.image is not None else dk.image_sglang(params)
         name = dk.container_name(s.docker.container_name_prefix)
+        if params.sglang.apply_to_install and self.files_checked is None:  # once per launcher
+            self.files_checked = dk.check_image_files(params, image["version"], image["root"])
         mounts, note = (dk.patched_mounts(stage, config, image["version"], image["root"])
                         if params.sglang.apply_to_install else
                         ([], f"image {s.docker.image} served as found (sglang.apply_to_install "

@@ -32,7 +32,8 @@ CARD_TOKENS = ("ulp", "oly", "culp", "Advisory")
 def unsafe_suffix(isolations: Any) -> str:
     """`` "; UNSAFE: ..."`` when any of ``isolations`` (strings, or one comma-joined string) is
     ``subprocess-unsafe``, else ""; appended to every ledger note of stage 05."""
-    vals = [isolations] if isinstance(isolations, str) else list(isolations or ())
+    # not ``isolations or ()``: an empty numpy array (no answer ran in the sandbox) has no truth value
+    vals = [isolations] if isinstance(isolations, str) else list(() if isolations is None else isolations)
     hit = any(Isolation.SUBPROCESS_UNSAFE.value in str(v) for v in vals if v is not None)
     return f" {UNSAFE_NOTE}." if hit else ""
 
