@@ -16,7 +16,7 @@ SGL_VENV  := .venv-sglang
 SGL_REQ   := tests/real_sglang/requirements.txt
 SGL_STAMP := $(SGL_VENV)/.installed-$(shell cat $(SGL_REQ) | cksum | cut -d' ' -f1)
 
-.PHONY: setup sglang-env envs prefetch study test lint notebooks bench mutation jupyter clean-outputs workstation-envs gpu-clamp-check
+.PHONY: setup sglang-env envs prefetch study test simulate lint notebooks bench mutation jupyter clean-outputs workstation-envs gpu-clamp-check
 
 setup: $(STAMP) $(BYTECODE)
 
@@ -72,6 +72,13 @@ PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 test: envs
 	$(BIN)/ruff check lib tests benchmarks
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The simulated first runs (tests/simulate/first_runs.py, not part of `make test`): `nvfp4study run
+# --params params/ling3-flash.yaml`, 00 to 99, on each machine class (GB10, B200 by the Docker route,
+# RTX PRO 6000, H200) against stand-ins for nvidia-smi, nvcc, the Docker CLI, SGLang's GPU server and
+# the Hub; each run is marked simulated wherever its results show. Two classes at a time.
+simulate: $(STAMP) prefetch
+	$(BIN)/python -m pytest -q -n 2 tests/simulate/first_runs.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check lib tests benchmarks

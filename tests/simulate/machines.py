@@ -107,8 +107,10 @@ def write_bin(folder: Path, cls: MachineClass, python: Path) -> Path:
                             "echo 'Cuda compilation tools, release 13.0, V13.0.88'\n")
     for f in ("nvidia-smi", "nvcc"):
         (b / f).chmod(0o755)
-    if cls.launcher == "docker":
-        fake_docker.make_docker(b, python=python, images=(IMAGE,))
+    if cls.launcher == "docker":  # the image holds the released wheel's files (hash-checked by the study)
+        site = folder / "image-site"
+        installed_sglang(site)
+        fake_docker.make_docker(b, python=python, images=(IMAGE,), image_tree=site)
     return b
 
 

@@ -188,6 +188,7 @@ def _mark_simulated(row: dict[str, Any]) -> None:
     if simulated():
         row["simulated"] = simulated()
         row["note"] = f"SIMULATED (stand-ins, not a measurement): {row['note']}"
+        row["checked_on"] = "simulated stand-ins" + (f" ({row['checked_on']})" if row.get("checked_on") else "")
 
 
 def record_not_run(run_dir: str | Path, claim_ids: list[str], reason: str) -> None:

@@ -222,7 +222,7 @@ def run_study(
             outputs.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise RunDirError(f"cannot create outputs folder {outputs}: {exc.strerror or exc}") from exc
-        root = new_run_dir(params.profile, outputs)
+        root = new_run_dir(params.profile, outputs, "simulated" if environment.simulated() else "")
     with runlock.hold(root), _owner_env():  # one run per folder (RunLocked names the holder)
         paths = RunPaths(root)
         resolved = dump_params(params, paths.params_file)

@@ -12,6 +12,7 @@ ours. Stages that did not run appear once, in the summary's open work, not under
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
 import json
 import re
@@ -150,6 +151,21 @@ def open_work_html(rows: list[dict[str, Any]]) -> str:
     return "".join(out)
 
 
+def simulated_html(run_dir: Path, rows: list[dict[str, Any]]) -> str:
+    """A banner naming the stand-ins of a simulated run (``simulated`` in ``data/environment.json``
+    or the manifest, or on any ledger row: :func:`nvfp4study.core.environment.simulated`); "" for
+    a real run."""
+    said = next((r["simulated"] for r in rows if r.get("simulated")), None)
+    for f in (run_dir / "data" / "environment.json", run_dir / "manifest.json"):
+        if said is None and f.is_file():
+            with contextlib.suppress(ValueError):
+                said = json.loads(f.read_text()).get("simulated")
+    if not said:
+        return ""
+    return (f'<p class="simulated"><b>SIMULATED RUN: no value on this page is a measurement.</b> '
+            f"{_e(said)}</p>")
+
+
 def summary_html(run_dir: str | Path, params: dict[str, Any], description: str = "") -> str:
     """The summary block at the top of the report (see the module docstring)."""
     run_dir = Path(run_dir)
@@ -161,7 +177,7 @@ def summary_html(run_dir: str | Path, params: dict[str, Any], description: str =
         items.append(f"<li><b>{_e(f.title)}</b> {badge(f.verdict) if f.verdict in VERDICT_COLOURS else _e(f.verdict)} "
                      f"{md_inline(f.sentence)} <span class=\"meta\">Evidence: {', '.join(links)}</span></li>")
     return (f'<div class="nv"><style>{layout.CSS}</style><section class="summary" id="summary">'
-            f"<h2>Summary</h2>{_facts(run_dir, params, description)}"
+            f"<h2>Summary</h2>{simulated_html(run_dir, rows)}{_facts(run_dir, params, description)}"
             f"{counts_html(rows)}"
             f"<h3>Headline findings</h3><ul class=\"headlines\">{''.join(items)}</ul>"
             f"<h3>Still open</h3>{open_work_html(rows)}</section></div>")
