@@ -279,8 +279,10 @@ def handler_for(fake: Fake):
                     fake.counters["sglang:spec_verify_calls_total"] += verify_ct
                     fake.counters["sglang:prompt_tokens_total"] += prompt_tokens
                     fake.counters["sglang:num_requests_total"] += 1
-                # SGLang's decode log line (metrics_reporter.py 963-1043 of 0.5.23), one per request
-                # here (the real server: one per --decode-log-interval steps)
+                # SGLang's decode log line (managers/scheduler_components/metrics_reporter.py:963 the
+                # head, :1005 accept len/rate, :1039-1043 graph, throughput, queue; usage parts of a
+                # hybrid (mamba) model: pool_stats_observer.py:128-137), one per request here (the
+                # real server: one per --decode-log-interval steps)
                 acc = ""
                 if fake.depth and verify_ct:
                     acc = (f"accept len: {len(ids) / verify_ct:.2f}, "
@@ -412,6 +414,7 @@ def model_shape(cfg: dict, args: dict) -> dict:
 def startup_log(cfg: dict, args: dict) -> str:
     """Print the load log; returns the clamp form it showed (for ``install``: the mode found)."""
     cfg = {**cfg, **model_shape(cfg, args)}
+    # the real lines' format strings, SGLang 0.5.23 (sglang/srt/...): model_executor/model_runner.py:1274
     log("Load weight begin. avail mem=120.00 GB")
     if cfg["gate_up_warning"]:
         log("w1_weight_global_scale must match w3_weight_global_scale. Accuracy may be affected.")
@@ -426,12 +429,13 @@ def startup_log(cfg: dict, args: dict) -> str:
         log(f"fake: install clamp mode {form}")
     for layer in range(cfg["first_dense"], cfg["num_layers"]):
         log_clamp(form, limits.get(layer), layer)
+    # model_executor/model_runner.py:1373-1380 (quant_str: configs/model_config.py:1899-1916)
     log(f"Load weight end. elapsed={cfg['load_elapsed_s']:.2f} s, type=BailingMoeV3ForCausalLM, "
         f"quant=compressed-tensors, avail mem=48.20 GB, mem usage={cfg['mem_usage_gb']:.2f} GB.")
     if "--speculative-algorithm" in args:
         log_clamp(form, None, 0)  # the NEXTN draft is built with layer_id=0: unclamped
         log("Load weight end. elapsed=4.10 s, type=BailingMoeForCausalLMNextN, avail mem=45.10 GB, mem usage=3.10 GB.")
-    log("Memory pool end. avail mem=20.00 GB")
+    log("Memory pool end. avail mem=20.00 GB")  # mem_cache/kv_cache_configurator.py:498-501
     return form
 
 
@@ -539,6 +543,7 @@ def main(argv: list[str]) -> int:
     log(f"Uvicorn running on http://{args.get('--host')}:{args.get('--port')} (Press CTRL+C to quit)", "")
     if cfg["background_traffic"]:
         threading.Thread(target=fake.background, daemon=True).start()
+    # entrypoints/http_server.py:2600
     threading.Timer(cfg["starting_s"], lambda: log("The server is fired up and ready to roll!", "")).start()
     srv.serve_forever()
     return 0

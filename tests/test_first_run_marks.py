@@ -81,3 +81,28 @@ def test_preflight_sandbox_advice_names_values_params_accept():
     for override in given:
         key, value = override.split("=", 1)
         assert str(load_params(None, [override]).corruption.sandbox.isolation) == value
+
+
+def test_long_cells_show_progress_with_an_eta(capsys, monkeypatch):
+    """05's sweep and 06/07's requests go through ``core.progress``: a tqdm bar of done/total with
+    the remaining time (in a terminal, text on stderr); the items come back unchanged, in order."""
+    from nvfp4study.core.progress import progress
+
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    items = list(range(5))
+    assert list(progress(items, "05_corruption clamp=none t0-off-a")) == items
+    err = capsys.readouterr().err
+    assert "05_corruption clamp=none t0-off-a" in err and "5/5" in err and "<" in err  # elapsed<remaining
+    assert progress([7], "one") == [7] and progress([], "none") == []
+
+
+def test_the_collection_loops_use_the_progress_bar():
+    """Both request loops of the long cells are wrapped (read from the source: the loops need a
+    server to run)."""
+    import inspect
+
+    from nvfp4study.codeeval import served_collect
+    from nvfp4study.serving import measure
+
+    assert "in progress(pending," in inspect.getsource(served_collect.collect)
+    assert "in progress(pending," in inspect.getsource(measure._serve)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.params import Params, SamplingConfig
+from ..core.progress import progress
 from ..core.stage import Stage
 from .served_data import (
     ROW_SCHEMA,
@@ -100,7 +101,7 @@ def collect(stage: Stage, tasks: list[Task]) -> list[Path]:
             continue  # resumed: this mode is complete, no server needed
         with server.serving(stage, config) as url:
             for s, path, pending in todo:
-                for task in pending:
+                for task in progress(pending, f"{stage.name} clamp={mode} {s.name}"):  # an ETA for the cell
                     rec = _ask(url, task, s, True, params.server.request_timeout_s)
                     append_row(path, _row(rec, clamp=mode, s=s, task=task, stream=True,
                                           parser=params.server.reasoning_parser,

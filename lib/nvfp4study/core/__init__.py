@@ -19,6 +19,7 @@ __all__ = [
     "params_keys",
     "params_yaml",
     "paths",
+    "progress",
     "runlock",
     "runner",
     "shape_rules",

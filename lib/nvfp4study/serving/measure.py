@@ -35,6 +35,7 @@ from typing import Any
 
 from ..core.errors import ReplayDataMissing
 from ..core.files import atomic_write
+from ..core.progress import progress
 from ..core.stage import Stage
 from . import client
 from .plans import Served, needs, plan_of  # noqa: F401  (needs: re-exported)
@@ -424,7 +425,7 @@ def _serve(stage: Stage, launch: StartedLaunch, config: ServerConfig, pending: l
     for i in range(p.mtp.warmup_requests if pending else 0):
         ask(stage, url, config, RequestSpec(f"warmup-{i}", 0, min(64, p.mtp.max_tokens)), launch=rec["launch"],
             warmup=True, text="Say hello in one short sentence.")
-    for spec in pending:
+    for spec in progress(pending, f"{stage.name} {config.key}"):  # an ETA for the cell
         row = ask(stage, url, config, spec, launch=rec["launch"])
         rec["sent"] += 1
         rec["failed"] += row["status"] != "ok"
