@@ -78,7 +78,7 @@ test: envs
 # RTX PRO 6000, H200) against stand-ins for nvidia-smi, nvcc, the Docker CLI, SGLang's GPU server and
 # the Hub; each run is marked simulated wherever its results show. Two classes at a time.
 simulate: $(STAMP) prefetch
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup tests/simulate/first_runs.py
+	$(BIN)/python -m pytest -q -n 2 tests/simulate/first_runs.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check lib tests benchmarks

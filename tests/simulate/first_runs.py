@@ -72,21 +72,22 @@ def simulate(name: str, base: Path) -> dict:
     return {"run": run, "rc": r.returncode, "out": r.stdout[-6000:] + r.stderr[-6000:], "requests": requests}
 
 
-# one run per class; under pytest-xdist (make simulate: -n 2 --dist loadgroup) a class's tests
-# stay on one worker, so each run is made once
-@pytest.fixture(scope="module", params=[pytest.param(c, marks=pytest.mark.xdist_group(c)) for c in CLASSES])
-def first_run(request, tmp_path_factory):
-    return request.param, simulate(request.param, tmp_path_factory.mktemp("sim") / request.param)
+@pytest.mark.parametrize("name", list(CLASSES))
+def test_first_run(name, tmp_path):
+    """One class's simulated first run and everything it must show (the checks below). One test
+    per class, so that ``make simulate`` (pytest-xdist, two workers) runs each class once."""
+    r = simulate(name, tmp_path / name)
+    for check in CHECKS:
+        check(name, r)
 
 
 def _ledger(run: Path) -> dict[str, dict]:
     return {r["id"]: r for r in json.loads((run / "ledger.json").read_text())["rows"]}
 
 
-def test_every_stage_ran_and_says_simulated(first_run):
+def check_every_stage_ran_and_says_simulated(name: str, r: dict) -> None:
     """00 to 99 ran (the run finished); the run folder, environment.json, the manifest, every
     ledger row a stage recorded and the report name the stand-ins."""
-    name, r = first_run
     assert r["rc"] == 0, r["out"]
     manifest = json.loads((r["run"] / "manifest.json").read_text())
     assert [(n["notebook"], n["status"]) for n in manifest["notebooks"]] == [(s, "ok") for s in STAGES]
@@ -105,10 +106,9 @@ def test_every_stage_ran_and_says_simulated(first_run):
     assert blocked <= allowed and (name != "h200" or blocked), pre["rows"]
 
 
-def test_the_gpu_paths_ran(first_run):
+def check_the_gpu_paths_ran(name: str, r: dict) -> None:
     """The card's checkpoint came from the (stand-in) Hub at its commit; every launch was the GPU
     engine's, through the class's launcher, on the class's GPU as its nvidia-smi names it."""
-    name, r = first_run
     cls, run = CLASSES[name], r["run"]
     params = __import__("yaml").safe_load((run / "params.yaml").read_text())
     assert params["server"]["engine"] == "gpu" and params["server"]["launcher"] == cls.launcher
@@ -116,7 +116,7 @@ def test_the_gpu_paths_ran(first_run):
     launches = [json.loads(x) for f in sorted((run / "data").glob("serve-launch-*.jsonl"))
                 for x in f.read_text().splitlines()]
     if cls.capability[0] < 10:
-        assert not launches and not r["requests"]  # test_hopper_is_refused_by_name
+        assert not launches and not r["requests"]  # check_hopper_is_refused_by_name
         return
     assert launches and {x["launcher"] for x in launches} == {cls.launcher}
     assert r["requests"]  # the stand-in server answered
@@ -124,15 +124,14 @@ def test_the_gpu_paths_ran(first_run):
     assert json.loads((run / "data" / "served-gpu.json").read_text())["name"] == cls.gpu_name
 
 
-def test_tok_s_is_compared_with_the_cards_only_on_its_gpu_class(first_run):
+def check_tok_s_is_compared_with_the_cards_only_on_its_gpu_class(name: str, r: dict) -> None:
     """The card's tok/s are a GB10's: on the GB10 the speculation-off row compares them; on any
     other class it is not run, naming the served GPU, and the depth rows still judge speedup and
     acceptance (machine-independent)."""
-    name, r = first_run
     rows = _ledger(r["run"])
     off, k1 = rows["mtp.off"], rows["mtp.k1"]
     if CLASSES[name].capability[0] < 10:
-        return  # nothing served (test_hopper_is_refused_by_name)
+        return  # nothing served (check_hopper_is_refused_by_name)
     if name == "gb10":
         assert off["verdict"] != "not run" and "not compared" not in off["note"]
     else:
@@ -141,10 +140,9 @@ def test_tok_s_is_compared_with_the_cards_only_on_its_gpu_class(first_run):
     assert k1["verdict"] != "not run" and "speedup" in k1["note"]
 
 
-def test_hopper_is_refused_by_name(first_run):
+def check_hopper_is_refused_by_name(name: str, r: dict) -> None:
     """On an H200 preflight names the blocker; run with --skip-preflight, no server is launched
     and every serving claim of 04-07 is "not run" with the GPU's compute capability as reason."""
-    name, r = first_run
     if CLASSES[name].capability[0] >= 10:
         return
     rows = _ledger(r["run"])
@@ -157,9 +155,8 @@ def test_hopper_is_refused_by_name(first_run):
     assert cap["verdict"] == "blocker" and "Hopper" in cap["detail"]
 
 
-def test_local_install_is_left_stock(first_run):
+def check_local_install_is_left_stock(name: str, r: dict) -> None:
     """03 patched the local SGLang install for 04-07 and put the released files back after."""
-    name, r = first_run
     if CLASSES[name].launcher != "local":
         return
     from nvfp4study.sglang import patch as sglang_patch
@@ -169,10 +166,9 @@ def test_local_install_is_left_stock(first_run):
     assert sglang_patch.status(tree)["clamp_mode"] == "stock"
 
 
-def test_docker_route_hash_checks_and_mounts(first_run):
+def check_docker_route_hash_checks_and_mounts(name: str, r: dict) -> None:
     """The README's Docker route: no local SGLang, the image's files hash-checked against the
     released wheel's before patched copies were mounted over them."""
-    name, r = first_run
     if CLASSES[name].launcher != "docker":
         return
     calls = [json.loads(x) for x in (r["run"].parent / "bin" / "state" / "calls.jsonl").read_text().splitlines()]
@@ -180,3 +176,6 @@ def test_docker_route_hash_checks_and_mounts(first_run):
     runs = [i for i, c in enumerate(calls) if c[:1] == ["run"] and "--name" in c]
     assert checks and runs and checks[0] < runs[0]
     assert all(any(a.endswith(":ro") and "sglang-docker-" in a for a in calls[i]) for i in runs)
+
+
+CHECKS = [check_every_stage_ran_and_says_simulated, check_the_gpu_paths_ran, check_tok_s_is_compared_with_the_cards_only_on_its_gpu_class, check_hopper_is_refused_by_name, check_local_install_is_left_stock, check_docker_route_hash_checks_and_mounts]
