@@ -41,23 +41,14 @@ def make_docker(folder: Path, python: Path, images=("lmsysorg/sglang:v0.5.23",),
     return exe
 
 
-def image_hashes(cfg: dict, root: str, files: list[str]) -> dict[str, str | None]:
-    """What ``IMAGE_FILES_PROBE`` prints in the image: sha256 of each file under ``root``, read
-    from ``image_tree`` or (none) from the released wheel of the image's version."""
-    import hashlib
-    import zipfile
-
-    if root != cfg["root"]:
-        return dict.fromkeys(files)
+def image_tree(cfg: dict) -> Path:
+    """The host folder standing for the image's ``root``: ``image_tree``, else the released
+    wheel of the image's version as the study unpacks it."""
     if cfg.get("image_tree"):
-        tree = Path(cfg["image_tree"])
-        return {f: hashlib.sha256((tree / f).read_bytes()).hexdigest() if (tree / f).is_file() else None
-                for f in files}
-    from nvfp4study.sglang.source import wheel_path
+        return Path(cfg["image_tree"])
+    from nvfp4study.sglang.source import unpack_wheel
 
-    with zipfile.ZipFile(wheel_path(cfg["version"])) as z:
-        names = set(z.namelist())
-        return {f: hashlib.sha256(z.read(f)).hexdigest() if f in names else None for f in files}
+    return unpack_wheel(cfg["version"]).root
 
 
 def _alive(pid: int) -> bool:
@@ -137,9 +128,9 @@ def main(state: Path, argv: list[str]) -> int:
         if "nvfp4study-image-probe" in tail[1]:
             print(json.dumps({"version": cfg["version"], "root": cfg["root"]}))
             return 0
-        if "nvfp4study-image-files" in tail[1]:  # sha256 of the image's files under root
-            print(json.dumps(image_hashes(cfg, tail[2], json.loads(tail[3]))))
-            return 0
+        if "nvfp4study-image-files" in tail[1]:  # the study's own code, run on the image's files
+            root = str(image_tree(cfg)) if tail[2] == cfg["root"] else tail[2]
+            return subprocess.run([sys.executable, "-c", tail[1], root, *tail[3:]]).returncode
         return subprocess.run([cfg["python"], *tail]).returncode
     if tail[:3] != ["python3", "-m", "sglang.launch_server"]:
         print(f"fake docker: unsupported command {tail}", file=sys.stderr)
