@@ -106,3 +106,15 @@ def test_the_collection_loops_use_the_progress_bar():
 
     assert "in progress(pending," in inspect.getsource(served_collect.collect)
     assert "in progress(pending," in inspect.getsource(measure._serve)
+
+
+def test_findings_refuse_to_write_a_simulated_run_into_the_readme(run_dir, tmp_path, monkeypatch, capsys):
+    """``nvfp4study findings RUN --write`` never puts a simulated run's rows into the README."""
+    from nvfp4study.report import findings
+
+    readme = tmp_path / "README.md"
+    readme.write_text(f"x\n{findings.START}\nold\n{findings.END}\n")
+    monkeypatch.setenv(environment.SIMULATED_ENV, SAID)
+    ledger.record(run_dir, "fit.single-gpu", measured=1, verdict="reproduced", note="n")
+    assert findings.main([str(run_dir), "--write", "--readme", str(readme)]) == 1
+    assert "simulated run" in capsys.readouterr().err and "old" in readme.read_text()

@@ -34,7 +34,7 @@ from nvfp4study.core.params import REPO_ROOT
 from serving_fixtures import free_port
 
 LING = "params/ling3-flash.yaml"
-STAGES = ["00_environment", "01_quantize", "02_inspect_checkpoint", "03_sglang_audit", "04_launch_server",
+STAGES = ["00_environment", "01_quantize", "02_inspect_checkpoint", "03_patch_sglang", "04_launch_server",
           "05_corruption", "06_mtp_sweep", "07_determinism", "99_report"]
 #: the sizes a simulation shrinks (the card's protocol, fewer requests and tokens); nothing else
 SHRINK = ["corruption.claim_tasks=[card/binary_search, card/is_balanced]", "corruption.executed_n=1",

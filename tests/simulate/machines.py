@@ -151,7 +151,7 @@ def interpreter(folder: Path, cls: MachineClass, origin: Path | None, request_lo
     from nvfp4study.workstation import probes
 
     pins, _ = probes.sglang_pins("0.5.23")
-    packages = {n: s.lstrip("=<>~!") .split(",")[0] for n, s in pins.items()}
+    packages = {n: s.lstrip("=<>~!").split(",")[0] for n, s in pins.items()}
     return fake_sglang.make_interpreter(
         folder, gpu=[*cls.capability, cls.gpu_name, cls.total_bytes], packages=packages,
         clamp_form="install" if origin else "exact", sglang_origin=str(origin) if origin else None,

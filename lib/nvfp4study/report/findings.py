@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -509,8 +510,13 @@ def main(argv: list[str]) -> int:
     g.add_argument("--write", action="store_true", help="write the section into the README")
     g.add_argument("--check", action="store_true", help="exit 1 when the README's section differs")
     args = ap.parse_args(argv)
-    section = markdown(ledger.read_ledger(args.run_dir))
+    rows = ledger.read_ledger(args.run_dir)
+    section = markdown(rows)
     readme = Path(args.readme)
+    if args.write and any(r.get("simulated") for r in rows):  # stand-ins' values are no findings
+        print(f"nvfp4study findings: {args.run_dir} is a simulated run (its ledger rows name the stand-ins); "
+              "the README's findings come from real runs only", file=sys.stderr)
+        return 1
     if args.write or args.check:
         text = readme.read_text()
         new = replace_section(text, section)
