@@ -60,7 +60,19 @@ def test_card_checkpoint_is_downloaded_audited_and_served(tmp_path, monkeypatch)
         again = s01_quantize.build_source(p, paths, s01_quantize.plan(p, paths))
         assert again["hub"]["commit"] == sha and again["hub"]["reused_commit"]
     stage = Stage(name="02_inspect_checkpoint", params=p, paths=paths)
-    assert s02_inspect.resolve_checkpoint(stage)["path"] == str(snap)
+    ck = s02_inspect.resolve_checkpoint(stage)
+    assert ck["path"] == str(snap)
+    # named as the card's (found by the simulated first runs: 02's notes called it "the study's
+    # SCALED checkpoint with RANDOM weights, quantized with the card's recipe")
+    assert ck["card"] and ck["checked_on"].startswith(f"hf:kingjones777/Ling-3.0-flash-NVFP4-SGLang-MTP@{sha} ")
+    from nvfp4study.stages.claim_rules.r02_inspect import audit_scope
+
+    class Rep:
+        extra = {"real_size_config": False}
+        config_summary = {"random_weights": None}
+
+    real, rnd, scope, _ = audit_scope(paths.root, Rep(), ck)
+    assert real and not rnd and scope.startswith("the card's own checkpoint, hf:") and "RANDOM" not in scope
     assert served_model_path(Stage(name="04_launch_server", params=p, paths=paths), card_config(p)) == str(snap)
     assert s01_quantize.probes(p, paths, plan)["run"] is False  # nothing quantized, nothing probed
     with pytest.raises(SourceCheckpointMissing, match="card_checkpoint"):

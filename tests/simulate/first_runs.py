@@ -113,6 +113,8 @@ def check_the_gpu_paths_ran(name: str, r: dict) -> None:
     params = __import__("yaml").safe_load((run / "params.yaml").read_text())
     assert params["server"]["engine"] == "gpu" and params["server"]["launcher"] == cls.launcher
     assert json.loads((run / "data" / "card_checkpoint.json").read_text())["commit"] == CARD_SHA
+    audit = _ledger(run)["audit.gate-up-shared"]  # 02 audited what 01 downloaded, named as the card's
+    assert f"the card's own checkpoint, hf:{CARD_REPO}@{CARD_SHA}" in audit["note"] and "RANDOM" not in audit["note"]
     launches = [json.loads(x) for f in sorted((run / "data").glob("serve-launch-*.jsonl"))
                 for x in f.read_text().splitlines()]
     if cls.capability[0] < 10:

@@ -48,7 +48,9 @@ real_config = cmp.real_config
 
 def resolve_checkpoint(stage: Stage) -> dict[str, Any]:
     """The checkpoint to audit: ``checkpoint.quantized_path`` when set, else the ``quantized`` path
-    01_quantize wrote in ``data/quantize.json``.
+    01_quantize wrote in ``data/quantize.json``; when that is the card's checkpoint 01 downloaded
+    (``checkpoint.serve: card``) it is named as the card's (``card``, ``checked_on``: repo@commit),
+    so 02's notes do not call it the study's scaled random-weight checkpoint.
 
     Raises:
         StageInputMissing: neither is available (01 not run, or it skipped quantization).
@@ -62,6 +64,10 @@ def resolve_checkpoint(stage: Stage) -> dict[str, Any]:
     q = json.loads(f.read_text())
     if not q.get("quantized"):
         raise StageInputMissing(f"{f} names no quantized checkpoint ({q.get('reason') or 'quantization skipped'})")
+    card = q.get("card_checkpoint") or {}
+    if card.get("path") == q["quantized"]:  # checkpoint.serve: card: what 01 downloaded is the card's own
+        return {"path": q["quantized"], "from": f"01_quantize ({f.name})", "random_weights": None, "card": True,
+                "checked_on": f"hf:{card['repo_id']}@{card['commit']} (the card's checkpoint as 01 downloaded it)"}
     return {"path": q["quantized"], "from": f"01_quantize ({f.name})", "random_weights": q.get("random_weights")}
 
 
