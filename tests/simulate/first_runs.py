@@ -36,11 +36,14 @@ from serving_fixtures import free_port
 LING = "params/ling3-flash.yaml"
 STAGES = ["00_environment", "01_quantize", "02_inspect_checkpoint", "03_patch_sglang", "04_launch_server",
           "05_corruption", "06_mtp_sweep", "07_determinism", "99_report"]
-#: the sizes a simulation shrinks (the card's protocol, fewer requests and tokens); nothing else
+#: the sizes a simulation shrinks (the card's protocol with fewer requests and tokens, fewer audited
+#: releases and detector samples); no code path changes
 SHRINK = ["corruption.claim_tasks=[card/binary_search, card/is_balanced]", "corruption.executed_n=1",
           "corruption.reasoning_probe_tasks=1", "mtp.prompts=2", "mtp.max_tokens=64",
           "determinism.prompts=2", "server.startup_timeout_s=60", "server.health_poll_s=0.05",
-          "server.shutdown_grace_s=3", "server.request_timeout_s=60"]
+          "server.shutdown_grace_s=3", "server.request_timeout_s=60",
+          # 03's audit of the served release only, 05's detector validation on 20 HumanEval problems
+          "sglang.audit_versions=[0.5.23]", "sglang.card_patch_versions=[0.5.23]", "corruption.humaneval_count=20"]
 
 
 def simulate(name: str, base: Path) -> dict:
