@@ -181,6 +181,9 @@ def check_docker_route_hash_checks_and_mounts(name: str, r: dict) -> None:
     runs = [i for i, c in enumerate(calls) if c[:1] == ["run"] and "--name" in c]
     assert checks and runs and checks[0] < runs[0]
     assert all(any(a.endswith(":ro") and "sglang-docker-" in a for a in calls[i]) for i in runs)
+    launches = [json.loads(x) for f in sorted((r["run"] / "data").glob("serve-launch-*.jsonl"))
+                for x in f.read_text().splitlines()]
+    assert launches and all("files matched the released wheel's (sha256)" in x["install"] for x in launches)
 
 
 CHECKS = [check_every_stage_ran_and_says_simulated, check_the_gpu_paths_ran, check_tok_s_is_compared_with_the_cards_only_on_its_gpu_class, check_hopper_is_refused_by_name, check_local_install_is_left_stock, check_docker_route_hash_checks_and_mounts]

@@ -223,6 +223,8 @@ class DockerLauncher:
                         if params.sglang.apply_to_install else
                         ([], f"image {s.docker.image} served as found (sglang.apply_to_install "
                              f"is false): clamp mode {config.clamp!r} not enforced"))
+        if mounts:
+            note += f"; the image's own {len(self.files_checked or {})} files matched the released wheel's (sha256) first"
         sp = dk.DockerServerProcess(dk.docker_command(params, cmd, name, model, mounts), log_path,
                                     s.host, s.port, grace_s=s.shutdown_grace_s, container=name)
         return sp, {"install": note, "container": name, "image": s.docker.image}
