@@ -8,7 +8,8 @@ A machine class is a folder of stand-ins put first on PATH and named in the para
 - ``docker`` (the Docker route): ``tests/fake_docker.py``;
 - the SGLang interpreter ``server.python``: ``tests/fake_sglang.py``, a GPU SGLang 0.5.23 server
   stand-in (SGLang's HTTP API, its GPU log lines) that reports the class's GPU to preflight's
-  probe and, as SGLang does on Hopper, refuses the NVFP4 MoE scheme at load on a 9.x GPU;
+  probe and, as SGLang 0.5.23 does on Hopper, would refuse the NVFP4 MoE scheme at load on a 9.x
+  GPU (the study's own GPU check stops before any launch there);
 - the Hub (``tests/hub_server.py``) serving a small header-only checkpoint in the card's layout
   as the card's repo.
 
@@ -88,8 +89,8 @@ CLASSES = {
     "rtx-pro-6000": machine("rtx-pro-6000", overrides=["server.mem_fraction_static=0.88"],
                             why="96 GB: preflight's memory blocker at 0.75, fixed as its row says"),
     "h200": machine("h200", skip_preflight=True,
-                    why="Hopper: preflight refuses it by name; with --skip-preflight SGLang refuses the "
-                        "NVFP4 MoE scheme at load and 04-07 say so"),
+                    why="Hopper: preflight refuses it by name; with --skip-preflight the study launches no "
+                        "server (the interpreter's GPU probe) and 04-07 say why"),
 }
 
 
