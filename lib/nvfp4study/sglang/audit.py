@@ -245,11 +245,11 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
                                 "the runner's steps were not run")
     mentions = []
     for r, q in steps:
-        mentions += [(r, ln) for ln in cv.clamp_mentions(interp.find(r, q))]
+        mentions += [(r, ln) for ln in cv.mentions(interp.find(r, q), interp.param.mentions)]
     live = sorted({f"{_short(r)}:{ln}" for r, ln in mentions if (r, ln) in interp.live})
     dead = sorted({f"{_short(r)}:{ln}" for r, ln in mentions if (r, ln) not in interp.live})
     extra = {"live_mentions": live, "dead_mentions": dead}
-    refusals = [x for x in interp.refusals if x.mentions_clamp and x.certain]
+    refusals = [x for x in interp.refusals if x.about_param and x.certain]
     if refusals:
         x = refusals[0]
         return PathResult(**base, verdict=ClampVerdict.REFUSED, rule=f"raises when the limit is set: {x.text}",
@@ -268,7 +268,7 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
             return PathResult(**base, verdict=ClampVerdict.DROPPED,
                               rule=f"returns {key}=None for Ling (reads swiglu_limit, not gemm1_clamp_limit)",
                               file=_short(r), function=q, line=fn.lineno, **extra)
-        if vals and all(cv.has_limit(v) for v in vals):
+        if vals and all(cv.has_tracked(v) for v in vals):
             v = ClampVerdict.EXACT if spec.get("form") == "post" else ClampVerdict.APPROX
             return PathResult(**base, verdict=v, rule=f"returns {key}=limit ({spec.get('form')} form)",
                               file=_short(r), function=q, line=fn.lineno, **extra)
@@ -285,7 +285,7 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
         kinds = sorted({(j[0].value, h.callee) for j, h in judged})
         if len({k[0] for k in kinds}) > 1:
             rule += " | mixed: " + ", ".join(f"{c}() {v}" for v, c in kinds)
-        blockers = [x for x in interp.refusals if not x.mentions_clamp and x.certain
+        blockers = [x for x in interp.refusals if not x.about_param and x.certain
                     and x.text.startswith("assert")]
         if blockers:
             rule += f" | note: {blockers[0].text} fails for Ling ({_short(blockers[0].file)}:{blockers[0].line})"
@@ -328,7 +328,7 @@ def _raising_verdict(base: dict, interp: Interp, extra: dict | None = None) -> P
     when one of those raises is about the clamp limit (its test or message names it), else
     UNUSABLE (the path cannot run for Ling whatever the limit), at the first raise reached."""
     rel, qual, raises = interp.raising_steps[0]
-    about = [x for x in raises if x.mentions_clamp or "clamp" in x.text]
+    about = [x for x in raises if x.about_param or any(w in x.text for w in interp.param.refusal_words)]
     x = (about or raises or [None])[0]
     if x is None:  # a helper raised where no raise statement was recorded: keep the step's place
         return PathResult(**base, verdict=ClampVerdict.UNUSABLE, rule=f"{_short(rel)}::{qual} raises on every branch",
