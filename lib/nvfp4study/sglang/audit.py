@@ -182,32 +182,34 @@ def missing_reason(tree: SGLangTree, key: str, unreadable: list[str] | None = No
                                     f"run it with backend {backend!r}")
 
 
-def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
-    """Audit one path of :func:`path_specs` in ``tree`` (see the module docstring for the verdicts)."""
-    sinks = catalog()["sinks"]
-    base = {"path": spec["id"], "label": spec["label"], "sglang_version": tree.version,
-            "platform": describe(spec.get("platforms", PLATFORMS)),
-            "catalogued": spec.get("catalogued", True), "found_by": list(spec.get("found_by", []))}
+@dataclass
+class PathRun:
+    """What running one path's steps gave (:func:`run_path`), before any verdict.
+
+    ``interp``: the interpreter after the steps (hits, refusals, live mentions, raising steps);
+    ``steps``: the ``(file, qualname)`` steps run; ``skipped_runner``: the method returned before its
+    MoeRunner ran; ``stop``: a verdict the run itself settles (``(verdict, rule, file, function,
+    line)``: the path is missing, its trail lost or its code too long) or ``"raising"`` (a step raises
+    on every branch before the trail was found), else None."""
+
+    interp: Interp | None
+    steps: list[tuple[str, str]]
+    skipped_runner: bool = False
+    stop: tuple | str | None = None
+
+
+def run_path(tree: SGLangTree, spec: dict, param: Any = None) -> PathRun:
+    """Run one path of :func:`path_specs` under Ling's facts, following ``param``
+    (:class:`~nvfp4study.sglang.moe_params.ParamSpec`; None: the clamp). No verdict: see
+    :func:`audit_path` (the clamp's judge) and :mod:`nvfp4study.sglang.param_audit`."""
     if "missing" in spec:
         verdict, why = spec["missing"]
-        return PathResult(**base, verdict=verdict, rule=why, file=None, function=None, line=None)
+        return PathRun(None, [], stop=(verdict, why, None, None, None))
     steps = [_split(s) for s in spec["steps"]]
-    interp = Interp(tree.root, sinks, spec.get("assume"), spec.get("platforms", PLATFORMS))
+    interp = Interp(tree.root, (param.sinks if param is not None else catalog()["sinks"]), spec.get("assume"),
+                    spec.get("platforms", PLATFORMS), param=param)
     if spec.get("lost"):
-        rule = f"trail lost at {spec['lost']}"
-        # a method that refuses this backend itself says so before the runner is ever built
-        for r, q in steps:
-            if interp.find(r, q) is not None:
-                interp.run_step(r, q)
-                if interp.raising_steps:
-                    return _raising_verdict(base, interp)
-        first = next((x for x in interp.refusals if x.certain), None)
-        if first is not None:
-            rule += f"; before it, {_short(first.file)}:{first.line} {first.function}: {first.text[:100]}"
-        lost_file, _, rest = spec["lost"].partition(":")
-        lost_line = rest.split(":", 1)[0]
-        return PathResult(**base, verdict=ClampVerdict.UNDECIDED, rule=rule, file=lost_file, function=None,
-                          line=int(lost_line) if lost_line.isdigit() else None)
+        return _lost_run(interp, steps, spec)
     interp.entry_names = {q.split(".")[-1] for _, q in steps}
     missing = [(r, q) for r, q in steps if interp.find(r, q) is None]
     if missing:
@@ -216,13 +218,14 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
         entry_exists = mod is not None and ("." not in q0 or q0.split(".")[0] in mod.classes)
         r, q = missing[0]
         if not entry_exists:
-            return PathResult(**base, verdict=ClampVerdict.ABSENT, rule=f"not in this version: {_short(r)}::{q}",
-                              file=None, function=None, line=None)
+            return PathRun(interp, steps, stop=(ClampVerdict.ABSENT, f"not in this version: {_short(r)}::{q}",
+                                                None, None, None))
         # The entry code exists: the trail is lost, not the path (a function renamed or inlined).
         have = "the file exists" if interp.module(r) is not None else "the file is missing"
-        return PathResult(**base, verdict=ClampVerdict.UNDECIDED,
-                          rule=f"trail lost at {_short(r)}::{q} ({have}; the path's entry {_short(r0)}::{q0} exists)",
-                          file=_short(r) if interp.module(r) is not None else _short(r0), function=q, line=None)
+        return PathRun(interp, steps, stop=(
+            ClampVerdict.UNDECIDED,
+            f"trail lost at {_short(r)}::{q} ({have}; the path's entry {_short(r0)}::{q0} exists)",
+            _short(r) if interp.module(r) is not None else _short(r0), q, None))
     skipped_runner = False
     for i, (r, q) in enumerate(steps):
         if i == spec.get("runner_at") and not interp.runner_calls:
@@ -237,12 +240,52 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
             break
     if interp.exhausted:
         r0, q0 = steps[-1] if steps else (None, None)
-        return PathResult(**base, verdict=ClampVerdict.UNDECIDED,
-                          rule=f"trail lost: the code is too long to follow ({Interp.MAX_STEPS} statements run)",
-                          file=_short(r0) if r0 else None, function=q0, line=None)
-    if skipped_runner:
+        return PathRun(interp, steps, skipped_runner, stop=(
+            ClampVerdict.UNDECIDED, f"trail lost: the code is too long to follow ({Interp.MAX_STEPS} statements run)",
+            _short(r0) if r0 else None, q0, None))
+    return PathRun(interp, steps, skipped_runner)
+
+
+def _lost_run(interp: Interp, steps: list[tuple[str, str]], spec: dict) -> PathRun:
+    """A path whose derivation lost its trail: UNDECIDED at the loss, unless a step that exists
+    raises on every branch first (``stop="raising"``: the method refuses before its runner is built)."""
+    rule = f"trail lost at {spec['lost']}"
+    for r, q in steps:
+        if interp.find(r, q) is not None:
+            interp.run_step(r, q)
+            if interp.raising_steps:
+                return PathRun(interp, steps, stop="raising")
+    first = next((x for x in interp.refusals if x.certain), None)
+    if first is not None:
+        rule += f"; before it, {_short(first.file)}:{first.line} {first.function}: {first.text[:100]}"
+    lost_file, _, rest = spec["lost"].partition(":")
+    lost_line = rest.split(":", 1)[0]
+    return PathRun(interp, steps, stop=(ClampVerdict.UNDECIDED, rule, lost_file, None,
+                                        int(lost_line) if lost_line.isdigit() else None))
+
+
+def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
+    """Audit one path of :func:`path_specs` in ``tree`` for the clamp (see the module docstring
+    for the verdicts): :func:`run_path`, then the clamp's judge."""
+    sinks = catalog()["sinks"]
+    base = {"path": spec["id"], "label": spec["label"], "sglang_version": tree.version,
+            "platform": describe(spec.get("platforms", PLATFORMS)),
+            "catalogued": spec.get("catalogued", True), "found_by": list(spec.get("found_by", []))}
+    run = run_path(tree, spec)
+    if run.stop == "raising":
+        return _raising_verdict(base, run.interp)
+    if run.stop is not None:
+        verdict, rule, file, function, line = run.stop
+        return PathResult(**base, verdict=verdict, rule=rule, file=file, function=function, line=line)
+    if run.skipped_runner:
         base["found_by"].append("the method returns before calling its MoeRunner on Ling's branches: "
                                 "the runner's steps were not run")
+    return _judge_clamp(tree, spec, run, base, sinks)
+
+
+def _judge_clamp(tree: SGLangTree, spec: dict, run: PathRun, base: dict, sinks: dict) -> PathResult:
+    """The clamp's verdict of a path :func:`run_path` ran to its end."""
+    interp, steps = run.interp, run.steps
     mentions = []
     for r, q in steps:
         mentions += [(r, ln) for ln in cv.mentions(interp.find(r, q), interp.param.mentions)]
