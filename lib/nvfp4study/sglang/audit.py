@@ -41,6 +41,7 @@ import yaml
 from ..core.errors import AuditError, NoBailingMoeV3
 from . import clamp_values as cv
 from . import path_keys
+from .audit_run import PathRun, _short, run_path
 from .audit_sinks import ClampVerdict, flashinfer_check, judge_hit
 from .clamp_flow import Interp
 from .code_index import (
@@ -93,17 +94,6 @@ def catalog() -> dict[str, Any]:
     """The sink table and path catalog (``data/sglang_clamp_paths.yaml``)."""
     text = resources.files(__package__).joinpath("data/sglang_clamp_paths.yaml").read_text()
     return yaml.safe_load(text)
-
-def _split(step: str) -> tuple[str, str]:
-    """``"layers/x.py::Q"`` (relative to ``sglang/srt``) or ``"sglang/kernels/x.py::Q"`` (from
-    the tree root, for code outside ``srt``) -> ``(file from the root, qualname)``."""
-    rel, qual = step.split("::")
-    return (rel if rel.startswith("sglang/") else "sglang/srt/" + rel), qual
-
-
-def _short(rel: str) -> str:
-    return rel[11:] if rel.startswith("sglang/srt/") else rel
-
 
 def path_specs(tree: SGLangTree) -> list[dict]:
     """The paths to audit in ``tree``: each catalogued id with the steps and facts of the derived
@@ -180,88 +170,6 @@ def missing_reason(tree: SGLangTree, key: str, unreadable: list[str] | None = No
         return ClampVerdict.ABSENT, f"no class {cls} in this release"
     return ClampVerdict.UNDECIDED, (f"trail lost: {cls} exists ({where}) but the dispatch was not seen to "
                                     f"run it with backend {backend!r}")
-
-
-@dataclass
-class PathRun:
-    """What running one path's steps gave (:func:`run_path`), before any verdict.
-
-    ``interp``: the interpreter after the steps (hits, refusals, live mentions, raising steps);
-    ``steps``: the ``(file, qualname)`` steps run; ``skipped_runner``: the method returned before its
-    MoeRunner ran; ``stop``: a verdict the run itself settles (``(verdict, rule, file, function,
-    line)``: the path is missing, its trail lost or its code too long) or ``"raising"`` (a step raises
-    on every branch before the trail was found), else None."""
-
-    interp: Interp | None
-    steps: list[tuple[str, str]]
-    skipped_runner: bool = False
-    stop: tuple | str | None = None
-
-
-def run_path(tree: SGLangTree, spec: dict, param: Any = None) -> PathRun:
-    """Run one path of :func:`path_specs` under Ling's facts, following ``param``
-    (:class:`~nvfp4study.sglang.moe_params.ParamSpec`; None: the clamp). No verdict: see
-    :func:`audit_path` (the clamp's judge) and :mod:`nvfp4study.sglang.param_audit`."""
-    if "missing" in spec:
-        verdict, why = spec["missing"]
-        return PathRun(None, [], stop=(verdict, why, None, None, None))
-    steps = [_split(s) for s in spec["steps"]]
-    interp = Interp(tree.root, (param.sinks if param is not None else catalog()["sinks"]), spec.get("assume"),
-                    spec.get("platforms", PLATFORMS), param=param)
-    if spec.get("lost"):
-        return _lost_run(interp, steps, spec)
-    interp.entry_names = {q.split(".")[-1] for _, q in steps}
-    missing = [(r, q) for r, q in steps if interp.find(r, q) is None]
-    if missing:
-        r0, q0 = steps[0]
-        mod = interp.module(r0)
-        entry_exists = mod is not None and ("." not in q0 or q0.split(".")[0] in mod.classes)
-        r, q = missing[0]
-        if not entry_exists:
-            return PathRun(interp, steps, stop=(ClampVerdict.ABSENT, f"not in this version: {_short(r)}::{q}",
-                                                None, None, None))
-        # The entry code exists: the trail is lost, not the path (a function renamed or inlined).
-        have = "the file exists" if interp.module(r) is not None else "the file is missing"
-        return PathRun(interp, steps, stop=(
-            ClampVerdict.UNDECIDED,
-            f"trail lost at {_short(r)}::{q} ({have}; the path's entry {_short(r0)}::{q0} exists)",
-            _short(r) if interp.module(r) is not None else _short(r0), q, None))
-    skipped_runner = False
-    for i, (r, q) in enumerate(steps):
-        if i == spec.get("runner_at") and not interp.runner_calls:
-            # the method returns before MoeRunner.run on every branch Ling takes: its runner
-            # (fused func or core) never runs on this path
-            steps, skipped_runner = steps[:i], True
-            break
-        interp.in_runner = spec.get("runner_at") is not None and i >= spec["runner_at"]
-        interp.run_step(r, q)
-        if interp.raising_steps:  # the later steps never run
-            steps = steps[:i + 1]
-            break
-    if interp.exhausted:
-        r0, q0 = steps[-1] if steps else (None, None)
-        return PathRun(interp, steps, skipped_runner, stop=(
-            ClampVerdict.UNDECIDED, f"trail lost: the code is too long to follow ({Interp.MAX_STEPS} statements run)",
-            _short(r0) if r0 else None, q0, None))
-    return PathRun(interp, steps, skipped_runner)
-
-
-def _lost_run(interp: Interp, steps: list[tuple[str, str]], spec: dict) -> PathRun:
-    """A path whose derivation lost its trail: UNDECIDED at the loss, unless a step that exists
-    raises on every branch first (``stop="raising"``: the method refuses before its runner is built)."""
-    rule = f"trail lost at {spec['lost']}"
-    for r, q in steps:
-        if interp.find(r, q) is not None:
-            interp.run_step(r, q)
-            if interp.raising_steps:
-                return PathRun(interp, steps, stop="raising")
-    first = next((x for x in interp.refusals if x.certain), None)
-    if first is not None:
-        rule += f"; before it, {_short(first.file)}:{first.line} {first.function}: {first.text[:100]}"
-    lost_file, _, rest = spec["lost"].partition(":")
-    lost_line = rest.split(":", 1)[0]
-    return PathRun(interp, steps, stop=(ClampVerdict.UNDECIDED, rule, lost_file, None,
-                                        int(lost_line) if lost_line.isdigit() else None))
 
 
 def audit_path(tree: SGLangTree, spec: dict) -> PathResult:

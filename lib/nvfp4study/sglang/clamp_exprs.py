@@ -27,6 +27,7 @@ from .clamp_values import (
     ConfigWith,
     Frame,
     FuncRef,
+    Instance,
     LocalFunc,
     Multi,
     Payload,
@@ -143,7 +144,7 @@ class ExprEval(Lookup):
             if self.none_attribute(node.value, frame):
                 return UNK
             base = self.eval(node.value, frame)
-            if isinstance(base, Payload):
+            if isinstance(base, (Payload, Instance)):
                 return base.get(node.attr)
             if isinstance(base, Multi) and all(isinstance(o, Payload) for o in base.options):
                 out = base.options[0].get(node.attr)
@@ -264,8 +265,11 @@ class ExprEval(Lookup):
             else:
                 kwargs[k.arg] = v
                 kw_nodes[k.arg] = k.value
+        recv = None  # the receiver of a method call, where known without evaluating it twice
         if isinstance(f, ast.Attribute) and not isinstance(f.value, ast.Name | ast.Attribute):
-            self.eval(f.value, frame)
+            recv = self.eval(f.value, frame)
+        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+            recv = frame.locals.get(f.value.id)
         n = f.value if isinstance(f, ast.Attribute) else None
         while isinstance(n, ast.Attribute):  # self.runner.runner_backend.is_x() with self.runner None
             if self.none_attribute(n, frame):
@@ -278,6 +282,8 @@ class ExprEval(Lookup):
             return self.assume[name]
         if f"{name}()" in self.assume:  # a call fact, whatever the arguments (use_intel_amx_backend(layer))
             return self.assume[f"{name}()"]
+        if isinstance(recv, Instance) and not node.args and not node.keywords and recv.has(f"{name}()"):
+            return recv.get(f"{name}()")  # a known object's predicate (a runner backend's is_marlin())
         if pf.is_predicate(name) and (pv := self.platform_value(name)) is not None:
             return pv  # is_npu(), is_sm100_supported(): decided by the path's platforms
         if name in self.sinks and self.sink_source_ok(f, name, frame):
@@ -299,8 +305,9 @@ class ExprEval(Lookup):
         if name == "isinstance" and len(args) == 2 and isinstance(node.args[1], ast.Name):
             # a payload's class is known: decide the registry's isinstance dispatch
             objs = args[0].options if isinstance(args[0], Multi) else (args[0],)
-            if objs and all(isinstance(o, Payload) for o in objs):
-                hits = {o.cls == node.args[1].id for o in objs}
+            if objs and all(isinstance(o, (Payload, Instance)) for o in objs):
+                hits = {o.isa(node.args[1].id) if isinstance(o, Instance) else o.cls == node.args[1].id
+                        for o in objs}
                 if len(hits) == 1:
                     return hits.pop()
             return UNK
@@ -308,6 +315,8 @@ class ExprEval(Lookup):
             attr = node.args[1].value
             if attr in self.param.mentions:
                 self.live.add((frame.module.rel, node.lineno))
+            if args and isinstance(args[0], Instance):  # a known object: its attribute or the default
+                return args[0].get(attr) if args[0].has(attr) else args[2] if len(args) >= 3 else UNK
             if isinstance(node.args[0], ast.Name) and node.args[0].id == "self" and frame.cls \
                     and attr not in self.attrs and attr not in self.assume \
                     and self.class_none(frame.module, frame.cls, attr, 4) is not None:

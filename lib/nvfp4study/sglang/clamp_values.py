@@ -95,6 +95,26 @@ class Payload:
         return None
 
 
+@dataclass(frozen=True)
+class Instance:
+    """An object of a known class handed to SGLang code (a quantization method given to a helper):
+    its class, the in-tree classes it is an instance of (``kinds``: its bases), and its known
+    attributes (``attrs``: (name, value) pairs; UNK for one a method sets)."""
+
+    cls: str
+    kinds: tuple = ()
+    attrs: tuple = ()
+
+    def has(self, name: str) -> bool:
+        return any(k == name for k, _ in self.attrs)
+
+    def get(self, name: str) -> Any:
+        return next((v for k, v in self.attrs if k == name), UNK)
+
+    def isa(self, cls: str) -> bool:
+        return cls == self.cls or cls in self.kinds
+
+
 @dataclass(frozen=True, eq=False)
 class LocalFunc:
     """A function defined inside the function being run (``def _inner(): ...``)."""

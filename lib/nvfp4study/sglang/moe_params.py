@@ -45,6 +45,7 @@ class ParamSpec:
     quant_info_defaults: dict[str, Any] = field(default_factory=dict)
     ling: float | None = None
     positive: bool = False
+    applications: dict[str, Any] = field(default_factory=dict)  # where else it is applied (param_audit)
 
     def tracked(self, how: str = "") -> Tracked:
         """The labelled tracked value of this parameter (``how``: how it was derived, for evidence)."""
@@ -88,7 +89,7 @@ def param(name: str | None = None) -> ParamSpec:
                      enter_when=tuple(row.get("enter_when", [])), facts={}, sinks=dict(sinks),
                      layer_facts=dict(shared.get("layer_facts", {})),
                      quant_info_defaults=dict(shared.get("quant_info_defaults", {})), ling=row.get("ling"),
-                     positive=bool(row.get("positive", False)))
+                     positive=bool(row.get("positive", False)), applications=dict(row.get("applications") or {}))
     spec.facts.update({k: (spec.tracked() if v == "tracked" else v) for k, v in (row.get("facts") or {}).items()})
     return spec
 
