@@ -27,6 +27,7 @@ __all__ = [
     "code_index",
     "dispatch",
     "flags",
+    "import_gates",
     "model_side",
     "moe_params",
     "patch",

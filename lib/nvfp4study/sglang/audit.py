@@ -114,14 +114,16 @@ def path_specs(tree: SGLangTree) -> list[dict]:
             else:
                 named.add(p.key)
                 spec.update(steps=p.steps, assume={**p.assume, **entry.get("assume", {})},
-                            found_by=p.trail, lost=p.lost, runner_at=p.runner_at, platforms=p.platforms)
+                            found_by=p.trail, lost=p.lost, runner_at=p.runner_at, platforms=p.platforms,
+                            gated=p.gated)
         else:
             spec.update(steps=entry["entry"], found_by=["entered by name: the MoE dispatch does not reach it"])
         out.append(spec)
     for key, p in derived.items():
         if key not in named:
             out.append({"id": key, "label": key, "catalogued": False, "steps": p.steps, "assume": p.assume,
-                        "found_by": p.trail, "lost": p.lost, "runner_at": p.runner_at, "platforms": p.platforms})
+                        "found_by": p.trail, "lost": p.lost, "runner_at": p.runner_at, "platforms": p.platforms,
+                        "gated": p.gated})
             if p.absent:  # the code is there but never runs: no path
                 out[-1]["missing"] = (ClampVerdict.ABSENT, p.absent)
     return out
@@ -185,6 +187,8 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
     if run.stop is not None:
         verdict, rule, file, function, line = run.stop
         return PathResult(**base, verdict=verdict, rule=rule, file=file, function=function, line=line)
+    if spec.get("gated"):  # judged as if the flag were set (moe_params.yaml shared.env_gated_fused_func: note)
+        base["found_by"].append(f"not built by default: {spec['gated']}")
     if run.skipped_runner:
         base["found_by"].append("the method returns before calling its MoeRunner on Ling's branches: "
                                 "the runner's steps were not run")
@@ -207,22 +211,8 @@ def _judge_clamp(tree: SGLangTree, spec: dict, run: PathRun, base: dict, sinks: 
                           file=_short(x.file), function=x.function, line=x.line, **extra)
     if interp.raising_steps:
         return _raising_verdict(base, interp, extra)
-    if "returns_clamp" in spec:
-        r, q = steps[-1]
-        fn = interp.find(r, q)
-        frame = cv.Frame(interp.module(r), None, q)
-        interp._bind(fn, frame, [], {}, method_call=False)
-        interp.exec_body(fn.body, frame)
-        vals = [v.items.get(spec["returns_clamp"]) for v in frame.returns if isinstance(v, cv.AbstractDict)]
-        key = spec["returns_clamp"]
-        if vals and all(v is None for v in vals):
-            return PathResult(**base, verdict=ClampVerdict.DROPPED,
-                              rule=f"returns {key}=None for Ling (reads swiglu_limit, not gemm1_clamp_limit)",
-                              file=_short(r), function=q, line=fn.lineno, **extra)
-        if vals and all(cv.has_tracked(v) for v in vals):
-            v = ClampVerdict.EXACT if spec.get("form") == "post" else ClampVerdict.APPROX
-            return PathResult(**base, verdict=v, rule=f"returns {key}=limit ({spec.get('form')} form)",
-                              file=_short(r), function=q, line=fn.lineno, **extra)
+    if "returns_clamp" in spec and (got := _returns_clamp(spec, run, base, extra)) is not None:
+        return got
     only = set(spec.get("sinks", sinks))
     judged = [(judge_hit(h, sinks[h.callee], tree, interp.origin), h) for h in interp.hits
               if h.callee in only]
@@ -238,8 +228,17 @@ def _judge_clamp(tree: SGLangTree, spec: dict, run: PathRun, base: dict, sinks: 
             rule += " | mixed: " + ", ".join(f"{c}() {v}" for v, c in kinds)
         blockers = [x for x in interp.refusals if not x.about_param and x.certain
                     and x.text.startswith("assert")]
-        if blockers:
-            rule += f" | note: {blockers[0].text} fails for Ling ({_short(blockers[0].file)}:{blockers[0].line})"
+        # an assert on every branch Ling takes fails whatever the limit (BailingMoeV3 passes no
+        # routing_method_type; a TRT-LLM path asserts it): the path crashes at its first forward. Not
+        # one on the global backend (get_moe_runner_backend()): the path's facts are its runner's,
+        # and the global one may still be auto (gptq_kernels.py:309 in 0.5.23 asserts is_auto())
+        crash = [x for x in blockers if "get_moe_runner_backend" not in x.text]
+        if crash:
+            x = crash[0]
+            return PathResult(**base, verdict=ClampVerdict.UNUSABLE,
+                              rule=(f"raises for Ling whatever the limit: {x.text} fails "
+                                    f"(the path alone: {verdict.value}: {rule[:140]})"),
+                              file=_short(x.file), function=x.function, line=x.line, sink=hit.callee, **extra)
         if runs and raising:
             rule += f" | not taken: {', '.join(raising)}() raise for Ling"
         if dead and verdict == ClampVerdict.DROPPED:
@@ -272,6 +271,29 @@ def _judge_clamp(tree: SGLangTree, spec: dict, run: PathRun, base: dict, sinks: 
     return PathResult(**base, verdict=ClampVerdict.UNDECIDED, rule="limit read but no known sink reached",
                       file=_short(r), function=q, line=fn.lineno, **extra)
 
+
+
+def _returns_clamp(spec: dict, run: PathRun, base: dict, extra: dict) -> PathResult | None:
+    """A path whose last step returns the clamp in a dict (``returns_clamp``: the key): DROPPED
+    when every return holds None there, EXACT / APPROX (the spec's ``form``) when every one holds the
+    limit; None when neither."""
+    interp = run.interp
+    r, q = run.steps[-1]
+    fn = interp.find(r, q)
+    frame = cv.Frame(interp.module(r), None, q)
+    interp._bind(fn, frame, [], {}, method_call=False)
+    interp.exec_body(fn.body, frame)
+    key = spec["returns_clamp"]
+    vals = [v.items.get(key) for v in frame.returns if isinstance(v, cv.AbstractDict)]
+    if vals and all(v is None for v in vals):
+        return PathResult(**base, verdict=ClampVerdict.DROPPED,
+                          rule=f"returns {key}=None for Ling (reads swiglu_limit, not gemm1_clamp_limit)",
+                          file=_short(r), function=q, line=fn.lineno, **extra)
+    if vals and all(cv.has_tracked(v) for v in vals):
+        v = ClampVerdict.EXACT if spec.get("form") == "post" else ClampVerdict.APPROX
+        return PathResult(**base, verdict=v, rule=f"returns {key}=limit ({spec.get('form')} form)",
+                          file=_short(r), function=q, line=fn.lineno, **extra)
+    return None
 
 
 def _raising_verdict(base: dict, interp: Interp, extra: dict | None = None) -> PathResult:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from . import moe_params
+from . import moe_params, path_keys
 from .audit_sinks import ClampVerdict
 from .clamp_flow import Interp
 from .platforms import PLATFORMS
@@ -74,6 +74,9 @@ def run_path(tree: SGLangTree, spec: dict, param: Any = None) -> PathRun:
             ClampVerdict.UNDECIDED,
             f"trail lost at {_short(r)}::{q} ({have}; the path's entry {_short(r0)}::{q0} exists)",
             _short(r) if interp.module(r) is not None else _short(r0), q, None))
+    gated = spec.get("gated") if moe_params.shared().get("env_gated_fused_func") == "unusable" else None
+    if gated and spec.get("runner_at") is None and path_keys.is_runner_level(spec["id"]):
+        return PathRun(interp, steps, stop=_gated_stop(spec))  # the runner itself: never built by default
     skipped_runner = False
     for i, (r, q) in enumerate(steps):
         if i == spec.get("runner_at") and not interp.runner_calls:
@@ -86,12 +89,23 @@ def run_path(tree: SGLangTree, spec: dict, param: Any = None) -> PathRun:
         if interp.raising_steps:  # the later steps never run
             steps = steps[:i + 1]
             break
+    if gated and interp.runner_calls:  # the method runs a MoeRunner it could not build
+        return PathRun(interp, steps, skipped_runner, stop=_gated_stop(spec))
     if interp.exhausted:
         r0, q0 = steps[-1] if steps else (None, None)
         return PathRun(interp, steps, skipped_runner, stop=(
             ClampVerdict.UNDECIDED, f"trail lost: the code is too long to follow ({Interp.MAX_STEPS} statements run)",
             _short(r0) if r0 else None, q0, None))
     return PathRun(interp, steps, skipped_runner)
+
+
+def _gated_stop(spec: dict) -> tuple:
+    """UNUSABLE at ``MoeRunner.__init__``'s raise: the backend's fused func is registered only when
+    an environment flag (off by default) is set (:mod:`nvfp4study.sglang.import_gates`)."""
+    where, _, _ = spec["gated"].partition(" ")
+    file, _, line = where.rpartition(":")
+    return (ClampVerdict.UNUSABLE, f"raises for Ling whatever the limit: {spec['gated']}", file, "MoeRunner.__init__",
+            int(line) if line.isdigit() else None)
 
 
 def _lost_run(interp: Interp, steps: list[tuple[str, str]], spec: dict) -> PathRun:

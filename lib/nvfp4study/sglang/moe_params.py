@@ -62,6 +62,11 @@ def _table() -> dict:
     return _read("moe_params.yaml")
 
 
+def shared() -> dict[str, Any]:
+    """The ``shared`` section of ``data/moe_params.yaml`` (facts and audit policies for every parameter)."""
+    return dict(_table().get("shared") or {})
+
+
 def names() -> list[str]:
     """The followed parameters' names, the default (the clamp) first."""
     return list(_table()["params"])
@@ -99,4 +104,4 @@ def verdicts(name: str) -> tuple[str, ...]:
     return KIND_VERDICTS[param(name).kind] + ("REFUSED", "UNUSABLE", "ABSENT", "UNDECIDED")
 
 
-__all__ = ["KIND_VERDICTS", "ParamSpec", "names", "param", "verdicts"]
+__all__ = ["KIND_VERDICTS", "ParamSpec", "names", "param", "shared", "verdicts"]
