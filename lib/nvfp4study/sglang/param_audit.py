@@ -328,14 +328,19 @@ def _topk_one(tree: SGLangTree, spec: dict, rule: dict, param: moe_params.ParamS
 
 
 def _backend_instance(tree: SGLangTree, spec: dict) -> cv.Instance:
-    """The path's runner backend as an object whose ``is_<value>()`` predicates are decided: true
-    for the path's backend only (a native or direct path: none of them)."""
+    """The path's runner backend as an object whose ``is_<value>()`` predicates are decided: the
+    derived path's facts, else true for the path's backend only (a native or direct path: none)."""
     from .code_index import CodeIndex
     from .dispatch import backend_values
 
     backend = path_keys.runner(spec.get("via", spec["id"]))
     values = set(backend_values(CodeIndex(tree.root)).values())
-    return cv.Instance("MoeRunnerBackend", (), tuple((f"is_{v}()", v == backend) for v in sorted(values)))
+    facts = {f"is_{v}()": v == backend for v in sorted(values)}
+    # the derived path's own predicate facts win (is_marlin() is true for experimental_sgl_marlin too,
+    # layers/moe/utils.py 161-168 in 0.5.23)
+    facts.update({f"{k}()": v for k, v in (spec.get("assume") or {}).items()
+                  if k.startswith("is_") and isinstance(v, bool)})
+    return cv.Instance("MoeRunnerBackend", (), tuple(facts.items()))
 
 
 def model_applies(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec,
