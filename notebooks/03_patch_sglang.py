@@ -135,6 +135,16 @@ agreement["confusion"]
 agreement["per_release"]
 
 # %% [markdown]
+# The other parameters of Ling's MoE (the routed scaling factor, the routing parameters;
+# `nvfp4study audit-sglang --param NAME`) against their own blind hand readings
+# (`lib/nvfp4study/sglang/data/param_hand_readings.yaml`, read by others; not run while it is absent).
+# Written to `data/sglang_param_agreement.json`.
+
+# %%
+param_agreement = s3.param_agreement(stage, results)
+s3.markdown(param_agreement["sentence"])
+
+# %% [markdown]
 # ## Other facts the card relies on
 # `MIN_DEEPGEMM_DIM` and its guard; how the W4A4 scheme allocates the input global scales; what
 # the NVFP4 schemes do when gate and up global scales differ; which MoE scheme an NVFP4 W4A16 or

@@ -60,9 +60,10 @@ def test_card_format_auto_on_blackwell_0523(m23):
             "flashinfer_cutlass", "CompressedTensorsW4A4Nvfp4MoE/flashinfer_cutlass", "APPROX", "method")
         assert a["where"] == f"{W4A4}:307"
         assert "MoeRunnerBackend.FLASHINFER_CUTLASS" in _line("0.5.23", a["where"])
-        # both paths of the method run there; TRT-LLM has the literal None (w4a4_nvfp4_moe.py:346)
+        # both paths of the method run there; TRT-LLM asserts routing_method_type (w4a4_nvfp4_moe.py:324),
+        # which Bailing never passes: it crashes whatever the limit (issue 36; before it, the literal None at 346)
         got = {b["value"]: b["verdict"] for b in c["backends"]}
-        assert got == {"flashinfer_cutlass": "APPROX", "flashinfer_trtllm": "DROPPED"}
+        assert got == {"flashinfer_cutlass": "APPROX", "flashinfer_trtllm": "UNUSABLE"}
         # moe_hook.py 80-88: an explicit flashinfer_cutlass is refused for compressed-tensors
         refused = {b["value"]: b["refused"] for b in c["backends"]}
         assert refused == {"flashinfer_cutlass": "arg_groups/moe_hook.py:81", "flashinfer_trtllm": None}

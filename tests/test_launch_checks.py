@@ -233,8 +233,32 @@ def _scaling(factor: list, weights: list, fvw: list | None = None, patch: str | 
     pairs = [{"prompt_id": f"p{i}", "factor": a, "weights": b, "null": c, "factor_vs_weights": d}
              for i, (a, b, c, d) in enumerate(zip(factor, weights, null, fvw, strict=True))]
     args = dict(ratio=4.0, factors={"off": 2.5, "scaling-factor": 10.0}, pairs=pairs, served_wrong=[],
-                patch=patch, evidence=[Path("data/x.jsonl")], checked_on="engine") | kw
+                patch=patch, evidence=[Path("data/x.jsonl")], checked_on="engine",
+                audit={"verdict": "DROPPED", "file": "layers/moe/fused_moe_native.py", "line": 158, "rule": "r"}) | kw
     return r04.ScalingProbeMeasurements(**args)
+
+
+def test_scaling_probe_follows_the_audits_reading():
+    same, diff = _cmp(True), _cmp(False)
+    # the released prediction is the audit's: APPLIED predicts the factor moves the outputs as the control
+    applied = {"verdict": "APPLIED", "file": "f.py", "line": 1, "rule": "r"}
+    row = r04.audit_cpu_routed_scaling(_scaling([same] * 6, [diff] * 6, audit=applied))
+    assert row.verdict == "contradicted" and row.measured["predicted"] == "applied once"
+    row = r04.audit_cpu_routed_scaling(_scaling([diff] * 6, [diff] * 6, [same] * 6, audit=applied))
+    assert row.verdict == "reproduced" and row.measured["audit_verdict"] == "APPLIED"
+    assert "audit-sglang --param routed_scaling_factor, fused-moe-native: APPLIED at f.py:1" in row.note
+    # an audit reading that predicts nothing (or none) is not run
+    row = r04.audit_cpu_routed_scaling(_scaling([same] * 6, [diff] * 6, audit={"verdict": "UNDECIDED", "rule": "x"}))
+    assert row.verdict == "not run" and "predicts nothing" in row.note
+    assert r04.audit_cpu_routed_scaling(_scaling([same] * 6, [diff] * 6, audit=None)).verdict == "not run"
+
+
+def test_scaling_audit_of_the_served_release_reads_dropped():
+    from nvfp4study.stages import s04_launch
+
+    row = s04_launch._scaling_audit("0.5.23")
+    assert (row["verdict"], row["file"], row["line"]) == ("DROPPED", "layers/moe/fused_moe_native.py", 158)
+    assert s04_launch._scaling_audit(None) is None
 
 
 def test_scaling_probe_verdicts():

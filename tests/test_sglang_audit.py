@@ -49,8 +49,11 @@ EXPECTED = {
     # swiglu_limit. 0.5.21+: materialize_swiglu_params_for_cutlass -> swiglu_limit with
     # activation Swiglu, which FlashInfer promotes to SwigluBias (clamp before SiLU).
     "nvfp4-w4a4-cutlass": {"0.5.19": D, "0.5.20": D, "0.5.21": A, "0.5.22": A, "0.5.23": A},
-    # literal gemm1_clamp_limit=None in apply_weights (331 / 342 / 342 / 346).
-    "nvfp4-w4a4-trtllm": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},
+    # apply_weights asserts layer.routing_method_type is not None (310 / 309 / 320 / 320 / 324), which
+    # BailingMoeV3 never passes (FusedMoE default None, base_config.py 126-130 returns it unchanged):
+    # it crashes whatever the limit (issue 36); the path alone would pass a literal
+    # gemm1_clamp_limit=None (331 / 342 / 342 / 346).
+    "nvfp4-w4a4-trtllm": {"0.5.19": N, "0.5.20": N, "0.5.21": N, "0.5.22": N, "0.5.23": N},
     # the W4A16 scheme exists from 0.5.22; Marlin passes swiglu_limit unless alpha is set.
     # 0.5.19: no such MoE scheme (compressed_tensors.py 782-904 raises RuntimeError at 902-904).
     "nvfp4-w4a16-marlin": {"0.5.19": X, "0.5.20": X, "0.5.21": X, "0.5.22": D, "0.5.23": D},
@@ -110,10 +113,10 @@ EXPECTED = {
     # 128-133; npu/moe/activation.py 197-201). Its DeepEP, int8 and MXFP8 branches build kernels
     # that take no limit (ascend.py 92-99, 114-123), which are not sinks: not judged here.
     "ascend": {"0.5.19": E, "0.5.20": E, "0.5.21": E, "0.5.22": E, "0.5.23": E},
-    # passes gemm1_clamp_limit to trtllm_mxint4_block_scale_moe (pre-SiLU trtllm-gen form); an
-    # assert on routing_method_type fails first for Ling (0.5.19: compressed_tensors_w4a4_mxint4_moe.py
-    # 320-321, 340, 346-348).
-    "mxint4-trtllm": {"0.5.19": A, "0.5.20": A, "0.5.21": A, "0.5.22": A, "0.5.23": A},
+    # an assert on routing_method_type fails first for Ling, whatever the limit (issue 36: UNUSABLE;
+    # 0.5.19: compressed_tensors_w4a4_mxint4_moe.py 320-321; 317 / 316 / 315 / 322 later); the path
+    # alone passes gemm1_clamp_limit to trtllm_mxint4_block_scale_moe (pre-SiLU trtllm-gen form, 340, 346-348).
+    "mxint4-trtllm": {"0.5.19": N, "0.5.20": N, "0.5.21": N, "0.5.22": N, "0.5.23": N},
     # the routed TRT-LLM FP4 kernel gets the limit (stored per expert), pre-SiLU: mq = modelopt_quant.py,
     # mq 2599-2612 / 2673-2686 / 2766-2779 / 2778-2791 / 2848-2877 -> flashinfer_trtllm.py 1156 / 1423 /
     # 1426 / 1493 / 1569 (the call at 1146 / 1413 / 1416 / 1483 / 1593).
@@ -135,6 +138,7 @@ EXPECTED = {
 
 
 #: release -> line of the literal ``gemm1_clamp_limit=None`` in compressed_tensors_w4a4_nvfp4_moe.py
+TRTLLM_ASSERT_LINE = {"0.5.19": 310, "0.5.20": 309, "0.5.21": 320, "0.5.22": 320, "0.5.23": 324}
 TRTLLM_NONE_LINE = {"0.5.19": 332, "0.5.20": 331, "0.5.21": 342, "0.5.22": 342, "0.5.23": 346}
 #: release -> batch_invariant_ops.py lines: MIN_DEEPGEMM_DIM = 16, and the re-raise
 DEEPGEMM_LINES = {"0.5.19": (281, 261), "0.5.20": (298, 271), "0.5.21": (298, 271), "0.5.22": (298, 271),
@@ -144,7 +148,8 @@ DEEPGEMM_LINES = {"0.5.19": (281, 261), "0.5.20": (298, 271), "0.5.21": (298, 27
 W4A16_CRASH_LINE = {"0.5.20": 493, "0.5.21": 498}
 #: every release-keyed table of this file (rows -> {release: expected}) and the releases it covers
 KEYED = {"EXPECTED": (EXPECTED, VERSIONS),
-         "lines": ({"TRTLLM_NONE_LINE": TRTLLM_NONE_LINE, "DEEPGEMM_LINES": DEEPGEMM_LINES}, VERSIONS),
+         "lines": ({"TRTLLM_NONE_LINE": TRTLLM_NONE_LINE, "TRTLLM_ASSERT_LINE": TRTLLM_ASSERT_LINE,
+                    "DEEPGEMM_LINES": DEEPGEMM_LINES}, VERSIONS),
          "crash": ({"W4A16_CRASH_LINE": W4A16_CRASH_LINE}, tuple(qr.serving_releases("crash")))}
 
 
@@ -218,11 +223,14 @@ def test_versions_read_from_the_wheels():
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_trtllm_literal_none_is_located(audits, version):
-    r, line = audits[version]["nvfp4-w4a4-trtllm"], TRTLLM_NONE_LINE[version]
-    assert r.rule.startswith("literal gemm1_clamp_limit=None")
-    assert r.file.endswith("compressed_tensors_w4a4_nvfp4_moe.py") and r.line == line
-    assert "routing_method_type" in r.rule  # the assert Bailing fails is reported too
+def test_trtllm_routing_assert_is_located(audits, version):
+    # the assert Bailing fails decides (UNUSABLE at its line); the literal None the path alone
+    # would pass is kept in the rule (TRTLLM_NONE_LINE: where it is set)
+    r = audits[version]["nvfp4-w4a4-trtllm"]
+    assert r.rule.startswith("raises for Ling whatever the limit: assert layer.routing_method_type is not None fails")
+    assert r.file.endswith("compressed_tensors_w4a4_nvfp4_moe.py") and r.line == TRTLLM_ASSERT_LINE[version]
+    assert "(the path alone: DROPPED: literal gemm1_clamp_limit=None at " in r.rule
+    assert f"compressed_tensors_w4a4_nvfp4_moe.py:{TRTLLM_NONE_LINE[version]}," in r.rule
 
 
 def test_cutlass_evidence_points_at_the_fused_call(audits):

@@ -256,8 +256,16 @@ def _cpu_engine(r: dict) -> tuple[str, str]:
               f"({pm['routed_limit_outputs_equal_to_no_limit']} of {pm['prompts']} outputs unchanged by it; the shared "
               f"expert's limit changed {pm['shared_limit_outputs_changed']}): {probe['verdict']} against the audit's "
               f"{pm['audit_verdict']}")
+    scaling = r.get("audit.cpu-routed-scaling") or {}
+    if sm2 := scaling.get("measured"):
+        # the routed-scaling finding (issue 36): the audit's reading of the native path against the engine
+        s += (f"; the routed-scaling probe read Ling's routed_scaling_factor on the native MoE path as "
+              f"{sm2['dynamic_reading']} ({sm2['factor_outputs_equal_to_unchanged']} of {sm2['prompts']} outputs "
+              f"unchanged with the factor x {sm2['ratio']:g}; routed down_proj x {sm2['ratio']:g} changed "
+              f"{sm2['down_proj_control_changed']}): {scaling['verdict']} against the audit's "
+              f"{sm2.get('audit_verdict') or sm2['predicted']} (audit-sglang --param routed_scaling_factor)")
     verdicts = [launch["verdict"], known["verdict"], sig["verdict"]] + ([tear["verdict"]] if tear else []) + (
-        [probe["verdict"]] if pm else [])
+        [probe["verdict"]] if pm else []) + ([scaling["verdict"]] if sm2 else [])
     return s + ".", ("reproduced" if all(v == "reproduced" for v in verdicts) else "partly")
 
 

@@ -303,6 +303,86 @@ def tables(agreement: Agreement, counted: list[dict[str, Any]]) -> dict[str, Any
     return {"by_kind": kinds, "confusion": conf, "per_release": pd.DataFrame(per)}
 
 
-__all__ = ["CLAIM", "MIN_AGREEMENT", "MIN_READINGS", "NOT_LISTED", "ORDER", "RULE", "Agreement",
+# --- the other parameters of Ling's MoE (issue 36) ----------------------------------------------
+#: the file of blind hand readings of the parameters other than the clamp (added by the readers,
+#: never by whoever changes the audit): ``method:`` (blind, seeds, readers) and ``readings:``, each
+#: ``{release, path, device, readings: {param: {verdict, deciding: [file:line what], reason}}, reader}``
+PARAM_READINGS = "data/param_hand_readings.yaml"
+
+
+def param_hand_readings(path: Path | None = None) -> tuple[dict[str, Any], dict[str, tuple[Reading, ...]]]:
+    """``(method, {parameter: readings})`` from :data:`PARAM_READINGS` (or ``path``); ``({}, {})``
+    when the file is absent or empty (agreement not run). Each reading of one parameter is a
+    :class:`Reading` (``sample`` ``"param"``).
+
+    Raises:
+        HandReadingsError: an entry lacks a field, names a parameter the audit does not follow,
+            gives a verdict its kind does not have (:func:`~nvfp4study.sglang.moe_params.verdicts`),
+            or repeats a (release, path, parameter).
+    """
+    from . import moe_params
+
+    src = resources.files(__package__).joinpath(PARAM_READINGS) if path is None else Path(path)
+    if not src.is_file():
+        return {}, {}
+    doc = yaml.safe_load(src.read_text()) or {}
+    entries = doc.get("readings") if isinstance(doc, dict) else doc
+    out: dict[str, list[Reading]] = {}
+    seen = set()
+    for i, e in enumerate(entries or []):
+        try:
+            release, p, device, reader = str(e["release"]), e["path"], e["device"], e["reader"]
+            per = e["readings"].items()
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise HandReadingsError(f"parameter hand reading #{i} lacks {exc}") from exc
+        for name, r in per:
+            if name not in moe_params.names():
+                raise HandReadingsError(f"parameter hand reading #{i}: {name!r} is not a followed parameter")
+            try:
+                rd = Reading(release, p, r["verdict"], device, tuple(r["deciding"]), r["reason"], reader, "param")
+            except (KeyError, TypeError) as exc:
+                raise HandReadingsError(f"parameter hand reading #{i} ({name}) lacks {exc}") from exc
+            if rd.verdict not in moe_params.verdicts(name):
+                raise HandReadingsError(f"parameter hand reading {release} {p} {name}: verdict {rd.verdict!r} "
+                                        f"is not one of {', '.join(moe_params.verdicts(name))}")
+            if (release, p, name) in seen:
+                raise HandReadingsError(f"parameter hand reading {release} {p} {name} appears twice")
+            seen.add((release, p, name))
+            out.setdefault(name, []).append(rd)
+    method = doc.get("method", {}) if isinstance(doc, dict) else {}
+    return method, {k: tuple(v) for k, v in out.items()}
+
+
+def param_agreement(rows_by_param: dict[str, list[Any]],
+                    readings: dict[str, tuple[Reading, ...]] | None = None) -> dict[str, dict[str, Any]]:
+    """Per parameter, the audit's rows (``audit-sglang --param``: :class:`~nvfp4study.sglang.
+    param_audit.ParamResult` or their JSON) against the blind readings: ``{"overall": {agree, n,
+    rate, wilson95}, "by_release", "confusion": hand -> audit -> readings, "pairs", "sentence"}``,
+    or ``{"not_run": why}`` for a parameter with no readings or no rows."""
+    readings = param_hand_readings()[1] if readings is None else readings
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted(set(readings) | set(rows_by_param)):
+        rds, rows = readings.get(name, ()), rows_by_param.get(name, [])
+        if not rds or not rows:
+            out[name] = {"not_run": "no blind hand readings of it" if not rds else "no audit rows of it"}
+            continue
+        a = compare(rows, rds)
+        o = a.overall
+        sentence = (f"{name}: the audit agreed with a blind hand reading on {o['agree']} of {o['n']} paths"
+                    + (f" ({pct(o['rate'])}, Wilson 95 % {pct(o['wilson95'][0])} to {pct(o['wilson95'][1])})"
+                       if o["n"] else " (no reading on an audited release)"))
+        out[name] = {"overall": o, "by_release": a.by_release, "confusion": a.confusion, "pairs": a.pairs,
+                     "not_audited": a.not_audited, "sentence": sentence}
+    return out
+
+
+def param_agreement_sentence(result: dict[str, dict[str, Any]]) -> str:
+    """One sentence per parameter (:func:`param_agreement`), or why it was not run."""
+    if not result:
+        return f"Parameters other than the clamp: not run (no {PARAM_READINGS})."
+    return " ".join(x.get("sentence") or f"{k}: agreement not run ({x['not_run']})." for k, x in result.items())
+
+
+__all__ = ["PARAM_READINGS", "param_agreement", "param_agreement_sentence", "param_hand_readings", "CLAIM", "MIN_AGREEMENT", "MIN_READINGS", "NOT_LISTED", "ORDER", "RULE", "Agreement",
            "HandReadingsError", "Reading", "compare", "counted_verdicts", "finding", "hand_readings",
            "ledger_measured", "pct", "release_counts", "stage_counts", "tables", "write"]

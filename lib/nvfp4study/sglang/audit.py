@@ -41,6 +41,7 @@ import yaml
 from ..core.errors import AuditError, NoBailingMoeV3
 from . import clamp_values as cv
 from . import path_keys
+from .audit_run import PathRun, _short, run_path
 from .audit_sinks import ClampVerdict, flashinfer_check, judge_hit
 from .clamp_flow import Interp
 from .code_index import (
@@ -94,17 +95,6 @@ def catalog() -> dict[str, Any]:
     text = resources.files(__package__).joinpath("data/sglang_clamp_paths.yaml").read_text()
     return yaml.safe_load(text)
 
-def _split(step: str) -> tuple[str, str]:
-    """``"layers/x.py::Q"`` (relative to ``sglang/srt``) or ``"sglang/kernels/x.py::Q"`` (from
-    the tree root, for code outside ``srt``) -> ``(file from the root, qualname)``."""
-    rel, qual = step.split("::")
-    return (rel if rel.startswith("sglang/") else "sglang/srt/" + rel), qual
-
-
-def _short(rel: str) -> str:
-    return rel[11:] if rel.startswith("sglang/srt/") else rel
-
-
 def path_specs(tree: SGLangTree) -> list[dict]:
     """The paths to audit in ``tree``: each catalogued id with the steps and facts of the derived
     path it names (:func:`nvfp4study.sglang.dispatch.derive_paths`), then every derived path the
@@ -124,14 +114,16 @@ def path_specs(tree: SGLangTree) -> list[dict]:
             else:
                 named.add(p.key)
                 spec.update(steps=p.steps, assume={**p.assume, **entry.get("assume", {})},
-                            found_by=p.trail, lost=p.lost, runner_at=p.runner_at, platforms=p.platforms)
+                            found_by=p.trail, lost=p.lost, runner_at=p.runner_at, platforms=p.platforms,
+                            gated=p.gated)
         else:
             spec.update(steps=entry["entry"], found_by=["entered by name: the MoE dispatch does not reach it"])
         out.append(spec)
     for key, p in derived.items():
         if key not in named:
             out.append({"id": key, "label": key, "catalogued": False, "steps": p.steps, "assume": p.assume,
-                        "found_by": p.trail, "lost": p.lost, "runner_at": p.runner_at, "platforms": p.platforms})
+                        "found_by": p.trail, "lost": p.lost, "runner_at": p.runner_at, "platforms": p.platforms,
+                        "gated": p.gated})
             if p.absent:  # the code is there but never runs: no path
                 out[-1]["missing"] = (ClampVerdict.ABSENT, p.absent)
     return out
@@ -183,95 +175,44 @@ def missing_reason(tree: SGLangTree, key: str, unreadable: list[str] | None = No
 
 
 def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
-    """Audit one path of :func:`path_specs` in ``tree`` (see the module docstring for the verdicts)."""
+    """Audit one path of :func:`path_specs` in ``tree`` for the clamp (see the module docstring
+    for the verdicts): :func:`run_path`, then the clamp's judge."""
     sinks = catalog()["sinks"]
     base = {"path": spec["id"], "label": spec["label"], "sglang_version": tree.version,
             "platform": describe(spec.get("platforms", PLATFORMS)),
             "catalogued": spec.get("catalogued", True), "found_by": list(spec.get("found_by", []))}
-    if "missing" in spec:
-        verdict, why = spec["missing"]
-        return PathResult(**base, verdict=verdict, rule=why, file=None, function=None, line=None)
-    steps = [_split(s) for s in spec["steps"]]
-    interp = Interp(tree.root, sinks, spec.get("assume"), spec.get("platforms", PLATFORMS))
-    if spec.get("lost"):
-        rule = f"trail lost at {spec['lost']}"
-        # a method that refuses this backend itself says so before the runner is ever built
-        for r, q in steps:
-            if interp.find(r, q) is not None:
-                interp.run_step(r, q)
-                if interp.raising_steps:
-                    return _raising_verdict(base, interp)
-        first = next((x for x in interp.refusals if x.certain), None)
-        if first is not None:
-            rule += f"; before it, {_short(first.file)}:{first.line} {first.function}: {first.text[:100]}"
-        lost_file, _, rest = spec["lost"].partition(":")
-        lost_line = rest.split(":", 1)[0]
-        return PathResult(**base, verdict=ClampVerdict.UNDECIDED, rule=rule, file=lost_file, function=None,
-                          line=int(lost_line) if lost_line.isdigit() else None)
-    interp.entry_names = {q.split(".")[-1] for _, q in steps}
-    missing = [(r, q) for r, q in steps if interp.find(r, q) is None]
-    if missing:
-        r0, q0 = steps[0]
-        mod = interp.module(r0)
-        entry_exists = mod is not None and ("." not in q0 or q0.split(".")[0] in mod.classes)
-        r, q = missing[0]
-        if not entry_exists:
-            return PathResult(**base, verdict=ClampVerdict.ABSENT, rule=f"not in this version: {_short(r)}::{q}",
-                              file=None, function=None, line=None)
-        # The entry code exists: the trail is lost, not the path (a function renamed or inlined).
-        have = "the file exists" if interp.module(r) is not None else "the file is missing"
-        return PathResult(**base, verdict=ClampVerdict.UNDECIDED,
-                          rule=f"trail lost at {_short(r)}::{q} ({have}; the path's entry {_short(r0)}::{q0} exists)",
-                          file=_short(r) if interp.module(r) is not None else _short(r0), function=q, line=None)
-    skipped_runner = False
-    for i, (r, q) in enumerate(steps):
-        if i == spec.get("runner_at") and not interp.runner_calls:
-            # the method returns before MoeRunner.run on every branch Ling takes: its runner
-            # (fused func or core) never runs on this path
-            steps, skipped_runner = steps[:i], True
-            break
-        interp.in_runner = spec.get("runner_at") is not None and i >= spec["runner_at"]
-        interp.run_step(r, q)
-        if interp.raising_steps:  # the later steps never run
-            steps = steps[:i + 1]
-            break
-    if interp.exhausted:
-        r0, q0 = steps[-1] if steps else (None, None)
-        return PathResult(**base, verdict=ClampVerdict.UNDECIDED,
-                          rule=f"trail lost: the code is too long to follow ({Interp.MAX_STEPS} statements run)",
-                          file=_short(r0) if r0 else None, function=q0, line=None)
-    if skipped_runner:
+    run = run_path(tree, spec)
+    if run.stop == "raising":
+        return _raising_verdict(base, run.interp)
+    if run.stop is not None:
+        verdict, rule, file, function, line = run.stop
+        return PathResult(**base, verdict=verdict, rule=rule, file=file, function=function, line=line)
+    if spec.get("gated"):  # judged as if the flag were set (moe_params.yaml shared.env_gated_fused_func: note)
+        base["found_by"].append(f"not built by default: {spec['gated']}")
+    if run.skipped_runner:
         base["found_by"].append("the method returns before calling its MoeRunner on Ling's branches: "
                                 "the runner's steps were not run")
+    return _judge_clamp(tree, spec, run, base, sinks)
+
+
+def _judge_clamp(tree: SGLangTree, spec: dict, run: PathRun, base: dict, sinks: dict) -> PathResult:
+    """The clamp's verdict of a path :func:`run_path` ran to its end."""
+    interp, steps = run.interp, run.steps
     mentions = []
     for r, q in steps:
-        mentions += [(r, ln) for ln in cv.clamp_mentions(interp.find(r, q))]
+        mentions += [(r, ln) for ln in cv.mentions(interp.find(r, q), interp.param.mentions)]
     live = sorted({f"{_short(r)}:{ln}" for r, ln in mentions if (r, ln) in interp.live})
     dead = sorted({f"{_short(r)}:{ln}" for r, ln in mentions if (r, ln) not in interp.live})
     extra = {"live_mentions": live, "dead_mentions": dead}
-    refusals = [x for x in interp.refusals if x.mentions_clamp and x.certain]
+    refusals = [x for x in interp.refusals if x.about_param and x.certain]
     if refusals:
         x = refusals[0]
         return PathResult(**base, verdict=ClampVerdict.REFUSED, rule=f"raises when the limit is set: {x.text}",
                           file=_short(x.file), function=x.function, line=x.line, **extra)
     if interp.raising_steps:
         return _raising_verdict(base, interp, extra)
-    if "returns_clamp" in spec:
-        r, q = steps[-1]
-        fn = interp.find(r, q)
-        frame = cv.Frame(interp.module(r), None, q)
-        interp._bind(fn, frame, [], {}, method_call=False)
-        interp.exec_body(fn.body, frame)
-        vals = [v.items.get(spec["returns_clamp"]) for v in frame.returns if isinstance(v, cv.AbstractDict)]
-        key = spec["returns_clamp"]
-        if vals and all(v is None for v in vals):
-            return PathResult(**base, verdict=ClampVerdict.DROPPED,
-                              rule=f"returns {key}=None for Ling (reads swiglu_limit, not gemm1_clamp_limit)",
-                              file=_short(r), function=q, line=fn.lineno, **extra)
-        if vals and all(cv.has_limit(v) for v in vals):
-            v = ClampVerdict.EXACT if spec.get("form") == "post" else ClampVerdict.APPROX
-            return PathResult(**base, verdict=v, rule=f"returns {key}=limit ({spec.get('form')} form)",
-                              file=_short(r), function=q, line=fn.lineno, **extra)
+    if "returns_clamp" in spec and (got := _returns_clamp(spec, run, base, extra)) is not None:
+        return got
     only = set(spec.get("sinks", sinks))
     judged = [(judge_hit(h, sinks[h.callee], tree, interp.origin), h) for h in interp.hits
               if h.callee in only]
@@ -285,10 +226,19 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
         kinds = sorted({(j[0].value, h.callee) for j, h in judged})
         if len({k[0] for k in kinds}) > 1:
             rule += " | mixed: " + ", ".join(f"{c}() {v}" for v, c in kinds)
-        blockers = [x for x in interp.refusals if not x.mentions_clamp and x.certain
+        blockers = [x for x in interp.refusals if not x.about_param and x.certain
                     and x.text.startswith("assert")]
-        if blockers:
-            rule += f" | note: {blockers[0].text} fails for Ling ({_short(blockers[0].file)}:{blockers[0].line})"
+        # an assert on every branch Ling takes fails whatever the limit (BailingMoeV3 passes no
+        # routing_method_type; a TRT-LLM path asserts it): the path crashes at its first forward. Not
+        # one on the global backend (get_moe_runner_backend()): the path's facts are its runner's,
+        # and the global one may still be auto (gptq_kernels.py:309 in 0.5.23 asserts is_auto())
+        crash = [x for x in blockers if "get_moe_runner_backend" not in x.text]
+        if crash:
+            x = crash[0]
+            return PathResult(**base, verdict=ClampVerdict.UNUSABLE,
+                              rule=(f"raises for Ling whatever the limit: {x.text} fails "
+                                    f"(the path alone: {verdict.value}: {rule[:140]})"),
+                              file=_short(x.file), function=x.function, line=x.line, sink=hit.callee, **extra)
         if runs and raising:
             rule += f" | not taken: {', '.join(raising)}() raise for Ling"
         if dead and verdict == ClampVerdict.DROPPED:
@@ -323,12 +273,35 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
 
 
 
+def _returns_clamp(spec: dict, run: PathRun, base: dict, extra: dict) -> PathResult | None:
+    """A path whose last step returns the clamp in a dict (``returns_clamp``: the key): DROPPED
+    when every return holds None there, EXACT / APPROX (the spec's ``form``) when every one holds the
+    limit; None when neither."""
+    interp = run.interp
+    r, q = run.steps[-1]
+    fn = interp.find(r, q)
+    frame = cv.Frame(interp.module(r), None, q)
+    interp._bind(fn, frame, [], {}, method_call=False)
+    interp.exec_body(fn.body, frame)
+    key = spec["returns_clamp"]
+    vals = [v.items.get(key) for v in frame.returns if isinstance(v, cv.AbstractDict)]
+    if vals and all(v is None for v in vals):
+        return PathResult(**base, verdict=ClampVerdict.DROPPED,
+                          rule=f"returns {key}=None for Ling (reads swiglu_limit, not gemm1_clamp_limit)",
+                          file=_short(r), function=q, line=fn.lineno, **extra)
+    if vals and all(cv.has_tracked(v) for v in vals):
+        v = ClampVerdict.EXACT if spec.get("form") == "post" else ClampVerdict.APPROX
+        return PathResult(**base, verdict=v, rule=f"returns {key}=limit ({spec.get('form')} form)",
+                          file=_short(r), function=q, line=fn.lineno, **extra)
+    return None
+
+
 def _raising_verdict(base: dict, interp: Interp, extra: dict | None = None) -> PathResult:
     """The verdict of a path one of whose steps raises on every branch Ling can take: REFUSED
     when one of those raises is about the clamp limit (its test or message names it), else
     UNUSABLE (the path cannot run for Ling whatever the limit), at the first raise reached."""
     rel, qual, raises = interp.raising_steps[0]
-    about = [x for x in raises if x.mentions_clamp or "clamp" in x.text]
+    about = [x for x in raises if x.about_param or any(w in x.text for w in interp.param.refusal_words)]
     x = (about or raises or [None])[0]
     if x is None:  # a helper raised where no raise statement was recorded: keep the step's place
         return PathResult(**base, verdict=ClampVerdict.UNUSABLE, rule=f"{_short(rel)}::{qual} raises on every branch",

@@ -10,8 +10,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..core.errors import NoBailingMoeV3
+from . import moe_params
 from .audit import PathResult, audit_tree
 from .audit_sinks import ClampVerdict
 from .model_side import model_side
@@ -111,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checks", action="store_true", help="also print the other checks (JSON)")
     ap.add_argument("--all", action="store_true",
                     help="list every path found by following the dispatch, not only the catalogued ones")
+    ap.add_argument("--param", default=None, metavar="NAME",
+                    help="the MoE parameter to follow (data/moe_params.yaml): gemm1_clamp_limit (the default, "
+                         "today's rows), routed_scaling_factor, norm_topk_prob, correction_bias, grouped_topk")
     ap.add_argument("--matrix", action="store_true",
                     help="format x device matrix: the --moe-runner-backend values reaching a MoE path, "
                          "what auto picks, each verdict (--json: the matrix as JSON)")
@@ -125,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         tree = unpack_wheel(a.version)
     else:
         tree = open_tree(a.path)
+    if a.param is not None and a.param != moe_params.names()[0]:
+        return _param_main(a, tree)
     try:
         results = audit_tree(tree)
     except NoBailingMoeV3 as exc:
@@ -150,6 +157,36 @@ def main(argv: list[str] | None = None) -> int:
 
         print(json.dumps({**extra_checks(tree), "model_side": model_side(tree).as_json()},
                          indent=1, default=str))
+    return 0
+
+
+def _param_main(a: argparse.Namespace, tree: Any) -> int:
+    """``--param NAME`` for a parameter other than the clamp (:mod:`nvfp4study.sglang.param_audit`):
+    one JSON object per path (``--json``) or a table; the catalogued paths unless ``--all``.
+
+    Raises:
+        AuditError: ``NAME`` is no parameter of ``data/moe_params.yaml``.
+    """
+    from .param_audit import audit_param
+
+    moe_params.param(a.param)  # a bad name is a named error before any work
+    try:
+        rows = audit_param(tree, a.param)
+    except NoBailingMoeV3 as exc:
+        print(exc)
+        return 0
+    shown = rows if a.all or a.json else [r for r in rows if r.catalogued]
+    if a.json:
+        for r in shown:
+            d = r.as_json()
+            print(json.dumps({k: d[k] for k in ("path", "param", "file", "line", "verdict", "rule", "evidence",
+                                                "parts", "sglang_version", "catalogued")}))
+        return 0
+    print(f"SGLang {tree.version} ({tree.origin}: {tree.root}): {a.param}")
+    width = max((len(r.path) for r in shown), default=4)
+    for r in shown:
+        where = f"{r.file}:{r.line}" if r.file else "-"
+        print(f"{r.path:<{width}}  {r.verdict.value:<9}  {where}  {r.rule[:160]}")
     return 0
 
 

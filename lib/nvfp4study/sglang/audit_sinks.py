@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from . import clamp_values as cv
+from . import moe_params
 from .code_index import walk
 from .source import SGLangTree
 
@@ -124,15 +125,18 @@ def _activation_form(hit: cv.SinkHit, sink: dict, tree: SGLangTree) -> tuple[Cla
     return min(out, key=lambda x: x[0] == ClampVerdict.EXACT)
 
 
-def _arg(hit: cv.SinkHit, spec: str) -> tuple[bool, Any, ast.AST | None]:
-    """(present, value, keyword node) for one clamp/alpha spec of a sink call."""
+def _arg(hit: cv.SinkHit, spec: str, facts: dict | None = None) -> tuple[bool, Any, ast.AST | None]:
+    """(present, value, keyword node) for one clamp/alpha spec of a sink call; ``facts``: Ling's
+    ``MoeRunnerConfig`` fields (the followed parameter's, :mod:`nvfp4study.sglang.moe_params`;
+    None: the clamp's)."""
     if spec.startswith("#"):
         i = int(spec[1:])
         return (i < len(hit.args)), (hit.args[i] if i < len(hit.args) else None), None
     if "." in spec:
         kw, attr = spec.split(".", 1)
         if kw in hit.kwargs and hit.kwargs[kw] is cv.CONFIG:
-            return True, cv.LING_FACTS.get(attr, cv.UNK), None
+            facts = moe_params.param().facts if facts is None else facts
+            return True, facts.get(attr, cv.UNK), None
         return False, None, None
     if spec in hit.kwargs:
         return True, hit.kwargs[spec], hit.kw_nodes.get(spec)
@@ -227,14 +231,14 @@ def _judge(hit, sink, tree, origin):
         present, v, n = _arg(hit, spec)
         if present:
             present_any = True
-            if cv.has_limit(v) or value is None:
+            if cv.has_tracked(v) or value is None:
                 value, node = v, n
-    if cv.has_limit(value):
-        if isinstance(value, cv.Multi) and not all(cv.has_limit(o) for o in value.options):
+    if cv.has_tracked(value):
+        if isinstance(value, cv.Multi) and not all(cv.has_tracked(o) for o in value.options):
             return ClampVerdict.UNDECIDED, f"{hit.callee}(): limit reaches it on some branches only", None
         v, rule = _form_verdict(sink["form"], hit, sink, tree)
         return v, f"{hit.callee}(): {rule}", None
-    carriers = [k for k, v in hit.kwargs.items() if cv.has_limit(v) and k not in specs]
+    carriers = [k for k, v in hit.kwargs.items() if cv.has_tracked(v) and k not in specs]
     if carriers:
         why = "; ".join(sink.get("siblings", {}).get(k, f"{k} carries it") for k in carriers)
         literal = isinstance(node, ast.Constant) and node.value is None

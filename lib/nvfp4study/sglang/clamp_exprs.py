@@ -19,27 +19,26 @@ from . import platforms as pf
 from .clamp_lookup import Lookup
 from .clamp_values import (
     _TENSOR_VIEWS,
-    CLAMP_FIELDS,
     CONFIG,
     CONFIG_NAMES,
-    LAYER_FACTS,
-    LING_FACTS,
     UNK,
     AbstractDict,
     Act,
     ConfigWith,
     Frame,
     FuncRef,
-    Limit,
+    Instance,
     LocalFunc,
     Multi,
     Payload,
     SinkHit,
-    _relevant,
+    Tracked,
     compare_values,
-    has_limit,
+    derived,
+    has_tracked,
     join,
     module_constant,
+    relevant,
     truth,
 )
 
@@ -67,6 +66,7 @@ class ExprEval(Lookup):
     in_runner: bool  # running the runner's steps (fused func or core): they see runner_overrides
     platforms: tuple[str, ...]  # the device classes the path runs on (platforms.PLATFORMS)
     sink_from: dict[str, list[str]]  # sink -> the modules it comes from (the sink table's ``from``)
+    param: Any  # the followed parameter (moe_params.ParamSpec): its mentions, facts, entry words
     _flags: dict[tuple[str, str], Any]
 
     def platform_value(self, name: str) -> bool | None:
@@ -113,10 +113,10 @@ class ExprEval(Lookup):
             return self.attrs[name]
         if name in CONFIG_NAMES:
             return CONFIG
-        if base is CONFIG and name in LING_FACTS:
-            return LING_FACTS[name]
-        if name in LAYER_FACTS:
-            return LAYER_FACTS[name]
+        if base is CONFIG and name in self.param.facts:
+            return self.param.facts[name]
+        if name in self.param.layer_facts:
+            return self.param.layer_facts[name]
         return UNK
 
     def eval(self, node: ast.expr | None, frame: Frame) -> Any:  # noqa: C901 - one dispatch
@@ -133,7 +133,7 @@ class ExprEval(Lookup):
                 return self.assume[node.id]
             return self.module_flag(frame.module, node.id)
         if isinstance(node, ast.Attribute):
-            if node.attr == "gemm1_clamp_limit":
+            if node.attr in self.param.mentions:
                 self.live.add((frame.module.rel, node.lineno))
             base_src = ast.unparse(node.value)
             if base_src.endswith("ActivationType"):
@@ -144,14 +144,14 @@ class ExprEval(Lookup):
             if self.none_attribute(node.value, frame):
                 return UNK
             base = self.eval(node.value, frame)
-            if isinstance(base, Payload):
+            if isinstance(base, (Payload, Instance)):
                 return base.get(node.attr)
             if isinstance(base, Multi) and all(isinstance(o, Payload) for o in base.options):
                 out = base.options[0].get(node.attr)
                 for o in base.options[1:]:
                     out = join(out, o.get(node.attr))
                 return out
-            if has_limit(base) and node.attr in _TENSOR_VIEWS:
+            if has_tracked(base) and node.attr in _TENSOR_VIEWS:
                 return base
             return self.attr_value(node.attr, base)
         if isinstance(node, ast.Call):
@@ -176,12 +176,10 @@ class ExprEval(Lookup):
             if isinstance(node.op, ast.Not):
                 t = truth(v)
                 return UNK if t is None else (not t)
-            return Limit("derived") if has_limit(v) else UNK
+            return derived("derived", v)
         if isinstance(node, ast.BinOp):
             a, b = self.eval(node.left, frame), self.eval(node.right, frame)
-            if has_limit(a) or has_limit(b):
-                return Limit(ast.unparse(node)[:60])
-            return UNK
+            return derived(ast.unparse(node)[:60], a, b)
         if isinstance(node, ast.Compare):
             return self.compare(node, frame)
         if isinstance(node, ast.IfExp):
@@ -201,7 +199,7 @@ class ExprEval(Lookup):
             return AbstractDict(items)
         if isinstance(node, ast.Subscript):
             base = self.eval(node.value, frame)
-            return Limit("indexed") if has_limit(base) else UNK
+            return derived("indexed", base)
         if isinstance(node, ast.JoinedStr):
             parts = []
             for v in node.values:
@@ -267,8 +265,11 @@ class ExprEval(Lookup):
             else:
                 kwargs[k.arg] = v
                 kw_nodes[k.arg] = k.value
+        recv = None  # the receiver of a method call, where known without evaluating it twice
         if isinstance(f, ast.Attribute) and not isinstance(f.value, ast.Name | ast.Attribute):
-            self.eval(f.value, frame)
+            recv = self.eval(f.value, frame)
+        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+            recv = frame.locals.get(f.value.id)
         n = f.value if isinstance(f, ast.Attribute) else None
         while isinstance(n, ast.Attribute):  # self.runner.runner_backend.is_x() with self.runner None
             if self.none_attribute(n, frame):
@@ -281,6 +282,8 @@ class ExprEval(Lookup):
             return self.assume[name]
         if f"{name}()" in self.assume:  # a call fact, whatever the arguments (use_intel_amx_backend(layer))
             return self.assume[f"{name}()"]
+        if isinstance(recv, Instance) and not node.args and not node.keywords and recv.has(f"{name}()"):
+            return recv.get(f"{name}()")  # a known object's predicate (a runner backend's is_marlin())
         if pf.is_predicate(name) and (pv := self.platform_value(name)) is not None:
             return pv  # is_npu(), is_sm100_supported(): decided by the path's platforms
         if name in self.sinks and self.sink_source_ok(f, name, frame):
@@ -302,30 +305,33 @@ class ExprEval(Lookup):
         if name == "isinstance" and len(args) == 2 and isinstance(node.args[1], ast.Name):
             # a payload's class is known: decide the registry's isinstance dispatch
             objs = args[0].options if isinstance(args[0], Multi) else (args[0],)
-            if objs and all(isinstance(o, Payload) for o in objs):
-                hits = {o.cls == node.args[1].id for o in objs}
+            if objs and all(isinstance(o, (Payload, Instance)) for o in objs):
+                hits = {o.isa(node.args[1].id) if isinstance(o, Instance) else o.cls == node.args[1].id
+                        for o in objs}
                 if len(hits) == 1:
                     return hits.pop()
             return UNK
         if name == "getattr" and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
             attr = node.args[1].value
-            if attr == "gemm1_clamp_limit":
+            if attr in self.param.mentions:
                 self.live.add((frame.module.rel, node.lineno))
+            if args and isinstance(args[0], Instance):  # a known object: its attribute or the default
+                return args[0].get(attr) if args[0].has(attr) else args[2] if len(args) >= 3 else UNK
             if isinstance(node.args[0], ast.Name) and node.args[0].id == "self" and frame.cls \
                     and attr not in self.attrs and attr not in self.assume \
                     and self.class_none(frame.module, frame.cls, attr, 4) is not None:
                 return None  # getattr(self, "runner", None): the class default, nothing set it
             v = self.attr_value(attr, args[0] if args else UNK)
             return v if v is not UNK or len(args) < 3 else UNK
-        if name in _TENSOR_VIEWS and isinstance(f, ast.Attribute) and has_limit(self.eval(f.value, frame)):
-            return Limit(f"{ast.unparse(f.value)[:40]}.{name}()")
+        if name in _TENSOR_VIEWS and isinstance(f, ast.Attribute) and has_tracked(base := self.eval(f.value, frame)):
+            return derived(f"{ast.unparse(f.value)[:40]}.{name}()", base)
         if (name == "setattr" or "param" in name) and len(args) >= 3 and isinstance(args[1], str):
             # setattr(layer, "x", v), copy_or_rebind_param(layer, "x", v), replace_parameter(...)
             self.attrs[args[1]] = args[2]
             self.origin[args[1]] = (frame.module.rel, node.lineno, ast.unparse(node)[:60])
             return UNK
         if name in ("float", "int") and len(args) == 1:
-            return args[0] if isinstance(args[0], Limit) or args[0] is None else UNK
+            return args[0] if isinstance(args[0], Tracked) or args[0] is None else UNK
         if name == "bool" and len(args) == 1:
             t = truth(args[0])
             return UNK if t is None else t
@@ -355,10 +361,11 @@ class ExprEval(Lookup):
                                    for o in base.options))
         if name.endswith("QuantInfo"):
             # the dataclass's own constant defaults first (use_mxfp8: bool = False), then the
-            # clamp fields' (None), then what the call passes
-            fields = {**self.dataclass_defaults(name, frame),
-                      **{fld: (False if fld == "use_swiglu_step" else None) for fld in CLAMP_FIELDS}}
-            origin = {fld: (frame.module.rel, node.lineno, f"{name}() default") for fld in CLAMP_FIELDS}
+            # defaulted fields of the data (moe_params.yaml shared.quant_info_defaults), then what
+            # the call passes
+            defaults = self.param.quant_info_defaults
+            fields = {**self.dataclass_defaults(name, frame), **defaults}
+            origin = {fld: (frame.module.rel, node.lineno, f"{name}() default") for fld in defaults}
             for k, v in kwargs.items():
                 fields[k] = v
                 kn = kw_nodes.get(k)
@@ -379,16 +386,16 @@ class ExprEval(Lookup):
         target = self.resolve(f, frame)
         if target is not None and frame.depth < self.MAX_DEPTH:
             mod, fn, cls = target
-            carries = any(has_limit(v) or v is CONFIG for v in args + list(kwargs.values()))
-            if fn.name not in self.entry_names and (carries or _relevant(fn)):
+            carries = any(has_tracked(v) or v is CONFIG for v in args + list(kwargs.values()))
+            if fn.name not in self.entry_names and (carries or relevant(fn, self.param.enter_when)):
                 return self.invoke(mod, fn, cls, args, kwargs, frame)
         vals = args + list(kwargs.values())
-        if any(has_limit(v) for v in vals):
+        if any(has_tracked(v) for v in vals):
             text = ast.unparse(f)
             # a call the interpreter cannot enter that looks like a kernel (a compiled op)
             if target is None and (text.startswith("torch.ops.") or any(k in name.lower() for k in _KERNEL_NAME_PARTS)):
                 self.opaque.append((name, frame.module.rel, node.lineno))
-            return Limit(f"{name}(...)")
+            return derived(f"{name}(...)", *vals)
         return UNK
 
     def invoke(self, mod, fn: ast.FunctionDef, cls: str | None, args: list, kwargs: dict, frame: Frame,

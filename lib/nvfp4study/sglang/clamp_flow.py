@@ -1,18 +1,19 @@
-"""Where does ``gemm1_clamp_limit`` go? A small abstract interpreter over SGLang's Python AST.
+"""Where does a parameter of Ling's MoE go? A small abstract interpreter over SGLang's Python AST.
 
 The audit (:mod:`nvfp4study.sglang.audit`) names, for each MoE path, the functions the value
 travels through (its *steps*). This module executes those functions symbolically for one model
-configuration, Ling's: ``gemm1_clamp_limit`` set (a :class:`Limit`), ``gemm1_alpha``,
-``gemm1_beta`` and ``swiglu_limit`` None, activation ``"silu"``, gated. It follows assignments,
+configuration, Ling's, following one parameter (:class:`~nvfp4study.sglang.moe_params.ParamSpec`,
+from ``data/moe_params.yaml``: its value a labelled :class:`Tracked`, the other config fields
+Ling's facts; the clamp by default). It follows assignments,
 ``if``/``else`` and conditional expressions whose tests it can decide (so a use of the limit that
 sits in the alpha-set branch is dead), dataclass payloads (``...QuantInfo(field=...)`` and later
 ``quant_info.field``), layer attributes set in one step and read in another, ``dict(...)`` passed
 as ``**kwargs``, and helper functions it can resolve in the tree (same module or imported). It
 records every call to a *sink* (a kernel entry named in the sink table), every ``raise`` it
-reaches, and which mentions of ``gemm1_clamp_limit`` were live.
+reaches, and which mentions of the parameter were live.
 
-Values: :data:`UNK` (cannot tell), ``None``, Python constants, :class:`Limit` (the clamp value or
-anything computed from it), :data:`CONFIG` (the ``MoeRunnerConfig``), :class:`Act` (a FlashInfer
+Values: :data:`UNK` (cannot tell), ``None``, Python constants, :class:`Tracked` (the parameter's
+value or anything computed from it), :data:`CONFIG` (the ``MoeRunnerConfig``), :class:`Act` (a FlashInfer
 ``ActivationType`` member), tuples, :class:`AbstractDict`, :class:`Multi` (one of several).
 """
 
@@ -22,6 +23,7 @@ import ast
 from pathlib import Path
 from typing import Any
 
+from . import moe_params
 from .clamp_exprs import ExprEval
 from .clamp_values import (
     CONFIG,
@@ -29,7 +31,6 @@ from .clamp_values import (
     UNK,
     AbstractDict,
     Frame,
-    Limit,
     LocalFunc,
     Multi,
     ParsedModule,
@@ -37,7 +38,7 @@ from .clamp_values import (
     SinkHit,
     _imports,
     _parse,
-    has_limit,
+    derived,
     join,
     truth,
 )
@@ -73,13 +74,16 @@ class Interp(ExprEval):
         assume: attribute-name facts for this path (e.g. ``{"use_flashinfer_trtllm": False}``).
         platforms: the device classes the path runs on; the platform predicates and module flags
             they all agree on are decided (:mod:`nvfp4study.sglang.platforms`).
+        param: the followed parameter (:class:`~nvfp4study.sglang.moe_params.ParamSpec`; None: the
+            first of ``data/moe_params.yaml``): its labelled tracked value, mentions, facts.
     """
 
     MAX_STEPS = 20000
 
     def __init__(self, root: Path, sinks: set[str] | dict[str, dict], assume: dict | None = None,
-                 platforms: tuple[str, ...] = PLATFORMS):
+                 platforms: tuple[str, ...] = PLATFORMS, param: moe_params.ParamSpec | None = None):
         self.root = Path(root)
+        self.param = param or moe_params.param()
         self.sink_from = {k: list(v.get("from", [])) for k, v in sinks.items()
                           if isinstance(v, dict)} if isinstance(sinks, dict) else {}
         self.platforms = tuple(platforms)
@@ -266,7 +270,7 @@ class Interp(ExprEval):
         elif isinstance(st, ast.AugAssign):
             v = self.eval(st.value, frame)
             old = self.eval(st.target, frame) if isinstance(st.target, ast.Name) else UNK
-            self.assign(st.target, Limit("derived") if has_limit(v) or has_limit(old) else UNK, frame)
+            self.assign(st.target, derived("derived", v, old), frame)
         elif isinstance(st, ast.Expr):
             self.eval(st.value, frame)
         elif isinstance(st, ast.Return):
@@ -331,19 +335,20 @@ class Interp(ExprEval):
             frame.locals[st.name] = LocalFunc(st)  # a nested function, called later by name
         elif isinstance(st, ast.Raise):
             self.refusals.append(Refusal(frame.module.rel, frame.qualname, st.lineno,
-                                         frame.guard_mentions_clamp(), ast.unparse(st)[:160],
+                                         frame.guard_mentions(self.param.refusal_words), ast.unparse(st)[:160],
                                          certain=all(d for _, d in frame.guards)))
             frame.stopped = frame.raised = True
         elif isinstance(st, ast.Assert):
             t = truth(self.eval(st.test, frame))
             if t is False:
                 txt = ast.unparse(st.test)
+                about = any(w in txt for w in self.param.refusal_words)
                 self.refusals.append(Refusal(frame.module.rel, frame.qualname, st.lineno,
-                                             "clamp" in txt, "assert " + txt[:150],
+                                             about, "assert " + txt[:150],
                                              certain=all(d for _, d in frame.guards)))
                 # An assert about something else (e.g. routing_method_type) is recorded as a
-                # blocker; execution goes on so the clamp's own fate is still audited.
-                frame.stopped = "clamp" in txt
+                # blocker; execution goes on so the parameter's own fate is still audited.
+                frame.stopped = about
         elif isinstance(st, ast.ImportFrom):
             pkg = frame.module.rel[:-3].replace("/", ".")
             frame.imports.update(_imports([st], pkg))

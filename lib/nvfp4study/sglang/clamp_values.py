@@ -1,7 +1,7 @@
 """Abstract values and bookkeeping for :mod:`nvfp4study.sglang.clamp_flow` (the clamp interpreter).
 
-Values: :data:`UNK` (cannot tell), ``None``, Python constants, :class:`Limit` (the clamp value or
-anything computed from it), :data:`CONFIG` (the ``MoeRunnerConfig``), :class:`Act` (a FlashInfer
+Values: :data:`UNK` (cannot tell), ``None``, Python constants, :class:`Tracked` (the followed
+parameter's value or anything computed from it, labelled with the parameter), :data:`CONFIG` (the ``MoeRunnerConfig``), :class:`Act` (a FlashInfer
 ``ActivationType`` member), :class:`Payload` (a ``...QuantInfo`` dataclass), :class:`FuncRef`,
 tuples, :class:`AbstractDict`, :class:`Multi` (one of several).
 """
@@ -32,10 +32,21 @@ CONFIG = _NamedSentinel("runner_config")
 
 
 @dataclass(frozen=True)
-class Limit:
-    """The clamp value, or a value derived from it (``how`` says how, for the evidence)."""
+class Tracked:
+    """A followed parameter's value, or a value derived from it, labelled with the parameter.
 
-    how: str = "gemm1_clamp_limit"
+    ``param``: the parameter's name (from ``data/moe_params.yaml``, never from code); ``how``: how
+    it was derived (for the evidence); ``positive``: the parameter is positive (a comparison against
+    zero is decided); ``value``: Ling's number where it is one (a derived value has none)."""
+
+    param: str
+    how: str = ""
+    positive: bool = False
+    value: float | None = None
+
+    def derive(self, how: str) -> Tracked:
+        """The same parameter, derived (``how``); Ling's number is not known after a computation."""
+        return Tracked(self.param, how, self.positive, None)
 
 
 @dataclass(frozen=True)
@@ -75,13 +86,33 @@ class Payload:
         for k, v in self.fields:
             if k == name:
                 return v
-        return None if name in CLAMP_FIELDS else UNK
+        return UNK  # the builder fills every defaulted field (clamp_exprs: ``...QuantInfo(...)``)
 
     def where(self, name: str) -> tuple | None:
         for k, v in self.origin:
             if k == name:
                 return v
         return None
+
+
+@dataclass(frozen=True)
+class Instance:
+    """An object of a known class handed to SGLang code (a quantization method given to a helper):
+    its class, the in-tree classes it is an instance of (``kinds``: its bases), and its known
+    attributes (``attrs``: (name, value) pairs; UNK for one a method sets)."""
+
+    cls: str
+    kinds: tuple = ()
+    attrs: tuple = ()
+
+    def has(self, name: str) -> bool:
+        return any(k == name for k, _ in self.attrs)
+
+    def get(self, name: str) -> Any:
+        return next((v for k, v in self.attrs if k == name), UNK)
+
+    def isa(self, cls: str) -> bool:
+        return cls == self.cls or cls in self.kinds
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,25 +141,8 @@ class AbstractDict:
     nodes: dict = field(default_factory=dict)
 
 
-#: Ling's MoE runner config, as BailingMoeV3 builds it (bailing_moe_v3.py: FusedMoE gets
-#: ``gemm1_clamp_limit`` only). ``routing_method_type`` is never passed by Bailing.
-LING_FACTS: dict[str, Any] = {
-    "gemm1_clamp_limit": Limit(),
-    "gemm1_alpha": None,
-    "gemm1_beta": None,
-    "swiglu_limit": None,
-    "activation": "silu",
-    "is_gated": True,
-    # Bailing passes no gate_up_interleaved: FusedMoE's default True (layers/moe/fused_moe_triton/
-    # layer.py:367 in 0.5.23; MoeRunnerConfig base.py:70)
-    "gate_up_interleaved": True,
-}
-#: FusedMoE attributes Bailing leaves at their defaults (bailing_moe_v3.py never passes them).
-LAYER_FACTS: dict[str, Any] = {"routing_method_type": None}
+#: names under which SGLang code holds the ``MoeRunnerConfig`` (the runner's config object)
 CONFIG_NAMES = {"runner_config", "moe_runner_config", "config", "_moe_runner_config"}
-#: Payload fields that default to None in SGLang's quant-info dataclasses (base.py and runners).
-CLAMP_FIELDS = ("gemm1_clamp_limit", "gemm1_alpha", "gemm1_beta", "swiglu_limit", "swiglu_alpha",
-                "swiglu_beta", "use_swiglu_step")
 
 
 def truth(v: Any) -> bool | None:
@@ -138,7 +152,7 @@ def truth(v: Any) -> bool | None:
     if isinstance(v, Multi):
         ts = {truth(o) for o in v.options}
         return ts.pop() if len(ts) == 1 else None
-    if isinstance(v, (Limit, Act, _NamedSentinel)):
+    if isinstance(v, (Tracked, Act, _NamedSentinel)):
         return True
     if isinstance(v, AbstractDict):
         return bool(v.items)
@@ -159,14 +173,31 @@ def join(a: Any, b: Any) -> Any:
     return opts[0] if len(opts) == 1 else Multi(tuple(opts))
 
 
-def has_limit(v: Any) -> bool:
-    if isinstance(v, Limit):
-        return True
-    if isinstance(v, Multi):
-        return any(has_limit(o) for o in v.options)
-    if isinstance(v, tuple):
-        return any(has_limit(o) for o in v)
-    return False
+def tracked_in(v: Any) -> Tracked | None:
+    """The first tracked value ``v`` holds (itself, an option of a Multi, an item of a tuple), or None."""
+    if isinstance(v, Tracked):
+        return v
+    if isinstance(v, (Multi, tuple)):
+        for o in v.options if isinstance(v, Multi) else v:
+            t = tracked_in(o)
+            if t is not None:
+                return t
+    return None
+
+
+def has_tracked(v: Any) -> bool:
+    """Whether ``v`` holds the followed parameter's value (or one derived from it)."""
+    return tracked_in(v) is not None
+
+
+def derived(how: str, *vals: Any) -> Any:
+    """A value computed from ``vals``: the followed parameter derived (``how``) when one of them
+    holds it, else UNK."""
+    for v in vals:
+        t = tracked_in(v)
+        if t is not None:
+            return t.derive(how)
+    return UNK
 
 
 @dataclass
@@ -186,7 +217,7 @@ class Refusal:
     file: str
     function: str
     line: int
-    mentions_clamp: bool
+    about_param: bool  # its guard or text names the followed parameter (refusal_words)
     text: str
     certain: bool = True
 
@@ -300,42 +331,40 @@ class Frame:
         through to the raise means that raise is not reached on every branch)."""
         return self.raised and not self.returns
 
-    def guard_mentions_clamp(self) -> bool:
-        return any("clamp" in g for g, _ in self.guards)
+    def guard_mentions(self, words: tuple[str, ...]) -> bool:
+        """Whether a guard of this frame names one of ``words`` (the parameter's refusal words)."""
+        return any(w in g for g, _ in self.guards for w in words)
 
 
 _TENSOR_VIEWS = {"data", "to", "float", "contiguous", "clone", "detach", "view", "expand",
                  "reshape", "cuda"}
-#: a helper that runs the method's MoeRunner (``return self.runner.run(...)`` in
-#: ``Mxfp4MoEMethod._apply_marlin``, mxfp4.py 1458-1478 in 0.5.19) is entered too: the runner's
-#: steps follow only a ``runner.run`` call the interpreter saw
-_RELEVANT = ("clamp", "swiglu", "ActivationType", "gemm1_alpha", "activation_type", "QuantInfo(", "runner.run(")
-
-
 @cache
-def _relevant_src(fn: ast.AST) -> bool:
+def _relevant_src(fn: ast.AST, words: tuple[str, ...]) -> bool:
     src = ast.unparse(fn)
-    return any(t in src for t in _RELEVANT)
+    return any(t in src for t in words)
 
 
-def _relevant(fn: ast.AST) -> bool:
-    """Only helpers that touch the clamp, SwiGLU parameters or activation types are entered."""
-    return _relevant_src(fn)
+def relevant(fn: ast.AST, words: tuple[str, ...]) -> bool:
+    """Whether helper ``fn`` is entered without a tracked argument: its source holds one of the
+    parameter's ``enter_when`` words (``data/moe_params.yaml``)."""
+    return _relevant_src(fn, words)
 
 
-def clamp_mentions(fn: ast.AST) -> list[int]:
-    """Lines where a function mentions ``gemm1_clamp_limit`` (attribute, getattr, or keyword)."""
-    cached = getattr(fn, "_clamp_mentions", None)  # kept on the node: a parsed tree never changes
-    if cached is not None:
-        return list(cached)
-    lines = set()
-    for n in ast.walk(fn):
-        if isinstance(n, ast.Attribute) and n.attr == "gemm1_clamp_limit":
-            lines.add(n.lineno)
-        elif isinstance(n, ast.Constant) and n.value == "gemm1_clamp_limit":
-            lines.add(n.lineno)
-    fn._clamp_mentions = tuple(sorted(lines))
-    return sorted(lines)
+def mentions(fn: ast.AST, names: tuple[str, ...]) -> list[int]:
+    """Lines where a function mentions one of ``names`` (an attribute, a getattr string or a
+    keyword string): the parameter's mentions, from its spec."""
+    cache_ = getattr(fn, "_param_mentions", None)  # kept on the node: a parsed tree never changes
+    if cache_ is None:
+        cache_ = fn._param_mentions = {}
+    if names not in cache_:
+        lines = set()
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Attribute) and n.attr in names:
+                lines.add(n.lineno)
+            elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names:
+                lines.add(n.lineno)
+        cache_[names] = tuple(sorted(lines))
+    return list(cache_[names])
 
 
 _NUM_OPS = {ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b,
@@ -358,9 +387,11 @@ def compare_values(a: Any, op: ast.cmpop, b: Any, right: ast.expr) -> Any:
         else:
             r = a is None
         return r if isinstance(op, ast.Is) else (not r)
-    if isinstance(a, Limit) and isinstance(b, (int, float)) and not isinstance(b, bool) and b <= 0 \
-            and isinstance(op, (ast.Gt, ast.GtE, ast.Lt, ast.LtE)):
-        return isinstance(op, (ast.Gt, ast.GtE))  # a clamp limit is positive (Ling's is)
+    if isinstance(a, Tracked) and a.positive and isinstance(b, (int, float)) and not isinstance(b, bool) \
+            and b <= 0 and isinstance(op, (ast.Gt, ast.GtE, ast.Lt, ast.LtE)):
+        return isinstance(op, (ast.Gt, ast.GtE))  # a positive parameter (Ling's clamp limit is)
+    if isinstance(a, Tracked) and a.value is not None:
+        a = a.value  # Ling's number (the routed scaling factor's 2.5 against 1.0)
     num = (int, float)
     if isinstance(a, num) and isinstance(b, num) and not isinstance(a, bool) and not isinstance(b, bool) \
             and type(op) in _NUM_OPS:

@@ -47,6 +47,7 @@ from .code_index import (
     tree_stamp,
     walk,
 )
+from .import_gates import gated_registrations, no_fused_func_raise
 from .platforms import PLATFORMS, module_platforms, reachable_on
 from .quant_methods import APPLY_NAMES, QUANT_REGISTRY, moe_methods, quant_configs
 from .runner_builds import core_never_built, runner_switch, runs_on
@@ -90,6 +91,7 @@ class DerivedPath:
     runner_at: int | None = None  # steps[runner_at:] run only when the method calls its runner
     platforms: tuple[str, ...] = PLATFORMS
     absent: str | None = None  # why the code exists but never runs (a runner core never built)
+    gated: str | None = None  # MoeRunner raises by default: its fused func is registered only under an env flag
 
 
 # --- the runner backends ------------------------------------------------------------------------
@@ -403,20 +405,6 @@ def _runner_steps(backend: str, fused: dict, cores: dict, code: CodeIndex) -> tu
     return steps, trail, None
 
 
-def no_fused_func_raise(code: CodeIndex) -> int | None:
-    """The line of ``MoeRunner.__init__``'s raise when a backend has neither a runner core nor a
-    fused func (``if self.runner_core is None and self.fused_func is None: raise ...``, runner.py
-    177-181 in 0.5.23), or None when the runner module has no such raise."""
-    cls = code.top(RUNNER, "MoeRunner")
-    init = next((n for n in getattr(cls, "body", []) if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
-    for n in walk(init) if init is not None else ():
-        if isinstance(n, ast.If) and "fused_func" in ast.unparse(n.test) and "runner_core" in ast.unparse(n.test):
-            r = next((b for b in n.body if isinstance(b, ast.Raise)), None)
-            if r is not None:
-                return r.lineno
-    return None
-
-
 def derive_paths(root: Path) -> list[DerivedPath]:
     """Every MoE path of the tree at ``root`` (see the module docstring), in a stable order.
 
@@ -426,13 +414,15 @@ def derive_paths(root: Path) -> list[DerivedPath]:
     root = Path(root).resolve()
     stamp = tree_stamp(root)
     return [DerivedPath(p.key, list(p.steps), dict(p.assume), list(p.trail), p.lost, p.runner_at, p.platforms,
-                        p.absent) for p in _derive(root, hash(stamp))]
+                        p.absent, p.gated) for p in _derive(root, hash(stamp))]
 
 
 @cache
 def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
     code = CodeIndex(root)
     preds, fused, cores = predicates(code), fused_registry(code), runner_cores(code)
+    gated = {k[1]: f"{RUNNER[len(SRT):]}:{no_fused_func_raise(code)} MoeRunner raises for {k[1]!r} by default: {w}"
+             for k, w in gated_registrations(code, fused).items() if k[0] == "none" and k[1] not in cores}
     out: list[DerivedPath] = []
     sites: dict[str, list] = {}
     for name, (rel, cls, how) in sorted(moe_methods(code, sites).items()):
@@ -462,7 +452,7 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
                 p.runner_at = len(p.steps) if steps else None
                 p.steps += steps
                 p.trail += trail
-                p.lost = p.lost or why
+                p.lost, p.gated = p.lost or why, gated.get(run)
             p.platforms = path_platforms(code, p.steps, sites.get(name, []), (rel, cls, b), p.runner_at)
             out.append(p)
     if code.mod(QUANT_REGISTRY) is None and QUANT_REGISTRY not in code.unreadable:
@@ -479,7 +469,8 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
                                trail=[f"{r[len(SRT):]}:{ln} @register_fused_func({a2a!r}, {runner!r}) -> {f}"
                                       for r, f, ln in regs],
                                lost=None if len(regs) == 1 else f"{len(regs)} functions registered for "
-                               f"({a2a!r}, {runner!r}) (which one wins depends on import order)"))
+                               f"({a2a!r}, {runner!r}) (which one wins depends on import order)",
+                               gated=gated.get(runner) if a2a == "none" else None))
     runner = code.resolve(RUNNER, "MoeRunner")
     init = next((f for f in funcs(runner[1]) if f.name == "__init__"), None) if runner else None
     for backend, (rel, core, line) in sorted(cores.items()):

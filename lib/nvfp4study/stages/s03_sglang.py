@@ -155,6 +155,25 @@ def audit_agreement(stage: Stage, rows: list[PathResult] | list[dict[str, Any]])
     return ag.write(stage.paths.data("sglang_audit_agreement"), rows)
 
 
+def param_agreement(stage: Stage, results: list[PathResult] | list[dict[str, Any]]) -> dict[str, Any]:
+    """The other MoE parameters' audit (``audit-sglang --param``) against their blind hand readings
+    (``sglang/data/param_hand_readings.yaml``, :func:`nvfp4study.sglang.agreement.param_agreement`),
+    on the releases both the readings and ``results`` cover; writes ``data/sglang_param_agreement.json``.
+    Returns ``{"sentence", "agreement"}``; with no readings file, every parameter is not run."""
+    from ..sglang.param_audit import audit_param
+    from ..sglang.source import unpack_wheel
+
+    _, readings = ag.param_hand_readings()
+    audited = {(r.as_json() if hasattr(r, "as_json") else r)["sglang_version"] for r in results}
+    rows: dict[str, list[Any]] = {}
+    for name, rds in readings.items():
+        for v in sorted({rd.release for rd in rds} & audited):
+            rows.setdefault(name, []).extend(r.as_json() for r in audit_param(unpack_wheel(v), name))
+    result = ag.param_agreement(rows, readings)
+    write_json(stage.paths.data("sglang_param_agreement"), result)
+    return {"sentence": ag.param_agreement_sentence(result), "agreement": result}
+
+
 def verdict_matrix(results: list[PathResult]):
     """Path x version table of the catalogued paths' verdicts."""
     df = results_frame(catalogued(results))

@@ -436,7 +436,25 @@ def _scaling_measurements(stage: Stage, summary: str) -> rules.ScalingProbeMeasu
             "scaling-weights": base}
     wrong = [configs[p].model_label for p in keys if base is None or factors.get(p) != want[p]]
     patch = (recs["scaling-factor"].get("native_modes") or {}).get("routed_scaling")
-    return rules.ScalingProbeMeasurements(ratio, factors, pairs, wrong, patch, evidence, summary)
+    return rules.ScalingProbeMeasurements(ratio, factors, pairs, wrong, patch, evidence, summary,
+                                          audit=_scaling_audit(recs["scaling-factor"].get("sglang_version")))
+
+
+def _scaling_audit(version: str | None) -> dict[str, Any] | None:
+    """The audit's routed_scaling_factor row of the path the CPU engine runs (``audit-sglang --param
+    routed_scaling_factor``, :mod:`nvfp4study.sglang.param_audit`) in the released ``version``
+    (its wheel, unpacked by 03); None when the version is unknown or has no such path."""
+    from ..core.errors import StudyError
+    from ..sglang.param_audit import audit_param
+    from ..sglang.source import unpack_wheel
+
+    if not version:
+        return None
+    try:
+        rows = audit_param(unpack_wheel(version), "routed_scaling_factor", [rules.PROBE_PATH])
+    except StudyError:
+        return None
+    return rows[0].as_json() if rows else None
 
 
 def _audit_row(stage: Stage) -> tuple[dict[str, Any] | None, Any]:

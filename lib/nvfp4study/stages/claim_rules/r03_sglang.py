@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -52,10 +53,19 @@ def where(r: dict) -> str:
     return f"{r['file']}:{r['line']}" if r.get("file") else "-"
 
 
+def literal_none(r: dict) -> str | None:
+    """``file:line`` of the literal ``gemm1_clamp_limit=None`` a TRT-LLM row's rule reports: the
+    row's own place when the rule starts with it, else the place the rule names (issue 36: the row is
+    UNUSABLE at the routing_method_type assert, the literal None kept as "the path alone"); None if none."""
+    if r["rule"].startswith("literal"):
+        return where(r)
+    m = re.search(r"literal gemm1_clamp_limit=None at (?:sglang/srt/)?(\S+?:\d+)", r["rule"])
+    return m.group(1) if m else None
+
+
 def _per_version(allv: list[dict], version: str) -> dict[str, Any]:
     cut, trt = _by(allv, version, "nvfp4-w4a4-cutlass"), _by(allv, version, "nvfp4-w4a4-trtllm")
-    return {"cutlass": cut["verdict"], "trtllm": trt["verdict"],
-            "literal_none": where(trt) if trt["rule"].startswith("literal") else None}
+    return {"cutlass": cut["verdict"], "trtllm": trt["verdict"], "literal_none": literal_none(trt)}
 
 
 @dataclass(frozen=True)
@@ -153,11 +163,12 @@ def clamp_nvfp4_dropped(x: SGLangMeasurements) -> Row:
     """Reproduced when the CUTLASS branch drops the clamp AND the TRT-LLM branch has the literal
     None; partly when one of the two holds."""
     per, cut, trt = x.per, x.cut, x.trt
-    literal = trt["rule"].startswith("literal")
+    literal = literal_none(trt) is not None
     verdict = Verdict.REPRODUCED if cut["verdict"] == "DROPPED" and literal else \
         Verdict.PARTLY if literal or cut["verdict"] == "DROPPED" else Verdict.CONTRADICTED
     return Row(per, verdict, [x.d("sglang_audit"), x.d("sglang_audit_versions"), x.kernels["copy"]],
-               f"On {x.version} the literal gemm1_clamp_limit=None is in the TRT-LLM branch ({where(trt)}), "
+               f"On {x.version} the literal gemm1_clamp_limit=None is in the TRT-LLM branch ({literal_none(trt)}; "
+               f"the branch is {trt['verdict']} at {where(trt)}), "
                f"while the CUTLASS branch Ling runs on is {cut['verdict']} ({where(cut)}: {cut['rule'][:120]}). "
                + "; ".join(f"{v}: CUTLASS {p['cutlass']}, TRT-LLM {p['trtllm']}" for v, p in per.items()) + ". "
                + x.gpu_sentence, x.on)

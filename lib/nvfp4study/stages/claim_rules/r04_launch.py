@@ -308,6 +308,10 @@ def audit_cpu_moe_clamp(x: ClampProbeMeasurements) -> Row | None:
 #: released = applied nowhere, so the factor changes nothing; applied = once, so a factor x r gives
 #: the outputs of the routed experts' down_proj x r.
 SCALING_PREDICTS = {"released": "not applied", "applied": "applied once"}
+#: what the audit's routed_scaling_factor verdict of the native path (``audit-sglang --param
+#: routed_scaling_factor``, :mod:`nvfp4study.sglang.param_audit`) predicts the released engine does;
+#: the released prediction is the audit's (issue 36), the patched one the patch's reading
+AUDIT_PREDICTS = {"DROPPED": "not applied", "APPLIED": "applied once", "DOUBLE": "applied, not as the control"}
 
 
 @dataclass(frozen=True)
@@ -327,6 +331,7 @@ class ScalingProbeMeasurements:
     evidence: list[Path]
     checked_on: str
     missing: str | None = None
+    audit: dict[str, Any] | None = None  # the audit's routed_scaling_factor row of PROBE_PATH (served release)
 
 
 def _scaling_refusal(x: ScalingProbeMeasurements) -> str | None:
@@ -340,6 +345,9 @@ def _scaling_refusal(x: ScalingProbeMeasurements) -> str | None:
         return f"the launches of {', '.join(x.served_wrong)} did not serve the probe's config"
     if x.patch not in SCALING_PREDICTS:
         return f"the factor launch's record does not say which routed_scaling patch it ran ({x.patch!r})"
+    if x.patch == "released" and (x.audit or {}).get("verdict") not in AUDIT_PREDICTS:
+        return (f"the audit's routed_scaling_factor reading of {PROBE_PATH} predicts nothing the probe can see "
+                f"({(x.audit or {}).get('verdict')}: {(x.audit or {}).get('rule', 'no audit row')})")
     return _control_refusal(
         x.pairs, "weights", "two launches of the no-limit model gave different outputs",
         f"the probe is too weak: routed down_proj x {x.ratio:g} changed {{changed}} of {{n}} outputs, so an "
@@ -372,17 +380,21 @@ def audit_cpu_routed_scaling(x: ScalingProbeMeasurements) -> Row | None:
     reading = ("not applied" if same == n else "applied once" if as_control == n
                else "applied, not as the control")
     bound = miss_bound(n, changed)
+    predicted = AUDIT_PREDICTS[x.audit["verdict"]] if x.patch == "released" else SCALING_PREDICTS[x.patch]
+    audit_s = (f"audit-sglang --param routed_scaling_factor, {PROBE_PATH}: {x.audit['verdict']} at "
+               f"{x.audit.get('file')}:{x.audit.get('line')} ({x.audit.get('rule')})" if x.audit else
+               f"no audit reading of {PROBE_PATH}")
     measured = {"ratio": x.ratio, "factors": x.factors, "prompts": n, "patch": x.patch,
+                "audit_verdict": (x.audit or {}).get("verdict"),
                 "factor_outputs_equal_to_unchanged": same, "factor_outputs_equal_to_down_proj_control": as_control,
                 "down_proj_control_changed": changed, "null_relaunch_identical": n,
-                "dynamic_reading": reading, "predicted": SCALING_PREDICTS[x.patch], "miss_bound": round(bound, 4)}
+                "dynamic_reading": reading, "predicted": predicted, "miss_bound": round(bound, 4)}
     note = (f"routed_scaling_factor {x.factors.get('off')} -> {x.factors.get('scaling-factor')} (config only): "
             f"{same} of {n} greedy outputs equal the unchanged model's and {as_control} of {n} those of the routed "
             f"experts' down_proj x {x.ratio:g} (factor unchanged); controls: the no-limit model launched twice "
             f"matched on all {n}, and down_proj x {x.ratio:g} changed {changed} of {n}, so a factor that is applied "
             f"would leave all {n} unchanged with chance <= {bound:.3g} (Wilson 95 %, prompts taken as independent). "
-            f"Served with routed_scaling patch {x.patch!r}: released, moe_forward_native (fused_moe_native.py "
-            "157-163) and forward_cpu (unquant.py 1382-1391) never read the factor and top-k does not fold it "
-            f"(layer.py 109-131); {STANDIN_NOTE}")
-    ok = reading == SCALING_PREDICTS[x.patch]
+            f"Served with routed_scaling patch {x.patch!r}; released, the prediction is the audit's ({audit_s}); "
+            f"patched, the patch's reading (the audit does not read the overlay); {STANDIN_NOTE}")
+    ok = reading == predicted
     return Row(measured, Verdict.REPRODUCED if ok else Verdict.CONTRADICTED, x.evidence, note, x.checked_on)

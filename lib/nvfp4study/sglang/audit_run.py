@@ -1,0 +1,130 @@
+"""The run step of the SGLang audit: one path's steps run under Ling's facts, no verdict.
+
+:func:`run_path` runs a path of :func:`nvfp4study.sglang.audit.path_specs` with the interpreter
+(:class:`~nvfp4study.sglang.clamp_flow.Interp`) following one parameter
+(:mod:`nvfp4study.sglang.moe_params`) and returns a :class:`PathRun`; the judges are the clamp's
+(:func:`nvfp4study.sglang.audit.audit_path`) and the other parameters'
+(:mod:`nvfp4study.sglang.param_audit`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import moe_params, path_keys
+from .audit_sinks import ClampVerdict
+from .clamp_flow import Interp
+from .platforms import PLATFORMS
+from .source import SGLangTree
+
+
+def _split(step: str) -> tuple[str, str]:
+    """``"layers/x.py::Q"`` (relative to ``sglang/srt``) or ``"sglang/kernels/x.py::Q"`` (from
+    the tree root, for code outside ``srt``) -> ``(file from the root, qualname)``."""
+    rel, qual = step.split("::")
+    return (rel if rel.startswith("sglang/") else "sglang/srt/" + rel), qual
+
+
+def _short(rel: str) -> str:
+    return rel[11:] if rel.startswith("sglang/srt/") else rel
+
+
+@dataclass
+class PathRun:
+    """What running one path's steps gave (:func:`run_path`), before any verdict.
+
+    ``interp``: the interpreter after the steps (hits, refusals, live mentions, raising steps);
+    ``steps``: the ``(file, qualname)`` steps run; ``skipped_runner``: the method returned before its
+    MoeRunner ran; ``stop``: a verdict the run itself settles (``(verdict, rule, file, function,
+    line)``: the path is missing, its trail lost or its code too long) or ``"raising"`` (a step raises
+    on every branch before the trail was found), else None."""
+
+    interp: Interp | None
+    steps: list[tuple[str, str]]
+    skipped_runner: bool = False
+    stop: tuple | str | None = None
+
+
+def run_path(tree: SGLangTree, spec: dict, param: Any = None) -> PathRun:
+    """Run one path of :func:`path_specs` under Ling's facts, following ``param``
+    (:class:`~nvfp4study.sglang.moe_params.ParamSpec`; None: the clamp). No verdict: see
+    :func:`audit_path` (the clamp's judge) and :mod:`nvfp4study.sglang.param_audit`."""
+    if "missing" in spec:
+        verdict, why = spec["missing"]
+        return PathRun(None, [], stop=(verdict, why, None, None, None))
+    steps = [_split(s) for s in spec["steps"]]
+    param = param or moe_params.param()
+    interp = Interp(tree.root, param.sinks, spec.get("assume"), spec.get("platforms", PLATFORMS), param=param)
+    if spec.get("lost"):
+        return _lost_run(interp, steps, spec)
+    interp.entry_names = {q.split(".")[-1] for _, q in steps}
+    missing = [(r, q) for r, q in steps if interp.find(r, q) is None]
+    if missing:
+        r0, q0 = steps[0]
+        mod = interp.module(r0)
+        entry_exists = mod is not None and ("." not in q0 or q0.split(".")[0] in mod.classes)
+        r, q = missing[0]
+        if not entry_exists:
+            return PathRun(interp, steps, stop=(ClampVerdict.ABSENT, f"not in this version: {_short(r)}::{q}",
+                                                None, None, None))
+        # The entry code exists: the trail is lost, not the path (a function renamed or inlined).
+        have = "the file exists" if interp.module(r) is not None else "the file is missing"
+        return PathRun(interp, steps, stop=(
+            ClampVerdict.UNDECIDED,
+            f"trail lost at {_short(r)}::{q} ({have}; the path's entry {_short(r0)}::{q0} exists)",
+            _short(r) if interp.module(r) is not None else _short(r0), q, None))
+    gated = spec.get("gated") if moe_params.shared().get("env_gated_fused_func") == "unusable" else None
+    if gated and spec.get("runner_at") is None and path_keys.is_runner_level(spec["id"]):
+        return PathRun(interp, steps, stop=_gated_stop(spec))  # the runner itself: never built by default
+    skipped_runner = False
+    for i, (r, q) in enumerate(steps):
+        if i == spec.get("runner_at") and not interp.runner_calls:
+            # the method returns before MoeRunner.run on every branch Ling takes: its runner
+            # (fused func or core) never runs on this path
+            steps, skipped_runner = steps[:i], True
+            break
+        interp.in_runner = spec.get("runner_at") is not None and i >= spec["runner_at"]
+        interp.run_step(r, q)
+        if interp.raising_steps:  # the later steps never run
+            steps = steps[:i + 1]
+            break
+    if gated and interp.runner_calls:  # the method runs a MoeRunner it could not build
+        return PathRun(interp, steps, skipped_runner, stop=_gated_stop(spec))
+    if interp.exhausted:
+        r0, q0 = steps[-1] if steps else (None, None)
+        return PathRun(interp, steps, skipped_runner, stop=(
+            ClampVerdict.UNDECIDED, f"trail lost: the code is too long to follow ({Interp.MAX_STEPS} statements run)",
+            _short(r0) if r0 else None, q0, None))
+    return PathRun(interp, steps, skipped_runner)
+
+
+def _gated_stop(spec: dict) -> tuple:
+    """UNUSABLE at ``MoeRunner.__init__``'s raise: the backend's fused func is registered only when
+    an environment flag (off by default) is set (:mod:`nvfp4study.sglang.import_gates`)."""
+    where, _, _ = spec["gated"].partition(" ")
+    file, _, line = where.rpartition(":")
+    return (ClampVerdict.UNUSABLE, f"raises for Ling whatever the limit: {spec['gated']}", file, "MoeRunner.__init__",
+            int(line) if line.isdigit() else None)
+
+
+def _lost_run(interp: Interp, steps: list[tuple[str, str]], spec: dict) -> PathRun:
+    """A path whose derivation lost its trail: UNDECIDED at the loss, unless a step that exists
+    raises on every branch first (``stop="raising"``: the method refuses before its runner is built)."""
+    rule = f"trail lost at {spec['lost']}"
+    for r, q in steps:
+        if interp.find(r, q) is not None:
+            interp.run_step(r, q)
+            if interp.raising_steps:
+                return PathRun(interp, steps, stop="raising")
+    first = next((x for x in interp.refusals if x.certain), None)
+    if first is not None:
+        rule += f"; before it, {_short(first.file)}:{first.line} {first.function}: {first.text[:100]}"
+    lost_file, _, rest = spec["lost"].partition(":")
+    lost_line = rest.split(":", 1)[0]
+    return PathRun(interp, steps, stop=(ClampVerdict.UNDECIDED, rule, lost_file, None,
+                                        int(lost_line) if lost_line.isdigit() else None))
+
+
+
+__all__ = ["PathRun", "run_path"]

@@ -1,0 +1,110 @@
+"""Fused functions SGLang registers only when an environment variable is set.
+
+A ``@register_fused_func`` runs when its module is imported. Some modules are imported only
+under an ``if`` on an environment flag that is off by default (0.5.23
+``layers/moe/moe_runner/flashinfer_trtllm.py`` 1958-1959: ``if _SGLANG_EXPERIMENTAL_LORA_OPTI: from
+sglang.srt.lora.trtllm_lora_temp import sgl_backend``, the flag ``envs.SGLANG_EXPERIMENTAL_LORA_OPTI``,
+``EnvBool(False)`` at ``environ.py:1257``). By default such a fused function is not registered,
+and ``MoeRunner.__init__`` raises for a backend that has no runner core either (runner.py
+177-181 in 0.5.23). :func:`gated_registrations` finds them for :mod:`nvfp4study.sglang.dispatch`.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from .code_index import CodeIndex, module_level, source_files, walk
+
+SRT = "sglang/srt/"
+RUNNER = SRT + "layers/moe/moe_runner/runner.py"  # MoeRunner (as dispatch.RUNNER)
+ENVIRON = "sglang/srt/environ.py"
+
+
+def _env_default(code: CodeIndex, flag: str) -> bool | None:
+    """The default of ``envs.<flag>`` (``environ.py``: ``FLAG = EnvBool(False)``); None if not found."""
+    mod = code.mod(ENVIRON)
+    for n in ast.walk(mod) if mod is not None else ():
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == flag for t in n.targets) \
+                and isinstance(n.value, ast.Call) and ast.unparse(n.value.func).endswith("EnvBool") \
+                and n.value.args and isinstance(n.value.args[0], ast.Constant):
+            return bool(n.value.args[0].value)
+    return None
+
+
+def _flag_of(test: ast.expr, module: ast.Module) -> str | None:
+    """The environment flag an ``if`` test reads (``envs.X.get()`` or a module-level name bound to
+    it), else None."""
+    expr = test
+    if isinstance(test, ast.Name):
+        expr = next((st.value for st in module_level(module.body) if isinstance(st, ast.Assign)
+                     and any(isinstance(t, ast.Name) and t.id == test.id for t in st.targets)), None)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "get" \
+            and isinstance(expr.func.value, ast.Attribute) and ast.unparse(expr.func.value.value) == "envs":
+        return expr.func.value.attr
+    return None
+
+
+def _imports_of(module: ast.Module, dotted: str) -> list[tuple[int, str | None]]:
+    """``(line, flag)`` of each import of ``dotted`` in ``module``: the environment flag of the
+    innermost ``if`` around it, None when no such ``if`` guards it."""
+    out: list[tuple[int, str | None]] = []
+    pkg, _, last = dotted.rpartition(".")
+
+    def visit(node: ast.AST, flag: str | None) -> None:
+        for c in ast.iter_child_nodes(node):
+            if isinstance(c, ast.ImportFrom) and ((c.module == pkg and any(a.name == last for a in c.names))
+                                                  or c.module == dotted):
+                out.append((c.lineno, flag))
+            elif isinstance(c, ast.Import) and any(a.name == dotted for a in c.names):
+                out.append((c.lineno, flag))
+            elif isinstance(c, ast.If):
+                inner = _flag_of(c.test, module) or flag
+                for b in c.body:
+                    visit(ast.Module(body=[b], type_ignores=[]), inner)
+                for b in c.orelse:
+                    visit(ast.Module(body=[b], type_ignores=[]), flag)
+            else:
+                visit(c, flag)
+
+    visit(module, None)
+    return out
+
+
+def no_fused_func_raise(code: CodeIndex) -> int | None:
+    """The line of ``MoeRunner.__init__``'s raise when a backend has neither a runner core nor a
+    fused func (``if self.runner_core is None and self.fused_func is None: raise ...``, runner.py
+    177-181 in 0.5.23), or None when the runner module has no such raise."""
+    cls = code.top(RUNNER, "MoeRunner")
+    init = next((n for n in getattr(cls, "body", []) if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    for n in walk(init) if init is not None else ():
+        if isinstance(n, ast.If) and "fused_func" in ast.unparse(n.test) and "runner_core" in ast.unparse(n.test):
+            r = next((b for b in n.body if isinstance(b, ast.Raise)), None)
+            if r is not None:
+                return r.lineno
+    return None
+
+
+def gated_registrations(code: CodeIndex, fused: dict) -> dict[tuple[str, str], str]:
+    """``{(a2a, runner): why}`` for each fused function of ``fused`` (:func:`~nvfp4study.sglang.
+    dispatch.fused_registry`) whose every registration lives in a module imported only under an
+    environment flag that is off by default; ``why`` names the flag and the import's file:line."""
+    out = {}
+    for key, regs in fused.items():
+        whys = []
+        for rel, _fn, _line in regs:
+            dotted = rel[:-3].replace("/", ".")
+            sites = [(r.relative_to(code.root).as_posix(), site) for r, text in source_files(code.root, code.unreadable)
+                     if dotted.rsplit(".", 1)[-1] in text
+                     for site in _imports_of(code.mod(r.relative_to(code.root).as_posix()) or ast.Module([], []), dotted)]
+            if not sites or any(flag is None or _env_default(code, flag) is not False for _, (_, flag) in sites):
+                break
+            r0, (ln, flag) = sites[0]
+            whys.append(f"{rel[len(SRT):]} registers it only when imported, and it is imported only when "
+                        f"{flag} is set (off by default: environ.py), {r0[len(SRT):]}:{ln}")
+        else:
+            if whys:
+                out[key] = whys[0]
+    return out
+
+
+__all__ = ["gated_registrations", "no_fused_func_raise"]

@@ -1,0 +1,69 @@
+"""Error classes of the clamp audit fixed in issue 36, each on a path read by hand.
+
+1. A fused function registered only when an environment variable is set: 0.5.23
+   ``lora/trtllm_lora_temp/sgl_backend.py:15`` registers ("none", "experimental_sgl_trtllm") when
+   imported; ``layers/moe/moe_runner/flashinfer_trtllm.py`` 1958-1959 imports it only under
+   ``if _SGLANG_EXPERIMENTAL_LORA_OPTI`` (line 43: ``envs.SGLANG_EXPERIMENTAL_LORA_OPTI.get()``,
+   ``EnvBool(False)`` at ``environ.py:1257``). ``MoeUtils``' ``is_flashinfer_trtllm()`` is true for
+   the backend (MoeRunnerBackend, layers/moe/utils.py 133-139), so ``MoeRunner.__init__`` builds no runner core and,
+   with no fused func registered, raises NotImplementedError at runner.py:178: whatever the limit
+   (UNUSABLE by the verdict definitions of data/hand_readings.yaml), not DROPPED. Three stored hand
+   readings read these paths with the flag set, so the shipped policy is "note" (the gate in the trail);
+   "unusable" (moe_params.yaml shared.env_gated_fused_func) gives the default launch's verdict.
+2. An assert Ling fails whatever the limit: 0.5.23 compressed_tensors_w4a4_nvfp4_moe.py:324 asserts
+   layer.routing_method_type is not None; BailingMoeV3 passes none (FusedMoE default None,
+   base_config.py 126-130 returns it): UNUSABLE at 324 (tests/test_sglang_audit.py EXPECTED).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from nvfp4study.sglang import moe_params
+from nvfp4study.sglang.audit import audit_tree
+from nvfp4study.sglang.import_gates import _imports_of
+from sglang_fixtures import VERSIONS, released
+
+#: MoeRunner.__init__'s raise for a backend with neither runner core nor fused func (read by hand)
+RUNNER_RAISE = {"0.5.19": 163, "0.5.20": 170, "0.5.21": 178, "0.5.22": 178, "0.5.23": 178}
+
+
+GATED = ("fused:none/experimental_sgl_trtllm", "ModelOptNvFp4FusedMoEMethod/experimental_sgl_trtllm")
+
+
+def test_env_gated_fused_func_is_unusable_under_that_policy(monkeypatch):
+    # moe_params.yaml shared.env_gated_fused_func: unusable (what a default launch does)
+    shared = {**moe_params.shared(), "env_gated_fused_func": "unusable"}
+    monkeypatch.setattr(moe_params, "shared", lambda: shared)
+    for v in VERSIONS:
+        rows = {r.path: r for r in audit_tree(released(v), list(GATED))}
+        for key in GATED:
+            r = rows[key]
+            assert r.verdict.value == "UNUSABLE", (v, key, r.rule)
+            assert (r.file, r.line) == ("layers/moe/moe_runner/runner.py", RUNNER_RAISE[v]), (v, key)
+            assert "SGLANG_EXPERIMENTAL_LORA_OPTI is set (off by default" in r.rule
+            assert "layers/moe/moe_runner/flashinfer_trtllm.py:" in r.rule
+
+
+def test_env_gated_fused_func_is_named_under_the_default_policy():
+    # the shipped policy ("note"): judged as if the flag were set, the gate in the trail
+    assert moe_params.shared()["env_gated_fused_func"] == "note"
+    rows = {r.path: r for r in audit_tree(released("0.5.23"), list(GATED))}
+    assert {k: r.verdict.value for k, r in rows.items()} == {GATED[0]: "DROPPED", GATED[1]: "APPROX"}
+    for r in rows.values():
+        assert any(f.startswith("not built by default: layers/moe/moe_runner/runner.py:178 MoeRunner raises for "
+                                "'experimental_sgl_trtllm' by default") for f in r.found_by)
+
+
+def test_imports_under_an_env_flag_are_told_from_plain_ones():
+    src = ("from sglang.srt.environ import envs\n_ON = envs.SGLANG_X.get()\n"
+           "if _ON:\n    from pkg.sub import mod\n"
+           "if envs.SGLANG_Y.get():\n    import pkg.sub.mod\nelse:\n    from pkg.sub import mod\n"
+           "if other:\n    from pkg.sub.mod import f\n")
+    assert _imports_of(ast.parse(src), "pkg.sub.mod") == [(4, "SGLANG_X"), (6, "SGLANG_Y"), (8, None), (10, None)]
+
+
+def test_the_marlin_lora_backend_stays_registered():
+    # lora/marlin_lora_temp/sgl_backend.py is imported unconditionally (moe_runner/marlin.py:222 in 0.5.23)
+    (r,) = audit_tree(released("0.5.23"), ["fused:none/experimental_sgl_marlin"])
+    assert r.verdict.value != "UNUSABLE" or "SGLANG_EXPERIMENTAL_LORA_OPTI" not in r.rule

@@ -1,0 +1,118 @@
+"""The routed scaling factor (and the other parameters) on every path (issue 36): verdicts of the
+catalogued paths read by hand, the CLI, and the parts of the count.
+
+Hand readings (SGLang 0.5.23; the other releases' lines in the tables):
+- nvfp4-w4a4-cutlass (the card's path): DROPPED. compressed_tensors_w4a4_nvfp4_moe.py:375 builds
+  FlashInferCutlassMoeQuantInfo(apply_routed_scaling_factor=False); flashinfer_cutlass.py 208-218
+  multiplies only when that is set, and 394-395 calls it for bf16/fp8 only (Ling's is fp4);
+  cutlass_fused_moe takes no factor (371-393); layer.py 109-131 _fuses_routed_scaling_factor_in_topk
+  is False for the compressed-tensors method with flashinfer_cutlass (no class attribute, not
+  ModelOpt NVFP4, not a TRT-LLM backend, not Fp8+cutlass); bailing_moe_v3.py 609-614 scales only when
+  the A2A backend is on (default none). 0.5.19-0.5.22: the same, apply_routed_scaling_factor=False at
+  361 / 360 / 375 / 371, _fuses_... at layer.py 103 / 102 / 104 / 104 (no backend argument).
+- triton: APPLIED. triton.py 239-261 fused_experts(moe_runner_config=runner_config) ->
+  fused_moe.py 357 / 392 hand moe_runner_config.routed_scaling_factor to in/outplace_fused_experts ->
+  _moe_sum_reduce 976-1067 (moe_sum_reduce(..., routed_scaling_factor)); top-k folds it for none of
+  the methods that run Triton.
+- marlin: APPLIED. marlin.py:204 routed_scaling_factor=runner_config.routed_scaling_factor (199 in
+  0.5.19-0.5.22) -> fused_marlin_moe.py 436-443 moe_sum_reduce(..., routed_scaling_factor).
+- nvfp4-w4a16-marlin: APPLIED where the class exists (0.5.22, 0.5.23), by the same Marlin call.
+- fused-moe-native (the CPU engine's path): DROPPED. fused_moe_native.py 150-158 weights the expert
+  outputs by topk_weights only; top-k does not fold it for UnquantizedFusedMoEMethod; the model
+  does not (standard dispatch). Measured so on the CPU engine (issue 36: byte-identical outputs with
+  the factor at 1.0, 2.5 and 10).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nvfp4study.cli import main as cli_main
+from nvfp4study.core.errors import AuditError
+from nvfp4study.sglang.param_audit import ParamVerdict, audit_param
+from sglang_fixtures import VERSIONS, release_gaps, released
+
+A, D, X = ParamVerdict.APPLIED, ParamVerdict.DROPPED, ParamVerdict.ABSENT
+CT = "layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4_moe.py"
+#: path -> release -> (verdict, file, line) read by hand (the module docstring); line None: not asserted
+EXPECTED = {
+    "nvfp4-w4a4-cutlass": {"0.5.19": (D, CT, 361), "0.5.20": (D, CT, 360), "0.5.21": (D, CT, 375),
+                           "0.5.22": (D, CT, 371), "0.5.23": (D, CT, 375)},
+    "triton": {v: (A, "layers/moe/moe_runner/triton.py", None) for v in VERSIONS},
+    "marlin": {v: (A, "layers/moe/moe_runner/marlin.py", None) for v in VERSIONS},
+    "nvfp4-w4a16-marlin": {"0.5.19": (X, None, None), "0.5.20": (X, None, None), "0.5.21": (X, None, None),
+                           "0.5.22": (A, "layers/moe/moe_runner/marlin.py", None),
+                           "0.5.23": (A, "layers/moe/moe_runner/marlin.py", None)},
+    "fused-moe-native": {v: (D, "layers/moe/fused_moe_native.py", 158) for v in VERSIONS},
+}
+#: layer.py's _fuses_routed_scaling_factor_in_topk, read by hand
+TOPK_LINE = {"0.5.19": 103, "0.5.20": 102, "0.5.21": 104, "0.5.22": 104, "0.5.23": 109}
+
+
+def test_every_release_is_expected():
+    assert release_gaps(EXPECTED, VERSIONS) == {}
+    assert release_gaps({"topk": TOPK_LINE}, VERSIONS) == {}
+
+
+@pytest.fixture(name="rows", scope="module")
+def rows_fixture():
+    return {v: {r.path: r for r in audit_param(released(v), "routed_scaling_factor", list(EXPECTED))}
+            for v in VERSIONS}
+
+
+@pytest.mark.parametrize("path", list(EXPECTED))
+@pytest.mark.parametrize("version", VERSIONS)
+def test_hand_read_verdicts(rows, version, path):
+    verdict, file, line = EXPECTED[path][version]
+    r = rows[version][path]
+    assert r.verdict == verdict, r.rule
+    if file is not None:
+        assert r.file == file, (r.file, r.line, r.rule)
+    if line is not None:
+        assert r.line == line, (r.file, r.line, r.rule)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_card_path_evidence_names_each_part(rows, version):
+    r = rows[version]["nvfp4-w4a4-cutlass"]
+    assert r.parts == {"top-k": 0, "runner": 0, "model": 0}
+    ev = "\n".join(r.evidence)
+    assert f"{CT}:{EXPECTED['nvfp4-w4a4-cutlass'][version][2]} FlashInferCutlassMoeQuantInfo.apply_routed_scaling_factor = False" in ev
+    assert f"layers/moe/fused_moe_triton/layer.py:{TOPK_LINE[version]} _fuses_routed_scaling_factor_in_topk(" \
+           "CompressedTensorsW4A4Nvfp4MoE, flashinfer_cutlass) -> False" in ev
+    assert "models/bailing_moe_v3.py:" in ev and "(standard dispatch) -> no" in ev
+    assert "1/2.5" in r.rule  # Ling's factor, from the data
+
+
+def test_triton_applies_once_in_its_epilogue(rows):
+    r = rows["0.5.23"]["triton"]
+    assert r.parts == {"top-k": 0, "runner": 1, "model": 0}
+    assert r.line == 239 and "fused_experts() applies it" in r.evidence[0]
+
+
+def test_cli_param_json_gives_the_card_path_dropped(capsys):
+    assert cli_main(["audit-sglang", "--param", "routed_scaling_factor", "--version", "0.5.23", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    card = next(r for r in rows if r["path"] == "nvfp4-w4a4-cutlass")
+    assert (card["verdict"], card["file"], card["line"]) == ("DROPPED", CT, 375)
+    assert {r["path"]: r["verdict"] for r in rows if r["path"] in ("triton", "marlin")} == \
+        {"triton": "APPLIED", "marlin": "APPLIED"}
+    assert all(r["param"] == "routed_scaling_factor" for r in rows)
+
+
+def test_cli_param_names_a_bad_parameter(capsys):
+    assert cli_main(["audit-sglang", "--param", "routing_bias", "--version", "0.5.23"]) != 0
+    err = capsys.readouterr().err
+    assert "AuditError: no MoE parameter 'routing_bias'; followed: gemm1_clamp_limit, routed_scaling_factor" in err
+
+
+def test_the_clamp_is_not_a_param_audit_row():
+    with pytest.raises(AuditError, match="gemm1_clamp_limit is the clamp"):
+        audit_param(released("0.5.23"), "gemm1_clamp_limit", ["triton"])
+
+
+def test_routing_parameters_say_they_are_not_followed():
+    (r,) = audit_param(released("0.5.23"), "grouped_topk", ["nvfp4-w4a4-cutlass"])
+    assert r.verdict == ParamVerdict.UNDECIDED and "not followed" in r.rule
