@@ -115,7 +115,8 @@ def serving_plan(params: Params) -> list:
     out = [Served(replace(card, clamp=m, max_running_requests=conc), sweep, replay_launch=False,
                   what=f"05 corruption sweep, clamp {m}, protocol {c.protocol}: tasks per sampling config {per}")
            for m in c.clamp_modes]
-    probe = () if standin else probe_requests(params)
+    # no probe on the stand-in; a replay copies a recorded probe whatever its engine (optional item)
+    probe = () if standin and not params.replay_from else probe_requests(params)
     if probe:
         out.append(Served(replace(card, clamp=c.after_mode, reasoning_parser=c.reasoning_probe_parser), probe,
                           replay_launch=False, replay_optional=True,
