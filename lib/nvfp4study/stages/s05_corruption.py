@@ -82,21 +82,13 @@ def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
 
 
 def serving_plan(params: Params) -> list:
-    """What 05 serves (:mod:`nvfp4study.serving.plans`), all through the one serving pipeline
-    (:func:`nvfp4study.serving.measure.collect`, which shares a launch with any stage serving the
-    same configuration):
-
-    - the corruption sweep: the card's configuration once per ``corruption.clamp_modes`` entry
-      (``--max-running-requests corruption.concurrency`` when that is above 1), asked
-      :func:`~nvfp4study.codeeval.served_collect.sweep_requests`; where the run serves the CPU
-      engine's stand-in (the strategy's ``standin``) only the first ``server.cpu.corruption_tasks``
-      claim tasks;
-    - the reasoning-parser probe: the card's configuration in ``corruption.after_mode`` with
-      ``--reasoning-parser corruption.reasoning_probe_parser`` (not on the stand-in);
-    - the trained stand-in's arms, live on the stand-in with ``server.cpu.trained.enabled``: one
-      configuration per arm (:func:`nvfp4study.trained.served.serving_order`), the null control a
-      launch of its own (instance "again").
-    """
+    """What 05 serves (:mod:`nvfp4study.serving.plans`; one pipeline, launches shared with any stage
+    serving the same configuration): the corruption sweep, the card's configuration per
+    ``corruption.clamp_modes`` entry (``--max-running-requests corruption.concurrency`` above 1;
+    on the stand-in, the strategy's ``standin``, the first ``server.cpu.corruption_tasks`` claim
+    tasks); the reasoning-parser probe (``corruption.after_mode`` with ``--reasoning-parser``; not
+    on the stand-in); live on the stand-in with ``server.cpu.trained.enabled`` the trained arms
+    (:func:`nvfp4study.trained.served.serving_order`; the null control a launch of its own)."""
     from dataclasses import replace
 
     from ..codeeval.served_collect import probe_requests, sweep_requests
