@@ -65,7 +65,7 @@ from .server import (
     served_model_path,
 )
 from .sglang_log import REFUSAL_LINE, refusal_message  # noqa: F401  (the one log parser)
-from .strategies import serves_standin
+from .strategies import strategy_for
 
 
 # --- mode ------------------------------------------------------------------------------------
@@ -80,6 +80,10 @@ class Mode:
     stage: str = ""
     standin: bool = False  # a live run serving the CPU engine's stand-in (strategies.serves_standin)
     engine_summary: str = ""  # cpu_engine.summary() of a live CPU-engine run
+    #: whether the card's rows can be settled: a live run's strategy says
+    #: (:attr:`~nvfp4study.serving.strategies.ServingStrategy.settles_card_claims`); a replay analyses
+    #: the recorded data as the card's
+    settles_card_claims: bool = True
 
     def markdown(self):
         """What the notebook shows once, under "How this stage runs here": for "not run" one box
@@ -136,9 +140,11 @@ def resolve_mode(stage: Stage) -> Mode:
     reason = gpu_refusal(p)
     if reason:
         return Mode("not run", reason=reason, stage=stage.name)
-    if serves_standin(p):
-        return Mode("live", stage=stage.name, standin=True, engine_summary=engine_description(p)["summary"])
-    return Mode("live", stage=stage.name)
+    strategy = strategy_for(p)
+    if strategy.standin:
+        return Mode("live", stage=stage.name, standin=True, engine_summary=engine_description(p)["summary"],
+                    settles_card_claims=strategy.settles_card_claims)
+    return Mode("live", stage=stage.name, settles_card_claims=strategy.settles_card_claims)
 
 
 def params_of(stage: Stage):
