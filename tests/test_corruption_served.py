@@ -73,7 +73,7 @@ OVERRIDES = ["corruption.humaneval_count=0", SAMPLING, "corruption.reasoning_pro
              "sglang.source=installed",
              # 06 and 07 off the card's configuration, so 05's exact sweep (the card's configuration)
              # carries 05's requests alone (a launch shared with 06/07: tests/test_serving_plans.py)
-             "mtp.depths=[0]", "determinism.spec_depth=1"]
+             "mtp.depths=[0]", "determinism.spec_depth=1", "corruption.clamp_modes=[none, exact]"]
 SERVER_KEY = "clamp={}-spec=2-det=off"  # the card's configuration per clamp mode
 
 

@@ -47,7 +47,9 @@ SAMPLING = ("corruption.sampling=[{name: t0-off-a, temperature: 0.0, max_tokens:
             "{name: t06-on, temperature: 0.6, top_p: 0.95, top_k: 20, thinking: true, max_tokens: 512}]")
 OVERRIDES = ["corruption.humaneval_count=0", SAMPLING, "corruption.reasoning_probe_tasks=2",
              "corruption.validate_detector=false", "corruption.clamp_modes=[exact]",
-             "server.reasoning_parser=ling3"]
+             "server.reasoning_parser=ling3",
+             # 06 and 07 off the card's configuration: 05's exact sweep launches with 05's requests alone
+             "mtp.depths=[0]", "determinism.spec_depth=1"]
 SAMPLINGS = (("t0-off-a", False), ("t06-on", True))
 KEY = "clamp=exact-spec=2-det=off"
 
