@@ -120,7 +120,8 @@ def needs(params: Params, config: ServerConfig,
 
 def plan_servers(params: Params) -> list[ServerConfig]:
     """Every distinct configuration the stages serve, each once, grouped by clamp mode (so the
-    serving install is re-patched as rarely as possible), then checkpoint, determinism, depth."""
+    serving install is re-patched as rarely as possible), then checkpoint, determinism, reasoning
+    parser override, instance, depth."""
     seen: dict[ServerConfig, None] = {}
     for configs in stage_configs(params).values():
         for c in configs:
@@ -128,7 +129,7 @@ def plan_servers(params: Params) -> list[ServerConfig]:
     clamp_order = {m: i for i, m in enumerate(dict.fromkeys(
         [params.server.clamp_mode, *params.corruption.clamp_modes]))}
     return sorted(seen, key=lambda c: (clamp_order.get(c.clamp, 99), c.model_label != "study",
-                                       c.model_label, c.deterministic,
+                                       c.model_label, c.deterministic, c.reasoning_parser or "", c.instance,
                                        -1 if c.spec_depth is None else c.spec_depth))
 
 
