@@ -54,7 +54,6 @@ from ..codeeval.served_data import (
     latest,
     probe_key,
     read_rows,
-    recorded_params,
 )
 from ..codeeval.tasks import load_tasks
 from ..core import display
@@ -298,7 +297,9 @@ def run_served_study(stage: Stage) -> dict[str, Any]:
     params: Params = stage.params
     if params.replay_from:
         _collect(stage, trained=False)  # the replay import of the recorded files
-        return analyse_served(stage, recorded_params(stage), "replay")
+        from ..serving.measure import params_of
+
+        return analyse_served(stage, params_of(stage), "replay")
     if not params.server.enabled:
         _not_run_with_outside(stage, NOT_RUN_REASON, ids)
         return {"status": "not run", "reason": NOT_RUN_REASON, "claims": ids}
