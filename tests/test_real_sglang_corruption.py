@@ -1,5 +1,5 @@
-"""Stage 05's served corruption study (``s05_corruption.run_served_study``: ``served_collect``
-``collect`` + ``collect_probe``, ``served_data``, ``served_analysis``) against SGLang 0.5.23's
+"""Stage 05's served corruption study (``s05_corruption.run_served_study``: its plan's
+``served_collect`` requests on the one collector, ``served_data``, ``served_analysis``) against SGLang 0.5.23's
 REAL HTTP/OpenAI layer and its real ``ling3`` reasoning parser, over the stub engine answering
 from ``tests/real_sglang/corruption_outputs.json`` (one canned answer per card task).
 
@@ -108,7 +108,8 @@ def test_two_launches_of_the_real_layer(study):
     run = study["run"]
     assert study["result"]["status"] == "live"
     logs = sorted(p.name for p in (run / "logs").glob("sglang-*.log"))
-    assert logs == [f"sglang-{KEY}-2.log", f"sglang-{KEY}.log"]
+    # the probe is a configuration of its own (ServerConfig.reasoning_parser: tag "parser")
+    assert logs == [f"sglang-{KEY}-parser=ling3.log", f"sglang-{KEY}.log"]
     for name in logs:  # both served with SGLang's ling3 parser, by SGLang's own flag parser
         assert "reasoning_parser='ling3'" in (run / "logs" / name).read_text()
 
