@@ -46,6 +46,7 @@ from .records import (  # noqa: E402, F401
     ServedRequest,
     all_prompts,
     append_jsonl,
+    counters,
     det_requests,
     launch_path,
     launches,
@@ -176,12 +177,6 @@ def _copy(src: Path, dst: Path, same: bool) -> Path:
 
 
 # --- asking ----------------------------------------------------------------------------------
-def _counters(url: str, enabled: bool) -> dict[str, float] | None:
-    from .records import _counters as counters
-
-    return counters(url, enabled)
-
-
 def ask(stage: Stage, url: str, config: ServerConfig, spec: RequestSpec, *, launch: int, warmup: bool = False,
         text: str | None = None) -> dict[str, Any]:
     """Send one timed chat request and append its row (:meth:`RequestSpec.send`). Returns the row."""
@@ -416,7 +411,7 @@ def _serve(stage: Stage, launch: StartedLaunch, config: ServerConfig, pending: l
     p, rec, url = stage.params, launch.record, launch.url
     rec["server_info"] = client.server_info(url)
     rec["model_info"] = client.model_info(url)
-    rec["metrics_start"] = _counters(url, p.server.enable_metrics)
+    rec["metrics_start"] = counters(url, p.server.enable_metrics)
     warm = p.mtp.warmup_requests if any(r.wants_warmup for r in pending) else 0
     for i in range(warm):
         ask(stage, url, config, RequestSpec(f"warmup-{i}", 0, min(64, p.mtp.max_tokens)), launch=rec["launch"],
@@ -425,7 +420,7 @@ def _serve(stage: Stage, launch: StartedLaunch, config: ServerConfig, pending: l
         row = spec.send(stage, url, config, rec["launch"])
         rec["sent"] += 1
         rec["failed"] += row.get("status") != "ok"
-    rec["metrics_end"] = _counters(url, p.server.enable_metrics)
+    rec["metrics_end"] = counters(url, p.server.enable_metrics)
 
 
 def rows_for(stage: Stage, config: ServerConfig, specs: list[RequestSpec]) -> list[dict[str, Any]]:

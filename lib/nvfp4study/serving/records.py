@@ -109,7 +109,7 @@ class RequestSpec:
         p = stage.params
         if p.mtp.flush_cache:
             client.flush_cache(url)
-        before = _counters(url, p.server.enable_metrics)
+        before = counters(url, p.server.enable_metrics)
         prompt = text if text is not None else {q["id"]: q["text"] for q in all_prompts()}[self.prompt_id]
         spec_on = config.spec_depth is not None
         rec = client.chat_completion(
@@ -118,7 +118,7 @@ class RequestSpec:
             return_spec_tokens_details=spec_on, expect_spec_details=spec_on, return_output_ids=True,
             extra_body={"rid": f"nvfp4study-{uuid.uuid4().hex[:12]}"}, timeout=p.server.request_timeout_s,
             raise_on_error=False)
-        after = _counters(url, p.server.enable_metrics) if rec["status"] == "ok" else None
+        after = counters(url, p.server.enable_metrics) if rec["status"] == "ok" else None
         row = {"config": config.to_dict(), "config_key": config.key, "request_key": self.key,
                "prompt_id": self.prompt_id, "repeat": self.repeat, "warmup": warmup, "launch": launch,
                "metrics_before": before, "metrics_after": after, **rec}
@@ -130,7 +130,7 @@ class RequestSpec:
         return row
 
 
-def _counters(url: str, enabled: bool) -> dict[str, float] | None:
+def counters(url: str, enabled: bool) -> dict[str, float] | None:
     """The Prometheus counters of :data:`nvfp4study.serving.client.COUNTERS` now (None when
     metrics are off)."""
     if not enabled:
