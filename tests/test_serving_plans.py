@@ -188,3 +188,62 @@ def test_a_code_request_added_in_a_stage_module_is_served_beside_05(code_stage, 
     out = measure.collect(stage).set_index("config")
     assert list(out.launched) == [True, False] and list(out.sent) == [1, 0]
     assert [r["task_id"] for r in served_data.read_rows(f)] == ["card/dedupe"]
+
+
+ARMS = "s44_extra_arms"
+ARMS_SOURCE = textwrap.dedent('''
+    """A temporary stage that serves the trained stand-in's arms as stage 05 does (its requests:
+    trained.served's TrainedRequest), on whatever the run serves."""
+    from nvfp4study.serving.plans import Served
+    from nvfp4study.trained import served as trained
+
+    NOTEBOOK = "44_extra_arms"
+
+
+    def serving_plan(params):
+        """One item per arm, in serving order (the reference's clamp form first)."""
+        return [Served(trained.server_config(params, a), trained.arm_requests(params, a), what=f"44 arm {a.key}")
+                for a in trained.serving_order(params)]
+''')
+
+
+def test_trained_arms_added_in_a_stage_module_are_served_and_assembled(tmp_path, monkeypatch, no_leftover):  # noqa: F811
+    """Requests that depend on another launch's answers (each arm scores the reference arm's
+    continuation) through the one collector against the fake's ``/generate``: the reference arm
+    first, the null control a launch of its own, every answer appended as it arrives, read back
+    by ``trained.served.assemble``; a lost answer is asked again alone."""
+    from nvfp4study.trained import served as trained
+
+    folder = tmp_path / "arm-stages"
+    folder.mkdir()
+    (folder / f"{ARMS}.py").write_text(ARMS_SOURCE)
+    monkeypatch.setattr(stages_pkg, "__path__", [*stages_pkg.__path__, str(folder)])
+    plans.planning_modules.cache_clear()
+    try:
+        p, pf, run = fake_params(tmp_path, "server.cpu.trained.prompts=2", "server.cpu.trained.weights=[bf16]",
+                                 "server.cpu.trained.clamps=[released, exact]", "server.cpu.trained.max_new_tokens=6")
+        stage = Stage(name="44_extra_arms", params=p, paths=RunPaths(run))
+        out = measure.collect(stage)
+        keys = [trained.server_config(p, a).key for a in trained.serving_order(p)]
+        assert list(out.config) == keys and keys[1] == keys[0] + "-instance=again"
+        assert out.launched.all() and list(out.sent) == [2, 2, 2]
+        data = trained.assemble(stage)
+        assert [(r["arm"], r["task_id"]) for r in data["rows"]] == [
+            (a, f"HumanEval/{i}") for a in ("exact-bf16", "exact-bf16-again", "released-bf16") for i in (0, 1)]
+        # the fake's answers depend only on the input ids (no clamp on it): every arm writes what the
+        # reference wrote, and scores the reference's 6 tokens at the fake's -0.25 each
+        ref = {r["task_id"]: r["output_ids"] for r in data["rows"] if r["arm"] == "exact-bf16"}
+        assert all(len(v) == 6 for v in ref.values())
+        assert all(r["output_ids"] == ref[r["task_id"]] for r in data["rows"])
+        assert all((r["reference_tokens"], r["reference_logprob_mean"]) == (6, -0.25) for r in data["rows"])
+        assert len({x["log"] for x in data["launches"]}) == 3 and all(x["load_s"] for x in data["launches"])
+        assert not fake_processes()
+        # resume: one answer lost, only it is asked again, on the released arm's launch alone
+        f = trained.raw_path(stage.paths, "released-bf16")
+        f.write_text(f.read_text().splitlines(keepends=True)[0])
+        again = measure.collect(stage)
+        assert list(again.launched) == [False, False, True] and list(again.sent) == [0, 0, 1]
+        assert trained.assemble(stage)["rows"] == data["rows"]
+    finally:
+        plans.planning_modules.cache_clear()
+        sys.modules.pop(f"nvfp4study.stages.{ARMS}", None)
