@@ -204,6 +204,8 @@ def handler_for(fake: Fake):
                 self._send(200, b"Cache flushed.\n", "text/plain")
             elif p == "/v1/chat/completions":
                 self.chat(json.loads(raw or b"{}"))
+            elif p == "/generate":
+                self.generate(json.loads(raw or b"{}"))
             else:
                 self._send(404, b'{"detail":"Not Found"}')
 
@@ -211,6 +213,25 @@ def handler_for(fake: Fake):
             data = text.encode()
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             self.wfile.flush()
+
+        def generate(self, req: dict) -> None:
+            """SGLang's native ``/generate`` with ``input_ids`` (the fields ``client.generate``
+            reads): greedy word ids fixed by the input ids, each with logprob -0.5; with
+            ``return_logprob`` the input tokens' logprobs from ``logprob_start_len`` on (None at
+            the first position, as SGLang gives), each -0.25."""
+            if not self.healthy():
+                self._send(503)
+                return
+            ids_in = [int(x) for x in req.get("input_ids") or []]
+            n = int((req.get("sampling_params") or {}).get("max_new_tokens") or 16)
+            out = fake.tokens_for(json.dumps(ids_in), n)
+            start = int(req.get("logprob_start_len") or 0)
+            meta = {"finish_reason": {"type": "length"}, "completion_tokens": len(out),
+                    "output_token_logprobs": [[-0.5, t, None] for t in out],
+                    "input_token_logprobs": [[None if i == 0 else -0.25, t, None]
+                                             for i, t in enumerate(ids_in[start:])]}
+            body = {"text": "".join(" " + WORDS[t] for t in out), "meta_info": meta}
+            self._send(200, json.dumps(body).encode())
 
         def chat(self, req: dict) -> None:
             if not self.healthy():

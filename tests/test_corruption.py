@@ -30,7 +30,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from nvfp4study.codeeval import served_collect, served_data
+from nvfp4study.codeeval import served_data
 from nvfp4study.codeeval.served_analysis import junk_fragments, wilson_interval
 from nvfp4study.codeeval.served_data import append_row, read_rows
 from nvfp4study.codeeval.tasks import card_tasks
@@ -351,20 +351,31 @@ def test_claim_sets_from_params():
 
 # --- live collection, with the server and client replaced by stand-ins ------------------------
 class FakeServing:
-    """Stands in for server.serving / client.chat_completion: answers every request with the
-    task's reference solution; can fail after a number of requests to test resuming."""
+    """Stands in for the one collector's launch (``measure._recorded_launch``) and
+    client.chat_completion: answers every request with the task's reference solution; can fail
+    after a number of requests to test resuming."""
 
     def __init__(self, fail_after: int | None = None):
         self.launches, self.calls, self.fail_after = [], [], fail_after
         self.solutions = {t.prompt.rstrip(): t for t in card_tasks()}
 
-    def serving(self, stage, config):
+    def install(self, monkeypatch):
+        from nvfp4study.serving import client, measure
+
+        monkeypatch.setattr(measure, "_recorded_launch", self.recorded_launch)
+        monkeypatch.setattr(client, "chat_completion", self.chat_completion)
+        for name in ("server_info", "model_info", "get_metrics"):
+            monkeypatch.setattr(client, name, lambda url: {})
+
+    def recorded_launch(self, stage, config, loaded_with):
         import contextlib
+        from types import SimpleNamespace
 
         @contextlib.contextmanager
         def cm():
-            self.launches.append((config.clamp, stage.params.server.reasoning_parser))
-            yield "http://fake"
+            self.launches.append((config.clamp, config.reasoning_parser or stage.params.server.reasoning_parser))
+            yield SimpleNamespace(record={"launch": len(self.launches), "sent": 0, "failed": 0},
+                                  url="http://fake", wait_healthy=lambda: "http://fake")
         return cm()
 
     def chat_completion(self, url, messages, **kw):
@@ -380,22 +391,29 @@ class FakeServing:
 
 
 def test_live_collection_resumes(tmp_path, monkeypatch):
-    from nvfp4study.serving import client, server
+    """05's plan on the one collector: three claim tasks per sampling configuration and clamp
+    mode, then the probe; interrupted after 8 requests, resumed with only what is missing."""
+    from nvfp4study.serving import measure
 
-    stage = make_stage(tmp_path / "run", "server.enabled=true", "server.require_gpu=false",
-                       "corruption.reasoning_probe_tasks=1")
+    three = ",".join(t.task_id for t in card_tasks()[:3])
+    stage = make_stage(tmp_path / "run", "server.enabled=true", "server.require_gpu=false", "server.engine=gpu",
+                       "corruption.reasoning_probe_tasks=1", "corruption.protocol=card",
+                       f"corruption.claim_tasks=[{three}]",
+                       "corruption.concurrency=2")  # 05's own configurations: not 04/06/07's card one
     tasks = card_tasks()[:3]
     fake = FakeServing(fail_after=8)
-    monkeypatch.setattr(server, "serving", fake.serving)
-    monkeypatch.setattr(client, "chat_completion", fake.chat_completion)
+    fake.install(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
-        served_collect.collect(stage, tasks)
+        measure.collect(stage)
     assert len(fake.calls) == 8  # 2 samplings x 3 tasks for "none", then 2 of "exact"
     fake.fail_after = None
-    served_collect.collect(stage, tasks)
-    assert len(fake.calls) == 12  # only the 4 missing requests were sent again
-    served_collect.collect(stage, tasks)
-    assert len(fake.calls) == 12 and len(fake.launches) == 3  # complete: no server launched
+    measure.collect(stage)
+    assert len(fake.calls) == 14  # only the 4 missing requests were sent again, then the probe's 2
+    measure.collect(stage)
+    assert len(fake.calls) == 14  # complete: no server launched
+    # the probe (mode exact, one install state with the exact sweep) loads beside the exact sweep
+    # (server.parallel_loads): launched with it in the interrupted call, and again on resume
+    assert fake.launches == [("none", None), ("exact", None), ("exact", "ling3"), ("exact", None), ("exact", "ling3")]
     for clamp in ("none", "exact"):
         for s in ("t0-off-a", "t06-on"):
             rows = read_rows(served_data.raw_path(stage.paths, clamp, s))
@@ -406,7 +424,6 @@ def test_live_collection_resumes(tmp_path, monkeypatch):
     assert fake.calls[3]["chat_template_kwargs"] == {"enable_thinking": True}
     assert fake.calls[0]["chat_template_kwargs"] == {"enable_thinking": False}
     assert (fake.calls[3]["temperature"], fake.calls[3]["top_p"], fake.calls[3]["top_k"]) == (0.6, 0.95, 20)
-    served_collect.collect_probe(stage, tasks)
     assert fake.launches[-1] == ("exact", "ling3")  # the probe's server has the parser on
     probe = read_rows(served_data.probe_path(stage.paths, "exact", "ling3"))
     assert [(r["task_id"], r["stream"]) for r in probe] == [("card/binary_search", True),
@@ -419,17 +436,17 @@ def test_card_protocol_asks_each_sampling_its_claim_tasks(tmp_path, monkeypatch)
     10 (claims.yaml n), 45 per clamp mode; a sampling config no claim names asks the 15; the
     extended protocol asks every loaded task with every config."""
     from nvfp4study.codeeval.tasks import CARD_TASK_IDS
-    from nvfp4study.serving import client, server
+    from nvfp4study.serving import measure
 
     four = ("corruption.sampling=[{name: t0-off-a, temperature: 0.0}, {name: t0-off-b, temperature: 0.0}, "
             "{name: t06-on, temperature: 0.6, thinking: true}, {name: t06-off, temperature: 0.6}, "
             "{name: mine, temperature: 0.3}]")
     stage = make_stage(tmp_path / "run", "server.enabled=true", "server.require_gpu=false", four,
-                       "corruption.protocol=card")
+                       "corruption.protocol=card", "server.engine=gpu", "corruption.reasoning_probe_tasks=0",
+                       "corruption.concurrency=2")  # 05's own configurations: not 04/06/07's card one
     fake = FakeServing()
-    monkeypatch.setattr(server, "serving", fake.serving)
-    monkeypatch.setattr(client, "chat_completion", fake.chat_completion)
-    served_collect.collect(stage, card_tasks())
+    fake.install(monkeypatch)
+    measure.collect(stage)
     want = {"t0-off-a": 15, "t0-off-b": 10, "t06-on": 10, "t06-off": 10, "mine": 15}
     for clamp in ("none", "exact"):
         for name, n in want.items():

@@ -70,7 +70,10 @@ SAMPLING = ("corruption.sampling=[{name: t0-off-a, temperature: 0.0, max_tokens:
             "{name: t06-on, temperature: 0.6, top_p: 0.95, top_k: 20, thinking: true, max_tokens: 512}]")
 OVERRIDES = ["corruption.humaneval_count=0", SAMPLING, "corruption.reasoning_probe_tasks=2",
              "corruption.validate_detector=false", "sglang.apply_to_install=true",
-             "sglang.source=installed"]
+             "sglang.source=installed",
+             # 06 and 07 off the card's configuration, so 05's exact sweep (the card's configuration)
+             # carries 05's requests alone (a launch shared with 06/07: tests/test_serving_plans.py)
+             "mtp.depths=[0]", "determinism.spec_depth=1", "corruption.clamp_modes=[none, exact]"]
 SERVER_KEY = "clamp={}-spec=2-det=off"  # the card's configuration per clamp mode
 
 
@@ -134,7 +137,8 @@ def test_one_server_per_clamp_mode_and_the_probe(study):
     run, seen = study["run"], requests_seen(study["log"])
     assert study["result"]["status"] == "live"
     logs = sorted(p.name for p in (run / "logs").glob("sglang-*.log"))
-    assert logs == [f"sglang-{SERVER_KEY.format('exact')}-2.log", f"sglang-{SERVER_KEY.format('exact')}.log",
+    # the probe is a configuration of its own (ServerConfig.reasoning_parser: tag "parser")
+    assert logs == [f"sglang-{SERVER_KEY.format('exact')}-parser=ling3.log", f"sglang-{SERVER_KEY.format('exact')}.log",
                     f"sglang-{SERVER_KEY.format('none')}.log"]
     # each launch served the mode the patcher put in the install (the fake read it from there)
     assert "fake: install clamp mode none" in (run / "logs" / f"sglang-{SERVER_KEY.format('none')}.log").read_text()

@@ -24,10 +24,14 @@ def test_small_plan_by_hand():
     s = plan.summary(p, A)
     got = [(x["config"], x["requests"], x["tokens"]) for x in s["launches"]]
     # depth 0: 2 mtp prompts x 100 + 2 det requests x 50 + one 64-token warm-up; same at depth 2
-    # (04's card config is depth 2); 05: 15 card tasks x 4 sampling configs x 2048 tokens
-    assert got == [("clamp=exact-spec=off-det=off", 5, 364), ("clamp=exact-spec=2-det=off", 5, 364),
-                   ("clamp=exact-spec=2-det=off", 60, 15 * 4 * 2048)]
-    assert s["total_s"] == pytest.approx(3 * 100 + 364 / 10 + 364 / 20 + 15 * 4 * 2048 / 20)
+    # (04's card config is depth 2), where 05's sweep in mode exact (the card's configuration at
+    # concurrency 1) shares the launch: 15 card tasks x 4 sampling configs x 2048 tokens more
+    sweep = 15 * 4 * 2048
+    assert got == [("clamp=exact-spec=off-det=off", 5, 364), ("clamp=exact-spec=2-det=off", 65, 364 + sweep)]
+    card = s["launches"][1]
+    assert card["stage"] == "04_launch_server" and "05 corruption sweep, clamp exact" in card["reason"]
+    assert card["reason"].startswith("needed by 04_launch_server, 06_mtp_sweep, 07_determinism; ")
+    assert s["total_s"] == pytest.approx(2 * 100 + 364 / 10 + (364 + sweep) / 20)
     assert s["concurrency_saving_s"] is None
     p4 = load_params(REPO_ROOT / "params" / "ling3-flash.yaml", [*SMALL, "corruption.concurrency=4"])
     s4 = plan.summary(p4, A)
@@ -42,7 +46,9 @@ def test_small_plan_by_hand():
     speed = 4 * step(3, 1) / step(12, 4)
     assert 1.5 < speed < 2.0  # far from the ideal 4x
     assert s4["launches"][2]["batch_speedup"] == pytest.approx(speed)
-    assert s4["concurrency_saving_s"] == pytest.approx(15 * 4 * 2048 / 20 * (1 - 1 / speed))
+    # against concurrency 1, where the sweep shares the card's launch: the batched decode's
+    # saving less the load of the sweep's own launch
+    assert s4["concurrency_saving_s"] == pytest.approx(sweep / 20 * (1 - 1 / speed) - 100)
 
 
 def test_card_assumptions_and_missing_rate():
@@ -79,8 +85,13 @@ def test_ling3_flash_is_the_cards_protocol_within_three_hours():
     rates at most 3 h of serving; by hand from the card's load time and tok/s."""
     p = load_params(REPO_ROOT / "params" / "ling3-flash.yaml", overlay=False)
     s = plan.summary(p)
-    sweep = [x for x in s["launches"] if x["reason"].startswith("05 corruption sweep")]
-    assert [(x["requests"], x["tokens"]) for x in sweep] == [(45, 45 * 2048)] * 2
+    sweep = [x for x in s["launches"] if "05 corruption sweep" in x["reason"]]
+    # mode none alone; mode exact on the card's configuration, shared with 04/06/07
+    alone = {x["config"].split("-")[0]: x for x in sweep}
+    assert len(sweep) == 2 and (alone["clamp=none"]["requests"], alone["clamp=none"]["tokens"]) == (45, 45 * 2048)
+    assert alone["clamp=none"]["stage"] == "05_corruption"
+    shared = alone["clamp=exact"]
+    assert shared["requests"] > 45 and shared["stage"] == "04_launch_server"
     tok = {0: 22.60, 1: 40.19, 2: 45.1, 3: 40.48}
     det2 = 38.26
     by_hand = 0.0
@@ -91,8 +102,15 @@ def test_ling3_flash_is_the_cards_protocol_within_three_hours():
     assert s["warnings"] == [] and max(s["stages_s"].values()) < p.execution_timeout_s
     ext = plan.summary(load_params(REPO_ROOT / "params" / "ling3-flash.yaml", ["corruption.protocol=extended"],
                                    overlay=False))
-    assert [x["requests"] for x in ext["launches"] if x["stage"] == "05_corruption"][:2] == [179 * 4] * 2
-    assert len(ext["warnings"]) == 1 and ext["warnings"][0].startswith("05_corruption") and "exceeds" in ext["warnings"][0]
+    by = {x["config"]: x["requests"] for x in ext["launches"]}
+    card = {x["config"]: x["requests"] for x in s["launches"]}
+    # every task with every sampling config: 179 x 4 per mode; the exact sweep's launch also
+    # carries 04/06/07's requests (as many as in the card protocol's plan, less its 45)
+    assert by["clamp=none-spec=2-det=off"] == 179 * 4
+    assert by["clamp=exact-spec=2-det=off"] == 179 * 4 + card["clamp=exact-spec=2-det=off"] - 45
+    # the exact sweep runs in 04's cell (the first stage serving the card's configuration)
+    assert [w.split(":")[0] for w in ext["warnings"]] == ["04_launch_server", "05_corruption"]
+    assert all("exceeds" in w for w in ext["warnings"])
 
 
 def test_no_cell_warning_for_the_cpu_engine_or_a_replay():

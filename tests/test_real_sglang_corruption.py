@@ -1,5 +1,5 @@
-"""Stage 05's served corruption study (``s05_corruption.run_served_study``: ``served_collect``
-``collect`` + ``collect_probe``, ``served_data``, ``served_analysis``) against SGLang 0.5.23's
+"""Stage 05's served corruption study (``s05_corruption.run_served_study``: its plan's
+``served_collect`` requests on the one collector, ``served_data``, ``served_analysis``) against SGLang 0.5.23's
 REAL HTTP/OpenAI layer and its real ``ling3`` reasoning parser, over the stub engine answering
 from ``tests/real_sglang/corruption_outputs.json`` (one canned answer per card task).
 
@@ -47,7 +47,9 @@ SAMPLING = ("corruption.sampling=[{name: t0-off-a, temperature: 0.0, max_tokens:
             "{name: t06-on, temperature: 0.6, top_p: 0.95, top_k: 20, thinking: true, max_tokens: 512}]")
 OVERRIDES = ["corruption.humaneval_count=0", SAMPLING, "corruption.reasoning_probe_tasks=2",
              "corruption.validate_detector=false", "corruption.clamp_modes=[exact]",
-             "server.reasoning_parser=ling3"]
+             "server.reasoning_parser=ling3",
+             # 06 and 07 off the card's configuration: 05's exact sweep launches with 05's requests alone
+             "mtp.depths=[0]", "determinism.spec_depth=1"]
 SAMPLINGS = (("t0-off-a", False), ("t06-on", True))
 KEY = "clamp=exact-spec=2-det=off"
 
@@ -106,7 +108,8 @@ def test_two_launches_of_the_real_layer(study):
     run = study["run"]
     assert study["result"]["status"] == "live"
     logs = sorted(p.name for p in (run / "logs").glob("sglang-*.log"))
-    assert logs == [f"sglang-{KEY}-2.log", f"sglang-{KEY}.log"]
+    # the probe is a configuration of its own (ServerConfig.reasoning_parser: tag "parser")
+    assert logs == [f"sglang-{KEY}-parser=ling3.log", f"sglang-{KEY}.log"]
     for name in logs:  # both served with SGLang's ling3 parser, by SGLang's own flag parser
         assert "reasoning_parser='ling3'" in (run / "logs" / name).read_text()
 

@@ -143,10 +143,13 @@ def test_command_table_verifies_against_the_wheel():
 def test_plan_launches_each_configuration_once():
     p = load_params(None, list(GPU_ENGINE))
     plan = plans.plan_servers(p)  # read from the stages' own plan(params)
-    assert len(plan) == len(set(plan)) == 7
+    # 04-07's six exact configurations, 05's reasoning-parser probe (a configuration of its own:
+    # ServerConfig.reasoning_parser) and 05's sweep in mode none
+    assert len(plan) == len(set(plan)) == 8
     needed = {c for cs in plans.stage_configs(p).values() for c in cs}
     assert set(plan) == needed
-    assert [c.clamp for c in plan] == ["exact"] * 6 + ["none"]  # one switch of the install
+    assert [c.clamp for c in plan] == ["exact"] * 7 + ["none"]  # one switch of the install
+    assert "clamp=exact-spec=2-det=off-parser=ling3" in [c.key for c in plan]
     keys = [c.key for c in plan]
     assert keys[:4] == ["clamp=exact-spec=off-det=off", "clamp=exact-spec=1-det=off",
                         "clamp=exact-spec=2-det=off", "clamp=exact-spec=3-det=off"]

@@ -11,6 +11,7 @@ import textwrap
 import pytest
 
 import nvfp4study.stages as stages_pkg
+from nvfp4study.codeeval.tasks import load_tasks
 from nvfp4study.core.params import load_params
 from nvfp4study.core.paths import RunPaths
 from nvfp4study.core.stage import Stage
@@ -59,11 +60,20 @@ def test_the_serving_stages_declare_their_plans():
                                              ("s04_launch", "s05_corruption", "s06_mtp", "s07_determinism"))
     card = card_config(p)
     # by hand from the GPU_ENGINE params: depths 0-3, one card-style 05 launch per clamp mode,
-    # 07's off / depth 2 / both deterministic
-    # 06's then 07's, each once: 07's repeat 0 is 06's request (same prompt, budget, thinking)
-    assert plans.needs(p, card) == [*mtp_requests(p), *(r for r in det_requests(p) if r.repeat > 0)]
+    # 07's off / depth 2 / both deterministic. 05's sweep in mode exact is the card's
+    # configuration: one launch with 05's requests (stage order: 05 first), then 06's and 07's,
+    # each once: 07's repeat 0 is 06's request (same prompt, budget, thinking)
+    ids = [t.task_id for t in load_tasks(p.corruption.humaneval_count, p.corruption.card_tasks)]
+    sweep = [f"corruption/{s}/{t}" for s in ("t0-off-a", "t0-off-b", "t06-on", "t06-off") for t in ids]
+    assert p.corruption.protocol == "extended" and len(ids) == 15 + p.corruption.humaneval_count
+    got = plans.needs(p, card)
+    assert [r.key for r in got[:len(sweep)]] == sweep
+    assert got[len(sweep):] == [*mtp_requests(p), *(r for r in det_requests(p) if r.repeat > 0)]
     assert plans.needs(p, ServerConfig(clamp="exact", spec_depth=3)) == mtp_requests(p)
-    assert plans.needs(p, ServerConfig(clamp="none", spec_depth=2)) == []  # 05 collects its own
+    assert [r.key for r in plans.needs(p, ServerConfig(clamp="none", spec_depth=2))] == sweep  # 05's alone
+    probe = ServerConfig(clamp="exact", spec_depth=2, reasoning_parser=p.corruption.reasoning_probe_parser)
+    first = ids[:p.corruption.reasoning_probe_tasks]
+    assert [r.key for r in plans.needs(p, probe)] == [f"probe/{t}/stream={s}" for t in first for s in ("on", "off")]
     assert [s.launch_measured for s in plans.plan_of(p, "04_launch_server")] == [True]
 
 
@@ -94,3 +104,146 @@ def test_a_configuration_added_in_a_stage_module_is_planned_and_served(extra_sta
     # resume: everything recorded, nothing launched again
     again = measure.collect(stage)
     assert not again.launched.any()
+
+
+CODE = "s43_extra_code"
+CODE_SOURCE = textwrap.dedent('''
+    """A temporary stage that asks for code as stage 05 does: one configuration of its own and
+    05's corruption-sweep configuration in mode none (shared with 05)."""
+    from dataclasses import replace
+
+    from nvfp4study.codeeval.served_collect import CorruptionRequest
+    from nvfp4study.core.params import SamplingConfig
+    from nvfp4study.serving.plans import Served
+    from nvfp4study.serving.server import ServerConfig, card_config
+
+    NOTEBOOK = "43_extra_code"
+
+
+    def serving_plan(params):
+        """card/dedupe streamed on speculation depth 1 in deterministic mode; card/fibonacci not
+        streamed on 05's sweep configuration in mode none; both greedy, 64 tokens, thinking off."""
+        mine = SamplingConfig(name="t0-mine", temperature=0.0, max_tokens=64)
+        return [Served(ServerConfig(clamp=params.server.clamp_mode, spec_depth=1, deterministic=True),
+                       (CorruptionRequest.of("card/dedupe", mine),), what="43 code on depth 1"),
+                Served(replace(card_config(params), clamp="none"),
+                       (CorruptionRequest.of("card/fibonacci", mine, stream=False),), what="43 code beside 05")]
+''')
+
+
+@pytest.fixture
+def code_stage(tmp_path, monkeypatch):
+    """A stage module ``s43_extra_code`` on the stages package's path for this test only."""
+    folder = tmp_path / "code-stages"
+    folder.mkdir()
+    (folder / f"{CODE}.py").write_text(CODE_SOURCE)
+    monkeypatch.setattr(stages_pkg, "__path__", [*stages_pkg.__path__, str(folder)])
+    plans.planning_modules.cache_clear()
+    yield "43_extra_code"
+    plans.planning_modules.cache_clear()
+    sys.modules.pop(f"nvfp4study.stages.{CODE}", None)
+
+
+def test_a_code_request_added_in_a_stage_module_is_served_beside_05(code_stage, tmp_path, no_leftover):  # noqa: F811
+    """05-style requests (codeeval's CorruptionRequest) in a temporary stage: its own
+    configuration is launched for it alone; on 05's sweep configuration one launch carries 05's
+    sweep and this stage's request, so 05 launches nothing afterwards; ``nvfp4study plan`` lists both."""
+    from nvfp4study.codeeval import served_data
+    from nvfp4study.codeeval.tasks import CARD_TASK_IDS
+    from nvfp4study.workstation import plan as ws_plan
+
+    p, pf, run = fake_params(tmp_path, "corruption.clamp_modes=[none]", "corruption.humaneval_count=0",
+                             "corruption.protocol=card", "corruption.reasoning_probe_tasks=0",
+                             "corruption.sampling=[{name: t0-off-a, temperature: 0.0, max_tokens: 64}]")
+    own = ServerConfig(clamp="exact", spec_depth=1, deterministic=True)
+    sweep = card_config(p, clamp="none")
+    launches = {x.config: x for x in ws_plan.launches(p)}
+    assert launches[own.key].requests == 1 and launches[own.key].reason == "43 code on depth 1"
+    # 05's 15 card tasks (corruption.protocol card: t0-off-a's claim set), then ours
+    assert launches[sweep.key].requests == 16 and launches[sweep.key].stage == "05_corruption"
+    assert launches[sweep.key].reason.endswith("; 43 code beside 05")
+
+    stage = Stage(name=code_stage, params=p, paths=RunPaths(run))
+    out = measure.collect(stage).set_index("config")
+    assert list(out.index) == [own.key, sweep.key]
+    assert out.launched.all() and list(out.sent) == [1, 16]
+    mine = served_data.read_rows(served_data.raw_path(stage.paths, "exact", "t0-mine"))
+    assert [(r["task_id"], r["status"], r["server"], r["stream"]) for r in mine] == [
+        ("card/dedupe", "ok", own.key, True)]
+    beside = served_data.read_rows(served_data.raw_path(stage.paths, "none", "t0-mine"))
+    assert [(r["task_id"], r["status"], r["server"], r["stream"]) for r in beside] == [
+        ("card/fibonacci", "ok", sweep.key, False)]
+    assert beside[0]["max_tokens"] == 64 and beside[0]["request"]["temperature"] == 0.0
+    theirs = served_data.read_rows(served_data.raw_path(stage.paths, "none", "t0-off-a"))
+    assert [r["task_id"] for r in theirs] == list(CARD_TASK_IDS) and all(r["status"] == "ok" for r in theirs)
+    assert len(measure.read_jsonl(measure.launch_path(stage.paths, sweep))) == 1
+    assert not fake_processes()
+    # 05 finds its sweep answered on the shared launch: nothing launched, nothing sent
+    s05 = Stage(name="05_corruption", params=p, paths=RunPaths(run))
+    again = measure.collect(s05)
+    assert not again.launched.any() and len(served_data.read_rows(served_data.raw_path(stage.paths, "none", "t0-off-a"))) == 15
+    # resume: a lost row is asked again, alone
+    f = served_data.raw_path(stage.paths, "exact", "t0-mine")
+    f.write_text("")
+    out = measure.collect(stage).set_index("config")
+    assert list(out.launched) == [True, False] and list(out.sent) == [1, 0]
+    assert [r["task_id"] for r in served_data.read_rows(f)] == ["card/dedupe"]
+
+
+ARMS = "s44_extra_arms"
+ARMS_SOURCE = textwrap.dedent('''
+    """A temporary stage that serves the trained stand-in's arms as stage 05 does (its requests:
+    trained.served's TrainedRequest), on whatever the run serves."""
+    from nvfp4study.serving.plans import Served
+    from nvfp4study.trained import served as trained
+
+    NOTEBOOK = "44_extra_arms"
+
+
+    def serving_plan(params):
+        """One item per arm, in serving order (the reference's clamp form first)."""
+        return [Served(trained.server_config(params, a), trained.arm_requests(params, a), what=f"44 arm {a.key}")
+                for a in trained.serving_order(params)]
+''')
+
+
+def test_trained_arms_added_in_a_stage_module_are_served_and_assembled(tmp_path, monkeypatch, no_leftover):  # noqa: F811
+    """Requests that depend on another launch's answers (each arm scores the reference arm's
+    continuation) through the one collector against the fake's ``/generate``: the reference arm
+    first, the null control a launch of its own, every answer appended as it arrives, read back
+    by ``trained.served.assemble``; a lost answer is asked again alone."""
+    from nvfp4study.trained import served as trained
+
+    folder = tmp_path / "arm-stages"
+    folder.mkdir()
+    (folder / f"{ARMS}.py").write_text(ARMS_SOURCE)
+    monkeypatch.setattr(stages_pkg, "__path__", [*stages_pkg.__path__, str(folder)])
+    plans.planning_modules.cache_clear()
+    try:
+        p, pf, run = fake_params(tmp_path, "server.cpu.trained.prompts=2", "server.cpu.trained.weights=[bf16]",
+                                 "server.cpu.trained.clamps=[released, exact]", "server.cpu.trained.max_new_tokens=6")
+        stage = Stage(name="44_extra_arms", params=p, paths=RunPaths(run))
+        out = measure.collect(stage)
+        keys = [trained.server_config(p, a).key for a in trained.serving_order(p)]
+        assert list(out.config) == keys and keys[1] == keys[0] + "-instance=again"
+        assert out.launched.all() and list(out.sent) == [2, 2, 2]
+        data = trained.assemble(stage)
+        assert [(r["arm"], r["task_id"]) for r in data["rows"]] == [
+            (a, f"HumanEval/{i}") for a in ("exact-bf16", "exact-bf16-again", "released-bf16") for i in (0, 1)]
+        # the fake's answers depend only on the input ids (no clamp on it): every arm writes what the
+        # reference wrote, and scores the reference's 6 tokens at the fake's -0.25 each
+        ref = {r["task_id"]: r["output_ids"] for r in data["rows"] if r["arm"] == "exact-bf16"}
+        assert all(len(v) == 6 for v in ref.values())
+        assert all(r["output_ids"] == ref[r["task_id"]] for r in data["rows"])
+        assert all((r["reference_tokens"], r["reference_logprob_mean"]) == (6, -0.25) for r in data["rows"])
+        assert len({x["log"] for x in data["launches"]}) == 3 and all(x["load_s"] for x in data["launches"])
+        assert not fake_processes()
+        # resume: one answer lost, only it is asked again, on the released arm's launch alone
+        f = trained.raw_path(stage.paths, "released-bf16")
+        f.write_text(f.read_text().splitlines(keepends=True)[0])
+        again = measure.collect(stage)
+        assert list(again.launched) == [False, False, True] and list(again.sent) == [0, 0, 1]
+        assert trained.assemble(stage)["rows"] == data["rows"]
+    finally:
+        plans.planning_modules.cache_clear()
+        sys.modules.pop(f"nvfp4study.stages.{ARMS}", None)

@@ -50,6 +50,25 @@ def test_each_pair_gets_its_launcher_and_answers(engine, launcher, cls, standin,
     assert (s.engine, s.launcher) == (engine, launcher)
     assert type(launchers.launcher_for(p)) is cls
     assert strategies.serves_standin(p) is standin and strategies.in_image(p) is image
+    # only a pair serving the card's checkpoint settles the card's rows of 04-07 (each stage's one
+    # record_claims asks this, through measure.Mode)
+    assert s.settles_card_claims is (engine == "gpu")
+
+
+def test_a_live_run_asks_its_strategy_what_it_settles(tmp_path):
+    """measure.resolve_mode carries the strategy's answer; a replay analyses recorded data as the
+    card's (as before the one record_claims)."""
+    from nvfp4study.core.paths import RunPaths
+    from nvfp4study.core.stage import Stage
+    from nvfp4study.serving import measure
+
+    p = params("cpu", "local").model_copy(update={"server": params("cpu", "local").server.model_copy(
+        update={"enabled": True})})
+    live = measure.resolve_mode(Stage(name="06_mtp_sweep", params=p, paths=RunPaths(tmp_path)))
+    assert (live.kind, live.standin, live.settles_card_claims) == ("live", True, False)
+    replay = measure.resolve_mode(Stage(name="06_mtp_sweep", params=p.model_copy(update={"replay_from": str(tmp_path)}),
+                                        paths=RunPaths(tmp_path)))
+    assert (replay.kind, replay.standin, replay.settles_card_claims) == ("replay", False, True)
 
 
 def test_the_cpu_engine_needs_no_gpu_and_gets_its_environment(tmp_path):

@@ -276,6 +276,71 @@ def test_arms_put_the_reference_first_and_the_null_control_last():
     assert {x.key for x in a[1:-1]} == {"released-bf16", "approx-bf16", "released-nvfp4", "approx-nvfp4", "exact-nvfp4"}
 
 
+def test_the_arms_are_planned_for_the_one_collector_and_the_reference_shares_06s_launch():
+    """05's plan on the default (CPU engine) profile lists one item per arm in serving order; the
+    reference arm's configuration is 06/07's speculation-off one on the trained stand-in (one
+    launch for both), the null control a configuration of its own."""
+    from nvfp4study.core.params import load_params
+    from nvfp4study.serving import plans
+    from nvfp4study.stages import s06_mtp
+
+    p = load_params(None)
+    items = [i for i in plans.plan_of(p, "05_corruption") if i.what.startswith("05 trained")]
+    assert [i.what.split("arm ")[1] for i in items] == [
+        "exact-bf16", "exact-nvfp4", "exact-bf16-again", "released-bf16", "released-nvfp4", "approx-bf16",
+        "approx-nvfp4"]  # by clamp form (one install state loads together), the reference's first
+    ref, again = items[0].config, items[2].config
+    assert ref in [c for _, _, c in s06_mtp.sweep_configs(p) if c.spec_depth is None]
+    assert again.key == ref.key + "-instance=again" and again != ref
+    assert [r.key for r in items[0].requests][:2] == ["trained/exact-bf16/HumanEval/0", "trained/exact-bf16/HumanEval/1"]
+    assert len(items[0].requests) == p.server.cpu.trained.prompts
+    assert all(not r.wants_warmup and r.max_tokens == p.server.cpu.trained.max_new_tokens for r in items[0].requests)
+
+
+def test_assemble_reads_the_arms_rows_and_launches_back(tmp_path):
+    """The raw rows the collector appended (extras stripped, the last "ok" row per task) and each
+    arm's launch (by the launch number its rows carry) in launch order; a missing answer and
+    answers from other weights are named errors."""
+    from nvfp4study.core.jsonl import append_jsonl
+    from nvfp4study.core.params import load_params
+    from nvfp4study.core.paths import RunPaths
+    from nvfp4study.core.stage import Stage
+    from nvfp4study.serving.records import launch_path
+
+    p = load_params(None, ["server.cpu.trained.prompts=2", "server.cpu.trained.weights=[bf16]",
+                           "server.cpu.trained.clamps=[released, exact]"])
+    stage = Stage(name="05_corruption", params=p, paths=RunPaths(tmp_path))
+    ids = ["HumanEval/0", "HumanEval/1"]
+    for k, arm in enumerate(served.arms(p)):  # exact-bf16, released-bf16, exact-bf16-again
+        f = served.raw_path(stage.paths, arm.key)
+        for i in ids:
+            row = {"arm": arm.key, "clamp": arm.clamp, "weights": arm.weights, "task_id": i,
+                   "completion": f"{arm.key} {i}", "output_ids": [k, 1], "finish_reason": "stop"}
+            if i == ids[0]:  # a failed try first: ignored
+                append_jsonl(f, {**row, "status": "error", "launch": 1})
+            append_jsonl(f, {**row, "request_key": f"trained/{arm.key}/{i}", "status": "ok", "launch": 2,
+                             "config_key": "x", "elapsed_s": 0.25, "model_sha256": "abc"})
+        cfg = served.server_config(p, arm)
+        for n in (1, 2):
+            append_jsonl(launch_path(stage.paths, cfg), {"launch": n, "config_key": cfg.key, "load_s": 10.0 * n,
+                                                         "log": f"logs/{arm.key}-{n}.log", "model_path": "m"})
+    data = served.assemble(stage, model_sha256="abc")
+    assert [(r["arm"], r["task_id"]) for r in data["rows"]] == [
+        (a, i) for a in ("exact-bf16", "exact-bf16-again", "released-bf16") for i in ids]
+    assert list(data["rows"][0]) == ["arm", "clamp", "weights", "task_id", "completion", "output_ids", "finish_reason"]
+    assert [(x["arm"], x["load_s"], x["requests_s"], x["log"]) for x in data["launches"]] == [
+        ("exact-bf16", 20.0, 0.5, "logs/exact-bf16-2.log"), ("exact-bf16-again", 20.0, 0.5, "logs/exact-bf16-again-2.log"),
+        ("released-bf16", 20.0, 0.5, "logs/released-bf16-2.log")]
+    assert data["launches"][1]["config_key"].endswith("-instance=again")
+    assert json.loads(stage.paths.data("trained_corruption").read_text())["rows"] == data["rows"]
+    with pytest.raises(served.TrainedStudyError, match="other trained weights"):
+        served.assemble(stage, model_sha256="def")
+    f = served.raw_path(stage.paths, "released-bf16")
+    f.write_text("".join(ln + "\n" for ln in f.read_text().splitlines()[:-1]))  # HumanEval/1 lost
+    with pytest.raises(served.TrainedStudyError, match="released-bf16: no answer recorded for 1 task"):
+        served.assemble(stage, model_sha256="abc")
+
+
 def test_complete_lines_only_trims_answers_cut_by_the_token_limit():
     assert served.complete_lines("a = 1\nb = fo", "length") == "a = 1\n"
     assert served.complete_lines("a = 1\nb = fo", "stop") == "a = 1\nb = fo"

@@ -4,8 +4,9 @@
 JSON line in ``data/corruption-raw-clamp=<mode>-sampling=<name>.jsonl``, appended and fsynced
 as it arrives; the reasoning-parser probe writes
 ``data/corruption-probe-clamp=<mode>-parser=<parser>.jsonl``. The analysis reads only these
-files, so ``-p replay_from=<run dir>`` (:func:`import_recorded`, :func:`recorded_params`)
-re-analyses a recorded run with that run's own params and gives identical tables.
+files, so ``-p replay_from=<run dir>`` (the one serving pipeline's replay,
+:func:`nvfp4study.serving.measure.collect`, with the recorded run's own params,
+:func:`nvfp4study.serving.measure.params_of`) re-analyses a recorded run and gives identical tables.
 
 **Raw row schema** (``nvfp4study.codeeval.corruption-raw/1``, one JSON object per request): ``clamp``,
 ``sampling``, ``task_id``, ``source``, ``thinking``, ``temperature``, ``top_p``, ``top_k``,
@@ -28,17 +29,14 @@ sampling configuration. The sweep itself asks, per sampling config, every loaded
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import JsonlError, RawDataError, ReplayDataMissing, TaskSelectionError
-from ..core.files import atomic_write
+from ..core.errors import JsonlError, RawDataError, TaskSelectionError
 from ..core.jsonl import append_jsonl, read_jsonl
 from ..core.ledger import card_claims
 from ..core.params import Params, SamplingConfig
 from ..core.paths import RunPaths
-from ..core.stage import Stage
 from .tasks import CARD_TASK_IDS, load_tasks
 
 RAW_STEM, PROBE_STEM = "corruption-raw", "corruption-probe"
@@ -173,50 +171,3 @@ def expected_files(paths: RunPaths, params: Params) -> tuple[list[Path], Path | 
     raws = [raw_path(paths, m, s.name) for m in c.clamp_modes for s in c.sampling]
     probe = probe_path(paths, c.after_mode, c.reasoning_probe_parser) if probe_plan(params) else None
     return raws, probe
-
-
-# --- replay ------------------------------------------------------------------------------------
-def replay_source(stage: Stage) -> Path:
-    """The absolute recorded run folder named by ``replay_from`` (relative to the working dir)."""
-    src = Path(stage.params.replay_from).expanduser()
-    return (src if src.is_absolute() else Path.cwd() / src).resolve()
-
-
-def recorded_params(stage: Stage) -> Params:
-    """The params a replayed run recorded (its ``params.yaml``), else this stage's.
-
-    Raises:
-        ReplayDataMissing: ``replay_from`` is set but the folder has no ``params.yaml``.
-    """
-    from ..core.params import load_params
-
-    if not stage.params.replay_from:
-        return stage.params
-    src = replay_source(stage)
-    f = src / "params.yaml"
-    if not f.is_file():
-        raise ReplayDataMissing(f"replay_from {src}: no params.yaml (not a recorded run folder)")
-    return load_params(f).model_copy(update={"replay_from": stage.params.replay_from})
-
-
-def import_recorded(stage: Stage, params: Params) -> list[Path]:
-    """Copy a recorded run's raw files into this run (nothing is sent to any server).
-
-    Raises:
-        ReplayDataMissing: the folder or any expected raw file is missing.
-    """
-    src = replay_source(stage)
-    if not src.is_dir():
-        raise ReplayDataMissing(f"replay_from {src} is not a folder")
-    raws, probe = expected_files(RunPaths(src), params)
-    missing = [str(p) for p in raws if not p.is_file()]
-    if missing:
-        raise ReplayDataMissing("recorded corruption data missing (no live run is started in "
-                                "replay mode): " + ", ".join(missing))
-    copied = []
-    for p in [*raws, *([probe] if probe is not None and probe.is_file() else [])]:
-        dst = stage.paths.data_dir / p.name
-        if p.resolve() != dst.resolve():
-            atomic_write(dst, lambda tmp, src=p: shutil.copyfile(src, tmp))
-        copied.append(dst)
-    return copied

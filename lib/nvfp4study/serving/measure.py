@@ -27,8 +27,7 @@ import contextlib
 import html
 import json
 import shutil
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,15 +37,17 @@ from ..core.files import atomic_write
 from ..core.progress import progress
 from ..core.stage import Stage
 from . import client
-from .plans import Served, needs, plan_of  # noqa: F401  (needs: re-exported)
+from .plans import Served, needs, plan_of, stage_plans
 
 # what to ask and where it is recorded (serving/records.py; re-exported: stages and tests name them here)
 from .records import (  # noqa: E402, F401
     LAUNCH_STEM,
     RAW_STEM,
     RequestSpec,
+    ServedRequest,
     all_prompts,
     append_jsonl,
+    counters,
     det_requests,
     launch_path,
     launches,
@@ -63,11 +64,10 @@ from .server import (
     engine_description,
     gpu_refusal,
     launched,
-    process_for,
     served_model_path,
 )
 from .sglang_log import REFUSAL_LINE, refusal_message  # noqa: F401  (the one log parser)
-from .strategies import serves_standin
+from .strategies import strategy_for
 
 
 # --- mode ------------------------------------------------------------------------------------
@@ -82,6 +82,10 @@ class Mode:
     stage: str = ""
     standin: bool = False  # a live run serving the CPU engine's stand-in (strategies.serves_standin)
     engine_summary: str = ""  # cpu_engine.summary() of a live CPU-engine run
+    #: whether the card's rows can be settled: a live run's strategy says
+    #: (:attr:`~nvfp4study.serving.strategies.ServingStrategy.settles_card_claims`); a replay analyses
+    #: the recorded data as the card's
+    settles_card_claims: bool = True
 
     def markdown(self):
         """What the notebook shows once, under "How this stage runs here": for "not run" one box
@@ -138,9 +142,11 @@ def resolve_mode(stage: Stage) -> Mode:
     reason = gpu_refusal(p)
     if reason:
         return Mode("not run", reason=reason, stage=stage.name)
-    if serves_standin(p):
-        return Mode("live", stage=stage.name, standin=True, engine_summary=engine_description(p)["summary"])
-    return Mode("live", stage=stage.name)
+    strategy = strategy_for(p)
+    if strategy.standin:
+        return Mode("live", stage=stage.name, standin=True, engine_summary=engine_description(p)["summary"],
+                    settles_card_claims=strategy.settles_card_claims)
+    return Mode("live", stage=stage.name, settles_card_claims=strategy.settles_card_claims)
 
 
 def params_of(stage: Stage):
@@ -165,41 +171,6 @@ def params_of(stage: Stage):
     return load_params(f).model_copy(update={"replay_from": p.replay_from})
 
 
-def import_recorded(stage: Stage, source: Path, configs: list[ServerConfig],
-                    need_requests: bool | set[ServerConfig]) -> list[Path]:
-    """Copy a recorded run's raw files (and the logs they name) for ``configs`` into this run; the
-    requests file is required for every configuration (``need_requests`` True), none (False) or
-    those in the set.
-
-    Raises:
-        ReplayDataMissing: the source folder, or a configuration's launch / raw file, is missing.
-    """
-    from ..core.paths import RunPaths
-
-    if not source.is_dir():
-        raise ReplayDataMissing(f"replay_from {source} is not a folder")
-    src = RunPaths(source)
-    missing, copied = [], []
-    for c in configs:
-        need = c in need_requests if isinstance(need_requests, set) else need_requests
-        files = [launch_path(src, c)] + ([raw_path(src, c)] if need else [])
-        for f in files:
-            if not f.is_file():
-                missing.append(str(f))
-    if missing:
-        raise ReplayDataMissing("recorded data missing (no live run is started in replay mode): "
-                                + ", ".join(missing))
-    same = source.resolve() == stage.run_dir.resolve()
-    for c in configs:
-        for f in (launch_path(src, c), raw_path(src, c)):
-            if f.is_file():
-                copied.append(_copy(f, stage.paths.data_dir / f.name, same))
-        for row in read_jsonl(launch_path(src, c)):
-            if row.get("log") and (source / row["log"]).is_file():
-                copied.append(_copy(source / row["log"], stage.run_dir / row["log"], same))
-    return copied
-
-
 def _copy(src: Path, dst: Path, same: bool) -> Path:
     if not same:
         atomic_write(dst, lambda tmp: shutil.copyfile(src, tmp))
@@ -207,67 +178,42 @@ def _copy(src: Path, dst: Path, same: bool) -> Path:
 
 
 # --- asking ----------------------------------------------------------------------------------
-def _counters(url: str, enabled: bool) -> dict[str, float] | None:
-    if not enabled:
-        return None
-    m = client.get_metrics(url)
-    return {k: m.get(k, 0.0) for k in client.COUNTERS}
-
-
 def ask(stage: Stage, url: str, config: ServerConfig, spec: RequestSpec, *, launch: int, warmup: bool = False,
         text: str | None = None) -> dict[str, Any]:
-    """Send one request (flush cache, counters before, stream, counters after) and append its row.
-
-    Returns the row. A failed request is a row with ``status``/``error``; if the server process
-    has exited meanwhile, :class:`~nvfp4study.core.errors.ServerDied` is raised after the row is kept.
-    """
-    p = stage.params
-    if p.mtp.flush_cache:
-        client.flush_cache(url)
-    before = _counters(url, p.server.enable_metrics)
-    prompt = text if text is not None else {q["id"]: q["text"] for q in all_prompts()}[spec.prompt_id]
-    spec_on = config.spec_depth is not None
-    rec = client.chat_completion(
-        url, [{"role": "user", "content": prompt}], temperature=0.0, top_p=1.0, top_k=-1,
-        max_tokens=spec.max_tokens, chat_template_kwargs={"enable_thinking": spec.thinking},
-        return_spec_tokens_details=spec_on, expect_spec_details=spec_on, return_output_ids=True,
-        extra_body={"rid": f"nvfp4study-{uuid.uuid4().hex[:12]}"}, timeout=p.server.request_timeout_s,
-        raise_on_error=False)
-    after = _counters(url, p.server.enable_metrics) if rec["status"] == "ok" else None
-    row = {"config": config.to_dict(), "config_key": config.key, "request_key": spec.key,
-           "prompt_id": spec.prompt_id, "repeat": spec.repeat, "warmup": warmup, "launch": launch,
-           "metrics_before": before, "metrics_after": after, **rec}
-    append_jsonl(raw_path(stage.paths, config), row)
-    if rec["status"] != "ok":
-        sp = process_for(url)
-        if sp is not None:
-            sp.check_alive(wait_s=2.0)
-    return row
+    """Send one timed chat request and append its row (:meth:`RequestSpec.send`). Returns the row."""
+    return spec.send(stage, url, config, launch, warmup=warmup, text=text)
 
 
-def collect(stage: Stage):
+def collect(stage: Stage, select: Callable[[Served], bool] | None = None):
     """Run the stage's live collection (or the replay import, or record "not run").
 
-    What the stage serves is its own ``serving_plan(params)`` (:mod:`nvfp4study.serving.plans`). For each
-    configuration the server is launched once if anything is missing: the launch itself (a
-    ``launch_measured`` item, 04) or any request any stage asks of it (:func:`needs`). Returns a
-    DataFrame (one row per configuration: launched or skipped, requests sent, failures) or a
-    Markdown sentence.
+    What the stage serves is its own ``serving_plan(params)`` (:mod:`nvfp4study.serving.plans`);
+    ``select`` keeps only some of its items (05 collects its corruption sweep and its trained
+    arms in separate cells). Live: :func:`collect_items`. Returns a DataFrame (one row per
+    configuration: launched or skipped, requests sent, failures) or a Markdown sentence.
     """
-    import pandas as pd
-
     mode = resolve_mode(stage)
     if mode.kind == "not run":
         stage.not_run(mode.reason)
         return Quiet(f"not run: {mode.reason}")
-    items = [s for s in plan_of(params_of(stage), stage.name) if s.shared]
+    items = [s for s in plan_of(params_of(stage), stage.name) if select is None or select(s)]
     if mode.kind == "replay":
         return _replay(stage, mode.source, items)
+    return collect_items(stage, items)
+
+
+def collect_items(stage: Stage, items: list[Served]):
+    """Launch each item's configuration once if anything is missing: the launch itself (a
+    ``launch_measured`` item, 04) or any request any stage asks of it (:func:`needs`; requests
+    whose row is recorded with status "ok" are not sent again). Launches of one install state
+    load together (``server.parallel_loads``). Returns the DataFrame of :func:`collect`."""
+    import pandas as pd
+
+    every = stage_plans(stage.params)  # read once: needs() below asks every stage's plan
     rows, group = [], []
     for item in items:
         c = item.config
-        done = {k for k, r in recorded(stage.paths, c).items() if r.get("status") == "ok"}
-        pending = [r for r in needs(stage.params, c) if r.key not in done]
+        pending = _pending(stage, c, needs(stage.params, c, every))
         must_launch = item.launch_measured and not any(r.get("status") == "ok" for r in launches(stage.paths, c))
         if not pending and not must_launch:
             rows.append({"config": c.key, "launched": False, "sent": 0, "failed": 0,
@@ -288,21 +234,65 @@ def collect(stage: Stage):
     return pd.DataFrame(rows)
 
 
+def _pending(stage: Stage, config: ServerConfig, wanted: list[ServedRequest]) -> list[ServedRequest]:
+    """The requests of ``wanted`` without a row with status "ok" in their files (each file read once)."""
+    done: set[str] = set()
+    read: set[Path] = set()
+    for r in wanted:
+        f = r.path(stage.paths, config)
+        if f in read:
+            continue
+        read.add(f)
+        if f.is_file():
+            done |= {k for row in read_jsonl(f) if row.get("status") == "ok" and (k := r.row_key(row)) is not None}
+    return [r for r in wanted if r.key not in done]
+
+
+def _item_files(paths, item: Served) -> list[Path]:
+    """The recorded files an item's replay copies: its launch file (unless ``replay_launch`` is
+    off) and its requests' files (unless ``replay_requests`` is off)."""
+    files = [launch_path(paths, item.config)] if item.replay_launch else []
+    if item.replay_requests:
+        files += list(dict.fromkeys(r.path(paths, item.config) for r in item.requests)) or \
+            [raw_path(paths, item.config)]
+    return files
+
+
 def _replay(stage: Stage, source: Path, items: list[Served]):
-    """Import the recorded files of the stage's plan; an optional item (04's clamp probe: a run
-    recorded before it has none, its rule says so) is skipped when the recorded run lacks it."""
+    """Import the recorded files of the stage's plan; an optional item (04's clamp probe, 05's
+    reasoning-parser probe: a run recorded before it, or without it, has none; its rule says so)
+    is skipped when the recorded run lacks its files.
+
+    Raises:
+        ReplayDataMissing: the source folder, or a file of an item that is not optional, is missing.
+    """
     import pandas as pd
 
     from ..core.paths import RunPaths
 
-    src = RunPaths(source) if source.is_dir() else None
-    items = [s for s in items if not s.replay_optional or (src and launch_path(src, s.config).is_file())]
-    files = import_recorded(stage, source, [s.config for s in items],
-                            need_requests={s.config for s in items if s.replay_requests})
-    return pd.DataFrame({"copied from " + str(source): [str(f.relative_to(stage.run_dir)) for f in files]})
+    if not source.is_dir():
+        raise ReplayDataMissing(f"replay_from {source} is not a folder")
+    src = RunPaths(source)
+    items = [s for s in items if not s.replay_optional or all(f.is_file() for f in _item_files(src, s))]
+    missing = [str(f) for s in items for f in _item_files(src, s) if not f.is_file()]
+    if missing:
+        raise ReplayDataMissing("recorded data missing (no live run is started in replay mode): "
+                                + ", ".join(dict.fromkeys(missing)))
+    same = source.resolve() == stage.run_dir.resolve()
+    copied: list[Path] = []
+    for s in items:
+        for f in _item_files(src, s):
+            dst = stage.paths.data_dir / f.name
+            if dst not in copied:
+                copied.append(_copy(f, dst, same))
+        if s.replay_launch:
+            for row in read_jsonl(launch_path(src, s.config)):
+                if row.get("log") and (source / row["log"]).is_file():
+                    copied.append(_copy(source / row["log"], stage.run_dir / row["log"], same))
+    return pd.DataFrame({"copied from " + str(source): [str(f.relative_to(stage.run_dir)) for f in copied]})
 
 
-def _refusable_session(stage: Stage, config: ServerConfig, pending: list[RequestSpec]) -> dict[str, Any]:
+def _refusable_session(stage: Stage, config: ServerConfig, pending: list[ServedRequest]) -> dict[str, Any]:
     """A launch SGLang may refuse on the CPU engine (deterministic mode with this attention
     backend): a refusal (:class:`~nvfp4study.core.errors.ServerExitedDuringLoad`) is kept in the
     launch record (``status`` "refused", ``refusal`` = SGLang's message from the log) instead of
@@ -356,12 +346,12 @@ def _same_install(a: ServerConfig, b: ServerConfig) -> bool:
     return (a.clamp, a.deterministic, a.native) == (b.clamp, b.deterministic, b.native)
 
 
-def _session(stage: Stage, config: ServerConfig, pending: list[RequestSpec]) -> dict[str, Any]:
+def _session(stage: Stage, config: ServerConfig, pending: list[ServedRequest]) -> dict[str, Any]:
     """One launch of ``config`` that sends ``pending``; the row of :func:`collect`'s table."""
     return _sessions(stage, [(config, pending)])[0]
 
 
-def _sessions(stage: Stage, group: list[tuple[ServerConfig, list[RequestSpec]]]) -> list[dict[str, Any]]:
+def _sessions(stage: Stage, group: list[tuple[ServerConfig, list[ServedRequest]]]) -> list[dict[str, Any]]:
     """Launch the group's configurations at once, wait until each is healthy, then send each its
     requests in turn while the others wait idle (``--sleep-on-idle`` on the CPU engine: an idle
     scheduler sleeps on its sockets), so no timed request shares the machine with a loading
@@ -416,20 +406,22 @@ def _wait_all(started: list[StartedLaunch]) -> None:
         pool.shutdown(wait=False)  # a wait still running ends when its launch is stopped
 
 
-def _serve(stage: Stage, launch: StartedLaunch, config: ServerConfig, pending: list[RequestSpec]) -> None:
-    """Send a healthy launch its warm-up and ``pending`` requests (rows appended by :func:`ask`)."""
+def _serve(stage: Stage, launch: StartedLaunch, config: ServerConfig, pending: list[ServedRequest]) -> None:
+    """Send a healthy launch its warm-up requests (when a timed request is pending) and
+    ``pending`` (each appends its own row, :meth:`ServedRequest.send`)."""
     p, rec, url = stage.params, launch.record, launch.url
     rec["server_info"] = client.server_info(url)
     rec["model_info"] = client.model_info(url)
-    rec["metrics_start"] = _counters(url, p.server.enable_metrics)
-    for i in range(p.mtp.warmup_requests if pending else 0):
+    rec["metrics_start"] = counters(url, p.server.enable_metrics)
+    warm = p.mtp.warmup_requests if any(r.wants_warmup for r in pending) else 0
+    for i in range(warm):
         ask(stage, url, config, RequestSpec(f"warmup-{i}", 0, min(64, p.mtp.max_tokens)), launch=rec["launch"],
             warmup=True, text="Say hello in one short sentence.")
     for spec in progress(pending, f"{stage.name} {config.key}"):  # an ETA for the cell
-        row = ask(stage, url, config, spec, launch=rec["launch"])
+        row = spec.send(stage, url, config, rec["launch"])
         rec["sent"] += 1
-        rec["failed"] += row["status"] != "ok"
-    rec["metrics_end"] = _counters(url, p.server.enable_metrics)
+        rec["failed"] += row.get("status") != "ok"
+    rec["metrics_end"] = counters(url, p.server.enable_metrics)
 
 
 def rows_for(stage: Stage, config: ServerConfig, specs: list[RequestSpec]) -> list[dict[str, Any]]:

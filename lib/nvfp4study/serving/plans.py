@@ -27,7 +27,7 @@ from functools import cache
 from pathlib import Path
 
 from ..core.params import Params
-from .records import RequestSpec
+from .records import ServedRequest
 from .server import ServerConfig
 
 #: the package whose ``sNN_*`` modules are asked for their plans.
@@ -39,24 +39,29 @@ _STAGE_MODULE = re.compile(r"s\d\d_\w+")
 class Served:
     """One server configuration a stage serves.
 
-    - ``requests``: what the stage asks this server; the shared collector
-      (:func:`nvfp4study.serving.measure.collect`) sends every stage's requests on one launch.
+    - ``requests``: what the stage asks this server (:class:`~nvfp4study.serving.records.ServedRequest`:
+      04/06/07's timed chat requests, 05's corruption and probe requests, the trained arms'); the
+      one collector (:func:`nvfp4study.serving.measure.collect`) sends every stage's requests of
+      a configuration on one launch.
     - ``launch_measured``: the launch itself is measured (04): launched even when nothing is left
       to ask, until one launch came up.
-    - ``replay_requests``: a replay copies the recorded requests file too (False: launch records only).
+    - ``replay_requests``: a replay copies the recorded requests' files too (False: launch records only).
+    - ``replay_launch``: a replay copies the launch records too (False: 05's, whose analysis reads
+      only its request files, and whose runs recorded before the one collector have none).
     - ``replay_optional``: a recorded run may lack this configuration (a replay skips it).
     - ``refusable``: SGLang may refuse the launch; the refusal is recorded, the stage goes on.
-    - ``shared``: collected by the shared collector; False: the stage collects itself (05's
-      corruption sweep), the plan only says the configuration is launched.
+    - ``what``: what the launch is for, in words (``nvfp4study plan``'s reason; empty: "needed by"
+      the stages that serve it).
     """
 
     config: ServerConfig
-    requests: tuple[RequestSpec, ...] = ()
+    requests: tuple[ServedRequest, ...] = ()
     launch_measured: bool = False
     replay_requests: bool = True
+    replay_launch: bool = True
     replay_optional: bool = False
     refusable: bool = False
-    shared: bool = True
+    what: str = ""
 
 
 #: the function a serving stage defines.
@@ -101,11 +106,12 @@ def plan_of(params: Params, notebook: str) -> list[Served]:
     return stage_plans(params).get(notebook, [])
 
 
-def needs(params: Params, config: ServerConfig) -> list[RequestSpec]:
+def needs(params: Params, config: ServerConfig,
+          plans: dict[str, list[Served]] | None = None) -> list[ServedRequest]:
     """Every request any stage asks ``config``'s server, each once, in sending order (the stages'
-    order, then each plan's own)."""
-    out: dict[str, RequestSpec] = {}
-    for items in stage_plans(params).values():
+    order, then each plan's own); ``plans``: :func:`stage_plans` of ``params`` when already read."""
+    out: dict[str, ServedRequest] = {}
+    for items in (plans if plans is not None else stage_plans(params)).values():
         for s in items:
             if s.config == config:
                 out.update((r.key, r) for r in s.requests)
@@ -114,7 +120,8 @@ def needs(params: Params, config: ServerConfig) -> list[RequestSpec]:
 
 def plan_servers(params: Params) -> list[ServerConfig]:
     """Every distinct configuration the stages serve, each once, grouped by clamp mode (so the
-    serving install is re-patched as rarely as possible), then checkpoint, determinism, depth."""
+    serving install is re-patched as rarely as possible), then checkpoint, determinism, reasoning
+    parser override, instance, depth."""
     seen: dict[ServerConfig, None] = {}
     for configs in stage_configs(params).values():
         for c in configs:
@@ -122,7 +129,7 @@ def plan_servers(params: Params) -> list[ServerConfig]:
     clamp_order = {m: i for i, m in enumerate(dict.fromkeys(
         [params.server.clamp_mode, *params.corruption.clamp_modes]))}
     return sorted(seen, key=lambda c: (clamp_order.get(c.clamp, 99), c.model_label != "study",
-                                       c.model_label, c.deterministic,
+                                       c.model_label, c.deterministic, c.reasoning_parser or "", c.instance,
                                        -1 if c.spec_depth is None else c.spec_depth))
 
 

@@ -96,6 +96,13 @@ class ServerConfig:
         max_running_requests: ``server.max_running_requests`` override (``corruption.concurrency``).
         native: CPU engine only: native MoE patch axes for this launch, ``(("moe_clamp", "exact"),)``,
             over ``server.cpu.moe_clamp`` / ``routed_scaling`` (:data:`nvfp4study.sglang.patch.NATIVE_AXES`).
+        reasoning_parser: ``--reasoning-parser`` override of ``server.reasoning_parser`` (05's
+            reasoning-parser probe); tag ``parser``.
+        instance: a second launch of an otherwise equal configuration, by name (05's null control
+            "again": the same model launched again); tag ``instance``.
+
+    The last two are left out of :meth:`to_dict` while unset, so records of configurations
+    without them read as before they existed.
     """
 
     clamp: str = "exact"
@@ -107,6 +114,8 @@ class ServerConfig:
     ep_size: int | None = None
     max_running_requests: int | None = None
     native: tuple[tuple[str, str], ...] = ()
+    reasoning_parser: str | None = None
+    instance: str = ""
 
     @property
     def tags(self) -> dict[str, str]:
@@ -122,6 +131,10 @@ class ServerConfig:
         if self.max_running_requests is not None:
             t["mrr"] = str(self.max_running_requests)
         t.update({k.replace("_", "-"): v for k, v in self.native})
+        if self.reasoning_parser:
+            t["parser"] = self.reasoning_parser
+        if self.instance:
+            t["instance"] = self.instance
         return t
 
     @property
@@ -129,8 +142,13 @@ class ServerConfig:
         """``clamp=exact-spec=2-det=off``: the configuration's name in tables and files."""
         return "-".join(f"{k}={v}" for k, v in self.tags.items())
 
-    def to_dict(self) -> dict[str, Any]:  # noqa: D102
-        return asdict(self)
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict; ``reasoning_parser`` and ``instance`` only when set."""
+        d = asdict(self)
+        for k in ("reasoning_parser", "instance"):
+            if not d[k]:
+                del d[k]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ServerConfig:
@@ -214,8 +232,8 @@ def build_command(params: Params, config: ServerConfig, model_path: str | None =
         cmd.append("--disable-shared-experts-fusion")
     if s.tool_call_parser:
         cmd += ["--tool-call-parser", s.tool_call_parser]
-    if s.reasoning_parser:
-        cmd += ["--reasoning-parser", s.reasoning_parser]
+    if config.reasoning_parser or s.reasoning_parser:
+        cmd += ["--reasoning-parser", config.reasoning_parser or s.reasoning_parser]
     cmd += _config_flags(params, config)
     if s.enable_metrics:
         cmd.append("--enable-metrics")

@@ -16,7 +16,10 @@ What differs:
   the card's NVFP4 checkpoint, so the card's rows of 04-07 stay "not run" and the stages record
   their stand-in findings instead; it needs no GPU;
 - ``in_image``: SGLang comes from ``server.docker.image`` (the GPU probe runs in the image, no
-  ``server.python`` is needed, the patched files are mounted at launch).
+  ``server.python`` is needed, the patched files are mounted at launch);
+- ``settles_card_claims``: whether a live run can settle the card's rows of 04-07 (the card's
+  checkpoint served on a GPU); where it cannot (the stand-in), each stage's one
+  ``record_claims`` records those rows "not run" and its stand-in findings instead.
 
 Adding a pair: one :class:`~nvfp4study.core.kinds.SUPPORTED` entry, one :data:`STRATEGIES` entry,
 and its launcher class if it needs a new one.
@@ -39,6 +42,12 @@ class ServingStrategy:
     launch: str  # key of launchers.LAUNCHERS: the class that starts the server
     standin: bool  # serves the CPU engine's stand-in, never the card's checkpoint; needs no GPU
     in_image: bool  # SGLang runs from server.docker.image, not server.python
+
+    @property
+    def settles_card_claims(self) -> bool:
+        """Whether a live run of this pair can settle the card's rows of 04-07: only one serving
+        the card's checkpoint (not the stand-in)."""
+        return not self.standin
 
     @property
     def key(self) -> tuple[Engine, LauncherKind]:

@@ -308,36 +308,31 @@ def _measurements(stage: Stage) -> rules.LaunchMeasurements:
 
 
 def record_claims(stage: Stage):
-    """Record fit.single-gpu, size.resident, load.time and clamp.log-lines, each decided by its rule
-    (:mod:`~nvfp4study.stages.claim_rules.r04_launch`). Returns the rows."""
+    """Record this stage's ledger rows, each decided by its rule
+    (:mod:`~nvfp4study.stages.claim_rules.r04_launch`). What the run can settle is asked of its
+    strategy (:attr:`~nvfp4study.serving.measure.Mode.settles_card_claims`, ``standin``): the card's
+    fit.single-gpu, size.resident, load.time and clamp.log-lines where it serves the card's
+    checkpoint, else "not run" (:func:`card_refusal`); on the stand-in the study finding
+    ``serve.cpu-engine-launch`` from the card configuration's launch, and the clamp and
+    routed-scaling probes' findings when they ran. Returns this stage's ledger rows."""
     import pandas as pd
 
     if (nr := _not_run(stage)) is not None:
         return nr
-    if measure.resolve_mode(stage).standin:
-        return record_cpu_engine(stage)
-    record_rules(stage, _measurements(stage))
-    rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims()]
-    return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
-
-
-# --- the CPU engine --------------------------------------------------------------------------
-def record_cpu_engine(stage: Stage):
-    """On the CPU engine: the card's 04 rows "not run" (:func:`card_refusal`), and the study
-    finding ``serve.cpu-engine-launch`` (its rule in :mod:`~nvfp4study.stages.claim_rules.r04_launch`)
-    from the card configuration's launch. Returns this stage's ledger rows."""
-    import pandas as pd
-
+    mode = measure.resolve_mode(stage)
     params = measure.params_of(stage)
-    stage.not_run(card_refusal(params))
-    rec, _ = _launch(stage)
-    engine = rec.get("engine") or {}
-    summary = engine.get("summary", f"SGLang {rec.get('sglang_version')}")
-    record_rules(stage, rules.CpuLaunchMeasurements(
-        rec, [measure.launch_path(stage.paths, card_config(params)), stage.run_dir / rec["log"]], summary))
-    if probe_configs(params):
-        record_rules(stage, _probe_measurements(stage, summary))
-        record_rules(stage, _scaling_measurements(stage, summary))
+    if mode.settles_card_claims:
+        record_rules(stage, _measurements(stage))
+    else:
+        stage.not_run(card_refusal(params))
+    if mode.standin:
+        rec, _ = _launch(stage)
+        summary = (rec.get("engine") or {}).get("summary", f"SGLang {rec.get('sglang_version')}")
+        record_rules(stage, rules.CpuLaunchMeasurements(
+            rec, [measure.launch_path(stage.paths, card_config(params)), stage.run_dir / rec["log"]], summary))
+        if probe_configs(params):
+            record_rules(stage, _probe_measurements(stage, summary))
+            record_rules(stage, _scaling_measurements(stage, summary))
     rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims() or r["stage"] == stage.name]
     return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
 

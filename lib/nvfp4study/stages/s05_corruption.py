@@ -8,8 +8,9 @@ stage logic below (the served study's orchestration and every ledger row this st
 **Part 1, detector validation** (any machine): :func:`record_detector_claims` with the rules of
 :func:`detector_claim_verdicts`, plus the study finding ``detect.method-comparison``.
 
-**Part 2, the served study** (:func:`run_served_study`): collection
-(:mod:`nvfp4study.codeeval.served_collect`), raw files and claim sets
+**Part 2, the served study** (:func:`run_served_study`): what it serves is :func:`serving_plan`
+(requests of :mod:`nvfp4study.codeeval.served_collect` and :mod:`nvfp4study.trained.served`),
+collected by the one serving pipeline (:func:`nvfp4study.serving.measure.collect`), raw files and claim sets
 (:mod:`nvfp4study.codeeval.served_data`), analysis (:mod:`nvfp4study.codeeval.served_analysis`).
 "Before" is ``corruption.before_mode`` (``none``: the clamp removed, the card's unpatched
 state), "after" is ``corruption.after_mode`` (``exact``: the post-SiLU clamp).
@@ -45,17 +46,14 @@ from ..codeeval.served_analysis import (
     summarize,
     write_parquet,
 )
-from ..codeeval.served_collect import collect, collect_probe
 from ..codeeval.served_data import (
     SERVED_CLAIMS,
     claim_sets,
     claim_task_ids,
     expected_files,
-    import_recorded,
     latest,
     probe_key,
     read_rows,
-    recorded_params,
 )
 from ..codeeval.tasks import load_tasks
 from ..core import display
@@ -83,19 +81,55 @@ def open_stage(params_file: str = "", run_dir: str = "") -> Stage:
 
 
 def serving_plan(params: Params) -> list:
-    """What 05 serves (:mod:`nvfp4study.serving.plans`): the card's configuration once per
-    ``corruption.clamp_modes`` entry, with ``--max-running-requests corruption.concurrency`` when
-    that is above 1. 05 collects these itself (:mod:`nvfp4study.codeeval.served_collect`), so the
-    items are not shared with the serving stages' collector."""
+    """What 05 serves (:mod:`nvfp4study.serving.plans`; one pipeline, launches shared with any stage
+    serving the same configuration): the corruption sweep, the card's configuration per
+    ``corruption.clamp_modes`` entry (``--max-running-requests corruption.concurrency`` above 1;
+    on the stand-in, the strategy's ``standin``, the first ``server.cpu.corruption_tasks`` claim
+    tasks); the reasoning-parser probe (``corruption.after_mode`` with ``--reasoning-parser``; not
+    on the stand-in); live on the stand-in with ``server.cpu.trained.enabled`` the trained arms
+    (:func:`nvfp4study.trained.served.serving_order`; the null control a launch of its own)."""
     from dataclasses import replace
 
+    from ..codeeval.served_collect import probe_requests, sweep_requests
     from ..serving.plans import Served
     from ..serving.server import card_config
+    from ..serving.strategies import serves_standin
+    from ..trained import served as trained
 
+    c = params.corruption
+    standin = serves_standin(params)
     card = card_config(params)
-    conc = params.corruption.concurrency if params.corruption.concurrency > 1 else None
-    return [Served(replace(card, clamp=m, max_running_requests=conc), shared=False)
-            for m in params.corruption.clamp_modes]
+    conc = c.concurrency if c.concurrency > 1 else None
+    only = claim_task_ids(params, params.server.cpu.corruption_tasks) if standin else None
+    sweep = sweep_requests(params, only)
+    per = ", ".join(f"{s.name} {sum(r.sampling == s.name for r in sweep)}" for s in c.sampling)
+    out = [Served(replace(card, clamp=m, max_running_requests=conc), sweep, replay_launch=False,
+                  what=f"05 corruption sweep, clamp {m}, protocol {c.protocol}: tasks per sampling config {per}")
+           for m in c.clamp_modes]
+    # no probe on the stand-in; a replay copies a recorded probe whatever its engine (optional item)
+    probe = () if standin and not params.replay_from else probe_requests(params)
+    if probe:
+        out.append(Served(replace(card, clamp=c.after_mode, reasoning_parser=c.reasoning_probe_parser), probe,
+                          replay_launch=False, replay_optional=True,
+                          what=f"05 reasoning-parser probe (--reasoning-parser {c.reasoning_probe_parser})"))
+    if standin and params.server.cpu.trained.enabled and not params.replay_from:
+        out += [Served(trained.server_config(params, a), trained.arm_requests(params, a),
+                       what=f"05 trained stand-in, arm {a.key}") for a in trained.serving_order(params)]
+    return out
+
+
+def _is_trained(item) -> bool:
+    """Whether a plan item is one of the trained stand-in's arms (collected by :func:`run_trained_study`)."""
+    from ..trained.served import TrainedRequest
+
+    return any(isinstance(r, TrainedRequest) for r in item.requests)
+
+
+def _collect(stage: Stage, trained: bool) -> Any:
+    """The one serving pipeline over 05's plan items of one part: the trained arms or the rest."""
+    from ..serving import measure
+
+    return measure.collect(stage, select=lambda item: _is_trained(item) == trained)
 
 
 def markdown(text: str) -> Any:
@@ -252,7 +286,8 @@ def run_served_study(stage: Stage) -> dict[str, Any]:
     * ``server.enabled`` false: the six claims are recorded ``not run: needs an NVFP4-capable
       GPU (server.enabled is false)`` and nothing else happens.
     * a GPU refusal (:func:`nvfp4study.serving.server.gpu_refusal`): recorded as not run, with it.
-    * else live: :func:`collect` and :func:`collect_probe`, then :func:`analyse_served`.
+    * else live: the one serving pipeline over this stage's plan (:func:`serving_plan`: the sweep
+      and the probe), then :func:`analyse_served`.
 
     Returns:
         ``{"status": "not run"|"live"|"replay", "reason": str, ...}``; when analysed also
@@ -261,9 +296,10 @@ def run_served_study(stage: Stage) -> dict[str, Any]:
     ids = [i for i in stage.claims() if i in SERVED_CLAIMS]
     params: Params = stage.params
     if params.replay_from:
-        recorded = recorded_params(stage)
-        import_recorded(stage, recorded)
-        return analyse_served(stage, recorded, "replay")
+        _collect(stage, trained=False)  # the replay import of the recorded files
+        from ..serving.measure import params_of
+
+        return analyse_served(stage, params_of(stage), "replay")
     if not params.server.enabled:
         _not_run_with_outside(stage, NOT_RUN_REASON, ids)
         return {"status": "not run", "reason": NOT_RUN_REASON, "claims": ids}
@@ -274,11 +310,9 @@ def run_served_study(stage: Stage) -> dict[str, Any]:
     if refusal:
         _not_run_with_outside(stage, refusal, ids)
         return {"status": "not run", "reason": refusal, "claims": ids}
-    tasks = load_tasks(params.corruption.humaneval_count, params.corruption.card_tasks)
+    _collect(stage, trained=False)
     if serves_standin(params):
-        return run_served_cpu_engine(stage, tasks, ids)
-    collect(stage, tasks)
-    collect_probe(stage, tasks)
+        return run_served_cpu_engine(stage, ids)
     return analyse_served(stage, params, "live")
 
 
@@ -305,12 +339,12 @@ def pipeline_result(df: pd.DataFrame) -> dict[str, Any]:
                        "the detector validation above, not by these answers)" if not measured["executed"] else "")}
 
 
-def run_served_cpu_engine(stage: Stage, tasks: list, ids: list[str]) -> dict[str, Any]:
-    """The served pipeline on SGLang's real engine on this CPU (``server.engine: cpu``): the first
-    ``server.cpu.corruption_tasks`` claim tasks per sampling configuration and clamp mode, streamed
-    chat, extraction, detector and sandbox on the engine's real answers; the reasoning-parser
-    probe is not launched. The card's rows stay "not run" (the stand-in settles none of them);
-    the finding ``corruption.cpu-pipeline`` (:func:`pipeline_result`) says what ran.
+def run_served_cpu_engine(stage: Stage, ids: list[str]) -> dict[str, Any]:
+    """The served pipeline's analysis on SGLang's real engine on this CPU (``server.engine: cpu``):
+    the plan asked the first ``server.cpu.corruption_tasks`` claim tasks per sampling configuration
+    and clamp mode (streamed chat; extraction, detector and sandbox on the engine's real answers)
+    and no reasoning-parser probe. The card's rows stay "not run" (the stand-in settles none of
+    them); the finding ``corruption.cpu-pipeline`` (:func:`pipeline_result`) says what ran.
 
     Returns:
         :func:`analyse_served`'s dict with ``engine`` (the engine's summary and the stand-in note).
@@ -318,8 +352,6 @@ def run_served_cpu_engine(stage: Stage, tasks: list, ids: list[str]) -> dict[str
     from ..serving.server import card_refusal, engine_description
 
     params: Params = stage.params
-    keep = set(claim_task_ids(params, params.server.cpu.corruption_tasks))
-    collect(stage, [t for t in tasks if t.task_id in keep])
     out = analyse_served(stage, params, "live", record=False)
     _not_run_with_outside(stage, card_refusal(params), ids)
     engine = engine_description(params)
@@ -389,6 +421,7 @@ def run_trained_study(stage: Stage) -> dict[str, Any]:
     if not (p.server.enabled and serves_standin(p) and p.server.cpu.trained.enabled and not p.replay_from):
         return {"status": "not run", "reason": "the trained stand-in is served only live on the CPU engine "
                                                "(server.engine: cpu, server.cpu.trained.enabled)"}
+    _collect(stage, trained=True)
     out = trained.run(stage, p.corruption.sandbox)
     engine = engine_description(p)
     record_rules(stage, rules.TrainedMeasurements(

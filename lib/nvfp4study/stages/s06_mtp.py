@@ -333,8 +333,13 @@ def figure(stage: Stage):
 
 # --- ledger ----------------------------------------------------------------------------------
 def record_claims(stage: Stage):
-    """Record mtp.off, mtp.k1-k3, mtp.k2-best and mtp.broken-draft from the summary, each decided by
-    its rule (:mod:`~nvfp4study.stages.claim_rules.r06_mtp`). Returns rows."""
+    """Record this stage's ledger rows, each decided by its rule
+    (:mod:`~nvfp4study.stages.claim_rules.r06_mtp`). What the run can settle is asked of its
+    strategy (:attr:`~nvfp4study.serving.measure.Mode.settles_card_claims`, ``standin``): the card's
+    mtp.off, mtp.k1-k3, mtp.k2-best and mtp.broken-draft from the summary where it serves the
+    card's checkpoint, else "not run" (:func:`card_refusal`); on the stand-in the study findings
+    ``mtp.cpu-known-acceptance``, ``mtp.cpu-broken-draft-signature`` and ``mtp.cpu-estimators``
+    (:func:`_standin_measurements`). Returns this stage's ledger rows."""
     import pandas as pd
 
     if (nr := _nr(stage)) is not None:
@@ -343,16 +348,20 @@ def record_claims(stage: Stage):
     ev = [stage.paths.data("mtp-summary"), stage.paths.data("mtp-requests"), stage.paths.data("mtp-estimators")]
     params = measure.params_of(stage)
     ev += [measure.raw_path(stage.paths, c) for _, _, c in sweep_configs(params)]
-    if measure.resolve_mode(stage).standin:
-        return record_cpu_engine(stage, ev)
-    replay = params.replay_from
-    checked = "sglang " + params.sglang.version + (f" (replay of {replay})" if replay else "")
-    gpu = served_gpu(stage)
-    if gpu:
-        ev.append(stage.paths.data("served-gpu"))
-    record_rules(stage, rules.MtpMeasurements(_records(s), ev, checked,
-                                              {c["id"]: c["card"] for c in ledger.card_claims()}, gpu=gpu))
-    rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims()]
+    mode = measure.resolve_mode(stage)
+    if mode.settles_card_claims:
+        replay = params.replay_from
+        checked = "sglang " + params.sglang.version + (f" (replay of {replay})" if replay else "")
+        gpu = served_gpu(stage)
+        if gpu:
+            ev.append(stage.paths.data("served-gpu"))
+        record_rules(stage, rules.MtpMeasurements(_records(s), ev, checked,
+                                                  {c["id"]: c["card"] for c in ledger.card_claims()}, gpu=gpu))
+    else:
+        stage.not_run(card_refusal(params), [c for c in stage.claims() if c != "mtp.bandwidth-ceiling"])
+    if mode.standin:
+        record_rules(stage, _standin_measurements(stage, ev))
+    rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims() or r["stage"] == stage.name]
     return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
 
 
@@ -434,26 +443,19 @@ def known_acceptance_table(stage: Stage):
     return df
 
 
-def record_cpu_engine(stage: Stage, ev: list) -> Any:
-    """On the CPU engine: the card's 06 rows "not run" (:func:`card_refusal`); study findings
-    ``mtp.cpu-known-acceptance`` (every estimator equals the acceptance the control stand-ins
-    fix), ``mtp.cpu-broken-draft-signature`` (the disagreeing draft gives the card's broken-draft
-    log line, accept len 1.00 and accept rate 0.00, and 06's F-08 flag) and
-    ``mtp.cpu-estimators`` (the three estimators side by side on the random-weight sweep; toy
-    scale, never compared with the card's table), each decided by its rule
-    (:mod:`~nvfp4study.stages.claim_rules.r06_mtp`). Returns this stage's ledger rows."""
-    import pandas as pd
-
+def _standin_measurements(stage: Stage, ev: list) -> rules.CpuMtpMeasurements:
+    """The stand-in's findings' measurements: ``mtp.cpu-known-acceptance`` (every estimator equals
+    the acceptance the control stand-ins fix), ``mtp.cpu-broken-draft-signature`` (the
+    disagreeing draft gives the card's broken-draft log line, accept len 1.00 and accept rate
+    0.00, and 06's F-08 flag) and ``mtp.cpu-estimators`` (the three estimators side by side on the
+    sweep; toy scale, never compared with the card's table)."""
     params = measure.params_of(stage)
-    stage.not_run(card_refusal(params), [c for c in stage.claims() if c != "mtp.bandwidth-ceiling"])
     known = _records(known_acceptance_table(stage))
     label = CONTROL_LABELS["disagree"]
     disagree = [r for r in _records(summary_table(stage)) if r["model"] == label]
     sweep = _sweep_model(params).get("model_label", "study")
     spread = estimator_spread(_records(estimator_table(stage)), sweep)
-    record_rules(stage, rules.CpuMtpMeasurements(
+    return rules.CpuMtpMeasurements(
         known=known, disagree=disagree[0] if disagree else None, spread=spread, evidence=ev,
         known_evidence=[stage.paths.data("mtp-known-acceptance"), *ev], checked=engine_description(params)["summary"],
-        sweep_model=sweep))
-    rows = [r for r in ledger.read_ledger(stage.run_dir) if r["stage"] == stage.name]
-    return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
+        sweep_model=sweep)

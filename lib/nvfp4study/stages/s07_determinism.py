@@ -270,28 +270,36 @@ def throughput_table(stage: Stage):
 
 
 def record_claims(stage: Stage):
-    """Record det.spec-off, det.spec-on and det.deterministic-mode, each decided by its rule
-    (:mod:`~nvfp4study.stages.claim_rules.r07_determinism`). Returns the ledger rows."""
+    """Record this stage's ledger rows, each decided by its rule
+    (:mod:`~nvfp4study.stages.claim_rules.r07_determinism`). What the run can settle is asked of
+    its strategy (:attr:`~nvfp4study.serving.measure.Mode.settles_card_claims`, ``standin``): the
+    card's det.spec-off, det.spec-on and det.deterministic-mode where it serves the card's
+    checkpoint, else "not run" (:func:`card_refusal`); on the stand-in the findings of
+    :func:`_standin_measurements`. Returns this stage's ledger rows."""
     import pandas as pd
 
     if (nr := _nr(stage)) is not None:
         return nr
-    if measure.resolve_mode(stage).standin:
-        return record_cpu_engine(stage)
-    pairs = _pairs(stage)
-    thr = {r["row"]: r for r in throughput_rows(_rows(stage), pairs)}
+    mode = measure.resolve_mode(stage)
     params = measure.params_of(stage)
-    replay = params.replay_from
-    ev = [stage.paths.data("det-pairs"), stage.paths.data("det-identity"), stage.paths.data("det-throughput")]
-    ev += [measure.raw_path(stage.paths, c) for c in configs(params).values()]
-    d = params.determinism
-    record_rules(stage, rules.DeterminismMeasurements(
-        counts=rules.counts_by_comparison(identity_counts(pairs)),
-        det_tok_s=thr.get("det spec-on", {}).get("decode tok/s median"),
-        cards={c["id"]: c["card"] for c in ledger.card_claims()}, spec_depth=d.spec_depth, repeats=d.repeats,
-        deterministic_mode=d.deterministic_mode, evidence=ev,
-        checked="sglang " + params.sglang.version + (f" (replay of {replay})" if replay else "")))
-    rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims()]
+    if mode.settles_card_claims:
+        pairs = _pairs(stage)
+        thr = {r["row"]: r for r in throughput_rows(_rows(stage), pairs)}
+        replay = params.replay_from
+        ev = [stage.paths.data("det-pairs"), stage.paths.data("det-identity"), stage.paths.data("det-throughput")]
+        ev += [measure.raw_path(stage.paths, c) for c in configs(params).values()]
+        d = params.determinism
+        record_rules(stage, rules.DeterminismMeasurements(
+            counts=rules.counts_by_comparison(identity_counts(pairs)),
+            det_tok_s=thr.get("det spec-on", {}).get("decode tok/s median"),
+            cards={c["id"]: c["card"] for c in ledger.card_claims()}, spec_depth=d.spec_depth, repeats=d.repeats,
+            deterministic_mode=d.deterministic_mode, evidence=ev,
+            checked="sglang " + params.sglang.version + (f" (replay of {replay})" if replay else "")))
+    else:
+        stage.not_run(card_refusal(params))
+    if mode.standin:
+        record_rules(stage, _standin_measurements(stage))
+    rows = [r for r in ledger.read_ledger(stage.run_dir) if r["id"] in stage.claims() or r["stage"] == stage.name]
     return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
 
 
@@ -321,16 +329,12 @@ def patched_modes_result(launches: list[dict[str, Any]], modes: list[str]) -> di
                     "(data/sglang_patch_state.json); on the CPU the patched NVFP4 files are imported, not run"}
 
 
-def record_cpu_engine(stage: Stage):
-    """On the CPU engine: the card's 07 rows "not run" (:func:`card_refusal`); findings
-    ``det.cpu-spec-off-self``, ``det.cpu-spec-on-vs-off`` (greedy token-for-token identity),
-    ``det.cpu-deterministic-mode`` ("not run" with SGLang's own refusal) and, over every launch of
-    the run, ``serve.cpu-engine-teardown`` and ``serve.cpu-engine-patched-modes``. Returns this
-    stage's ledger rows."""
-    import pandas as pd
-
+def _standin_measurements(stage: Stage) -> rules.CpuDeterminismMeasurements:
+    """The stand-in's findings' measurements: ``det.cpu-spec-off-self``, ``det.cpu-spec-on-vs-off``
+    (greedy token-for-token identity), ``det.cpu-deterministic-mode`` ("not run" with SGLang's own
+    refusal) and, over every launch of the run, ``serve.cpu-engine-teardown`` and
+    ``serve.cpu-engine-patched-modes``."""
     params = measure.params_of(stage)
-    stage.not_run(card_refusal(params))
     checked = engine_description(params)["summary"]
     counts = rules.counts_by_comparison(identity_counts(_pairs(stage)))
     ev = [stage.paths.data("det-pairs"), stage.paths.data("det-identity")]
@@ -339,11 +343,9 @@ def record_cpu_engine(stage: Stage):
     ref = refusals(stage)
     launches = lifecycle(stage)
     modes = list(dict.fromkeys([params.server.clamp_mode, *params.corruption.clamp_modes]))
-    record_rules(stage, rules.CpuDeterminismMeasurements(
+    return rules.CpuDeterminismMeasurements(
         counts=counts, repeats=d.repeats, spec_depth=d.spec_depth, deterministic_mode=d.deterministic_mode,
         evidence=ev, refusals=ref,
         refusal_evidence=[measure.launch_path(stage.paths, c) for n, c in configs(params).items() if n in ref],
         teardown=teardown_result(launches), patched=patched_modes_result(launches, modes),
-        lifecycle_evidence=[stage.paths.data("serve-lifecycle", "jsonl")], checked=checked, standin_note=sweep_note(params)))
-    rows = [r for r in ledger.read_ledger(stage.run_dir) if r["stage"] == stage.name]
-    return pd.DataFrame([{k: r[k] for k in ("id", "card", "measured", "verdict", "note")} for r in rows])
+        lifecycle_evidence=[stage.paths.data("serve-lifecycle", "jsonl")], checked=checked, standin_note=sweep_note(params))

@@ -9,6 +9,13 @@ post-SiLU form ("exact"), put on the run's overlay by the study's patch machiner
 by the study's own ``model_free_ptq`` output ("nvfp4", :func:`.artifact.nvfp4_copy`). The
 reference arm is exact + bf16: the form the model was trained with.
 
+Collection: stage 05's ``serving_plan`` lists one item per arm (:func:`server_config`,
+:func:`arm_requests`) in :func:`serving_order`; the one serving pipeline
+(:func:`nvfp4study.serving.measure.collect`) launches them, shares a launch with any stage serving
+the same configuration, and appends each answer to ``data/trained-raw-arm=<arm>.jsonl`` as it
+arrives (a row answered is never asked again); :func:`assemble` reads them back into
+``data/trained_corruption.json``.
+
 Requests: each task's prompt plus one indentation level (the toy model otherwise ends the
 function after its docstring), greedy, at most ``max_new_tokens``, stopped at the HumanEval stop
 sequences :data:`STOP` (Chen et al. 2021, arXiv 2107.03374, section 2.3). Each arm's launch also
@@ -21,8 +28,9 @@ from __future__ import annotations
 import ast
 import time
 from dataclasses import asdict, dataclass
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..codeeval.served_analysis import wilson_interval
 from ..core.errors import StudyError
@@ -76,38 +84,127 @@ def arms(params: Any) -> list[Arm]:
 def server_config(params: Any, arm: Arm, depth: int | None = None) -> Any:
     """The arm's :class:`~nvfp4study.serving.server.ServerConfig`: speculation off unless
     ``depth``; the card's clamp mode for the GPU paths (no CPU path reads it); the native MoE clamp
-    of the arm; the served folder by its label (``serving.launch_env.TRAINED_LABELS``)."""
+    of the arm; the served folder by its label (``serving.launch_env.TRAINED_LABELS``); the null
+    control is instance "again" (a launch of its own, never shared)."""
     from ..serving.server import ServerConfig
 
     return ServerConfig(clamp=params.server.clamp_mode, spec_depth=depth, model_label=f"trained-{arm.weights}",
-                        native=(("moe_clamp", arm.clamp),))
+                        native=(("moe_clamp", arm.clamp),), instance="again" if arm.again else "")
 
 
 def prompts(params: Any, tokenizer_json: Path) -> list[dict[str, Any]]:
     """The first ``prompts`` HumanEval tasks: ``task_id``, ``prompt`` (with :data:`INDENT`) and its
     token ids under the stand-in's tokenizer."""
+    by_id = _prompt_ids(str(tokenizer_json))
+    return [{"task_id": t, "prompt": by_id[t][0], "ids": list(by_id[t][1])}
+            for t in task_ids(params.server.cpu.trained.prompts)]
+
+
+@cache
+def task_ids(n: int) -> tuple[str, ...]:
+    """The first ``n`` HumanEval task ids (read once per process: every plan asks them)."""
+    from ..codeeval.tasks import humaneval_tasks
+
+    return tuple(t.task_id for t in humaneval_tasks()[:n])
+
+
+@cache
+def _prompt_ids(tokenizer_json: str) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """``{task id: (prompt + INDENT, its token ids)}`` of every HumanEval task under the tokenizer."""
     from tokenizers import Tokenizer
 
     from ..codeeval.tasks import humaneval_tasks
 
-    tok = Tokenizer.from_file(str(tokenizer_json))
-    out = []
-    for t in humaneval_tasks()[: params.server.cpu.trained.prompts]:
-        text = t.prompt + INDENT
-        out.append({"task_id": t.task_id, "prompt": text, "ids": tok.encode(text).ids})
-    return out
+    tok = Tokenizer.from_file(tokenizer_json)
+    return {t.task_id: (t.prompt + INDENT, tuple(tok.encode(t.prompt + INDENT).ids)) for t in humaneval_tasks()}
+
+
+#: the trained arms' raw rows, one file per arm (``data/trained-raw-arm=<key>.jsonl``)
+RAW_STEM = "trained-raw"
+_ROW_EXTRAS = ("request_key", "status", "launch", "config_key", "elapsed_s", "model_sha256")
+
+
+def raw_path(paths: Any, arm_key: str) -> Path:
+    """``data/trained-raw-arm=<arm key>.jsonl``: the arm's answers, one row per task, appended as
+    they arrive."""
+    return paths.data(RAW_STEM, "jsonl", arm=arm_key)
+
+
+def _latest_ok(path: Path) -> dict[str, dict[str, Any]]:
+    """``{task id: the last row with status "ok"}`` of an arm's raw file (empty when absent)."""
+    from ..core.jsonl import read_jsonl
+
+    return {r["task_id"]: r for r in (read_jsonl(path) if path.is_file() else []) if r.get("status") == "ok"}
+
+
+@dataclass(frozen=True)
+class TrainedRequest:
+    """One task asked of one arm (a :class:`~nvfp4study.serving.records.ServedRequest`): the
+    greedy answer, then the reference arm's continuation of the task scored teacher-forced under
+    the arm (the arm's own tokens on the reference arm itself)."""
+
+    arm: Arm
+    task_id: str
+    max_tokens: int
+    wants_warmup: ClassVar[bool] = False  # not timed
+
+    @property
+    def key(self) -> str:
+        """``trained/<arm>/<task>``."""
+        return f"trained/{self.arm.key}/{self.task_id}"
+
+    def path(self, paths: Any, config: Any) -> Path:
+        """:func:`raw_path` of the arm."""
+        return raw_path(paths, self.arm.key)
+
+    @staticmethod
+    def row_key(row: dict[str, Any]) -> str | None:
+        """``trained/<arm>/<task>`` of a recorded row."""
+        return f"trained/{row['arm']}/{row['task_id']}" if "arm" in row and "task_id" in row else None
+
+    def send(self, stage: Stage, url: str, config: Any, launch: int) -> dict[str, Any]:
+        """Ask it (:func:`_ask_arm`), append its row and return it.
+
+        Raises:
+            TrainedStudyError: a non-reference arm asked before the reference arm answered this
+                task, or SGLang scored fewer reference tokens than asked.
+        """
+        from ..core.jsonl import append_jsonl
+        from ..serving.launch_env import standin_path
+
+        by_id = _prompt_ids(str(standin_path(stage, "trained-bf16") / "tokenizer.json"))
+        text, ids = by_id[self.task_id]
+        reference = None
+        if not self.arm.is_reference:
+            ref = _latest_ok(raw_path(stage.paths, REFERENCE_KEY)).get(self.task_id)
+            if ref is None:
+                raise TrainedStudyError(f"{self.arm.key} {self.task_id}: the reference arm {REFERENCE_KEY} "
+                                        "has not answered this task (it is served first)")
+            reference = {self.task_id: ref["output_ids"]}
+        t0 = time.monotonic()
+        (row,) = _ask_arm(url, stage, self.arm, [{"task_id": self.task_id, "prompt": text, "ids": list(ids)}],
+                          reference, self.max_tokens)
+        row.update(request_key=self.key, status="ok", launch=launch, config_key=config.key,
+                   elapsed_s=time.monotonic() - t0, model_sha256=_model_sha(stage))
+        append_jsonl(self.path(stage.paths, config), row)
+        return row
+
+
+def arm_requests(params: Any, arm: Arm) -> tuple[TrainedRequest, ...]:
+    """The arm's requests: the first ``server.cpu.trained.prompts`` HumanEval tasks, in order."""
+    t = params.server.cpu.trained
+    return tuple(TrainedRequest(arm, i, t.max_new_tokens) for i in task_ids(t.prompts))
 
 
 def _ask_arm(url: str, stage: Stage, arm: Arm, reqs: list[dict[str, Any]],
-             reference: dict[str, list[int]] | None) -> list[dict[str, Any]]:
+             reference: dict[str, list[int]] | None, max_new_tokens: int) -> list[dict[str, Any]]:
     """The arm's greedy answers, each with the reference arm's tokens scored teacher-forced (the
     arm's own tokens when ``reference`` is None: the reference arm itself)."""
     from ..serving.client import generate
 
-    t = stage.params.server.cpu.trained
     rows = []
     for r in reqs:
-        g = generate(url, r["ids"], max_new_tokens=t.max_new_tokens, stop=STOP)
+        g = generate(url, r["ids"], max_new_tokens=max_new_tokens, stop=STOP)
         row = {"arm": arm.key, "clamp": arm.clamp, "weights": arm.weights, "task_id": r["task_id"],
                "completion": g["text"], "output_ids": g["output_ids"], "finish_reason": g["finish_reason"]}
         ref = (reference or {}).get(r["task_id"], g["output_ids"])
@@ -132,50 +229,65 @@ def _groups(all_arms: list[Arm]) -> list[list[Arm]]:
     return [[a for a in all_arms if a.clamp == c] for c in order if any(a.clamp == c for a in all_arms)]
 
 
+def serving_order(params: Any) -> list[Arm]:
+    """The arms in launch order: by clamp form (:func:`_groups`, the reference's first; one
+    group's launches load together), each group in :func:`arms` order."""
+    return [a for g in _groups(arms(params)) for a in g]
+
+
+_SHA: dict[tuple[str, int, int], str] = {}
+
+
 def _model_sha(stage: Stage) -> str:
-    """sha256 of the trained weights served (the hash-checked copy's ``model.safetensors``)."""
+    """sha256 of the trained weights served (the hash-checked copy's ``model.safetensors``),
+    hashed once per file state (path, size, mtime)."""
     import hashlib
 
     from ..serving.launch_env import standin_path
 
-    return hashlib.sha256((standin_path(stage, "trained-bf16") / "model.safetensors").read_bytes()).hexdigest()
+    f = standin_path(stage, "trained-bf16") / "model.safetensors"
+    st = f.stat()
+    k = (str(f), st.st_size, st.st_mtime_ns)
+    if k not in _SHA:
+        _SHA[k] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return _SHA[k]
 
 
-def collect(stage: Stage, model_sha256: str | None = None) -> dict[str, Any]:
-    """Serve every arm (:func:`arms`), the arms of one clamp form loading together
-    (:func:`_groups`), and return ``{"arms", "rows", "launches", "prompts", ...}``; also written to
-    ``data/trained_corruption.json``."""
-    import contextlib
+def assemble(stage: Stage, model_sha256: str | None = None) -> dict[str, Any]:
+    """The arms' recorded answers (:func:`raw_path`, sent by the one collector) and launches
+    (``serve-launch-<cfg>.jsonl``) as ``{"arms", "rows", "launches", "prompts", ...}`` in launch
+    order; also written to ``data/trained_corruption.json``.
 
-    from ..serving.launch_env import standin_path
-    from ..serving.server import launched
+    Raises:
+        TrainedStudyError: an arm lacks an answer, or answers were recorded with other weights.
+    """
+    from ..core.files import write_json
+    from ..serving.records import launches as launch_rows
 
-    reqs = prompts(stage.params, standin_path(stage, "trained-bf16") / "tokenizer.json")
+    params = stage.params
+    sha = model_sha256 or _model_sha(stage)
+    ids = task_ids(params.server.cpu.trained.prompts)
     rows: list[dict[str, Any]] = []
     launches = []
-    reference: dict[str, list[int]] | None = None
-    for group in _groups(arms(stage.params)):
-        with contextlib.ExitStack() as stack:
-            recs = [{} for _ in group]
-            started = [stack.enter_context(launched(stage, server_config(stage.params, a), launch_record=r))
-                       for a, r in zip(group, recs, strict=True)]
-            for arm, st, rec in zip(group, started, recs, strict=True):
-                url = st.wait_healthy()
-                t0 = time.monotonic()
-                got = _ask_arm(url, stage, arm, reqs, reference)
-                rec["requests_s"] = round(time.monotonic() - t0, 2)
-                if arm.is_reference:
-                    reference = {r["task_id"]: r["output_ids"] for r in got}
-                rows += got
-        launches += [{"arm": a.key, **{k: r.get(k) for k in ("config_key", "load_s", "requests_s", "log",
-                                                             "native_moe_audit", "model_path")}}
-                     for a, r in zip(group, recs, strict=True)]
-    out = {"arms": [asdict(a) | {"key": a.key} for a in arms(stage.params)], "prompts": len(reqs),
-           "model_sha256": model_sha256 or _model_sha(stage),
-           "rows": rows, "launches": launches, "stop": STOP, "indent": INDENT,
-           "max_new_tokens": stage.params.server.cpu.trained.max_new_tokens}
-    from ..core.files import write_json
-
+    for arm in serving_order(params):
+        got = _latest_ok(raw_path(stage.paths, arm.key))
+        missing = [i for i in ids if i not in got]
+        if missing:
+            raise TrainedStudyError(f"{arm.key}: no answer recorded for {len(missing)} task(s), e.g. {missing[0]}")
+        mine = [got[i] for i in ids]
+        other = {r.get("model_sha256") for r in mine} - {sha}
+        if other:
+            raise TrainedStudyError(f"{arm.key}: answers recorded with other trained weights (sha256 "
+                                    f"{sorted(map(str, other))[0][:12]}...); remove {raw_path(stage.paths, arm.key).name}")
+        rows += [{k: v for k, v in r.items() if k not in _ROW_EXTRAS} for r in mine]
+        n = mine[-1]["launch"]
+        rec = next((x for x in launch_rows(stage.paths, server_config(params, arm)) if x.get("launch") == n), {})
+        launches.append({"arm": arm.key, "config_key": rec.get("config_key"), "load_s": rec.get("load_s"),
+                         "requests_s": round(sum(r["elapsed_s"] for r in mine), 2),
+                         **{k: rec.get(k) for k in ("log", "native_moe_audit", "model_path")}})
+    out = {"arms": [asdict(a) | {"key": a.key} for a in arms(params)], "prompts": len(ids),
+           "model_sha256": sha, "rows": rows, "launches": launches, "stop": STOP, "indent": INDENT,
+           "max_new_tokens": params.server.cpu.trained.max_new_tokens}
     write_json(stage.paths.data("trained_corruption"), out)
     return out
 
@@ -266,28 +378,17 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run(stage: Stage, sandbox: Any = None) -> dict[str, Any]:
-    """Collect (or read the run's ``data/trained_corruption.json`` when it is complete for these
-    arms and prompts), classify, summarise; writes ``data/trained_corruption_rows.json`` and
+    """Assemble the arms' answers (:func:`assemble`; the one collector sent them), classify,
+    summarise; writes ``data/trained_corruption_rows.json`` and
     ``data/trained_corruption_summary.json``. Returns ``{"data", "rows", "summary", "files",
     "standin"}`` (``standin``: :func:`.artifact.describe`)."""
     from ..core.files import write_json
     from .artifact import describe
 
-    path = stage.paths.data("trained_corruption")
-    model_sha = _model_sha(stage)  # hashed once: the reuse check and the record share it
-    data = None
-    if path.is_file():
-        import json
-
-        old = json.loads(path.read_text())
-        if (old.get("arms"), old.get("prompts"), old.get("max_new_tokens"), old.get("model_sha256")) == (
-                [asdict(a) | {"key": a.key} for a in arms(stage.params)], stage.params.server.cpu.trained.prompts,
-                stage.params.server.cpu.trained.max_new_tokens, model_sha):
-            data = old  # a continued run: the engine's answers for these arms and weights are recorded
-    data = data or collect(stage, model_sha)
+    data = assemble(stage)
     rows = classify(data, sandbox=sandbox)
     summary = summarize(rows)
-    files = {"raw": path, "rows": stage.paths.data("trained_corruption_rows"),
+    files = {"raw": stage.paths.data("trained_corruption"), "rows": stage.paths.data("trained_corruption_rows"),
              "summary": stage.paths.data("trained_corruption_summary")}
     write_json(files["rows"], [{k: v for k, v in r.items() if k != "body"} for r in rows])
     write_json(files["summary"], summary)

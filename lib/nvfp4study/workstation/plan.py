@@ -3,10 +3,12 @@ tokens, the disk the run writes, and an estimated wall time from stated assumpti
 
 ``nvfp4study plan [--params FILE] [-p k=v] [--load-s S] [--tok-s DEPTH=TOKS ...] [--json]``.
 
-Launches follow the stages' own serving plans (:mod:`nvfp4study.serving.plans`): 04/06/07 share
-one launch per distinct configuration (:func:`nvfp4study.serving.measure.collect` groups them;
-:func:`~nvfp4study.serving.plans.plan_servers` orders them), 05 launches one server per ``corruption.clamp_modes`` entry
-(:func:`nvfp4study.codeeval.served_collect.collect`) and one more for the reasoning-parser probe.
+Launches follow the stages' own serving plans (:mod:`nvfp4study.serving.plans`), read as the
+one collector runs them: the stages share one launch per distinct configuration
+(:func:`nvfp4study.serving.measure.collect` groups them;
+:func:`~nvfp4study.serving.plans.plan_servers` orders them), 05's corruption sweep (one
+configuration per ``corruption.clamp_modes`` entry), reasoning-parser probe and trained arms
+included.
 
 Assumptions of the time estimate (each printed with the plan):
 
@@ -73,50 +75,31 @@ def card_assumptions() -> dict[str, Any]:
 
 
 def launches(params: Params) -> list[Launch]:
-    """Every launch the serving stages make for ``params``, in launch order (no time yet)."""
+    """Every launch the serving stages make for ``params`` (no time yet): one per distinct
+    configuration of the stages' serving plans (:func:`~nvfp4study.serving.plans.plan_servers`),
+    with every request any stage asks it (:func:`~nvfp4study.serving.plans.needs`, warm-ups when
+    a timed request is among them), made in the cell of the first stage that serves it (the one
+    collector runs it there). The reason is each item's own ``what`` (05's sweep, probe and
+    trained arms), else "needed by" the stages that serve it."""
     from ..serving import plans
-
-    p = params
-    stage_plans = plans.stage_plans(p)
-    out = []
-    for c in plans.plan_servers(p):
-        why = [s for s, items in stage_plans.items() if any(i.shared and i.config == c for i in items)]
-        if not why:
-            continue  # a 05-only configuration: launched by 05 below
-        reqs = plans.needs(p, c)
-        warm = p.mtp.warmup_requests if reqs else 0
-        out.append(Launch(c.key, "needed by " + ", ".join(why), c.spec_depth, c.deterministic,
-                          len(reqs) + warm, sum(r.max_tokens for r in reqs) + warm * WARMUP_TOKENS,
-                          stage=why[0]))
-    return out + corruption_launches(p)
-
-
-def corruption_launches(params: Params) -> list[Launch]:
-    """05's launches: one sweep per clamp mode (``corruption.protocol``: the card's claim tasks
-    per sampling config, or every task with every config) and the reasoning-parser probe."""
-    from ..codeeval import served_data, tasks
-    from ..serving import plans, server
     from .bound import batch_speedup, read_bytes
 
-    p, cp = params, params.corruption
-    n_tasks = (len(tasks.card_tasks()) if cp.card_tasks else 0) + cp.humaneval_count
-    per = [(s, len(ids) if (ids := served_data.sweep_task_ids(p, s)) is not None else n_tasks) for s in cp.sampling]
-    shape = ", ".join(f"{s.name} {n}" for s, n in per)
+    p = params
+    every = plans.stage_plans(p)
     out = []
-    own = [i.config for items in plans.stage_plans(p).values() for i in items if not i.shared]  # 05's own
-    for c in own:
-        speed = batch_speedup(read_bytes(p.checkpoint.shape), cp.concurrency, c.spec_depth or 0)
-        out.append(Launch(c.key, f"05 corruption sweep, clamp {c.clamp}, protocol {cp.protocol}: tasks per "
-                          f"sampling config {shape}", c.spec_depth, c.deterministic,
-                          sum(n for _, n in per), sum(n * s.max_tokens for s, n in per),
-                          concurrency=cp.concurrency, stage="05_corruption", batch_speedup=speed))
-    probe = served_data.probe_plan(p)
-    if probe:
-        s, ids = probe
-        c = server.card_config(p, clamp=cp.after_mode)
-        out.append(Launch(c.key + f"-parser={cp.reasoning_probe_parser}",
-                          f"05 reasoning-parser probe (--reasoning-parser {cp.reasoning_probe_parser})",
-                          c.spec_depth, False, 2 * len(ids), 2 * len(ids) * s.max_tokens, stage="05_corruption"))
+    for c in plans.plan_servers(p):
+        users = {s: [i for i in items if i.config == c] for s, items in every.items()}
+        users = {s: its for s, its in users.items() if its}
+        reqs = plans.needs(p, c, every)
+        warm = p.mtp.warmup_requests if any(r.wants_warmup for r in reqs) else 0
+        plain = [s for s, its in users.items() if any(not i.what for i in its)]
+        whats = [i.what for its in users.values() for i in its if i.what]
+        conc = c.max_running_requests or 1
+        speed = batch_speedup(read_bytes(p.checkpoint.shape), conc, c.spec_depth or 0) if conc > 1 else 1.0
+        out.append(Launch(c.key, "; ".join((["needed by " + ", ".join(plain)] if plain else []) + whats),
+                          c.spec_depth, c.deterministic, len(reqs) + warm,
+                          sum(r.max_tokens for r in reqs) + warm * WARMUP_TOKENS,
+                          concurrency=conc, stage=next(iter(users)), batch_speedup=speed))
     return out
 
 
@@ -256,7 +239,7 @@ def format_plan(params: Params, s: dict[str, Any]) -> str:
         "every task with every sampling config" if s["protocol"] == "card" else
         " (every task with every sampling config); -p corruption.protocol=card plans the card's 45 requests per mode"))
     if s["concurrency_saving_s"] is not None:
-        speed = next((x["batch_speedup"] for x in s["launches"] if x["stage"] == "05_corruption"), 1.0)
+        speed = next((x["batch_speedup"] for x in s["launches"] if x["concurrency"] > 1), 1.0)
         lines.append(f"corruption.concurrency {params.corruption.concurrency}: saves ~{s['concurrency_saving_s'] / 3600:.2f} h "
                      f"against 1 ({speed:.2f}x the single-request rate, not {params.corruption.concurrency}x: each "
                      "request adds its own routed experts to every decode step; an upper bound)")
