@@ -87,3 +87,23 @@ def test_prefix_rules_and_a_hash_only_manifest(tmp_path):
         runner._previous_manifest(tmp_path, base)
     (tmp_path / "manifest.json").write_text(json.dumps({"params_hash": base.digest()}))
     assert runner._previous_manifest(tmp_path, base)
+
+
+def test_a_key_on_one_side_only_is_a_change(tmp_path):
+    """Issue 37, the resume rule from both sides: a result key the recorded params lack (a run
+    folder of an older release of the study) or have and the new params lack is a change, named
+    with ``(absent)``; an operational key on one side only is not."""
+    base = load_params(LING, overlay=False)
+    recorded = base.model_dump(mode="json")
+    del recorded["mtp"]["prompts"]
+    assert result_changes(recorded, base) == ["mtp.prompts: (absent) -> 10"]
+    recorded = base.model_dump(mode="json")
+    recorded["mtp"]["retired_knob"] = 1
+    assert result_changes(recorded, base) == ["mtp.retired_knob: 1 -> (absent)"]
+    (tmp_path / "manifest.json").write_text(json.dumps({"params": recorded, "params_hash": base.digest()}))
+    with pytest.raises(ResultParamsChanged, match=r"mtp\.retired_knob: 1 -> \(absent\)"):
+        runner._previous_manifest(tmp_path, base)
+    recorded = base.model_dump(mode="json")
+    del recorded["server"]["port"]
+    recorded["server"]["env"] = {"ONLY_HERE": "1"}
+    assert result_changes(recorded, base) == []

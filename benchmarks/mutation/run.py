@@ -31,7 +31,9 @@ from equivalent import EQUIVALENT  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 SCRATCH = REPO / ".cache" / "mutation"
 REPORT = Path(__file__).resolve().parent / "REPORT.md"
-BIN = Path(sys.executable).parent
+#: mutmut through this interpreter: the venv's ``bin/mutmut`` script names, in its first line, the
+#: interpreter of the venv as first created, which a moved or linked venv no longer has
+MUTMUT = [sys.executable, "-m", "mutmut"]
 
 #: functions not mutated, with the reason (mutmut's ``do_not_mutate_patterns`` on their ``def`` line)
 PLOT = "draws a figure from the table; decides nothing"
@@ -57,6 +59,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "params_digest": ("core/params.py", ["tests/test_params.py"]),
     "resume": ("core/runner.py", ["tests/test_runner.py::test_previous_manifest_resumes_only_with_the_same_params"]),
     "check_scale_values": ("checkpoint/check_scale_values.py", ["tests/test_scale_values.py"]),
+    "detect": ("codeeval/detect.py", ["tests/test_detect.py", "tests/test_detect_bounds.py",
+                                      "tests/test_detector_validation.py"]),
 }
 #: named by issue 37 and not run by this benchmark yet: name -> module (README says why)
 NOT_RUN = {
@@ -163,7 +167,7 @@ def _results(d: Path, module: str) -> dict[str, str]:
 
 def _diff(d: Path, mutant: str) -> str:
     """The mutant's changed lines (``mutmut show``), ``-``/``+`` lines only."""
-    out = subprocess.run([str(BIN / "mutmut"), "show", mutant], cwd=d, capture_output=True, text=True,
+    out = subprocess.run([*MUTMUT, "show", mutant], cwd=d, capture_output=True, text=True,
                          timeout=120).stdout
     return " / ".join(line.strip() for line in out.splitlines()
                       if line[:1] in "+-" and not line.startswith(("+++", "---")))
@@ -175,7 +179,7 @@ def run_module(name: str) -> dict:
     d = _scratch(name, module, tests)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # mutmut puts mutants/src first
     t0 = time.monotonic()
-    r = subprocess.run(["nice", "-n", "10", str(BIN / "mutmut"), "run", "--max-children", "2"], cwd=d,
+    r = subprocess.run(["nice", "-n", "10", *MUTMUT, "run", "--max-children", "2"], cwd=d,
                        env=env, capture_output=True, text=True)
     secs = time.monotonic() - t0
     if r.returncode != 0:
