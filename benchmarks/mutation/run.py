@@ -68,6 +68,9 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                                                     "not test_compare_table and not test_figure"]),
     # tiny checkpoints (milliseconds each); tests/test_checkpoint_audit.py's Marlin-size ones left out
     "check_scales": ("checkpoint/check_scales.py", ["tests/test_check_scales.py"]),
+    "r07_determinism": ("stages/claim_rules/r07_determinism.py", ["tests/test_claim_rules_r07.py",
+                                                                  "tests/test_determinism.py"]),
+    "r04_launch": ("stages/claim_rules/r04_launch.py", ["tests/test_launch_checks.py"]),
     # every hostile program; the 164 canonical HumanEval solutions (PASS only, 9 s a run) left out
     "sandbox": ("codeeval/sandbox.py", ["tests/test_sandbox.py", "-k",
                                         "not test_canonical_humaneval_solutions_pass_in_sandbox"]),
