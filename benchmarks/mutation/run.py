@@ -68,6 +68,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                                                     "not test_compare_table and not test_figure"]),
     # tiny checkpoints (milliseconds each); tests/test_checkpoint_audit.py's Marlin-size ones left out
     "check_scales": ("checkpoint/check_scales.py", ["tests/test_check_scales.py"]),
+    "r01_quantize": ("stages/claim_rules/r01_quantize.py", ["tests/test_claim_rules_r01.py"]),
     "r07_determinism": ("stages/claim_rules/r07_determinism.py", ["tests/test_claim_rules_r07.py",
                                                                   "tests/test_determinism.py"]),
     "r04_launch": ("stages/claim_rules/r04_launch.py", ["tests/test_launch_checks.py"]),
