@@ -8,9 +8,12 @@ its reason from :data:`equivalent.EQUIVALENT` (or "UNEXPLAINED", which the run r
 
 mutmut 3 names a mutant's module after its path with a leading ``src/`` dropped, and puts the mutated
 copy first on ``sys.path`` only for a ``src`` layout; our package is under ``lib/``. So each module
-runs in a scratch project ``.cache/mutation/<name>/`` whose ``src`` and ``tests`` link to ``lib`` and
-``tests`` and whose ``pyproject.toml`` holds that module's ``[tool.mutmut]`` section; mutmut copies
-them into ``mutants/`` there and never writes in the repository.
+runs in a scratch project ``.cache/mutation/<name>/`` whose ``src`` is a copy of ``lib``, ``tests`` a
+link to ``tests`` and whose ``pyproject.toml`` holds that module's ``[tool.mutmut]`` section; mutmut
+copies them into ``mutants/`` there and never writes in the repository. mutmut 3 leaves decorated
+functions alone, which would leave every claim rule (``@claim_rule`` / ``@finding_rule``) and every
+property unmutated: in the copy, the module under test has its decorators written as the plain
+calls they stand for (:func:`undecorate`), so those bodies are mutated too.
 """
 
 from __future__ import annotations
@@ -149,12 +152,42 @@ def _skip_patterns(path: Path, functions: dict[str, str], only: tuple[str, ...] 
     return sorted({"^" + re.escape(lines[i]) + "$" for i in inside if lines[i].strip() and lines[i] not in outside})
 
 
+def undecorate(src: str) -> str:
+    """``src`` with each decorated function (module level or in a class; ``@staticmethod`` /
+    ``@classmethod`` alone kept) written without decorator syntax: the ``@`` lines removed and
+    ``name = (deco_1)((deco_2)(name))`` put after the function, which is what the ``@`` form means.
+    mutmut 3 does not mutate a decorated function (file_mutation.py: its decorators run at
+    definition time), and the claim rules (``@claim_rule`` / ``@finding_rule``) and properties are
+    what decides verdicts; so their bodies are mutated in this form, with the same behaviour."""
+    import ast
+
+    lines = src.splitlines(keepends=True)
+    tree = ast.parse(src)
+    nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    nodes += [m for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body if isinstance(m, ast.FunctionDef)]
+    plain = {"staticmethod", "classmethod"}
+    for node in sorted(nodes, key=lambda n: n.lineno, reverse=True):  # bottom up: earlier lines keep their numbers
+        decos = node.decorator_list
+        if not decos or (len(decos) == 1 and isinstance(decos[0], ast.Name) and decos[0].id in plain):
+            continue
+        indent = " " * node.col_offset
+        applied = node.name
+        for deco in reversed(decos):  # the last decorator is applied first
+            applied = f"({ast.get_source_segment(src, deco)})({applied})"
+        end = node.end_lineno
+        lines[end:end] = [f"{indent}{node.name} = {applied}\n"]
+        del lines[decos[0].lineno - 1:node.lineno - 1]
+    return "".join(lines)
+
+
 def _scratch(name: str, module: str, tests: list[str]) -> Path:
     """The scratch project of one module (module docstring); a fresh ``mutants/`` every run."""
     d = SCRATCH / name
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
-    (d / "src").symlink_to(REPO / "lib")
+    shutil.copytree(REPO / "lib", d / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    target = d / "src" / "nvfp4study" / module
+    target.write_text(undecorate(target.read_text()))
     (d / "tests").symlink_to(REPO / "tests")
     (d / "params").symlink_to(REPO / "params")
     sel = ", ".join(json.dumps(t) for t in tests)
