@@ -152,3 +152,42 @@ def test_formula_sources_in_a_small_tree(tmp_path):
     marlin.parent.mkdir(parents=True)
     marlin.write_text("def other():\n    pass\n\n\ndef swiglu_limit_func(x):\n    return x\n")
     assert cn.formula_sources(tmp_path)["swiglu_limit_func"] == "layers/moe/fused_moe_triton/fused_marlin_moe.py:5-6"
+
+
+def test_compare_defaults_are_the_three_limits_on_401_points(monkeypatch):
+    """compare()'s defaults: limits 4, 5 and 7 on a 401 x 401 grid (grid() is spied on and asked
+    for 5 points instead, so the test stays fast)."""
+    asked = []
+    real = cn.grid
+
+    def spy(limit, g_span=None, u_span=None, n=401):
+        asked.append((limit, n))
+        return real(limit, g_span, u_span, n=5)
+
+    monkeypatch.setattr(cn, "grid", spy)
+    df = cn.compare()
+    assert asked == [(4.0, 401), (5.0, 401), (7.0, 401)] and list(df["limit"]) == [4.0] * 3 + [5.0] * 3 + [7.0] * 3
+
+
+@pytest.mark.parametrize("L", [0.2, 1.0])
+def test_compare_relative_gap_counts_small_outputs(L):
+    """With L = 0.2 every output is below 1 in size: max_rel_diff still counts every point whose
+    |b| > 1e-6, dividing by |b| itself; L = 1 is a valid limit (only L <= 0 is refused)."""
+    n = 5
+    g0, g1, u0, u1 = -2.0, 3.0 * L, -2.5 * L, 2.5 * L
+    pts = [_forms_by_hand(g0 + (g1 - g0) * i / (n - 1), u0 + (u1 - u0) * j / (n - 1), L)
+           for i in range(n) for j in range(n)]
+    df = cn.compare((L,), n=n)
+    for _, row in df.iterrows():
+        a, b = row["pair"].split(" vs ")
+        rel = [abs(f[a] - f[b]) / abs(f[b]) for f in pts if abs(f[b]) > 1e-6]
+        assert row["max_rel_diff"] == pytest.approx(max(rel), rel=1e-9), row["pair"]
+        assert row["differs_frac"] == pytest.approx(sum(abs(f[a] - f[b]) > 1e-12 for f in pts) / n ** 2, abs=1e-15)
+    assert float(cn.swiglu(t(3.0), t(2.0), "post", L)) == pytest.approx(min(silu(3.0), L) * L, abs=1e-12)
+
+
+def test_formula_sources_skips_only_the_missing_file(tmp_path):
+    marlin = tmp_path / "sglang/srt/layers/moe/fused_moe_triton/fused_marlin_moe.py"
+    marlin.parent.mkdir(parents=True)
+    marlin.write_text("# é\ndef swiglu_limit_func(x):\n    return x\n", encoding="utf-8")
+    assert cn.formula_sources(tmp_path) == {"swiglu_limit_func": "layers/moe/fused_moe_triton/fused_marlin_moe.py:2-3"}

