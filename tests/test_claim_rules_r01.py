@@ -40,7 +40,8 @@ def m(rep=None, probe=None, rt=None) -> r01.QuantizeMeasurements:
 
 
 def test_gather_reads_the_card_and_the_run_folder(tmp_path):
-    x = r01.QuantizeMeasurements.gather(RunPaths(tmp_path), REP, {}, {})
+    x = r01.QuantizeMeasurements.gather(RunPaths(tmp_path), REP, {"probes": 1}, {"run": "rt"})
+    assert (x.rep, x.probe, x.rt) == (REP, {"probes": 1}, {"run": "rt"})
     assert x.card["scheme"] == "NVFP4A16" and x.card["tool"] == "model_free_ptq"
     assert Path(x.ev_q).name == "quantize.json" and Path(x.ev_p).name == "quantize-probes.json"
     assert [Path(p).name for p in x.ev_share] == ["gate-up-scales-share=on.parquet", "gate-up-scales-share=off.parquet"]

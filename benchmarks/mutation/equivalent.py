@@ -109,3 +109,17 @@ EQUIVALENT.update({
     _CN + "x_grid__mutmut_35": "equivalent: torch.meshgrid's indexing defaults to 'ij' (it warns that it will change)",
     _CN + "x_grid__mutmut_38": "equivalent: torch.meshgrid's indexing defaults to 'ij' (it warns that it will change)",
 })
+
+_CS = "nvfp4study.checkpoint.check_scales."
+_CS_UNREACHABLE = ("equivalent through audit_checkpoint, check_scales' only caller: modules.py classifies a module whose "
+                   "weight_global_scale is not F32 [1] as INVALID-PACKED, never NVFP4, so no module check_scales sees "
+                   "has one")
+_R01 = "nvfp4study.stages.claim_rules.r01_quantize."
+_JSON_DEFAULT = "equivalent: RunPaths.data's ext defaults to 'json'"
+
+EQUIVALENT.update({
+    _CS + "x_check_scales__mutmut_16": _CS_UNREACHABLE,
+    _CS + "x_check_scales__mutmut_17": _CS_UNREACHABLE,
+    _R01 + "xǁQuantizeMeasurementsǁgather__mutmut_28": _JSON_DEFAULT,
+    _R01 + "xǁQuantizeMeasurementsǁgather__mutmut_37": _JSON_DEFAULT,
+})
