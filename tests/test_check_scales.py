@@ -284,3 +284,16 @@ def test_mismatch_with_no_finite_error_is_reported_not_raised(tmp_path, monkeypa
     g = rep.gate_up_summary
     assert (g["max_abs_up_scale_error"], g["median_abs_up_scale_error"]) == (None, None)
     assert one(rep, AuditCode.WEIGHT_SCALE_NONFINITE).tensors == ["model.layers.1.mlp.experts.0.up_proj.weight_global_scale"]
+
+
+def test_f01_w4a4_with_no_input_scale_at_all_is_an_error(tmp_path):
+    """A W4A4 config whose experts carry no input scale at all: every projection is named (the
+    W4A16 case without any is silent: test_f01_missing_with_w4a16_...)."""
+    every = {(la, p): list(range(2)) for la in LAYERS for p in ("gate_proj", "up_proj", "down_proj")}
+    rep = audit_checkpoint(tiny(tmp_path, experts=2, missing_input=every))
+    f = one(rep, AuditCode.F01_INPUT_SCALE_MISSING)
+    assert f.severity == Severity.ERROR and len(f.tensors) == 18 and f.layers == [1, 2, 3]
+    assert f.message.startswith("18 expert projections lack input_global_scale (W4A4 config: SGLang fills them "
+                                "from torch.empty, NaN logits); layer 1: down_proj [0, 1], gate_proj [0, 1], "
+                                "up_proj [0, 1]; ")
+    assert rep.input_scales["with_input_global_scale"] == 0 and rep.input_scales["input_all_one"] is False

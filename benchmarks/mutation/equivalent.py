@@ -123,3 +123,22 @@ EQUIVALENT.update({
     _R01 + "xǁQuantizeMeasurementsǁgather__mutmut_28": _JSON_DEFAULT,
     _R01 + "xǁQuantizeMeasurementsǁgather__mutmut_37": _JSON_DEFAULT,
 })
+
+_SB = "nvfp4study.codeeval.sandbox."
+_SB_POOL = ("equivalent: the serial path and the pool give the same results in the same order (pool.map keeps "
+            "it), one check_program per item with the same params; only how many threads run them differs")
+_SB_RMTREE = ("equivalent: the folder rmtree removes was made by mkdtemp just before in the same call and nothing "
+              "else removes it, so ignore_errors is never needed")
+
+EQUIVALENT.update({
+    _SB + "x_check_many__mutmut_1": _SB_POOL,
+    _SB + "x_check_many__mutmut_5": _SB_POOL,
+    _SB + "x_check_many__mutmut_6": _SB_POOL,
+    _SB + "x_check_many__mutmut_7": _SB_POOL,
+    _SB + "x_check_many__mutmut_8": _SB_POOL,
+    _SB + "x_check_many__mutmut_9": _SB_POOL,
+    _SB + "x_check_many__mutmut_16": _SB_POOL,
+    _SB + "x__discard__mutmut_4": _SB_RMTREE,
+    _SB + "x__discard__mutmut_6": _SB_RMTREE,
+    _SB + "x__discard__mutmut_7": _SB_RMTREE,
+})
