@@ -125,6 +125,22 @@ ADDED_TESTS = {
         "and the resume check",
     "tests/test_scale_values.py::test_copied_*, test_bad_values_*": "check_scale_values' copy thresholds (4 experts "
         "and half the layer), the across-layer rule, the messages and the tensor list cap (24 survivors)",
+    # the second run (detect, clamp numerics, check_scales, sandbox, claim rules r01 / r07 / r04)
+    "tests/test_detect_fields.py (new file)": "every Detection field of detect_code / detect_completion / "
+        "detect_bytes, the size bound's edges (1,000,000 bytes exactly and one more), prompt, entry point and "
+        "decoding findings passed on each input path, what counts as a body, the CLI's exit status, output and "
+        "options (141 of the first 314 detect.py mutants had survived)",
+    "tests/test_clamp_numerics.py::test_compare_small_grid_by_hand, test_compare_relative_gap_counts_small_outputs, "
+    "test_compare_defaults_*, test_grid_spans_*, test_formula_sources_*": "compare()'s every column on 9 x 9 and "
+        "7 x 7 grids against a loop over the points, its defaults, outputs below 1 in size, formula_sources",
+    "tests/test_check_scales.py (new file)": "check_scales on tiny checkpoints: the summary, the gate/up rows and "
+        "summary, each finding's severity, message, tensors and layers (F01 missing / non-finite, W4A16 input "
+        "scales, weight scales, mismatch within and past allclose, copied scales, layout); it found that a "
+        "mismatch with no finite error raised TypeError (fixed)",
+    "tests/test_sandbox_classify.py (new file)": "the sandbox's outcome rules by hand (_classify, _death, "
+        "_signal_of, _code_line), a start that fails leaves no pipe, folder or cgroup, check_many's two paths",
+    "tests/test_claim_rules_r01.py, tests/test_claim_rules_r07.py (new files)": "stages 01 and 07's rules row by "
+        "row, every field, each verdict's edges on both sides",
 }
 
 
