@@ -77,7 +77,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "r01_quantize": ("stages/claim_rules/r01_quantize.py", ["tests/test_claim_rules_r01.py"]),
     "r07_determinism": ("stages/claim_rules/r07_determinism.py", ["tests/test_claim_rules_r07.py",
                                                                   "tests/test_determinism.py"]),
-    "r04_launch": ("stages/claim_rules/r04_launch.py", ["tests/test_launch_checks.py"]),
+    "r04_launch": ("stages/claim_rules/r04_launch.py", ["tests/test_claim_rules_r04.py", "tests/test_launch_checks.py"]),
     # the deciding functions by hand (test_sandbox_classify.py), then every hostile program; the 164
     # canonical HumanEval solutions (PASS only, 9 s a run) left out
     "sandbox": ("codeeval/sandbox.py", ["tests/test_sandbox_classify.py", "tests/test_sandbox.py", "-k",
@@ -140,8 +140,9 @@ ADDED_TESTS = {
         "mismatch with no finite error raised TypeError (fixed)",
     "tests/test_sandbox_classify.py (new file)": "the sandbox's outcome rules by hand (_classify, _death, "
         "_signal_of, _code_line), a start that fails leaves no pipe, folder or cgroup, check_many's two paths",
-    "tests/test_claim_rules_r01.py, tests/test_claim_rules_r07.py (new files)": "stages 01 and 07's rules row by "
-        "row, every field, each verdict's edges on both sides",
+    "tests/test_claim_rules_r01.py, test_claim_rules_r04.py, test_claim_rules_r07.py (new files)": "stages 01, 04 "
+        "and 07's rules row by row, every field, each verdict's edges on both sides, each refusal word for word "
+        "(r04's card rows, its CPU launch finding and clamp-log rule had no direct test)",
 }
 
 
