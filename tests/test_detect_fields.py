@@ -198,3 +198,10 @@ def test_cli_options_reach_the_detector(tmp_path, capsys, monkeypatch):
     with pytest.raises(DetectInputError) as err:
         main([str(missing)])
     assert str(err.value) == f"cannot read {missing}: No such file or directory"
+
+
+def test_cli_plain_line_of_a_finding_without_detail(tmp_path, capsys):
+    blank = tmp_path / "blank.py"
+    blank.write_text("   \n")
+    assert main([str(blank)]) == 0  # no code is not corrupted
+    assert capsys.readouterr().out == f"{blank}: no_code (no_code; code from file)\n  no_code          -         ''\n"

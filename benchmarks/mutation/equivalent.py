@@ -142,3 +142,12 @@ EQUIVALENT.update({
     _SB + "x__discard__mutmut_6": _SB_RMTREE,
     _SB + "x__discard__mutmut_7": _SB_RMTREE,
 })
+
+_DT = "nvfp4study.codeeval.detect."
+_UTF8 = "equivalent: bytes.decode's encoding defaults to 'utf-8', and 'UTF-8' names the same codec"
+EQUIVALENT.update({
+    _DT + "x_main__mutmut_3": ("equivalent: prompt '' for None when --prompt is not given: detect_bytes and "
+                               "detect_code test the prompt for truth only"),
+    _DT + "x_main__mutmut_7": _UTF8,
+    _DT + "x_main__mutmut_11": _UTF8,
+})

@@ -244,15 +244,28 @@ def _diff(d: Path, mutant: str) -> str:
                       if line[:1] in "+-" and not line.startswith(("+++", "---")))
 
 
-def run_module(name: str) -> dict:
-    """Run mutmut over one module; returns its counts, survivors (name, diff, reason) and seconds."""
+def run_module(name: str, recheck: dict | None = None) -> dict:
+    """Run mutmut over one module; returns its counts, survivors (name, diff, reason) and seconds.
+
+    ``recheck``: the module's last result, whose scratch project is still there: only its
+    unexplained survivors are run again (mutmut collects the tests added since and keeps every
+    other mutant's result), and the seconds are added to the last run's."""
     module, tests = MODULES[name]
-    d = _scratch(name, module, tests)
+    names: list[str] = []
+    if recheck is None:
+        d = _scratch(name, module, tests)
+    else:
+        d = SCRATCH / name
+        if recheck.get("tests") != tests or not (d / "mutants").is_dir():
+            raise RuntimeError(f"{name}: no scratch project of the same test selection to recheck; run it in full")
+        names = [s["mutant"] for s in recheck["survivors"] if s["mutant"] not in EQUIVALENT]
+        if not names:
+            return recheck
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # mutmut puts mutants/src first
     t0 = time.monotonic()
-    r = subprocess.run(["nice", "-n", "10", *MUTMUT, "run", "--max-children", "2"], cwd=d,
+    r = subprocess.run(["nice", "-n", "10", *MUTMUT, "run", "--max-children", "2", *names], cwd=d,
                        env=env, capture_output=True, text=True)
-    secs = time.monotonic() - t0
+    secs = time.monotonic() - t0 + (recheck["seconds"] if recheck else 0.0)
     if r.returncode != 0:
         tail = r.stdout.replace("\r", "\n").splitlines()[-15:] + r.stderr.splitlines()[-15:]
         raise RuntimeError(f"mutmut failed on {module} (exit {r.returncode}):\n" + "\n".join(tail))
@@ -331,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
                                  description="mutmut over the verdict- and safety-carrying modules")
     ap.add_argument("--only", nargs="*", choices=sorted(MODULES), help="run these modules only")
     ap.add_argument("--report", action="store_true", help="only rewrite the report from the last results")
+    ap.add_argument("--recheck", action="store_true",
+                    help="with --only: run again only the last run's unexplained survivors (after adding tests)")
     args = ap.parse_args(argv)
     cache = SCRATCH / "results.json"
     results = json.loads(cache.read_text()) if cache.is_file() and (args.only or args.report) else {}
@@ -341,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in MODULES if args.only is None else args.only:
         print(f"== {name}: {MODULES[name][0]}", flush=True)
         try:
-            results[name] = run_module(name)
+            results[name] = run_module(name, results.get(name) if args.recheck else None)
         except RuntimeError as exc:  # e.g. a test failing on the released code: the others still run
             print(exc, flush=True)
             failed[name] = str(exc).splitlines()[0]
