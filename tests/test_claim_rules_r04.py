@@ -245,3 +245,10 @@ def test_scaling_probe_refusals_word_for_word():
         evidence=ev)
     assert r04.audit_cpu_routed_scaling(_scaling([same] * 6, [diff] * 6, missing="none")) == Row.not_run(
         "none", evidence=ev)
+
+
+def test_resident_gb_is_bytes_over_1e9_exactly():
+    """GB = 1e9 bytes, not a value near it: a load line 6e-9 GB past a rounding edge of the
+    ledger's two decimals rounds up (12.345000006 GB -> 12.35)."""
+    gib = (12.345 + 6e-9) * 1e9 / (1 << 30)
+    assert r04.size_resident(launch(target={"mem_gib": gib, "elapsed_s": 1.0})).measured["resident_gb"] == 12.35

@@ -151,3 +151,12 @@ EQUIVALENT.update({
     _DT + "x_main__mutmut_7": _UTF8,
     _DT + "x_main__mutmut_11": _UTF8,
 })
+EQUIVALENT.update({
+    _DT + "x_detect_bytes__mutmut_24": "equivalent: msg '' for None: only `isinstance(msg, dict)` reads it",
+    _DT + "x_detect_bytes__mutmut_30": "equivalent: msg '' for None: only `isinstance(msg, dict)` reads it",
+    _DT + "x_detect_bytes__mutmut_69": "equivalent: the pattern is searched with re.I, so </?THINK> matches as </?think>",
+    _DT + "x_detect_bytes__mutmut_70": ("equivalent: any kind but 'completion' goes on to detect_code, so the "
+                                        "fallback's name is never compared"),
+    _DT + "x_detect_bytes__mutmut_71": ("equivalent: any kind but 'completion' goes on to detect_code, so the "
+                                        "fallback's name is never compared"),
+})
