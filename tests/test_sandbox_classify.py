@@ -190,3 +190,8 @@ def test_check_many_serial_and_pooled_keep_order_and_params():
     (one,) = sb.check_many([(TASK, codes[2])], params, workers=4)
     assert (one.outcome, one.name, one.isolation) == ("name_error", "culp", UN)
     assert sb.check_many([], params) == []
+
+
+def test_no_pids_cgroup_where_the_machine_lets_none_be_made(monkeypatch):
+    monkeypatch.setattr(sb, "cap_parent", lambda: None)
+    assert sb._make_cap(SandboxParams()) is None

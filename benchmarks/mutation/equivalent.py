@@ -160,3 +160,8 @@ EQUIVALENT.update({
     _DT + "x_detect_bytes__mutmut_71": ("equivalent: any kind but 'completion' goes on to detect_code, so the "
                                         "fallback's name is never compared"),
 })
+EQUIVALENT.update({
+    "nvfp4study.stages.claim_rules.r04_launch.x__control_refusal__mutmut_19": (
+        "equivalent but at one point: the miss bound (a Wilson bound to the power n) would have to equal the float "
+        "0.05 exactly"),
+})
