@@ -205,3 +205,9 @@ def test_cli_plain_line_of_a_finding_without_detail(tmp_path, capsys):
     blank.write_text("   \n")
     assert main([str(blank)]) == 0  # no code is not corrupted
     assert capsys.readouterr().out == f"{blank}: no_code (no_code; code from file)\n  no_code          -         ''\n"
+
+
+def test_body_after_a_prompt_without_its_last_newline():
+    prompt = 'def f(xs):\n    """doc"""'  # no newline at the end: one is put between prompt and body
+    det = detect_code("    return len(xs)\n", prompt=prompt)
+    assert (det.status, det.findings) == ("clean", [])

@@ -165,3 +165,11 @@ EQUIVALENT.update({
         "equivalent but at one point: the miss bound (a Wilson bound to the power n) would have to equal the float "
         "0.05 exactly"),
 })
+EQUIVALENT.update({
+    _DT + "x__checks__mutmut_49": ("equivalent: without an offset `checked` is `code`, so the prompt's slice "
+                                   "checked[:0] is empty and counts 0 either way"),
+    _DT + "x_detect_code__mutmut_73": ("equivalent: the default first line only has its first character compared "
+                                       "with a space or a tab; 'XXXX' is neither, as '' is not"),
+    _DT + "x_detect_code__mutmut_79": ("equivalent: a second newline after a prompt that ends in one adds a blank "
+                                       "line, which Python and pyflakes skip, and the offset counts it"),
+})
