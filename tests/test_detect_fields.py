@@ -211,3 +211,16 @@ def test_body_after_a_prompt_without_its_last_newline():
     prompt = 'def f(xs):\n    """doc"""'  # no newline at the end: one is put between prompt and body
     det = detect_code("    return len(xs)\n", prompt=prompt)
     assert (det.status, det.findings) == ("clean", [])
+
+
+@pytest.mark.parametrize("code,why", [
+    ("x = " + "(" * 300 + "1" + ")" * 300 + "\n", "expression nesting over 200 at line 1"),
+    ("x = (1\n" + "+ 1\n" * 5000 + ")\n", "RecursionError in the parser or pyflakes: nested too deep"),
+])
+def test_detect_code_too_deep_fields(code, why):
+    """Nested over the bound (found before parsing), or a chain continued over lines that the
+    parser or pyflakes recurses on: too_deep, with the code and the source kept."""
+    assert fields(detect_code(code, source="file")) == {
+        "status": "too_deep", "reason": why, "label": "too_deep", "source": "file", "parsed": False,
+        "recovered": None, "non_ascii_in_text": 0,
+        "findings": [{"kind": "too_deep", "line": None, "col": None, "text": "", "detail": why}], "code": code}

@@ -173,3 +173,10 @@ EQUIVALENT.update({
     _DT + "x_detect_code__mutmut_79": ("equivalent: a second newline after a prompt that ends in one adds a blank "
                                        "line, which Python and pyflakes skip, and the offset counts it"),
 })
+EQUIVALENT.update({
+    _DT + "x_detect_code__mutmut_82": ("equivalent: a second newline after a prompt that ends in one adds a blank "
+                                       "line, which Python and pyflakes skip, and the offset counts it"),
+    _DT + "x_detect_code__mutmut_115": ("equivalent: a body is checked inside the prompt + body program, whose "
+                                        "module-level names pyflakes already sees; giving them again as scope "
+                                        "changes no finding"),
+})
