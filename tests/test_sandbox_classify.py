@@ -67,7 +67,7 @@ def test_death_each_cause():
 
 
 def tail(data: bytes) -> OutputTail:
-    t = OutputTail(100)
+    t = OutputTail(1000)
     t.add(data)
     return t
 
@@ -195,3 +195,14 @@ def test_check_many_serial_and_pooled_keep_order_and_params():
 def test_no_pids_cgroup_where_the_machine_lets_none_be_made(monkeypatch):
     monkeypatch.setattr(sb, "cap_parent", lambda: None)
     assert sb._make_cap(SandboxParams()) is None
+
+
+def test_classify_bwrap_failure_and_long_join_message():
+    """bwrap's own error (status 1, stderr starting 'bwrap:') is a sandbox error with its message;
+    a join failure's message is cut at 300 characters."""
+    r = run(1, err=b"bwrap: Creating new namespace failed: Operation not permitted\n")
+    assert (r.outcome, r.detail, r.message) == ("sandbox_error", "bwrap failed",
+                                                "bwrap: Creating new namespace failed: Operation not permitted")
+    err = f"{JOIN_MESSAGE} [n0]: ".encode() + b"x" * 400
+    r = run(JOIN_FAILED, cap=object(), err=err)
+    assert r.message == err.decode()[:300] and len(r.message) == 300
