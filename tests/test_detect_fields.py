@@ -12,7 +12,13 @@ import sys
 import pytest
 
 from nvfp4study.codeeval.bounds import MAX_BYTES
-from nvfp4study.codeeval.detect import detect_bytes, detect_code, detect_completion, main
+from nvfp4study.codeeval.detect import (
+    detect_bytes,
+    detect_code,
+    detect_completion,
+    main,
+    non_ascii_scan,
+)
 from nvfp4study.codeeval.extract import extract_code
 from nvfp4study.core.errors import CompletionFormatError, DetectInputError
 
@@ -224,3 +230,9 @@ def test_detect_code_too_deep_fields(code, why):
         "status": "too_deep", "reason": why, "label": "too_deep", "source": "file", "parsed": False,
         "recovered": None, "non_ascii_in_text": 0,
         "findings": [{"kind": "too_deep", "line": None, "col": None, "text": "", "detail": why}], "code": code}
+
+
+def test_the_naive_non_ascii_scan_the_card_warns_against():
+    """Flags any character above U+007F, and so misses the card's ASCII junk words."""
+    assert non_ascii_scan("x = 'é'\n") and non_ascii_scan("\u00a0")
+    assert not non_ascii_scan(JUNK) and not non_ascii_scan("seen.add(culp)  # ulp oly Advisory\n")
