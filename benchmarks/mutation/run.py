@@ -152,6 +152,11 @@ ADDED_TESTS = {
     "tests/test_claim_rules_r01.py, test_claim_rules_r04.py, test_claim_rules_r07.py (new files)": "stages 01, 04 "
         "and 07's rules row by row, every field, each verdict's edges on both sides, each refusal word for word "
         "(r04's card rows, its CPU launch finding and clamp-log rule had no direct test)",
+    "tests/test_claim_rules_r06.py (new file)": "r06's best-depth row in full with two estimators and two depths, the "
+        "speed-only off row, k3 reading depth 3 (its rule bodies, decorated, were never mutated before)",
+    "tests/test_params_digest.py::test_refusal_message_in_full, test_a_key_on_one_side_only_is_a_change": "the "
+        "resume check's refusal word for word and a result key on one side only (the resume module now runs with "
+        "tests/test_params_digest.py too)",
 }
 
 
