@@ -10,6 +10,7 @@ gate and up are not shared), input global scale 1.0; expert layers 1..NL-1.
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -297,3 +298,55 @@ def test_f01_w4a4_with_no_input_scale_at_all_is_an_error(tmp_path):
                                 "from torch.empty, NaN logits); layer 1: down_proj [0, 1], gate_proj [0, 1], "
                                 "up_proj [0, 1]; ")
     assert rep.input_scales["with_input_global_scale"] == 0 and rep.input_scales["input_all_one"] is False
+
+
+def unquantize(root, modules: dict[str, tuple[int, int]]) -> None:
+    """Store the named expert projections as plain BF16 ``weight`` [out, in] (not NVFP4), in the
+    shard that held them, and the index with them."""
+    index = root / "model.safetensors.index.json"
+    wmap = json.loads(index.read_text())
+    for p in sorted(root.glob("*.safetensors")):
+        t = load_file(str(p))
+        mine = [m for m in modules if f"{m}.weight_packed" in t]
+        for mod in mine:
+            for k in ("weight_packed", "weight_scale", "weight_global_scale", "input_global_scale"):
+                t.pop(f"{mod}.{k}", None)
+                wmap["weight_map"].pop(f"{mod}.{k}", None)
+            t[f"{mod}.weight"] = torch.zeros(*modules[mod], dtype=torch.bfloat16)
+            wmap["weight_map"][f"{mod}.weight"] = p.name
+        if mine:
+            save_file(t, str(p), metadata={"format": "pt"})
+    index.write_text(json.dumps(wmap))
+
+
+def test_pairs_need_both_gate_and_up_and_small_positive_scales_are_fine(tmp_path):
+    """An expert whose up_proj is not NVFP4 has no gate/up pair (and nothing crashes); a weight
+    scale of 0.5 is positive and finite, not a bad value; summary['implausible'] is
+    check_scale_values' result; the mismatch message ends with the Marlin scheme's lines."""
+    root = tiny(tmp_path, weight_value={(1, "down_proj", 3): 0.5}, share_gate_up=False)
+    unquantize(root, {"model.layers.2.mlp.experts.1.up_proj": (16, 32)})
+    rep = audit_checkpoint(root)
+    assert sorted((r["layer"], r["expert"]) for r in rep.gate_up) == sorted(
+        (la, e) for la in LAYERS for e in range(4) if (la, e) != (2, 1))
+    assert not by_code(rep, AuditCode.WEIGHT_SCALE_NONFINITE)
+    assert rep.input_scales["implausible"] == {"weight_global_scale": {}, "input_global_scale": {}}
+    assert one(rep, AuditCode.GATE_UP_SCALE_MISMATCH).message.endswith(
+        "; the W4A16 Marlin scheme refuses them (w4a16_nvfp4_moe.py 186-202)")
+
+
+def test_two_equal_expert_scales_are_all_identical(tmp_path, monkeypatch):
+    monkeypatch.setattr(tca, "NL", 2)  # expert layer 1 only, one expert: 3 modules
+    rep = audit_checkpoint(tiny(tmp_path, experts=1, copied_scales=True, weight_value={(1, "up_proj", 0): float("nan")}))
+    f = one(rep, AuditCode.SCALES_ALL_IDENTICAL)
+    assert f.message.startswith("all 2 expert weight_global_scale values are 448.0: scales look copied")
+
+
+def test_a_layer_of_four_equal_expert_scales_is_a_copy(tmp_path):
+    """Four NVFP4 expert modules in a layer, all one scale: named (more than 3); the other layers
+    differ."""
+    same = {(2, p, e): 512.0 for p in ("gate_proj", "up_proj", "down_proj") for e in range(2)}
+    root = tiny(tmp_path, experts=2, weight_value=same)
+    unquantize(root, {"model.layers.2.mlp.experts.1.down_proj": (32, 16),
+                      "model.layers.2.mlp.experts.0.down_proj": (32, 16)})
+    f = one(audit_checkpoint(root), AuditCode.SCALES_ALL_IDENTICAL)
+    assert f.layers == [2] and f.message.startswith("layers 2: every expert weight_global_scale in the layer")

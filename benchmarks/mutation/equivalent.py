@@ -185,3 +185,13 @@ EQUIVALENT.update({
         "equivalent for every GPU of workstation/bound.py's table: bw / 1e9 and bw / 1000000001 print the same with "
         ":g (six significant digits)"),
 })
+EQUIVALENT.update({
+    _CS + "x_check_scales__mutmut_287": ("equivalent: every routed expert check_scales sees is NVFP4 and so has a "
+                                         "weight_global_scale (m.name in wgs always holds); `or` only adds down_proj "
+                                         "entries to the pairs, which are never read"),
+    _CS + "x_check_scales__mutmut_315": "equivalent: float('NAN') and float('nan') are the same NaN",
+    _CS + "x_check_scales__mutmut_319": ("equivalent but at one point: |g - u| would have to equal "
+                                         "1e-8 + 1e-5 * |u| exactly in float"),
+    _CS + "x_check_scales__mutmut_459": ("equivalent: the branch needs every value equal (len(set(ev)) == 1) and at "
+                                         "least two, so ev[1] is ev[0]'s value"),
+})
