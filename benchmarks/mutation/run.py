@@ -196,7 +196,9 @@ def undecorate(src: str) -> str:
     ``name = (deco_1)((deco_2)(name))`` put after the function, which is what the ``@`` form means.
     mutmut 3 does not mutate a decorated function (file_mutation.py: its decorators run at
     definition time), and the claim rules (``@claim_rule`` / ``@finding_rule``) and properties are
-    what decides verdicts; so their bodies are mutated in this form, with the same behaviour."""
+    what decides verdicts; so their bodies are mutated in this form, with the same behaviour. A
+    ``functools`` cache stays decorated (unmutated, as mutmut leaves it): its result, cached before
+    mutmut forks a mutant's run, would keep the mutant from ever being called."""
     import ast
 
     lines = src.splitlines(keepends=True)
@@ -208,6 +210,8 @@ def undecorate(src: str) -> str:
         decos = node.decorator_list
         if not decos or (len(decos) == 1 and isinstance(decos[0], ast.Name) and decos[0].id in plain):
             continue
+        if any("cache" in ast.get_source_segment(src, d) for d in decos):
+            continue  # a functools cache warmed before mutmut forks would hide the mutant: left decorated
         indent = " " * node.col_offset
         applied = node.name
         for deco in reversed(decos):  # the last decorator is applied first
