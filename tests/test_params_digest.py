@@ -87,3 +87,40 @@ def test_prefix_rules_and_a_hash_only_manifest(tmp_path):
         runner._previous_manifest(tmp_path, base)
     (tmp_path / "manifest.json").write_text(json.dumps({"params_hash": base.digest()}))
     assert runner._previous_manifest(tmp_path, base)
+
+
+def test_a_key_on_one_side_only_is_a_change(tmp_path):
+    """Issue 37, the resume rule from both sides: a result key the recorded params lack (a run
+    folder of an older release of the study) or have and the new params lack is a change, named
+    with ``(absent)``; an operational key on one side only is not."""
+    base = load_params(LING, overlay=False)
+    recorded = base.model_dump(mode="json")
+    del recorded["mtp"]["prompts"]
+    assert result_changes(recorded, base) == ["mtp.prompts: (absent) -> 10"]
+    recorded = base.model_dump(mode="json")
+    recorded["mtp"]["retired_knob"] = 1
+    assert result_changes(recorded, base) == ["mtp.retired_knob: 1 -> (absent)"]
+    (tmp_path / "manifest.json").write_text(json.dumps({"params": recorded, "params_hash": base.digest()}))
+    with pytest.raises(ResultParamsChanged, match=r"mtp\.retired_knob: 1 -> \(absent\)"):
+        runner._previous_manifest(tmp_path, base)
+    recorded = base.model_dump(mode="json")
+    del recorded["server"]["port"]
+    recorded["server"]["env"] = {"ONLY_HERE": "1"}
+    assert result_changes(recorded, base) == []
+
+
+def test_refusal_message_in_full(tmp_path):
+    """The runner's refusal names every changed key, '; '-separated, and lists the operational keys
+    ', '-separated, as written out here."""
+    base = load_params(LING, overlay=False)
+    new = load_params(LING, ["mtp.prompts=3", "server.clamp_mode=none"], overlay=False)
+    with pytest.raises(ResultParamsChanged) as err:
+        runner._previous_manifest(_manifest(tmp_path, base), new)
+    assert str(err.value) == (
+        f"{tmp_path} was run with other params: mtp.prompts: 10 -> 3; server.clamp_mode: 'exact' -> 'none'. Only "
+        "operational keys (description, execution_timeout_s, quantize.python, quantize.max_workers, "
+        "quantize.assumed_mb_per_s, server.python, server.host, server.port, server.launcher, server.docker.gpus, "
+        "server.docker.container_name_prefix, server.env, server.startup_timeout_s, server.request_timeout_s, "
+        "server.shutdown_grace_s, server.health_poll_s, server.parallel_loads, corruption.max_workers, "
+        "corruption.concurrency) may change when a run is continued: continue it with the same result params, or "
+        "use a new run folder")

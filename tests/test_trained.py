@@ -207,6 +207,47 @@ def test_served_copy_is_made_once_and_remade_when_tampered(tmp_path):
     assert hashlib.sha256(f.read_bytes()).hexdigest() == artifact.verify()["model.safetensors"]
 
 
+
+def test_served_folder_remakes_the_nvfp4_copy_when_its_source_or_model_changed(tmp_path, monkeypatch):
+    """Issue 37, the trained weights' hash check from both sides: the NVFP4-rounded served copy is
+    reused only while its record's source_sha256 is the served BF16 model's and its model_sha256
+    the file's own; a tampered copy, a record of another source, or no record makes it again.
+    (nvfp4_copy is replaced by a stand-in that writes a marked model file and counts its calls.)"""
+    calls = []
+
+    def fake_copy(bf16, dst, qparams):
+        calls.append(qparams)
+        dst.mkdir(parents=True, exist_ok=True)
+        (dst / "model.safetensors").write_bytes(b"nvfp4 copy %d" % len(calls))
+        return {"quantized": 3, "report": {"counts": {"quantized": 3}}}
+
+    monkeypatch.setattr(artifact, "nvfp4_copy", fake_copy)
+    work = lambda name: tmp_path / name  # noqa: E731
+
+    def sha(p: Path) -> str:
+        return hashlib.sha256(p.read_bytes()).hexdigest()
+
+    dst = artifact.served_folder(work, "nvfp4", "q")
+    rec = json.loads((dst / "nvfp4study_quantize.json").read_text())
+    assert dst == tmp_path / "served-trained-nvfp4" and len(calls) == 1
+    assert rec == {"quantized": 3, "counts": {"quantized": 3},
+                   "source_sha256": artifact.verify()["model.safetensors"],
+                   "model_sha256": sha(dst / "model.safetensors")}
+    assert artifact.served_folder(work, "nvfp4", "q") == dst and len(calls) == 1  # reused
+    (dst / "model.safetensors").write_bytes(b"tampered")
+    artifact.served_folder(work, "nvfp4", "q")
+    assert len(calls) == 2 and (dst / "model.safetensors").read_bytes() == b"nvfp4 copy 2"
+    (dst / "nvfp4study_quantize.json").write_text(json.dumps({**rec, "model_sha256": sha(dst / "model.safetensors"),
+                                                              "source_sha256": "0" * 64}))
+    artifact.served_folder(work, "nvfp4", "q")
+    assert len(calls) == 3
+    (dst / "nvfp4study_quantize.json").unlink()
+    artifact.served_folder(work, "nvfp4", "q")
+    assert len(calls) == 4
+    assert artifact.served_folder(work, "bf16", "q") == tmp_path / "served-trained-bf16" and len(calls) == 4
+    with pytest.raises(artifact.TrainedArtifactError, match="no trained weights 'fp8'"):
+        artifact.served_folder(work, "fp8", "q")
+
 # --- the corpus manifest --------------------------------------------------------------------
 def test_manifest_check_names_what_differs(tmp_path, monkeypatch):
     pkg = tmp_path / "pkg"

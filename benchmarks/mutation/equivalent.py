@@ -78,3 +78,120 @@ EQUIVALENT: dict[str, str] = {
     _PJ + "x_write_all__mutmut_55": _INDENT,
     _PJ + "x_write_all__mutmut_58": _INDENT,
 }
+
+# --- the modules added after issue 37's first report -------------------------------------------
+_CN = "nvfp4study.sglang.clamp_numerics."
+_CN_EDGE = ("equivalent on any grid but a contrived one: the comparison differs only at a point whose value equals the "
+            "float constant exactly")
+_CN_AT_L = "equivalent: at g = L post and pre agree (the gate gap is 0 there), so the maximum over either side is unchanged"
+_CN_NONEMPTY = ("equivalent: the grid's g runs from -2 to 3L and a limit is > 0, so both g <= L and g > L are "
+                "non-empty and the `else None` is never taken")
+_CN_NAN = ("equivalent in the DataFrame compare() returns: a key left out of a row and a None both become NaN in "
+           "that float column")
+
+EQUIVALENT.update({
+    _CN + "x_compare__mutmut_42": _CN_EDGE + " (|b| == 1e-6)",
+    _CN + "x_compare__mutmut_68": _CN_EDGE + " (a gap == 1e-12)",
+    _CN + "x_compare__mutmut_76": "equivalent: every column of the ij mesh G holds the same g values (G[:, 1] == G[:, 0])",
+    _CN + "x_compare__mutmut_97": _CN_AT_L,
+    _CN + "x_compare__mutmut_98": _CN_AT_L,
+    _CN + "x_compare__mutmut_112": _CN_NONEMPTY,
+    _CN + "x_compare__mutmut_116": _CN_NONEMPTY,
+    _CN + "x_compare__mutmut_120": _CN_NONEMPTY,
+    _CN + "x_compare__mutmut_135": _CN_NAN,
+    _CN + "x_compare__mutmut_136": _CN_NAN,
+    _CN + "x_compare__mutmut_137": _CN_NAN,
+    _CN + "x_compare__mutmut_138": _CN_NAN,
+    _CN + "x_compare__mutmut_139": _CN_NAN,
+    _CN + "x_formula_sources__mutmut_23": ("equivalent here: read_text(encoding=None) uses the locale's encoding, "
+                                           "UTF-8 on this machine and in the study's containers"),
+    _CN + "x_formula_sources__mutmut_25": "equivalent: 'UTF-8' and 'utf-8' name the same codec",
+    _CN + "x_grid__mutmut_35": "equivalent: torch.meshgrid's indexing defaults to 'ij' (it warns that it will change)",
+    _CN + "x_grid__mutmut_38": "equivalent: torch.meshgrid's indexing defaults to 'ij' (it warns that it will change)",
+})
+
+_CS = "nvfp4study.checkpoint.check_scales."
+_CS_UNREACHABLE = ("equivalent through audit_checkpoint, check_scales' only caller: modules.py classifies a module whose "
+                   "weight_global_scale is not F32 [1] as INVALID-PACKED, never NVFP4, so no module check_scales sees "
+                   "has one")
+_R01 = "nvfp4study.stages.claim_rules.r01_quantize."
+_JSON_DEFAULT = "equivalent: RunPaths.data's ext defaults to 'json'"
+
+EQUIVALENT.update({
+    _CS + "x_check_scales__mutmut_16": _CS_UNREACHABLE,
+    _CS + "x_check_scales__mutmut_17": _CS_UNREACHABLE,
+    _R01 + "xǁQuantizeMeasurementsǁgather__mutmut_28": _JSON_DEFAULT,
+    _R01 + "xǁQuantizeMeasurementsǁgather__mutmut_37": _JSON_DEFAULT,
+})
+
+_SB = "nvfp4study.codeeval.sandbox."
+_SB_POOL = ("equivalent: the serial path and the pool give the same results in the same order (pool.map keeps "
+            "it), one check_program per item with the same params; only how many threads run them differs")
+_SB_RMTREE = ("equivalent: the folder rmtree removes was made by mkdtemp just before in the same call and nothing "
+              "else removes it, so ignore_errors is never needed")
+
+EQUIVALENT.update({
+    _SB + "x_check_many__mutmut_1": _SB_POOL,
+    _SB + "x_check_many__mutmut_5": _SB_POOL,
+    _SB + "x_check_many__mutmut_6": _SB_POOL,
+    _SB + "x_check_many__mutmut_7": _SB_POOL,
+    _SB + "x_check_many__mutmut_8": _SB_POOL,
+    _SB + "x_check_many__mutmut_9": _SB_POOL,
+    _SB + "x_check_many__mutmut_16": _SB_POOL,
+    _SB + "x__discard__mutmut_4": _SB_RMTREE,
+    _SB + "x__discard__mutmut_6": _SB_RMTREE,
+    _SB + "x__discard__mutmut_7": _SB_RMTREE,
+})
+
+_DT = "nvfp4study.codeeval.detect."
+_UTF8 = "equivalent: bytes.decode's encoding defaults to 'utf-8', and 'UTF-8' names the same codec"
+EQUIVALENT.update({
+    _DT + "x_main__mutmut_3": ("equivalent: prompt '' for None when --prompt is not given: detect_bytes and "
+                               "detect_code test the prompt for truth only"),
+    _DT + "x_main__mutmut_7": _UTF8,
+    _DT + "x_main__mutmut_11": _UTF8,
+})
+EQUIVALENT.update({
+    _DT + "x_detect_bytes__mutmut_24": "equivalent: msg '' for None: only `isinstance(msg, dict)` reads it",
+    _DT + "x_detect_bytes__mutmut_30": "equivalent: msg '' for None: only `isinstance(msg, dict)` reads it",
+    _DT + "x_detect_bytes__mutmut_69": "equivalent: the pattern is searched with re.I, so </?THINK> matches as </?think>",
+    _DT + "x_detect_bytes__mutmut_70": ("equivalent: any kind but 'completion' goes on to detect_code, so the "
+                                        "fallback's name is never compared"),
+    _DT + "x_detect_bytes__mutmut_71": ("equivalent: any kind but 'completion' goes on to detect_code, so the "
+                                        "fallback's name is never compared"),
+})
+EQUIVALENT.update({
+    "nvfp4study.stages.claim_rules.r04_launch.x__control_refusal__mutmut_19": (
+        "equivalent but at one point: the miss bound (a Wilson bound to the power n) would have to equal the float "
+        "0.05 exactly"),
+})
+EQUIVALENT.update({
+    _DT + "x__checks__mutmut_49": ("equivalent: without an offset `checked` is `code`, so the prompt's slice "
+                                   "checked[:0] is empty and counts 0 either way"),
+    _DT + "x_detect_code__mutmut_73": ("equivalent: the default first line only has its first character compared "
+                                       "with a space or a tab; 'XXXX' is neither, as '' is not"),
+    _DT + "x_detect_code__mutmut_79": ("equivalent: a second newline after a prompt that ends in one adds a blank "
+                                       "line, which Python and pyflakes skip, and the offset counts it"),
+})
+EQUIVALENT.update({
+    _DT + "x_detect_code__mutmut_82": ("equivalent: a second newline after a prompt that ends in one adds a blank "
+                                       "line, which Python and pyflakes skip, and the offset counts it"),
+    _DT + "x_detect_code__mutmut_115": ("equivalent: a body is checked inside the prompt + body program, whose "
+                                        "module-level names pyflakes already sees; giving them again as scope "
+                                        "changes no finding"),
+})
+EQUIVALENT.update({
+    "nvfp4study.stages.claim_rules.r06_mtp.xǁMtpMeasurementsǁspeed_mismatch__mutmut_10": (
+        "equivalent for every GPU of workstation/bound.py's table: bw / 1e9 and bw / 1000000001 print the same with "
+        ":g (six significant digits)"),
+})
+EQUIVALENT.update({
+    _CS + "x_check_scales__mutmut_287": ("equivalent: every routed expert check_scales sees is NVFP4 and so has a "
+                                         "weight_global_scale (m.name in wgs always holds); `or` only adds down_proj "
+                                         "entries to the pairs, which are never read"),
+    _CS + "x_check_scales__mutmut_315": "equivalent: float('NAN') and float('nan') are the same NaN",
+    _CS + "x_check_scales__mutmut_319": ("equivalent but at one point: |g - u| would have to equal "
+                                         "1e-8 + 1e-5 * |u| exactly in float"),
+    _CS + "x_check_scales__mutmut_459": ("equivalent: the branch needs every value equal (len(set(ev)) == 1) and at "
+                                         "least two, so ev[1] is ev[0]'s value"),
+})

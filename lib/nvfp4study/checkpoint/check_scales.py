@@ -114,11 +114,13 @@ def check_scales(modules: dict[str, CheckpointModule], headers: CheckpointHeader
             "median_abs_up_scale_error": sorted(errs)[len(errs) // 2] if errs else None}
     if mism:
         sev = Severity.ERROR if scheme == "W4A16" else Severity.WARNING
+        # no finite error when every differing pair has a zero or non-finite scale: said, not formatted
+        err = (f"|error| median {gsum['median_abs_up_scale_error']:.3g}, max {gsum['max_abs_up_scale_error']:.3g}"
+               if errs else "|error| not finite")
         findings.append(AuditFinding(AuditCode.GATE_UP_SCALE_MISMATCH, sev,
                                 f"{len(mism)} of {len(gate_up)} experts have different gate and up weight_global_scale; "
                                 "SGLang's W4A4 scheme uses the gate's for both (w4a4_nvfp4_moe.py 187-198), so up_proj is "
-                                f"dequantized x up/gate (|error| median {gsum['median_abs_up_scale_error']:.3g}, max "
-                                f"{gsum['max_abs_up_scale_error']:.3g}); the W4A16 Marlin scheme refuses them "
+                                f"dequantized x up/gate ({err}); the W4A16 Marlin scheme refuses them "
                                 "(w4a16_nvfp4_moe.py 186-202)",
                                 [f"model.layers.{la}.mlp.experts.{e}.up_proj.weight_global_scale" for la, e in mism],
                                 sorted({la for la, _ in mism}), gsum))

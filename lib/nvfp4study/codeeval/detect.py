@@ -203,21 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     Raises:
         DetectInputError: a file or the prompt file cannot be read.
     """
-    ap = argparse.ArgumentParser(
-        prog="nvfp4study detect",
-        description="Classify generated code for junk tokens (undefined names, glued names, "
-                    "syntax errors, junk fences, invalid UTF-8, non-ASCII).",
-        epilog="exit status: 0 clean (or no code), 1 when any file is corrupted, 2 bad input "
-               "(including a file too large or too deeply nested to judge: too_large / too_deep). "
-               "example: nvfp4study detect --json --prompt prompt.py answer.md code.py",
-    )
-    ap.add_argument("files", nargs="+", metavar="FILE", help="code, Markdown completion, or JSON chat message")
-    ap.add_argument("--json", action="store_true", help="print one JSON object per file (JSON Lines)")
-    ap.add_argument("--prompt", metavar="FILE", help="task prompt whose imports/definitions are in scope")
-    ap.add_argument("--entry-point", help="function the task asks for (chooses among code blocks)")
-    ap.add_argument("--as", dest="kind", choices=["auto", "code", "completion", "message"],
-                    default="auto", help="how to read the files (default: auto)")
-    args = ap.parse_args(argv)
+    args = _parser().parse_args(argv)
     prompt = None
     if args.prompt:
         prompt = _read(args.prompt).decode("utf-8", errors="replace")
@@ -233,6 +219,25 @@ def main(argv: list[str] | None = None) -> int:
         if det.unjudged:
             print(f"nvfp4study detect: {name}: {det.status}: {det.reason}", file=sys.stderr)
     return 2 if any_unjudged else 1 if any_corrupt else 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    """``nvfp4study detect``'s options and help text."""
+    ap = argparse.ArgumentParser(
+        prog="nvfp4study detect",
+        description="Classify generated code for junk tokens (undefined names, glued names, "
+                    "syntax errors, junk fences, invalid UTF-8, non-ASCII).",
+        epilog="exit status: 0 clean (or no code), 1 when any file is corrupted, 2 bad input "
+               "(including a file too large or too deeply nested to judge: too_large / too_deep). "
+               "example: nvfp4study detect --json --prompt prompt.py answer.md code.py",
+    )
+    ap.add_argument("files", nargs="+", metavar="FILE", help="code, Markdown completion, or JSON chat message")
+    ap.add_argument("--json", action="store_true", help="print one JSON object per file (JSON Lines)")
+    ap.add_argument("--prompt", metavar="FILE", help="task prompt whose imports/definitions are in scope")
+    ap.add_argument("--entry-point", help="function the task asks for (chooses among code blocks)")
+    ap.add_argument("--as", dest="kind", choices=["auto", "code", "completion", "message"],
+                    default="auto", help="how to read the files (default: auto)")
+    return ap
 
 
 def _read(name: str) -> bytes:
