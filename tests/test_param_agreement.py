@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from collections import Counter
 
 import pytest
 
@@ -128,6 +129,10 @@ def test_malformed_readings_are_named_errors(tmp_path, old, new, message):
         ag.param_hand_readings(f)
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 36's bar, not met: on 2026-12-06 routed_scaling_factor agreed on 24 of 35 blind readings; "
+    "norm_topk_prob, correction_bias and grouped_topk are not followed yet (UNDECIDED on every path); "
+    "strict: passing means every parameter reached the bar, and this mark must go"))
 def test_the_audit_agrees_with_the_stored_readings():
     """>= 95 % per parameter over the stored blind readings (not run while there are none)."""
     method, readings = ag.param_hand_readings()
@@ -161,3 +166,18 @@ def test_stage_writes_the_parameter_agreement(tmp_path, monkeypatch):
     assert rsf["confusion"]["DOUBLE"] == {"APPLIED": 1}
     assert json.loads((tmp_path / "run" / "data" / "sglang_param_agreement.json").read_text()) == res["agreement"]
     assert "routed_scaling_factor: the audit agreed with a blind hand reading on 2 of 3" in res["sentence"]
+
+
+def test_the_stored_readings_are_the_documented_sample():
+    """The 35 readings are exactly the header's draw: 7 per release, readers R1 .. R5 got every fifth
+    pair, one reading per pair, each with the four parameters, file:line evidence and a reason."""
+    method, readings = ag.param_hand_readings()
+    pairs = method["sample"]["pairs"]
+    assert len(pairs) == 35 and len({tuple(p) for p in pairs}) == 35
+    assert Counter(v for v, _ in pairs) == {v: 7 for v in method["sample"]["releases"]}
+    for name in ("routed_scaling_factor", "norm_topk_prob", "correction_bias", "grouped_topk"):
+        got = readings[name]
+        assert sorted([r.release, r.path] for r in got) == sorted(pairs)
+        for i in range(1, 6):
+            assert sorted([r.release, r.path] for r in got if r.reader == f"R{i}") == sorted(pairs[i - 1::5])
+        assert all(r.deciding and r.reason for r in got)

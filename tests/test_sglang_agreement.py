@@ -77,9 +77,12 @@ def test_the_readings_are_the_documented_samples_none_dropped(doc, rows):
     first = [r for r in rd if r.get("sample", "first") == "first"]
     second = [r for r in rd if r.get("sample") == "second"]
     third = [r for r in rd if r.get("sample") == "third"]
-    assert (len(first), len(second), len(third)) == (45, 40, 20) and len(first) + len(second) + len(third) == len(rd)
+    fourth = [r for r in rd if r.get("sample") == "fourth"]
+    assert (len(first), len(second), len(third), len(fourth)) == (45, 40, 20, 35)
+    assert len(first) + len(second) + len(third) + len(fourth) == len(rd)
     assert len({(r["release"], r["path"]) for r in rd}) == len(rd)
     s1, s2, s3 = doc["method"]["sample"], doc["method"]["second_sample"], doc["method"]["third_sample"]
+    s4 = doc["method"]["fourth_sample"]
     for s, got, readers, per in ((s1, first, range(1, 6), 9), (s2, second, range(6, 10), 10),
                                  (s3, third, range(10, 14), 5)):
         # the sample's releases are its own (a later release is audited, not sampled) and all audited
@@ -98,6 +101,13 @@ def test_the_readings_are_the_documented_samples_none_dropped(doc, rows):
     assert p3 == s3["pairs"] and not {tuple(x) for x in p1 + p2} & {tuple(x) for x in p3}
     for i in range(10, 14):
         assert [[r["release"], r["path"]] for r in third if r["reader"] == f"part{i}"] == p3[i - 10::4]
+    # the fourth: five readers C1 .. C5, 7 each, every fifth pair
+    assert Counter(r["release"] for r in fourth) == {v: s4["per_release"] for v in s4["releases"]}
+    assert Counter(r["reader"] for r in fourth) == {f"C{i}": 7 for i in range(1, 6)}
+    p4 = _redraw(s4, rows, p1 + p2 + p3)
+    assert p4 == s4["pairs"] and not {tuple(x) for x in p1 + p2 + p3} & {tuple(x) for x in p4}
+    for i in range(1, 6):
+        assert [[r["release"], r["path"]] for r in fourth if r["reader"] == f"C{i}"] == p4[i - 1::5]
     assert all(r["verdict"] in doc["verdicts"] and r["deciding"] and r["reason"] for r in rd)
 
 
@@ -108,8 +118,11 @@ def test_agreement_counted_by_hand(doc, rows):
     got = ag.compare(rows)
     assert (got.overall["agree"], got.overall["n"]) == (k, n) and n == len(doc["readings"])
     assert got.not_audited == []  # every reading is compared: none left out
-    # issue 23's bar: at least 95 % over every reading (none left out), the held-out third too
-    assert k / n >= 0.95 and got.by_sample["third"]["rate"] >= 0.95, (k, n, got.by_sample)
+    # issue 23's bar: at least 95 % over the readings of its three samples, the held-out third too
+    # (issue 36's bar on the fourth sample: test_the_fourth_sample_agrees_at_95_percent)
+    k3 = sum(r["verdict"] == a for r, a in pairs if r.get("sample", "first") != "fourth")
+    n3 = sum(r.get("sample", "first") != "fourth" for r, _ in pairs)
+    assert k3 / n3 >= 0.95 and got.by_sample["third"]["rate"] >= 0.95, (k3, n3, got.by_sample)
     assert got.overall["wilson95"] == pytest.approx(list(_wilson(k, n)))
     for key, group in (("kind", got.by_kind), ("release", got.by_release), ("sample", got.by_sample)):
         want: dict[str, list[int]] = {}
@@ -214,3 +227,16 @@ def test_headline_on_the_released_trees(rows):
                                            for r in main)
     s = findings._trusted_drops(ag.ledger_measured(a, ag.counted_verdicts(rows, a), c))
     assert f"{c['dropped_counted']} MoE paths drop it" in s and f"agreed on {a.overall['agree']}" in s
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 36's bar, not met: the held-out fourth sample (35 blind readings drawn at 2f4ea0c, read while "
+    "issue 36 changed the audit) agreed on 25 of 35 (71 %) on 2026-12-06; strict: passing means the "
+    "audit reached the bar, and this mark must go"))
+def test_the_fourth_sample_agrees_at_95_percent(doc, rows):
+    """Issue 36: at least 95 % over a fresh blind sample of at least 30 derived paths drawn after the
+    last change of the audit and seen by no one who changed it."""
+    audit = _verdict_of(rows)
+    fourth = [r for r in doc["readings"] if r.get("sample") == "fourth"]
+    k = sum(r["verdict"] == audit.get((r["release"], r["path"]), "NOT LISTED") for r in fourth)
+    assert len(fourth) >= 30 and k / len(fourth) >= 0.95, (k, len(fourth))
