@@ -209,7 +209,7 @@ def test_scaling_probe_row_in_full():
     b = bound(6, 5)
     assert row == Row(
         {"ratio": 4.0, "factors": {"off": 2.5, "scaling-factor": 10.0}, "prompts": 6, "patch": "released",
-         "factor_outputs_equal_to_unchanged": 6, "factor_outputs_equal_to_down_proj_control": 0,
+         "audit_verdict": "DROPPED", "factor_outputs_equal_to_unchanged": 6, "factor_outputs_equal_to_down_proj_control": 0,
          "down_proj_control_changed": 5, "null_relaunch_identical": 6, "dynamic_reading": "not applied",
          "predicted": "not applied", "miss_bound": round(b, 4)},
         "reproduced", [Path("data/x.jsonl")],
@@ -217,8 +217,9 @@ def test_scaling_probe_row_in_full():
         "6 those of the routed experts' down_proj x 4 (factor unchanged); controls: the no-limit model launched "
         "twice matched on all 6, and down_proj x 4 changed 5 of 6, so a factor that is applied would leave all 6 "
         f"unchanged with chance <= {b:.3g} (Wilson 95 %, prompts taken as independent). Served with routed_scaling "
-        "patch 'released': released, moe_forward_native (fused_moe_native.py 157-163) and forward_cpu (unquant.py "
-        "1382-1391) never read the factor and top-k does not fold it (layer.py 109-131); " + STANDIN_NOTE, "engine")
+        "patch 'released'; released, the prediction is the audit's (audit-sglang --param routed_scaling_factor, "
+        "fused-moe-native: DROPPED at layers/moe/fused_moe_native.py:158 (r)); patched, the patch's reading (the "
+        "audit does not read the overlay); " + STANDIN_NOTE, "engine")
 
 
 def test_scaling_probe_refusals_word_for_word():

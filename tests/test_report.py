@@ -79,11 +79,14 @@ def test_other_runners_headline_names_raising_runners():
     rows = [_claim_row("clamp.others-forward", measured, "contradicted"),
             _claim_row("finding.audit-agreement", agreement, "partly")]
     s = {f.title: f for f in findings.headlines(rows)}["Other MoE runners"].sentence
-    assert ("of the 4 runners the card names, `triton` forward it exactly, none approximately, `lora` refuse to "
-            "start when the limit is set, `gguf` cannot run for Ling at all and `marlin` drop it;") in s
+    assert ("of the 4 runners the card names that the audit decides, `triton` forward it exactly, `lora` refuse "
+            "to start when the limit is set, `gguf` cannot run for Ling at all and `marlin` drop it;") in s
     rows[0] = _claim_row("clamp.others-forward", {"triton": {"t": "EXACT"}}, "reproduced")
     s = {f.title: f for f in findings.headlines(rows)}["Other MoE runners"].sentence
-    assert "`triton` forward it exactly, none approximately and none drop it;" in s
+    assert "`triton` forward it exactly and none drop it;" in s
+    rows[0] = _claim_row("clamp.others-forward", {"triton": {"t": "EXACT"}, "m": {"m": "APPROX"}}, "reproduced")
+    s = {f.title: f for f in findings.headlines(rows)}["Other MoE runners"].sentence
+    assert "`triton` forward it exactly, `m` approximately and none drop it;" in s
 
 
 def test_open_items_group_gpu_stages_once():

@@ -147,7 +147,8 @@ def test_flashinfer_pin_and_mismatch_flag():
                for v in ("0.5.21", "0.5.22", "0.5.23")}
     assert flagged["0.5.23"] == set()
     # cutlass facts were read from 0.6.18 too; the trtllm-gen form only from 0.7.2
-    assert flagged["0.5.21"] == {"modelopt-nvfp4-trtllm", "modelopt-nvfp4-trtllm-routed", "mxint4-trtllm",
-                                 "mxfp4-sm100-trtllm"}
+    # (mxint4-trtllm is UNUSABLE for Ling since issue 36: an assert on routing_method_type fails whatever the
+    # limit, so no kernel form decides it and nothing is flagged)
+    assert flagged["0.5.21"] == {"modelopt-nvfp4-trtllm", "modelopt-nvfp4-trtllm-routed", "mxfp4-sm100-trtllm"}
     assert {"nvfp4-w4a4-cutlass", "mxfp4-cutlass", "modelopt-nvfp4-trtllm"} <= flagged["0.5.22"]
     assert "nvfp4-w4a4-trtllm" not in flagged["0.5.22"]  # DROPPED by a literal None, whatever the kernel

@@ -50,7 +50,7 @@ def _clamp_verdicts(tree):
     return {r.path: r.verdict.value for r in audit_tree(tree, ["nvfp4-w4a4-cutlass", "nvfp4-w4a4-trtllm"])}
 
 
-@pytest.mark.parametrize("mode,cutlass,trtllm", [("exact", "EXACT", "APPROX"), ("none", "DROPPED", "DROPPED")])
+@pytest.mark.parametrize("mode,cutlass,trtllm", [("exact", "EXACT", "UNUSABLE"), ("none", "DROPPED", "UNUSABLE")])
 def test_roundtrip_023(copy23_shared, tmp_path, mode, cutlass, trtllm):
     before = _hashes(copy23_shared)
     written = sp.apply(copy23_shared, mode)
@@ -61,7 +61,7 @@ def test_roundtrip_023(copy23_shared, tmp_path, mode, cutlass, trtllm):
     assert _clamp_verdicts(copy23_shared) == {"nvfp4-w4a4-cutlass": cutlass, "nvfp4-w4a4-trtllm": trtllm}
     assert sp.revert(copy23_shared, mode)
     assert _hashes(copy23_shared) == before
-    assert _clamp_verdicts(copy23_shared) == {"nvfp4-w4a4-cutlass": "APPROX", "nvfp4-w4a4-trtllm": "DROPPED"}
+    assert _clamp_verdicts(copy23_shared) == {"nvfp4-w4a4-cutlass": "APPROX", "nvfp4-w4a4-trtllm": "UNUSABLE"}
 
 
 # Per release with BailingMoeV3: the audit's verdicts (NVFP4 CUTLASS, NVFP4 TRT-LLM) on the released
@@ -71,16 +71,16 @@ def test_roundtrip_023(copy23_shared, tmp_path, mode, cutlass, trtllm):
 # materialize_swiglu_params_for_cutlass's tensors with ActivationType.Swiglu, which FlashInfer runs
 # as the pre-SiLU SwigluBias: APPROX). "card" exists only where the release lacks the card's edits.
 RELEASE_VERDICTS = {
-    "0.5.19": {"stock": ("DROPPED", "DROPPED"), "exact": ("EXACT", "APPROX"),
-               "none": ("DROPPED", "DROPPED"), "card": ("APPROX", "APPROX")},
-    "0.5.20": {"stock": ("DROPPED", "DROPPED"), "exact": ("EXACT", "APPROX"),
-               "none": ("DROPPED", "DROPPED"), "card": ("APPROX", "APPROX")},
-    "0.5.21": {"stock": ("APPROX", "DROPPED"), "exact": ("EXACT", "APPROX"),
-               "none": ("DROPPED", "DROPPED")},
-    "0.5.22": {"stock": ("APPROX", "DROPPED"), "exact": ("EXACT", "APPROX"),
-               "none": ("DROPPED", "DROPPED")},
-    "0.5.23": {"stock": ("APPROX", "DROPPED"), "exact": ("EXACT", "APPROX"),
-               "none": ("DROPPED", "DROPPED")},
+    "0.5.19": {"stock": ("DROPPED", "UNUSABLE"), "exact": ("EXACT", "UNUSABLE"),
+               "none": ("DROPPED", "UNUSABLE"), "card": ("APPROX", "UNUSABLE")},
+    "0.5.20": {"stock": ("DROPPED", "UNUSABLE"), "exact": ("EXACT", "UNUSABLE"),
+               "none": ("DROPPED", "UNUSABLE"), "card": ("APPROX", "UNUSABLE")},
+    "0.5.21": {"stock": ("APPROX", "UNUSABLE"), "exact": ("EXACT", "UNUSABLE"),
+               "none": ("DROPPED", "UNUSABLE")},
+    "0.5.22": {"stock": ("APPROX", "UNUSABLE"), "exact": ("EXACT", "UNUSABLE"),
+               "none": ("DROPPED", "UNUSABLE")},
+    "0.5.23": {"stock": ("APPROX", "UNUSABLE"), "exact": ("EXACT", "UNUSABLE"),
+               "none": ("DROPPED", "UNUSABLE")},
 }
 
 

@@ -144,9 +144,10 @@ def _others(r: dict) -> tuple[str, str]:
     raising = "".join(f", {_join(by[k])} {what}" for k, what in (
         ("REFUSED", "refuse to start when the limit is set"), ("UNUSABLE", "cannot run for Ling at all"))
         if by[k])
+    approx = f", {_join(by['APPROX'])} approximately" if by["APPROX"] else ""
     s = (f"\"Every other MoE runner forwards the clamp\" does not hold on {row['checked_on']}: of the "
-         f"{len(row['measured'])} runners the card names, {_join(by['EXACT'])} forward it exactly, "
-         f"{_join(by['APPROX'])} approximately{raising} and {_join(by['DROPPED'])} drop it; "
+         f"{len(row['measured'])} runners the card names that the audit decides, {_join(by['EXACT'])} forward "
+         f"it exactly{approx}{raising} and {_join(by['DROPPED'])} drop it; "
          + _trusted_drops(r["finding.audit-agreement"]["measured"]))
     return s, row["verdict"]
 
