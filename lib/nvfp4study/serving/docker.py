@@ -288,4 +288,8 @@ class DockerServerProcess(ServerProcess):
             grace = max(1, int(round(self.grace_s)))
             _docker(["stop", "-t", str(grace), self.container], grace + 60)
             _docker(["rm", "-f", self.container], 60)
+            # the attached ``docker run`` client exits on its own once its container is gone; a
+            # signal sent before it notices would record a stop by us (-15) as its exit status
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
         super().stop()
