@@ -38,10 +38,6 @@ REPORT = Path(__file__).resolve().parent / "REPORT.md"
 #: interpreter of the venv as first created, which a moved or linked venv no longer has
 MUTMUT = [sys.executable, "-m", "mutmut"]
 
-_R06_UNCOVERED = ("a CPU-engine or trained-stand-in finding rule (or mtp.broken-draft's wrapper of "
-                            "acceptance.broken_draft_result, which is mutated in acceptance.py): decorated, so first "
-                            "mutated in issue 37's second run; no test in tests/test_mtp.py calls it (its tests are the "
-                            "06 stage's and tests/test_trained.py, too slow here); not covered in the time of that run")
 #: functions not mutated, with the reason (mutmut's ``do_not_mutate_patterns`` on their ``def`` line)
 PLOT = "draws a figure from the table; decides nothing"
 SKIP: dict[str, dict[str, str]] = {
@@ -53,9 +49,6 @@ SKIP: dict[str, dict[str, str]] = {
                               for f in ("python_roots", "_bwrap_probe", "_bwrap_version")},
     "codeeval/detect.py": {"_parser": ("`nvfp4study detect`'s option names and help text; main's tests "
                                        "(tests/test_detect_fields.py) call every option by name")},
-    "stages/claim_rules/r06_mtp.py": {f: _R06_UNCOVERED for f in (
-        "mtp_broken_draft", "mtp_cpu_known_acceptance", "mtp_cpu_broken_draft_signature", "mtp_cpu_estimators",
-        "mtp_trained_acceptance", "bandwidth_ceiling")},
     "serving/decode_log.py": {"main": ("`nvfp4study decode-log`'s printout of a log for a reader; its numbers come "
                                        "from parse_log and aggregates, which are mutated")},
 }
@@ -89,6 +82,9 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "r07_determinism": ("stages/claim_rules/r07_determinism.py", ["tests/test_claim_rules_r07.py",
                                                                   "tests/test_determinism.py"]),
     "r04_launch": ("stages/claim_rules/r04_launch.py", ["tests/test_claim_rules_r04.py", "tests/test_launch_checks.py"]),
+    "r02_inspect": ("stages/claim_rules/r02_inspect.py", ["tests/test_claim_rules_r02.py"]),
+    "r03_sglang": ("stages/claim_rules/r03_sglang.py", ["tests/test_claim_rules_r03.py"]),
+    "r05_corruption": ("stages/claim_rules/r05_corruption.py", ["tests/test_claim_rules_r05.py"]),
     # the deciding functions by hand (test_sandbox_classify.py), then every hostile program; the 164
     # canonical HumanEval solutions (PASS only, 9 s a run) left out
     "sandbox": ("codeeval/sandbox.py", ["tests/test_sandbox_classify.py", "tests/test_sandbox.py", "-k",
@@ -98,11 +94,6 @@ MODULES: dict[str, tuple[str, list[str]]] = {
 NOT_RUN = {
     "core/params.py, all but Params.digest": "params loading and validation: not among the modules the issue names",
     "core/runner.py, all but _previous_manifest": "the notebook runner: its tests start Jupyter kernels",
-    "stages/claim_rules/r06_mtp.py's CPU-engine and trained finding rules and mtp.broken-draft": (
-        "see Functions not mutated"),
-    "stages/claim_rules/r02_inspect.py, r03_sglang.py, r05_corruption.py": (
-        "not reached in the time of issue 37's second run (their rules are tested through the stages' tests, "
-        "which build checkpoints, SGLang trees and sandbox runs: no fast covering selection was written yet)"),
 }
 #: why a module is mutated only in :data:`ONLY`'s functions (the report's "Functions not mutated")
 ONLY_WHY = {
