@@ -86,8 +86,8 @@ def test_size_disk_real_files(fb, verdict):
         "sum of shard file sizes (GB = 1e9 bytes; GiB = 2^30 bytes)", ON)
 
 
-def size_rep(pred_p, pred_r, data=1_234_567) -> NS:
-    s = {"file_bytes": 2_345_678, "data_bytes": data}
+def size_rep(pred_p, pred_r, data=1_234_567, fb=2_345_678) -> NS:
+    s = {"file_bytes": fb, "data_bytes": data}
     if pred_p is not None:
         s["predicted_data_bytes_params_shape"] = pred_p
     s["predicted_data_bytes_real_sizes"] = pred_r
@@ -109,6 +109,10 @@ def test_size_disk_scaled_row_in_full():
 
 
 def test_size_disk_scaled_variants():
+    # 76.25000005 GB prints 76.3 (76.2 were it divided by 1e9 + 1); 1e10 bytes are 10000.0 MB (not 9999.99)
+    fine = r02.size_disk(meas(size_rep(1_234_567, 76_250_000_050, fb=10**10)))
+    assert fine.measured["scaled_checkpoint_mb"] == 10000.0
+    assert fine.note == size_note("76.3", "71.0", "rounds to the card's 76 when read as GB. ", "equals")
     gib = r02.size_disk(meas(size_rep(1_234_567, 76 * 2**30)))
     assert gib.verdict == "partly"
     assert gib.note == size_note("81.6", "76.0", "rounds to the card's 76 when read as GiB. ", "equals")
@@ -258,6 +262,13 @@ def test_mtp_layer42(real, packed, state, tensors, verdict):
                       mtp_note(packed, state), ON)
 
 
+def test_mtp_layer42_without_f32_tensors():
+    rep = mtp_rep()
+    rep.mtp[0]["dtypes"] = {"BF16": 20}
+    assert r02.mtp_layer42_bf16(meas(rep)).note == mtp_note().replace(
+        "{'BF16': 19, 'F32': 1}", "{'BF16': 20}").replace("+ 15 = 1,551", "+ 16 = 1,552")
+
+
 def test_mtp_rows_without_mtp_or_formulas():
     for rule in (r02.mtp_layer42_bf16, r02.mtp_ignore_first):
         assert rule(meas()) == Row(None, "not run", [], "not run: config declares no MTP layer")
@@ -343,6 +354,15 @@ def test_input_global_scale_row_in_full():
         "safetensors.safe_open.", ON)
 
 
+def test_input_global_scale_on_real_sizes():
+    rep = scale_rep(n=4, n_mod=4)
+    rep.counts["measured"]["input_global_scales"] = 61440
+    rep.counts["measured"]["quantized_expert_modules"] = 61440
+    row = r02.scales_input_global_scale(meas(rep, real=True))
+    assert row.verdict == "reproduced" and row.note.startswith(
+        "measured on the audited files (real sizes or the card's own): 61,440 (card 61,440). Header dtypes")
+
+
 def test_input_global_scale_contradicted():
     assert r02.scales_input_global_scale(meas(scale_rep(real_f=61441))).verdict == "contradicted"
     assert r02.scales_input_global_scale(meas(scale_rep(all_one=False))).verdict == "contradicted"
@@ -416,18 +436,18 @@ def test_config_clamp_lists_real():
 
 
 def test_config_clamp_lists_not_run():
-    cl = clamp_rep(E_OK, None).config_summary["clamp_lists"]
-    lists = f"expert {cl['expert_swiglu_limit_list']}, shared None"
+    lists = f"expert {{'nonzero': {E_OK}, 'len': 42}}, shared {{'nonzero': {S_OK}}}"
     for real in (True, False):
-        assert r02.config_clamp_lists(meas(clamp_rep(E_OK, None), real=real, rnd=True)) == Row(
+        assert r02.config_clamp_lists(meas(clamp_rep(), real=real, rnd=True)) == Row(
             None, "not run", ["data/audit.json"],
             f"not run (generated checkpoint: values come from the generator, circular): ling_layout wrote the lists "
             f"({lists}) from params / the card's statement. Audit the card's checkpoint (checkpoint.quantized_path) "
             "to test it.")
-    assert r02.config_clamp_lists(meas(clamp_rep(E_OK, None), real=False, rnd=False)) == Row(
+    assert r02.config_clamp_lists(meas(clamp_rep(), real=False, rnd=False)) == Row(
         None, "not run", ["data/audit.json"],
         f"not run: the audited config does not have the real model's sizes (its lists: {lists}), so the card's layer "
         "numbers do not apply. Audit the card's checkpoint (checkpoint.quantized_path) to test it.")
+    assert "shared None)" in r02.config_clamp_lists(meas(clamp_rep(E_OK, None), real=False, rnd=False)).note
 
 
 def test_config_context():

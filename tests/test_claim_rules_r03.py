@@ -481,6 +481,8 @@ def test_approx_size_row_in_full(mk, tmp_path):
     assert bad.verdict == "contradicted"
     assert bad.note == ("Largest |post - pre| gate factor measured on the grid's gate values, against L - silu(L) = "
                         "0.00637746 (L=7), 0.00637746 (L=3); does not hold for L=3.")
+    two = r03.approx_size(mk(num={"rows": [gap_row(2.0, gate_gap_le_L=0.5), gap_row(3.0, gate_gap_le_L=0.5)]}))
+    assert two.note.endswith("(L=3); does not hold for L=2, L=3.")
     none = r03.approx_size(mk(num={"rows": [{"pair": "pre vs none", "limit": 3.0}]}))
     assert none == Row(None, "not run", ev, "Largest |post - pre| gate factor measured on the grid's gate values, "
                        "against L - silu(L) = .", "CPU float64")

@@ -25,6 +25,7 @@ def test_unsafe_suffix():
     assert r05.unsafe_suffix("bwrap, subprocess-unsafe") == UNSAFE
     assert r05.unsafe_suffix(["bwrap", None, "subprocess-unsafe"]) == UNSAFE
     assert r05.unsafe_suffix(np.array(["subprocess-unsafe"])) == UNSAFE
+    assert r05.unsafe_suffix(v for v in ("bwrap", "subprocess-unsafe")) == UNSAFE  # any iterable, read item by item
     for none in ("bwrap", ["bwrap", None], None, np.array([]), (), "", "subprocess"):
         assert r05.unsafe_suffix(none) == "", none
 
@@ -62,9 +63,9 @@ WEAK = ("misses >= 5% of: {k} (code that no longer parses, junk on attributes/de
         "fence)")
 
 
-def ast_summary(r1=0.95, r2=1.0, fp=0, tp=(3, 4), det_all=True) -> pd.DataFrame:
+def ast_summary(r1=0.95, r2=1.0, fp=0, tp=(3, 4), det_all=True, r_all=0.97654321) -> pd.DataFrame:
     rows = [("ast_undefined", "glued", r1, tp[0], fp), ("ast_undefined", "fence", r2, tp[1], fp),
-            ("ast_undefined", "all", 0.97654321, sum(tp), fp), ("non_ascii", "glued", 0.0, 0, 2)]
+            ("ast_undefined", "all", r_all, sum(tp), fp), ("non_ascii", "glued", 0.0, 0, 2)]
     if det_all:
         rows += [("detector", "all", 0.99996, 9, 1), ("detector", "glued", 0.5, 1, 1)]
     return summary(rows)
@@ -88,10 +89,18 @@ def test_ast_undefined_row_in_full():
     (0.0, 1.0, 0, (0, 4), "partly", "glued"),
 ])
 def test_ast_undefined_edges(r1, r2, fp, tp, verdict, weak):
-    row = r05.detect_ast_undefined(det(ast_summary(r1, r2, fp, tp, det_all=False)))
+    # the pooled row ("all") is below 95 % whenever a kind is: it is not a kind, so never listed
+    row = r05.detect_ast_undefined(det(ast_summary(r1, r2, fp, tp, det_all=False, r_all=min(r1, r2, 0.97))))
     assert row.verdict == verdict and row.measured["false_positives_clean"] == fp
     assert row.note == AST_NOTE.format(what=WEAK.format(k=weak) if weak else "flags every kind")
     assert row.measured["our_detector_recall_all"] is None and row.measured["our_detector_false_positives_clean"] is None
+
+
+def test_ast_undefined_of_one_kind():
+    s = summary([("ast_undefined", "glued", 0.5, 1, 0), ("ast_undefined", "all", 0.5, 1, 0)])
+    row = r05.detect_ast_undefined(det(s))
+    assert row.verdict == "partly" and row.note == AST_NOTE.format(what=WEAK.format(k="glued"))
+    assert (row.measured["false_positives_clean"], row.measured["n_clean"], row.measured["n_junk"]) == (0, 5, 8)
 
 
 def test_ast_undefined_without_ast_rows():
@@ -131,8 +140,9 @@ def test_ascii_junk_contradicted_by_a_hit_of_the_junk():
                             "non_ascii_scan_detects": True, "scan_hits_caused_by_junk": 2, "scan_recall_all": None,
                             "scan_false_positives_clean": None, "n_clean": None}
     one = samples(("clean", "t1", False), ("glued", "t1", True))
-    assert r05.detect_ascii_junk(det(summary([("detector", "all", 1, 1, 0)]), one)).measured[
-        "scan_hits_caused_by_junk"] == 1
+    row = r05.detect_ascii_junk(det(summary([("detector", "all", 1, 1, 0)]), one))
+    assert row.verdict == "contradicted" and row.measured["scan_hits_caused_by_junk"] == 1
+    assert row.measured["non_ascii_scan_detects"] is True
 
 
 def test_ascii_junk_with_a_non_ascii_card_token(monkeypatch):
@@ -232,6 +242,12 @@ def test_sampling_row_edges(b_hi, a_clean, verdict, sep):
     row = r05.corruption_t06_on(served(summ))
     assert row.verdict == verdict
     assert row.note == sampling_note(10, "0/10 clean", f"{a_clean}/10 clean", a_clean == 10, sep)
+
+
+def test_sampling_row_one_before_answer_is_enough():
+    summ = pd.DataFrame([srow("none", "t06-on", 0, 1, 0.0, 0.79), srow("exact", "t06-on", 10, 10, 0.8, 1.0)])
+    row = r05.corruption_t06_on(served(summ))
+    assert row.verdict == "reproduced" and row.note == sampling_note(10, "0/1 clean", "10/10 clean", True, True)
 
 
 def test_sampling_rows_before_not_served_or_empty():
@@ -420,6 +436,18 @@ def test_trained_refusals():
         assert rule(trained(within)).verdict != "not run"
     assert r05.trained_weights_vs_clamp(trained(arms(**{"exact-nvfp4": None}))) == Row.not_run(
         "arms not served: exact-nvfp4", evidence=EV)
+
+
+def test_trained_measured_values_rounded():
+    """Logprob deltas to 4 decimals, the changed share's interval to 3."""
+    a = arms(**{"released-bf16": arm("released-bf16", 3, ci=(0.1234, 0.7654), lp=-0.7512345),
+                "exact-nvfp4": arm("exact-nvfp4", 6, lp=-0.5123456), "approx-bf16": arm("approx-bf16", 7, lp=-0.5012345)})
+    m = r05.trained_before_after(trained(a)).measured
+    assert m["changed_ci"] == [0.235, 0.877] and m["logprob_delta_nats"] == -0.2512
+    m = r05.trained_weights_vs_clamp(trained(a)).measured
+    assert (m["nvfp4_weights_logprob_delta"], m["dropped_clamp_logprob_delta"]) == (-0.0123, -0.2512)
+    m = r05.trained_approx_gap(trained(a)).measured
+    assert (m["approx_logprob_delta"], m["dropped_logprob_delta"]) == (-0.0012, -0.2512)
 
 
 def test_trained_weights_vs_clamp():

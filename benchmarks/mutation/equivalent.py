@@ -26,6 +26,8 @@ _DUMP = ("equivalent for these params: pydantic dumps any mode but 'json' as Pyt
 _CSV = "nvfp4study.checkpoint.check_scale_values."
 _MOST = "equivalent: most_common(n)[0] is the most common value for any n >= 1 or None"
 
+_R05 = "nvfp4study.stages.claim_rules.r05_corruption."
+
 EQUIVALENT: dict[str, str] = {
     # checkpoint/check_scale_values.py
     _CSV + "x_check_scale_values__mutmut_39": _MOST,
@@ -191,6 +193,22 @@ EQUIVALENT.update({
         "equivalent: zip without strict= is strict=False, its default"),
 })
 EQUIVALENT.update({
+    # stages/claim_rules/r03_sglang.py
+    "nvfp4study.stages.claim_rules.r03_sglang.x__gap_holds__mutmut_36": (
+        "equivalent: rel_tol=1e-9 is math.isclose's default, so leaving it out changes nothing"),
+    "nvfp4study.stages.claim_rules.r03_sglang.x__gap_holds__mutmut_48": (
+        "equivalent: rel_tol=1e-9 is math.isclose's default, so leaving it out changes nothing"),
+    "nvfp4study.stages.claim_rules.r03_sglang.x_clamp_cutlass_fix__mutmut_105": (
+        "equivalent: with the `cv is None` branch gone, _form_verdict(None) is contradicted too (neither EXACT "
+        "nor APPROX)"),
+    # stages/claim_rules/r02_inspect.py
+    "nvfp4study.stages.claim_rules.r02_inspect.x_clamp_trtllm_routing__mutmut_38": (
+        "equivalent: a missing or zero experts_per_group read as 1 instead of 0 is still not > WARP_SIZE (32)"),
+    "nvfp4study.stages.claim_rules.r02_inspect.x_config_clamp_lists__mutmut_23": (
+        "equivalent: range(34, 41) adds '40': 5 to the shared list's expected entries, which the '40': 7 after it "
+        "overrides in the same dict display"),
+})
+EQUIVALENT.update({
     _CS + "x_check_scales__mutmut_287": ("equivalent: every routed expert check_scales sees is NVFP4 and so has a "
                                          "weight_global_scale (m.name in wgs always holds); `or` only adds down_proj "
                                          "entries to the pairs, which are never read"),
@@ -199,4 +217,21 @@ EQUIVALENT.update({
                                          "1e-8 + 1e-5 * |u| exactly in float"),
     _CS + "x_check_scales__mutmut_459": ("equivalent: the branch needs every value equal (len(set(ev)) == 1) and at "
                                          "least two, so ev[1] is ev[0]'s value"),
+})
+EQUIVALENT.update({
+    # stages/claim_rules/r05_corruption.py
+    **{_R05 + f"x__trained_note__mutmut_{i}": (
+        "equivalent: _trained_note is called only after _trained_refusal has found the exact-bf16 arm, and every "
+        "arm row (trained.served.summarize) has its request count, so neither .get default is ever used")
+       for i in (3, 5, 15, 17, 20)},
+    **{_R05 + f"x_count__mutmut_{i}": "equivalent: a missing cut read as None instead of 0 is made 0 by the `or 0`"
+       for i in (59, 61)},
+    **{_R05 + f"x_detect_ascii_junk__mutmut_{i}": (
+        "equivalent: a junk task with no clean twin read as None instead of False is False to bool()")
+       for i in (25, 27)},
+    **{_R05 + f"x_detect_method_comparison__mutmut_{i}": (
+        "equivalent: the detector's pooled recall then joins the others and is compared with itself (det >= det), "
+        "true for any number; it differs only for a NaN recall (no junk variant) with no other method in the "
+        "summary, which summarize never writes (the AST and non-ASCII methods always have rows)")
+       for i in (29, 30)},
 })

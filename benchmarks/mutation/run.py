@@ -152,6 +152,17 @@ ADDED_TESTS = {
     "tests/test_params_digest.py::test_refusal_message_in_full, test_a_key_on_one_side_only_is_a_change": "the "
         "resume check's refusal word for word and a result key on one side only (the resume module now runs with "
         "tests/test_params_digest.py too)",
+    # the third run (the claim rules of 02, 03 and 05; r06's CPU-engine and trained findings)
+    "tests/test_claim_rules_r02.py, test_claim_rules_r03.py, test_claim_rules_r05.py (new files)": "stages 02, 03 "
+        "and 05's rules on hand-made audit reports, SGLang audit rows and checks, validation summaries, served rows "
+        "and trained arms, row by row: every field, each verdict's edges on both sides (the disk size's GB / GiB "
+        "rounding, the routing limit, the gap tolerances, the Wilson intervals' separation, the null control's "
+        "logprob tolerance), each refusal word for word (a second pass killed r02's real-size input-scale count, "
+        "its MTP layer without F32 tensors, the not-run clamp lists' shared list, r03's list of failing limits)",
+    "tests/test_claim_rules_r06.py::test_known_acceptance_*, test_broken_draft_signature_*, test_cpu_estimators_rows, "
+    "test_trained_acceptance_*, test_bandwidth_ceiling_*, test_broken_draft_passes_*": "r06's CPU-engine and "
+        "trained findings and mtp.broken-draft's wrapper (skipped before: no fast test called them): the first four "
+        "mismatches listed, the 1.00 / 0.00 print edges, the strict fall of the accept rate, the ceiling at 1",
 }
 
 
