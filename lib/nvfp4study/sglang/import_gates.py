@@ -12,6 +12,7 @@ and ``MoeRunner.__init__`` raises for a backend that has no runner core either (
 from __future__ import annotations
 
 import ast
+import re
 
 from .code_index import CodeIndex, module_level, source_files, walk
 
@@ -44,29 +45,38 @@ def _flag_of(test: ast.expr, module: ast.Module) -> str | None:
     return None
 
 
+#: the fields of a statement that hold statements (or handlers / match cases, which hold a body)
+_STMT_LISTS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
 def _imports_of(module: ast.Module, dotted: str) -> list[tuple[int, str | None]]:
     """``(line, flag)`` of each import of ``dotted`` in ``module``: the environment flag of the
     innermost ``if`` around it, None when no such ``if`` guards it."""
     out: list[tuple[int, str | None]] = []
     pkg, _, last = dotted.rpartition(".")
 
-    def visit(node: ast.AST, flag: str | None) -> None:
-        for c in ast.iter_child_nodes(node):
+    def flag_of(tests: tuple[ast.expr, ...]) -> str | None:  # the innermost flag test wins
+        return next((f for t in reversed(tests) if (f := _flag_of(t, module)) is not None), None)
+
+    def visit(body: list[ast.stmt], tests: tuple[ast.expr, ...]) -> None:
+        # imports are statements: only statement lists are walked (bodies, else and finally
+        # branches, handlers, match cases), never expressions, which hold none; the tests of the
+        # ``if``s around a statement are read only where an import is found
+        for c in body:
             if isinstance(c, ast.ImportFrom) and ((c.module == pkg and any(a.name == last for a in c.names))
                                                   or c.module == dotted):
-                out.append((c.lineno, flag))
+                out.append((c.lineno, flag_of(tests)))
             elif isinstance(c, ast.Import) and any(a.name == dotted for a in c.names):
-                out.append((c.lineno, flag))
+                out.append((c.lineno, flag_of(tests)))
             elif isinstance(c, ast.If):
-                inner = _flag_of(c.test, module) or flag
-                for b in c.body:
-                    visit(ast.Module(body=[b], type_ignores=[]), inner)
-                for b in c.orelse:
-                    visit(ast.Module(body=[b], type_ignores=[]), flag)
+                visit(c.body, (*tests, c.test))
+                visit(c.orelse, tests)
             else:
-                visit(c, flag)
+                for name in _STMT_LISTS:
+                    for item in getattr(c, name, ()):
+                        visit(item.body if isinstance(item, (ast.ExceptHandler, ast.match_case)) else [item], tests)
 
-    visit(module, None)
+    visit(module.body, ())
     return out
 
 
@@ -84,18 +94,33 @@ def no_fused_func_raise(code: CodeIndex) -> int | None:
     return None
 
 
+def _import_sites(code: CodeIndex, dotted: str) -> list[tuple[str, tuple[int, str | None]]]:
+    """``(file, (line, flag))`` of each import of module ``dotted`` in the tree. Only files whose
+    text spells the package (its dotted parts, any spacing or line continuation between them) and
+    the module's last name are parsed: an import of it spells both."""
+    pkg, _, last = dotted.rpartition(".")
+    spelled = re.compile(r"[\s\\]*\.[\s\\]*".join(map(re.escape, pkg.split("."))))
+    out = []
+    for r, text in source_files(code.root, code.unreadable):
+        if last in text and spelled.search(text):
+            rel = r.relative_to(code.root).as_posix()
+            out += [(rel, site) for site in _imports_of(code.mod(rel) or ast.Module([], []), dotted)]
+    return out
+
+
 def gated_registrations(code: CodeIndex, fused: dict) -> dict[tuple[str, str], str]:
     """``{(a2a, runner): why}`` for each fused function of ``fused`` (:func:`~nvfp4study.sglang.
     dispatch.fused_registry`) whose every registration lives in a module imported only under an
     environment flag that is off by default; ``why`` names the flag and the import's file:line."""
-    out = {}
+    out: dict[tuple[str, str], str] = {}
+    seen: dict[str, list[tuple[str, tuple[int, str | None]]]] = {}  # a module registers several
     for key, regs in fused.items():
         whys = []
         for rel, _fn, _line in regs:
             dotted = rel[:-3].replace("/", ".")
-            sites = [(r.relative_to(code.root).as_posix(), site) for r, text in source_files(code.root, code.unreadable)
-                     if dotted.rsplit(".", 1)[-1] in text
-                     for site in _imports_of(code.mod(r.relative_to(code.root).as_posix()) or ast.Module([], []), dotted)]
+            if dotted not in seen:
+                seen[dotted] = _import_sites(code, dotted)
+            sites = seen[dotted]
             if not sites or any(flag is None or _env_default(code, flag) is not False for _, (_, flag) in sites):
                 break
             r0, (ln, flag) = sites[0]
