@@ -213,13 +213,41 @@ def test_scaling_probe_row_in_full():
          "down_proj_control_changed": 5, "null_relaunch_identical": 6, "dynamic_reading": "not applied",
          "predicted": "not applied", "miss_bound": round(b, 4)},
         "reproduced", [Path("data/x.jsonl")],
-        "routed_scaling_factor 2.5 -> 10.0 (config only): 6 of 6 greedy outputs equal the unchanged model's and 0 of "
-        "6 those of the routed experts' down_proj x 4 (factor unchanged); controls: the no-limit model launched "
-        "twice matched on all 6, and down_proj x 4 changed 5 of 6, so a factor that is applied would leave all 6 "
-        f"unchanged with chance <= {b:.3g} (Wilson 95 %, prompts taken as independent). Served with routed_scaling "
-        "patch 'released'; released, the prediction is the audit's (audit-sglang --param routed_scaling_factor, "
+        "routed_scaling_factor 2.5 -> 10.0 (config only): served with routed_scaling patch 'released', 6 of 6 greedy "
+        "outputs equal the unchanged model's and 0 of 6 those of the routed experts' down_proj x 4 (factor "
+        "unchanged), read as not applied (predicted not applied); no patched factor launch (a run recorded before "
+        "it). Controls: the no-limit model launched twice matched on all 6, and down_proj x 4 changed 5 of 6, so a "
+        f"factor that is applied would leave all 6 unchanged with chance <= {b:.3g} (Wilson 95 %, prompts taken as "
+        "independent). Released, the prediction is the audit's (audit-sglang --param routed_scaling_factor, "
         "fused-moe-native: DROPPED at layers/moe/fused_moe_native.py:158 (r)); patched, the patch's reading (the "
         "audit does not read the overlay); " + STANDIN_NOTE, "engine")
+
+
+def test_scaling_probe_row_with_the_patched_arm_in_full():
+    from test_launch_checks import _arm
+
+    same, diff = _cmp(True), _cmp(False)
+    arm = _arm([diff] * 6, [same] * 6)
+    row = r04.audit_cpu_routed_scaling(_scaling([same] * 6, [diff] * 5 + [same], [diff] * 6, patched=arm))
+    b = bound(6, 5)
+    assert row == Row(
+        {"ratio": 4.0, "factors": {"off": 2.5, "scaling-factor": 10.0}, "prompts": 6, "patch": "released",
+         "audit_verdict": "DROPPED", "factor_outputs_equal_to_unchanged": 6, "factor_outputs_equal_to_down_proj_control": 0,
+         "down_proj_control_changed": 5, "null_relaunch_identical": 6, "dynamic_reading": "not applied",
+         "predicted": "not applied", "miss_bound": round(b, 4), "patched_patch": "applied",
+         "patched_factor_outputs_equal_to_unchanged": 0, "patched_factor_outputs_equal_to_down_proj_control": 6,
+         "patched_dynamic_reading": "applied once", "patched_predicted": "applied once"},
+        "reproduced", [Path("data/x.jsonl")],
+        "routed_scaling_factor 2.5 -> 10.0 (config only): served with routed_scaling patch 'released', 6 of 6 greedy "
+        "outputs equal the unchanged model's and 0 of 6 those of the routed experts' down_proj x 4 (factor "
+        "unchanged), read as not applied (predicted not applied); the factor and down_proj launches served again "
+        "with routed_scaling patch 'applied': 0 of 6 factor outputs equal the unchanged model's and 6 of 6 the "
+        "patched down_proj control's, read as applied once (predicted applied once). Controls: the no-limit model "
+        "launched twice matched on all 6, and down_proj x 4 changed 5 of 6, so a factor that is applied would leave "
+        f"all 6 unchanged with chance <= {b:.3g} (Wilson 95 %, prompts taken as independent). Released, the "
+        "prediction is the audit's (audit-sglang --param routed_scaling_factor, fused-moe-native: DROPPED at "
+        "layers/moe/fused_moe_native.py:158 (r)); patched, the patch's reading (the audit does not read the "
+        "overlay); " + STANDIN_NOTE, "engine")
 
 
 def test_scaling_probe_refusals_word_for_word():

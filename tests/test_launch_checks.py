@@ -167,6 +167,53 @@ def test_clamp_probe_verdicts():
     assert r04.audit_cpu_moe_clamp(_probe([same] * 6, [diff] * 6, "EXACT")).verdict == "contradicted"
 
 
+def _arm(factor: list, fvw: list, patch: str | None = "applied", **kw) -> r04.ScalingArm:
+    return r04.ScalingArm(patch, [{"prompt_id": f"p{i}", "factor": a, "factor_vs_weights": b}
+                                  for i, (a, b) in enumerate(zip(factor, fvw, strict=True))], **kw)
+
+
+def test_scaling_probe_reads_both_arms():
+    """Released -> not applied (the audit's DROPPED), patched -> applied once (the patched factor
+    launch's outputs equal the down_proj control's); either side off its prediction contradicts."""
+    same, diff = _cmp(True), _cmp(False)
+    released = ([same] * 6, [diff] * 6)  # the factor launch changes nothing, down_proj x 4 changes all
+    row = r04.audit_cpu_routed_scaling(_scaling(*released, patched=_arm([diff] * 6, [same] * 6)))
+    assert row.verdict == "reproduced", row.note
+    m = row.measured
+    assert (m["dynamic_reading"], m["predicted"], m["audit_verdict"]) == ("not applied", "not applied", "DROPPED")
+    assert (m["patched_patch"], m["patched_dynamic_reading"], m["patched_predicted"]) == (
+        "applied", "applied once", "applied once")
+    assert (m["patched_factor_outputs_equal_to_down_proj_control"], m["patched_factor_outputs_equal_to_unchanged"],
+            m["miss_bound"]) == (6, 0, round(r04.miss_bound(6, 6), 4))
+    assert "routed_scaling patch 'applied': 0 of 6 factor outputs equal the unchanged model's and 6 of 6" in row.note
+    # the patched arm differs from the control on one prompt: applied, not as the control
+    row = r04.audit_cpu_routed_scaling(_scaling(*released, patched=_arm([diff] * 6, [same] * 5 + [diff])))
+    assert row.verdict == "contradicted" and row.measured["patched_dynamic_reading"] == "applied, not as the control"
+    # the patch changed nothing: not applied where applied once was predicted
+    row = r04.audit_cpu_routed_scaling(_scaling(*released, patched=_arm([same] * 6, [diff] * 6)))
+    assert row.verdict == "contradicted" and row.measured["patched_dynamic_reading"] == "not applied"
+    # the released side still decides: a moved released launch contradicts whatever the patched arm reads
+    row = r04.audit_cpu_routed_scaling(_scaling([diff] * 6, [diff] * 6, [same] * 6, patched=_arm([diff] * 6, [same] * 6)))
+    assert row.verdict == "contradicted" and row.measured["dynamic_reading"] == "applied once"
+    # a run recorded before the patched arm: the released launch alone, said so
+    row = r04.audit_cpu_routed_scaling(_scaling(*released))
+    assert row.verdict == "reproduced" and "patched_dynamic_reading" not in row.measured
+    assert "no patched factor launch" in row.note
+
+
+@pytest.mark.parametrize("arm,words", [
+    (dict(factor=[_cmp(None, False)] * 6), "patched factor launch failed"),
+    (dict(factor=[_cmp(False, unit="char")] * 6), "no output token ids"),
+    (dict(served_wrong=True), "patched factor or down_proj launch did not serve"),
+    (dict(patch=None), "patched launches' records do not say"),
+])
+def test_scaling_probe_patched_arm_that_cannot_decide_is_not_run(arm, words):
+    same, diff = _cmp(True), _cmp(False)
+    kw = {"factor": [diff] * 6, "fvw": [same] * 6} | arm
+    row = r04.audit_cpu_routed_scaling(_scaling([same] * 6, [diff] * 6, patched=_arm(**kw)))
+    assert row.verdict == "not run" and row.measured is None and words in row.note, row.note
+
+
 @pytest.mark.parametrize("case,words", [
     (dict(shared="blind"), "too weak"),
     (dict(shared="weak"), "too weak"),  # 4 of 6 changed: bound 0.12 > 0.05
@@ -308,3 +355,54 @@ def test_scaling_probe_of_a_run_without_it_is_not_run(tmp_path):
     m = lc._scaling_measurements(stage, "engine")
     assert m.pairs == [] and "no record of 6 request(s)" in m.missing
     assert r04.audit_cpu_routed_scaling(m).verdict == "not run"
+
+
+def test_scaling_probe_measurements_read_the_patched_arm(tmp_path):
+    """04 builds both sides from its records: the factor launch served released, and the patched
+    arm (scaling_patched_configs: the factor model and its down_proj control again, with the native
+    routed_scaling 'applied' patch), the patched factor launch compared per prompt with the
+    unchanged model's and the patched control's outputs."""
+    from nvfp4study.core.jsonl import append_jsonl
+    from nvfp4study.core.params import load_params
+    from nvfp4study.serving import records
+    from nvfp4study.serving.server import PROBE_LABELS
+    from serving_fixtures import stage_for
+
+    params = load_params(None)
+    stage = stage_for(params, tmp_path, "04_launch_server")
+    stage.paths.data_dir.mkdir(parents=True, exist_ok=True)
+    specs = records.probe_requests(params)
+    configs = dict(zip(PROBE_LABELS, lc.probe_configs(params), strict=True))
+    patched = lc.scaling_patched_configs(params)
+    assert list(patched) == ["scaling-factor", "scaling-weights"]
+    for k, c in patched.items():
+        assert c.native == lc.PATCHED_SCALING == (("routed_scaling", "applied"),)
+        assert c.model_label == configs[k].model_label and c.key != configs[k].key
+    # output ids: released, the factor changes nothing and down_proj x 4 moves every prompt; patched,
+    # factor x 4 and down_proj x 4 both give routed x 10
+    unchanged, x4, x10 = [1, 2, 3], [1, 7, 8], [1, 9, 9]
+    launches = {configs["off"]: (unchanged, 2.5, "released"), configs["off-again"]: (unchanged, 2.5, "released"),
+                configs["scaling-factor"]: (unchanged, 10.0, "released"),
+                configs["scaling-weights"]: (x4, 2.5, "released"),
+                patched["scaling-factor"]: (x10, 10.0, "applied"), patched["scaling-weights"]: (x10, 2.5, "applied")}
+    for config, (ids, factor, patch) in launches.items():
+        for s in specs:
+            append_jsonl(records.raw_path(stage.paths, config), {
+                "request_key": s.key, "prompt_id": s.prompt_id, "status": "ok", "output_ids": ids})
+        append_jsonl(records.launch_path(stage.paths, config), {
+            "status": "ok", "sglang_version": "0.5.23", "model_config": {"routed_scaling_factor": factor},
+            "native_modes": {"moe_clamp": "released", "routed_scaling": patch}})
+    m = lc._scaling_measurements(stage, "engine")
+    assert m.missing is None and m.patch == "released" and m.patched.patch == "applied"
+    assert not m.patched.served_wrong and len(m.patched.pairs) == len(specs)
+    assert all(p["factor_vs_weights"]["identical"] and not p["factor"]["identical"] for p in m.patched.pairs)
+    assert {records.raw_path(stage.paths, c) for c in patched.values()} <= set(m.evidence)
+    row = r04.audit_cpu_routed_scaling(m)
+    assert row.verdict == "reproduced", row.note
+    assert (row.measured["dynamic_reading"], row.measured["patched_dynamic_reading"]) == ("not applied", "applied once")
+    assert row.measured["audit_verdict"] == "DROPPED"
+    # the patched control served another factor than the probe's: not run
+    append_jsonl(records.launch_path(stage.paths, patched["scaling-weights"]), {
+        "status": "ok", "model_config": {"routed_scaling_factor": 10.0}, "native_modes": {"routed_scaling": "applied"}})
+    m = lc._scaling_measurements(stage, "engine")
+    assert m.patched.served_wrong and r04.audit_cpu_routed_scaling(m).verdict == "not run"

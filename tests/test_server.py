@@ -531,13 +531,19 @@ def test_cpu_engine_plan_adds_the_clamp_probe_to_04():
                                                "clamp-probe-off-again", "scaling-probe-factor",
                                                "scaling-probe-weights"]
     assert all(c.spec_depth is None and not c.deterministic and c.clamp == p.server.clamp_mode for c in probes)
-    assert plans.stage_configs(p)["04_launch_server"][1:] == probes
-    assert set(probes) <= set(plans.plan_servers(p))
+    # the routed-scaling probe's patched arm: the factor model with the native routed_scaling patch
+    # (and its down_proj control, so the control runs the same patch)
+    patched = list(s04.scaling_patched_configs(p).values())
+    assert [(c.model_label, c.native, c.spec_depth) for c in patched] == [
+        (label, (("routed_scaling", "applied"),), None) for label in ("scaling-probe-factor", "scaling-probe-weights")]
+    assert plans.stage_configs(p)["04_launch_server"][1:] == [*probes, *patched]
+    assert set(probes) | set(patched) <= set(plans.plan_servers(p))
     reqs = probe_requests(p)
     assert len(reqs) == p.server.cpu.clamp_probe_prompts and {r.max_tokens for r in reqs} == {
         p.server.cpu.clamp_probe_max_tokens}
-    assert all(needs(p, c) == reqs for c in probes)
+    assert all(needs(p, c) == reqs for c in [*probes, *patched])
     # off: limit 0, the GPU engine, or one model named for every launch
     assert s04.probe_configs(load_params(None, ["server.cpu.clamp_probe_limit=0"])) == []
     assert s04.probe_configs(load_params(None, list(GPU_ENGINE))) == []
     assert s04.probe_configs(load_params(None, ["server.model_path=some/model"])) == []
+    assert s04.scaling_patched_configs(load_params(None, ["server.cpu.clamp_probe_limit=0"])) == {}

@@ -17,6 +17,13 @@ Hand readings (SGLang 0.5.23; the other releases' lines in the tables):
 - marlin: APPLIED. marlin.py:204 routed_scaling_factor=runner_config.routed_scaling_factor (199 in
   0.5.19-0.5.22) -> fused_marlin_moe.py 436-443 moe_sum_reduce(..., routed_scaling_factor).
 - nvfp4-w4a16-marlin: APPLIED where the class exists (0.5.22, 0.5.23), by the same Marlin call.
+- nvfp4-w4a4-cutlass with the study's ``exact`` patch set: APPLIED, once, by the runner. The patched
+  scheme sets apply_routed_scaling_factor=(not layer.should_fuse_routed_scaling_factor_in_topk and
+  get_moe_a2a_backend().is_none()) (unknown to the audit, so the product is reached) and the patched
+  runner's post-call product covers fp4; mul_ in _maybe_apply_routed_scaling_factor (flashinfer_cutlass.py
+  217 + the patch's 4 lines in 0.5.23). The scheme's flag alone (runner as released) stays DROPPED: the
+  runner's bf16/fp8 test is decided for "fp4". Top-k and the model still say no, and ModelOpt NVFP4's
+  path (top-k folds it, its flag is False) stays APPLIED once.
 - fused-moe-native (the CPU engine's path): DROPPED. fused_moe_native.py 150-158 weights the expert
   outputs by topk_weights only; top-k does not fold it for UnquantizedFusedMoEMethod; the model
   does not (standard dispatch). Measured so on the CPU engine (issue 36: byte-identical outputs with
@@ -31,8 +38,10 @@ import pytest
 
 from nvfp4study.cli import main as cli_main
 from nvfp4study.core.errors import AuditError
+from nvfp4study.sglang import patch as sp
 from nvfp4study.sglang.param_audit import ParamVerdict, audit_param
-from sglang_fixtures import VERSIONS, release_gaps, released
+from nvfp4study.sglang.source import copy_tree
+from sglang_fixtures import VERSIONS, copy23_fixture, edit_once, release_gaps, released  # noqa: F401 (the copy23 fixture)
 
 A, D, X = ParamVerdict.APPLIED, ParamVerdict.DROPPED, ParamVerdict.ABSENT
 CT = "layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4_moe.py"
@@ -116,3 +125,53 @@ def test_the_clamp_is_not_a_param_audit_row():
 def test_routing_parameters_say_they_are_not_followed():
     (r,) = audit_param(released("0.5.23"), "grouped_topk", ["nvfp4-w4a4-cutlass"])
     assert r.verdict == ParamVerdict.UNDECIDED and "not followed" in r.rule
+
+
+# --- the exact patch set applies the factor on the card's path (issue 36, item 4) -----------------
+RUNNER = "layers/moe/moe_runner/flashinfer_cutlass.py"
+#: the paths read on each patched copy: the card's, and ModelOpt NVFP4's (same runner, top-k folds it)
+PATCHED_PATHS = ["nvfp4-w4a4-cutlass", "modelopt-nvfp4-cutlass"]
+
+
+@pytest.fixture(name="patched_rows", scope="module")
+def patched_rows_fixture(tmp_path_factory):
+    """Each release copied, ``exact`` applied, the routed scaling audit of PATCHED_PATHS read, then
+    reverted: {version: ({path: row}, reverted byte for byte)}."""
+    out = {}
+    for v in VERSIONS:
+        tree = copy_tree(released(v), tmp_path_factory.mktemp("x") / f"sglang-{v}")
+        files = [e["path"] for e in sp._files(v, "exact")]
+        before = {f: tree.file(f).read_bytes() for f in files}
+        assert sp.apply(tree, "exact") and sp.status(tree)["clamp_mode"] == "exact"
+        rows = {r.path: r for r in audit_param(tree, "routed_scaling_factor", PATCHED_PATHS)}
+        sp.revert(tree, "exact")
+        out[v] = (rows, all(tree.file(f).read_bytes() == before[f] for f in files)
+                  and sp.status(tree)["clamp_mode"] == "stock")
+    return out
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_exact_patch_applies_the_factor_once_on_the_card_path(rows, patched_rows, version):
+    assert rows[version]["nvfp4-w4a4-cutlass"].verdict == D  # released
+    got, reverted = patched_rows[version]
+    r = got["nvfp4-w4a4-cutlass"]
+    assert r.verdict == A, r.rule
+    assert r.parts == {"top-k": 0, "runner": 1, "model": 0} and r.file == RUNNER
+    ev = "\n".join(r.evidence)
+    assert f"{RUNNER}:{r.line} mul_() applies it" in ev
+    assert "FlashInferCutlassMoeQuantInfo.apply_routed_scaling_factor = ? (not layer.should_fuse_routed_scaling" in ev
+    # ModelOpt NVFP4 shares the runner and passes False: still once, by top-k, never DOUBLE
+    mo = got["modelopt-nvfp4-cutlass"]
+    assert mo.verdict == A and mo.parts == {"top-k": 1, "runner": 0, "model": 0}, mo.rule
+    assert reverted  # revert restores the released bytes
+
+
+def test_the_schemes_flag_alone_leaves_it_dropped(copy23):
+    """Half the patch (the scheme's flag True, the runner as released) applies nothing: the runner
+    multiplies after the fused call for bf16/fp8 only (flashinfer_cutlass.py:394), and the audit
+    decides that test for Ling's fp4."""
+    edit_once(copy23, "sglang/srt/" + CT, "apply_routed_scaling_factor=False,\n            )\n            return self",
+              "apply_routed_scaling_factor=True,\n            )\n            return self")
+    (r,) = audit_param(copy23, "routed_scaling_factor", ["nvfp4-w4a4-cutlass"])
+    assert r.verdict == D and r.parts["runner"] == 0, r.rule
+    assert f"{CT}:375 FlashInferCutlassMoeQuantInfo.apply_routed_scaling_factor = True" in "\n".join(r.evidence)

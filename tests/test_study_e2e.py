@@ -69,6 +69,10 @@ def test_report_has_every_card_claim(study_run):
     scaling = by_id["audit.cpu-routed-scaling"]["measured"]
     assert scaling["dynamic_reading"] == "not applied" and scaling["patch"] == "released"
     assert scaling["factor_outputs_equal_to_unchanged"] == scaling["prompts"] and scaling["down_proj_control_changed"] >= 1
+    # ... and with the native routed_scaling patch (the probe's patched arm) it is applied once: the
+    # patched factor launch gives the patched down_proj control's outputs token for token
+    assert (scaling["patched_patch"], scaling["patched_dynamic_reading"]) == ("applied", "applied once")
+    assert scaling["patched_factor_outputs_equal_to_down_proj_control"] == scaling["prompts"]
     # the trained stand-in on the real engine: each finding measured, its arms named, the null
     # control held (the reference relaunched gave the same tokens), never beside the card's numbers
     for fid, arms in (("corruption.trained-before-after", ("released-bf16",)),

@@ -265,6 +265,10 @@ def _cpu_engine(r: dict) -> tuple[str, str]:
               f"unchanged with the factor x {sm2['ratio']:g}; routed down_proj x {sm2['ratio']:g} changed "
               f"{sm2['down_proj_control_changed']}): {scaling['verdict']} against the audit's "
               f"{sm2.get('audit_verdict') or sm2['predicted']} (audit-sglang --param routed_scaling_factor)")
+        if sm2.get("patched_dynamic_reading"):
+            s += (f", and with the native routed_scaling patch as {sm2['patched_dynamic_reading']} "
+                  f"({sm2['patched_factor_outputs_equal_to_down_proj_control']} of {sm2['prompts']} outputs equal "
+                  f"the patched down_proj control's)")
     verdicts = [launch["verdict"], known["verdict"], sig["verdict"]] + ([tear["verdict"]] if tear else []) + (
         [probe["verdict"]] if pm else []) + ([scaling["verdict"]] if sm2 else [])
     return s + ".", ("reproduced" if all(v == "reproduced" for v in verdicts) else "partly")

@@ -8,7 +8,10 @@ unified diff per file (``patch -p1`` applies them from the tree root too). Modes
 - ``none``: the clamp removed from the NVFP4 CUTLASS call (the card's "before" state);
 - ``exact``: the NVFP4 CUTLASS call selects FlashInfer's post-SiLU ``SwigluStep`` when a limit is
   set without alpha, the TRT-LLM branch passes the clamp, and each MoE layer logs
-  ``[swiglu-clamp-patch] cutlass nvfp4 limit=<L> mode=exact form=<...> layer=<i>``;
+  ``[swiglu-clamp-patch] cutlass nvfp4 limit=<L> mode=exact form=<...> layer=<i>``; on the CUTLASS
+  branch it also applies ``routed_scaling_factor`` once, which the released scheme drops
+  (``apply_routed_scaling_factor`` set unless top-k folded it or the all-to-all backend is on, and
+  the runner's post-call product extended to fp4; the manifest's description has the lines);
 - ``card`` (0.5.19 and 0.5.20; later releases already carry its edits): the card's own patch as it describes it;
 - ``det``: the deterministic-inference edit (``MIN_DEEPGEMM_DIM`` 16 -> 64), combinable with any
   clamp mode;

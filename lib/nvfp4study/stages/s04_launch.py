@@ -91,16 +91,41 @@ def probe_configs(params: Params) -> list[ServerConfig]:
             for label in server.PROBE_LABELS.values()]
 
 
+#: the routed-scaling probe's patched arm: the native MoE patch axis it sets
+#: (:data:`nvfp4study.sglang.patch.NATIVE_AXES`, ``server.cpu.routed_scaling``)
+PATCHED_SCALING = (("routed_scaling", "applied"),)
+#: the probe keys (:data:`~nvfp4study.serving.launch_env.PROBE_LABELS`) the patched arm serves again
+PATCHED_SCALING_KEYS = ("scaling-factor", "scaling-weights")
+
+
+def scaling_patched_configs(params: Params) -> dict[str, ServerConfig]:
+    """The routed-scaling probe's patched arm, by probe key: the factor model and its down_proj
+    control served once more with the native ``routed_scaling: applied`` patch (:data:`PATCHED_SCALING`,
+    the launch's own ``native`` axis over ``server.cpu.routed_scaling``), so one run reads the
+    released path and the patched one. Both, because the patched factor launch (routed output x
+    factor x ratio) equals the down_proj control only when that control is patched too (x factor x
+    ratio; released it runs at x ratio, the factor applied nowhere). Empty where
+    :func:`probe_configs` is."""
+    if not probe_configs(params):
+        return {}
+    return {k: ServerConfig(clamp=params.server.clamp_mode, spec_depth=None, model_label=server.PROBE_LABELS[k],
+                            native=PATCHED_SCALING) for k in PATCHED_SCALING_KEYS}
+
+
 def serving_plan(params: Params) -> list[plans.Served]:
     """What 04 serves (:mod:`nvfp4study.serving.plans`): the card's configuration, whose launch is
     what 04 measures (launched even with nothing to ask; a replay needs its launch record only),
-    then on the CPU engine with ``server.cpu.clamp_probe_limit`` > 0 the four clamp-probe launches
-    (:func:`probe_configs`), each asked :func:`~nvfp4study.serving.records.probe_requests` (a
-    replay of a run recorded before the probe goes on without them)."""
+    then on the CPU engine with ``server.cpu.clamp_probe_limit`` > 0 the clamp and routed-scaling
+    probes' launches (:func:`probe_configs`) and the routed-scaling probe's patched arm
+    (:func:`scaling_patched_configs`), each asked :func:`~nvfp4study.serving.records.probe_requests`
+    (a replay of a run recorded before the probe, or before its patched arm, goes on without them)."""
     probe = tuple(probe_requests(params))
     return [plans.Served(card_config(params), launch_measured=True, replay_requests=False),
             *(plans.Served(c, probe, launch_measured=True, replay_requests=False, replay_optional=True)
-              for c in probe_configs(params))]
+              for c in probe_configs(params)),
+            *(plans.Served(c, probe, launch_measured=True, replay_requests=False, replay_optional=True,
+                           what=f"04 routed-scaling probe, {k} launch with the native routed_scaling patch")
+              for k, c in scaling_patched_configs(params).items())]
 
 GIB = rules.GIB  # SGLang's "GB" is GiB (the rules convert with the same constant)
 def expected_limits(model_config: dict[str, Any]) -> dict[str, Any]:
@@ -405,7 +430,9 @@ def _scaling_measurements(stage: Stage, summary: str) -> rules.ScalingProbeMeasu
     down_proj launch against the no-limit one, the factor launch against the down_proj one, and the
     no-limit model's second launch (the clamp probe's null control); the factor and clamp lists
     each served (launch records) against the probe's; the routed_scaling patch the factor launch
-    ran (its record's ``native_modes``)."""
+    ran (its record's ``native_modes``); and the patched arm (:func:`scaling_patched_configs`,
+    :class:`~nvfp4study.stages.claim_rules.r04_launch.ScalingArm`), None when it was never
+    recorded (a run from before it)."""
     from ..serving.records import probe_requests
     from ..serving.request_numbers import compare_outputs
 
@@ -432,7 +459,37 @@ def _scaling_measurements(stage: Stage, summary: str) -> rules.ScalingProbeMeasu
     wrong = [configs[p].model_label for p in keys if base is None or factors.get(p) != want[p]]
     patch = (recs["scaling-factor"].get("native_modes") or {}).get("routed_scaling")
     return rules.ScalingProbeMeasurements(ratio, factors, pairs, wrong, patch, evidence, summary,
-                                          audit=_scaling_audit(recs["scaling-factor"].get("sglang_version")))
+                                          audit=_scaling_audit(recs["scaling-factor"].get("sglang_version")),
+                                          patched=_scaling_arm(stage, rows, want, evidence))
+
+
+def _scaling_arm(stage: Stage, rows: dict[str, list[dict[str, Any]]], want: dict[str, Any],
+                 evidence: list[Any]) -> rules.ScalingArm | None:
+    """The routed-scaling probe's patched arm (:func:`scaling_patched_configs`): per prompt the
+    patched factor launch against the probe's unchanged launch (``rows["off"]``) and against the
+    patched down_proj control; ``want``: the factor each probe key should serve. Its raw files join
+    ``evidence``. None when it is not planned or was never recorded."""
+    from ..serving.records import probe_requests
+    from ..serving.request_numbers import compare_outputs
+
+    params = measure.params_of(stage)
+    configs = scaling_patched_configs(params)
+    if not configs:
+        return None
+    try:
+        got = {k: measure.rows_for(stage, c, probe_requests(params)) for k, c in configs.items()}
+    except StageInputMissing:
+        return None
+    evidence.extend(measure.raw_path(stage.paths, c) for c in configs.values())
+    recs = {k: next((r for r in reversed(measure.launches(stage.paths, c)) if r.get("status") == "ok"), {})
+            for k, c in configs.items()}
+    patches = {(r.get("native_modes") or {}).get("routed_scaling") for r in recs.values()}
+    wrong = any(want.get(k) is None or (r.get("model_config") or {}).get("routed_scaling_factor") != want[k]
+                for k, r in recs.items())
+    factor, weights = got["scaling-factor"], got["scaling-weights"]
+    pairs = [{"prompt_id": row["prompt_id"], "factor": compare_outputs(row, rows["off"][i]),
+              "factor_vs_weights": compare_outputs(row, weights[i])} for i, row in enumerate(factor)]
+    return rules.ScalingArm(patches.pop() if len(patches) == 1 else None, pairs, served_wrong=wrong)
 
 
 def _scaling_audit(version: str | None) -> dict[str, Any] | None:

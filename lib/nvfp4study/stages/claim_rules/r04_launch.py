@@ -315,12 +315,27 @@ AUDIT_PREDICTS = {"DROPPED": "not applied", "APPLIED": "applied once", "DOUBLE":
 
 
 @dataclass(frozen=True)
+class ScalingArm:
+    """The routed-scaling probe's patched arm: the factor model and its down_proj control served
+    once more with another ``routed_scaling`` patch (04 serves them with the native ``applied``
+    one, :data:`nvfp4study.stages.s04_launch.PATCHED_SCALING`); per prompt the patched factor
+    launch's greedy outputs against the unchanged model's ("factor", its released no-limit
+    launch) and against the patched down_proj control's ("factor_vs_weights": applied once,
+    factor x ratio and down_proj x ratio both give the routed output x factor x ratio)."""
+
+    patch: str | None  # server.cpu.routed_scaling both launches ran (their records' native_modes), None: unknown
+    pairs: list[dict[str, Any]]  # {"prompt_id", "factor", "factor_vs_weights"}, in the probe's prompt order
+    served_wrong: bool = False  # a launch served another factor than the probe's model of its key
+
+
+@dataclass(frozen=True)
 class ScalingProbeMeasurements:
     """04's routed-scaling probe on the CPU engine: per prompt, the greedy outputs of the clamp
     probe's no-limit model served with ``routed_scaling_factor`` x ratio (config only, "factor")
     and with its routed experts' ``down_proj`` x ratio ("weights", the positive control), each
     against the no-limit launch, the factor launch against the weights launch, and the clamp
-    probe's second no-limit launch (the null control)."""
+    probe's second no-limit launch (the null control); ``patched``: the factor model served with
+    the native routed-scaling patch (:class:`ScalingArm`; None: a run recorded before that arm)."""
 
     STAGE: ClassVar[str] = "04_launch_server"
     ratio: float  # server.cpu.scaling_probe_ratio
@@ -332,6 +347,7 @@ class ScalingProbeMeasurements:
     checked_on: str
     missing: str | None = None
     audit: dict[str, Any] | None = None  # the audit's routed_scaling_factor row of PROBE_PATH (served release)
+    patched: ScalingArm | None = None  # the factor launch with the native routed_scaling patch
 
 
 def _scaling_refusal(x: ScalingProbeMeasurements) -> str | None:
@@ -345,6 +361,17 @@ def _scaling_refusal(x: ScalingProbeMeasurements) -> str | None:
         return f"the launches of {', '.join(x.served_wrong)} did not serve the probe's config"
     if x.patch not in SCALING_PREDICTS:
         return f"the factor launch's record does not say which routed_scaling patch it ran ({x.patch!r})"
+    if (arm := x.patched) is not None:
+        if not all(p[k]["comparable"] for p in arm.pairs for k in ("factor", "factor_vs_weights")) or \
+                [p["prompt_id"] for p in arm.pairs] != [p["prompt_id"] for p in x.pairs]:
+            return "a request of the patched factor launch failed (see its raw file)"
+        if not all(p[k]["unit"] == "token" for p in arm.pairs for k in ("factor", "factor_vs_weights")):
+            return "a probe response had no output token ids, so outputs were not compared token for token"
+        if arm.served_wrong:
+            return "the patched factor or down_proj launch did not serve the probe's config"
+        if arm.patch not in SCALING_PREDICTS:
+            return ("the patched launches' records do not say which routed_scaling patch they ran (or differ): "
+                    f"{arm.patch!r}")
     if x.patch == "released" and (x.audit or {}).get("verdict") not in AUDIT_PREDICTS:
         return (f"the audit's routed_scaling_factor reading of {PROBE_PATH} predicts nothing the probe can see "
                 f"({(x.audit or {}).get('verdict')}: {(x.audit or {}).get('rule', 'no audit row')})")
@@ -355,6 +382,18 @@ def _scaling_refusal(x: ScalingProbeMeasurements) -> str | None:
         "server.cpu.clamp_probe_prompts)")
 
 
+def _scaling_reading(pairs: list[dict[str, Any]], factor: str = "factor",
+                     vs_control: str = "factor_vs_weights") -> tuple[str, int, int]:
+    """``(reading, equal to the unchanged model's, equal to the down_proj control's)`` of a factor
+    launch: "not applied" when every output equals the unchanged model's token for token, "applied
+    once" when every one equals the control's, else "applied, not as the control"."""
+    n = len(pairs)
+    same = sum(bool(p[factor]["identical"]) for p in pairs)
+    as_control = sum(bool(p[vs_control]["identical"]) for p in pairs)
+    return ("not applied" if same == n else "applied once" if as_control == n
+            else "applied, not as the control"), same, as_control
+
+
 @finding_rule("audit.cpu-routed-scaling", ScalingProbeMeasurements,
               claim="SGLang 0.5.23's native PyTorch MoE path (where the CPU engine runs Ling's routed experts) "
                     "applies Ling's routed_scaling_factor nowhere as released, and the study's native-routed-scaling "
@@ -362,11 +401,12 @@ def _scaling_refusal(x: ScalingProbeMeasurements) -> str | None:
                     "the unchanged model's when released, and those of the routed down_proj scaled by the same "
                     "ratio when patched.")
 def audit_cpu_routed_scaling(x: ScalingProbeMeasurements) -> Row | None:
-    """Dynamic reading: "not applied" when every factor-launch output equals the unchanged model's
-    token for token, "applied once" when every one equals the down_proj-scaled control's and some
-    differ from the unchanged model's, else "applied, not as the control" (twice, or elsewhere).
-    Not run when it cannot decide (:func:`_scaling_refusal`). Reproduced when the reading is what
-    the served patch predicts (:data:`SCALING_PREDICTS`), else contradicted."""
+    """Dynamic reading of each factor launch (:func:`_scaling_reading`): the one served with
+    ``server.cpu.routed_scaling`` and the patched arm (``x.patched``, the native ``applied`` patch).
+    Not run when it cannot decide (:func:`_scaling_refusal`). Reproduced when each reading is what
+    its served patch predicts (released: the audit's verdict, :data:`AUDIT_PREDICTS`; patched:
+    :data:`SCALING_PREDICTS`), else contradicted; a run recorded before the patched arm is judged
+    on the first launch alone."""
     if x.missing:
         return Row.not_run(x.missing, evidence=x.evidence)
     if not x.pairs:
@@ -374,13 +414,14 @@ def audit_cpu_routed_scaling(x: ScalingProbeMeasurements) -> Row | None:
     if (refusal := _scaling_refusal(x)) is not None:
         return Row.not_run(refusal, evidence=x.evidence)
     n = len(x.pairs)
-    same = sum(bool(p["factor"]["identical"]) for p in x.pairs)
-    as_control = sum(bool(p["factor_vs_weights"]["identical"]) for p in x.pairs)
+    reading, same, as_control = _scaling_reading(x.pairs)
     changed = sum(not p["weights"]["identical"] for p in x.pairs)
-    reading = ("not applied" if same == n else "applied once" if as_control == n
-               else "applied, not as the control")
     bound = miss_bound(n, changed)
-    predicted = AUDIT_PREDICTS[x.audit["verdict"]] if x.patch == "released" else SCALING_PREDICTS[x.patch]
+
+    def predicts(patch: str) -> str:
+        return AUDIT_PREDICTS[x.audit["verdict"]] if patch == "released" else SCALING_PREDICTS[patch]
+
+    predicted = predicts(x.patch)
     audit_s = (f"audit-sglang --param routed_scaling_factor, {PROBE_PATH}: {x.audit['verdict']} at "
                f"{x.audit.get('file')}:{x.audit.get('line')} ({x.audit.get('rule')})" if x.audit else
                f"no audit reading of {PROBE_PATH}")
@@ -389,12 +430,24 @@ def audit_cpu_routed_scaling(x: ScalingProbeMeasurements) -> Row | None:
                 "factor_outputs_equal_to_unchanged": same, "factor_outputs_equal_to_down_proj_control": as_control,
                 "down_proj_control_changed": changed, "null_relaunch_identical": n,
                 "dynamic_reading": reading, "predicted": predicted, "miss_bound": round(bound, 4)}
-    note = (f"routed_scaling_factor {x.factors.get('off')} -> {x.factors.get('scaling-factor')} (config only): "
-            f"{same} of {n} greedy outputs equal the unchanged model's and {as_control} of {n} those of the routed "
-            f"experts' down_proj x {x.ratio:g} (factor unchanged); controls: the no-limit model launched twice "
-            f"matched on all {n}, and down_proj x {x.ratio:g} changed {changed} of {n}, so a factor that is applied "
-            f"would leave all {n} unchanged with chance <= {bound:.3g} (Wilson 95 %, prompts taken as independent). "
-            f"Served with routed_scaling patch {x.patch!r}; released, the prediction is the audit's ({audit_s}); "
-            f"patched, the patch's reading (the audit does not read the overlay); {STANDIN_NOTE}")
     ok = reading == predicted
+    arm_s = "no patched factor launch (a run recorded before it)"
+    if (arm := x.patched) is not None:
+        p_reading, p_same, p_control = _scaling_reading(arm.pairs)
+        p_predicted = predicts(arm.patch)
+        measured.update({"patched_patch": arm.patch, "patched_factor_outputs_equal_to_unchanged": p_same,
+                         "patched_factor_outputs_equal_to_down_proj_control": p_control,
+                         "patched_dynamic_reading": p_reading, "patched_predicted": p_predicted})
+        ok = ok and p_reading == p_predicted
+        arm_s = (f"the factor and down_proj launches served again with routed_scaling patch {arm.patch!r}: "
+                 f"{p_same} of {n} factor outputs equal the unchanged model's and {p_control} of {n} the patched "
+                 f"down_proj control's, read as {p_reading} (predicted {p_predicted})")
+    note = (f"routed_scaling_factor {x.factors.get('off')} -> {x.factors.get('scaling-factor')} (config only): "
+            f"served with routed_scaling patch {x.patch!r}, {same} of {n} greedy outputs equal the unchanged "
+            f"model's and {as_control} of {n} those of the routed experts' down_proj x {x.ratio:g} (factor "
+            f"unchanged), read as {reading} (predicted {predicted}); {arm_s}. Controls: the no-limit model "
+            f"launched twice matched on all {n}, and down_proj x {x.ratio:g} changed {changed} of {n}, so a factor "
+            f"that is applied would leave all {n} unchanged with chance <= {bound:.3g} (Wilson 95 %, prompts taken "
+            f"as independent). Released, the prediction is the audit's ({audit_s}); patched, the patch's reading "
+            f"(the audit does not read the overlay); {STANDIN_NOTE}")
     return Row(measured, Verdict.REPRODUCED if ok else Verdict.CONTRADICTED, x.evidence, note, x.checked_on)
