@@ -138,10 +138,12 @@ agreement["per_release"]
 # The other parameters of Ling's MoE (the routed scaling factor, the routing parameters;
 # `nvfp4study audit-sglang --param NAME`) against their own blind hand readings
 # (`lib/nvfp4study/sglang/data/param_hand_readings.yaml`, read by others; not run while it is absent).
-# Written to `data/sglang_param_agreement.json`.
+# Every path's rows are written to `data/sglang_param_audit.json` (stage 04 reads the CPU engine's),
+# the agreement to `data/sglang_param_agreement.json`.
 
 # %%
-param_agreement = s3.param_agreement(stage, results)
+param_rows = s3.param_audit(stage, results)
+param_agreement = s3.param_agreement(stage, param_rows)
 s3.markdown(param_agreement["sentence"])
 
 # %% [markdown]

@@ -510,3 +510,80 @@ def test_gap_holds_edges(over, holds):
         if r[k] is None:
             del r[k]
     assert r03._gap_holds(r) is holds
+
+
+# --- finding.routed-scaling-dropped (issue 36) ------------------------------------------------------------------
+
+def rsf(v: str, path: str, verdict: str, line: int = 375) -> dict:
+    return arow(path, verdict, "rule", v, "cts.py", line, param="routed_scaling_factor")
+
+
+RSF_ROWS = [rsf("0.5.21", "nvfp4-w4a4-cutlass", "DROPPED", 361), rsf(V, "nvfp4-w4a4-cutlass", "DROPPED"),
+            rsf("0.5.21", "triton", "APPLIED", 5), rsf(V, "triton", "APPLIED", 6), rsf(V, "marlin", "APPLIED", 7),
+            rsf(V, "other", "DOUBLE", 8)]
+
+
+def agreement(agree: int, n: int) -> dict:
+    rate = agree / n
+    return {"routed_scaling_factor": {"overall": {"agree": agree, "n": n, "rate": rate, "wilson95": [0.5, 0.99]}}}
+
+
+def test_routed_scaling_dropped_row_in_full(mk):
+    x = mk(params={"routed_scaling_factor": RSF_ROWS}, param_agreement=agreement(34, 35))
+    row = r03.routed_scaling_dropped(x)
+    assert row.verdict == "reproduced"  # 34 / 35 = 97.1 % >= 95 %
+    assert row.measured == {"card_path": {"0.5.21": "DROPPED", V: "DROPPED"},
+                            "card_path_at": {"0.5.21": "cts.py:361", V: "cts.py:375"},
+                            "triton": {"0.5.21": "APPLIED", V: "APPLIED"}, "marlin": {V: "APPLIED"},
+                            "agreement": {"agree": 34, "n": 35, "rate": 34 / 35, "wilson95": [0.5, 0.99]}}
+    assert row.note == (
+        "audit-sglang --param routed_scaling_factor on the card's path (nvfp4-w4a4-cutlass): 0.5.21 DROPPED at "
+        "cts.py:361, 0.5.23 DROPPED at cts.py:375; triton: 0.5.21 APPLIED, 0.5.23 APPLIED; marlin: 0.5.23 APPLIED; "
+        "the audit agreed with a blind hand reading of this parameter on 34 of 35 paths (97.1 %, Wilson 95 % "
+        "50.0 % to 99.0 %; the bar is 95.0 %). A static reading of the source; stage 04 measures the native path "
+        "the CPU engine runs (audit.cpu-routed-scaling), and the exact patch set applies the factor on the card's "
+        "path.")
+    assert row.checked_on == "sglang 0.5.21, 0.5.23 (released wheels' source)"
+    assert [p.name for p in row.evidence] == ["sglang_param_audit.json", "sglang_param_agreement.json"]
+
+
+def test_routed_scaling_dropped_verdict_edges(mk):
+    rows = {"routed_scaling_factor": RSF_ROWS}
+    # 33 / 35 = 94.3 %: below the bar, a machine reading; 19 / 20 = 95 % exactly: on it
+    assert r03.routed_scaling_dropped(mk(params=rows, param_agreement=agreement(33, 35))).verdict == "partly"
+    assert r03.routed_scaling_dropped(mk(params=rows, param_agreement=agreement(19, 20))).verdict == "reproduced"
+    row = r03.routed_scaling_dropped(mk(params=rows, param_agreement=None))
+    assert row.verdict == "partly" and "its agreement with blind hand readings was not run" in row.note
+    row = r03.routed_scaling_dropped(mk(params=rows, param_agreement={"routed_scaling_factor": {"not_run": "x"}}))
+    assert row.verdict == "partly"
+    # one release that applies it contradicts the finding, whatever the agreement
+    applied = [*RSF_ROWS[:1], rsf(V, "nvfp4-w4a4-cutlass", "APPLIED"), *RSF_ROWS[2:]]
+    row = r03.routed_scaling_dropped(mk(params={"routed_scaling_factor": applied}, param_agreement=agreement(35, 35)))
+    assert row.verdict == "contradicted" and row.measured["card_path"] == {"0.5.21": "DROPPED", V: "APPLIED"}
+    # a release that is not audited by the stage is left out
+    extra = [*RSF_ROWS, rsf("0.5.19", "nvfp4-w4a4-cutlass", "APPLIED")]
+    assert r03.routed_scaling_dropped(mk(params={"routed_scaling_factor": extra},
+                                         param_agreement=agreement(35, 35))).verdict == "reproduced"
+
+
+def test_routed_scaling_dropped_refusals(mk):
+    with pytest.raises(StageInputMissing, match="run the cell that writes data/sglang_param_audit.json"):
+        r03.routed_scaling_dropped(mk(params=None))
+    with pytest.raises(StageInputMissing, match="no routed_scaling_factor row of nvfp4-w4a4-cutlass"):
+        r03.routed_scaling_dropped(mk(params={"routed_scaling_factor": RSF_ROWS[2:]}))
+    with pytest.raises(StageInputMissing, match="no routed_scaling_factor row"):
+        r03.routed_scaling_dropped(mk(params={}))
+
+
+def test_gather_reads_the_parameter_files_when_written(tmp_path):
+    paths = RunPaths(tmp_path)
+    paths.data("x").parent.mkdir(parents=True, exist_ok=True)
+    for stem, obj in {"sglang_audit": ALLV, "sglang_audit_versions": ALLV, "sglang_checks": {}, "sglang_patch_roundtrip": [],
+                      "clamp_numerics": {"rows": []}}.items():
+        paths.data(stem).write_text(json.dumps(obj))
+    x = r03.SGLangMeasurements.gather(paths, V, kernels={})
+    assert x.params is None and x.param_agreement is None
+    paths.data("sglang_param_audit").write_text(json.dumps({"params": {"routed_scaling_factor": RSF_ROWS}}))
+    paths.data("sglang_param_agreement").write_text(json.dumps(agreement(1, 2)))
+    x = r03.SGLangMeasurements.gather(paths, V, kernels={})
+    assert x.params == {"routed_scaling_factor": RSF_ROWS} and x.param_agreement == agreement(1, 2)

@@ -300,12 +300,29 @@ def test_scaling_probe_follows_the_audits_reading():
     assert r04.audit_cpu_routed_scaling(_scaling([same] * 6, [diff] * 6, audit=None)).verdict == "not run"
 
 
-def test_scaling_audit_of_the_served_release_reads_dropped():
+def test_scaling_audit_is_read_from_stage_03s_file(tmp_path):
+    """04 reads the row of the path its CPU engine runs from 03's data/sglang_param_audit.json (the
+    real audit of 0.5.23 there): the served release's row, None for another release, no version, a
+    missing, broken or differently shaped file."""
+    from nvfp4study.core.params import DEFAULT_PARAMS
+    from nvfp4study.core.stage import open_stage
+    from nvfp4study.sglang.param_audit import audit_param
     from nvfp4study.stages import s04_launch
+    from sglang_fixtures import released
 
-    row = s04_launch._scaling_audit("0.5.23")
+    st = open_stage("04_launch_server", str(DEFAULT_PARAMS), str(tmp_path / "run"))
+    f = st.paths.data("sglang_param_audit")
+    assert s04_launch._scaling_audit(st, "0.5.23") is None  # no file yet
+    rows = [r.as_json() for r in audit_param(released("0.5.23"), "routed_scaling_factor", [r04.PROBE_PATH])]
+    other = {**rows[0], "path": "triton", "verdict": "APPLIED"}
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(json.dumps({"params": {"routed_scaling_factor": [other, *rows]}}))
+    row = s04_launch._scaling_audit(st, "0.5.23")
     assert (row["verdict"], row["file"], row["line"]) == ("DROPPED", "layers/moe/fused_moe_native.py", 158)
-    assert s04_launch._scaling_audit(None) is None
+    assert s04_launch._scaling_audit(st, "0.5.22") is None and s04_launch._scaling_audit(st, None) is None
+    for bad in ("{", json.dumps({"params": {}}), json.dumps([1]), json.dumps({"params": {"routed_scaling_factor": 3}})):
+        f.write_text(bad)
+        assert s04_launch._scaling_audit(st, "0.5.23") is None
 
 
 def test_scaling_probe_verdicts():

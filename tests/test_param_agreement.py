@@ -162,7 +162,13 @@ def test_stage_writes_the_parameter_agreement(tmp_path, monkeypatch):
     synth = ag.param_hand_readings(f)
     monkeypatch.setattr(ag, "param_hand_readings", lambda path=None: synth)
     st = open_stage("03_patch_sglang", str(DEFAULT_PARAMS), str(tmp_path / "run"))
-    res = s3.param_agreement(st, [{"path": "triton", "verdict": "EXACT", "sglang_version": "0.5.23"}])
+    rows = s3.param_audit(st, [{"path": "triton", "verdict": "EXACT", "sglang_version": "0.5.23"}])
+    written = json.loads((tmp_path / "run" / "data" / "sglang_param_audit.json").read_text())["params"]
+    assert written == rows and set(rows) == {"routed_scaling_factor", "norm_topk_prob", "correction_bias",
+                                             "grouped_topk"}
+    assert {r["sglang_version"] for rs in rows.values() for r in rs} == {"0.5.23"}
+    assert all(r["verdict"] == "UNDECIDED" for r in rows["grouped_topk"])  # routing: not followed yet
+    res = s3.param_agreement(st, rows)
     rsf = res["agreement"]["routed_scaling_factor"]
     # the audit: card path DROPPED, Triton APPLIED, Marlin APPLIED (the synthetic reading says DOUBLE)
     assert (rsf["overall"]["agree"], rsf["overall"]["n"]) == (2, 3)

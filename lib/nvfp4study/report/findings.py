@@ -110,6 +110,28 @@ def _kernels(r: dict) -> tuple[str, str]:
     return s, row["verdict"]
 
 
+def _routed_scaling(r: dict) -> tuple[str, str]:
+    row = r["finding.routed-scaling-dropped"]
+    m = row["measured"]
+    card = ", ".join(f"{v} {vd} ({m['card_path_at'][v]})" for v, vd in m["card_path"].items())
+    s = (f"Ling's routed_scaling_factor (2.5) on the card's path (compressed-tensors W4A4 NVFP4, FlashInfer CUTLASS), "
+         f"read from SGLang's source: {card}; the Triton and Marlin runners: "
+         + ", ".join(f"{v} {vd}" for v, vd in m["triton"].items()) + " / "
+         + ", ".join(f"{v} {vd}" for v, vd in m["marlin"].items()) + ". ")
+    agr = m.get("agreement")
+    s += (f"Blind hand readings of this parameter agreed with the audit on {agr['agree']} of {agr['n']} paths "
+          f"({pct(agr['rate'])}), below the {pct(MIN_AGREEMENT)} bar, so it is a machine reading"
+          if agr and agr["n"] and agr["rate"] < MIN_AGREEMENT
+          else f"Blind hand readings agreed on {agr['agree']} of {agr['n']} paths ({pct(agr['rate'])})" if agr and agr["n"]
+          else "Its agreement with blind hand readings was not run")
+    cpu = (r.get("audit.cpu-routed-scaling") or {}).get("measured") or {}
+    if cpu.get("dynamic_reading"):
+        s += (f"; on SGLang's CPU engine the native path read {cpu['dynamic_reading']} as released"
+              + (f" and {cpu['patched_dynamic_reading']} with the study's patch" if cpu.get("patched_dynamic_reading")
+                 else "") + " (ledger audit.cpu-routed-scaling)")
+    return s + ". The study's exact patch set applies it once on the card's path (not run on a GPU).", row["verdict"]
+
+
 def _approx_size(r: dict) -> tuple[str, str]:
     m = r["finding.approx-size"]["measured"]
     parts = [f"{number(v['max_gate_gap_g_gt_L'])} at {k} ({pct(v['max_relative_gate_gap_g_gt_L'])})"
@@ -305,6 +327,8 @@ HEADLINES: list[tuple[str, str, Any, list[str]]] = [
     ("clamp", "How far off the approximate clamp is", _approx_size, ["finding.approx-size"]),
     ("clamp", "Other MoE runners", _others,
      ["clamp.others-forward", "finding.runners-drop-clamp", "finding.audit-agreement"]),
+    ("clamp", "The routed scaling factor", _routed_scaling,
+     ["finding.routed-scaling-dropped", "audit.cpu-routed-scaling"]),
     ("layout", "Gate/up global scales", _gate_up,
      ["audit.up-scale-error-card-pipeline", "quantize.gate-up-global-scale"]),
     ("layout", "Counts", _counts,

@@ -155,28 +155,40 @@ def audit_agreement(stage: Stage, rows: list[PathResult] | list[dict[str, Any]])
     return ag.write(stage.paths.data("sglang_audit_agreement"), rows)
 
 
-def param_agreement(stage: Stage, results: list[PathResult] | list[dict[str, Any]]) -> dict[str, Any]:
-    """The other MoE parameters' audit (``audit-sglang --param``) against their blind hand readings
-    (``sglang/data/param_hand_readings.yaml``, :func:`nvfp4study.sglang.agreement.param_agreement`),
-    on the releases both the readings and ``results`` cover; writes ``data/sglang_param_agreement.json``.
-    Returns ``{"sentence", "agreement"}``; with no readings file, every parameter is not run."""
+def param_audit(stage: Stage, results: list[PathResult] | list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Every MoE parameter but the clamp (``sglang/data/moe_params.yaml``; ``audit-sglang --param
+    NAME``, :func:`nvfp4study.sglang.param_audit.audit_param`) on every path of each release
+    ``results`` audits, reusing its clamp rows; writes ``data/sglang_param_audit.json`` (``{"params":
+    {name: [row, ...]}}``, rows as ``ParamResult.as_json``), which stage 04 reads for the path its CPU
+    engine runs. Returns the ``params`` mapping."""
+    from ..sglang import moe_params
     from ..sglang.param_audit import audit_param
     from ..sglang.source import unpack_wheel
 
-    _, readings = ag.param_hand_readings()
-    audited = {(r.as_json() if hasattr(r, "as_json") else r)["sglang_version"] for r in results}
     # the clamp rows this stage already has (a path that cannot run Ling cannot for any parameter):
     # without them each parameter re-ran the clamp audit of each release (03 went from ~25 s to ~3 min)
     clamp: dict[str, list[PathResult]] = {}
     for r in results:
         if isinstance(r, PathResult):
             clamp.setdefault(r.sglang_version, []).append(r)
-    rows: dict[str, list[Any]] = {}
-    for name, rds in readings.items():
-        for v in sorted({rd.release for rd in rds} & audited):
-            rows.setdefault(name, []).extend(
-                r.as_json() for r in audit_param(unpack_wheel(v), name, clamp_rows=clamp.get(v)))
-    result = ag.param_agreement(rows, readings)
+    audited = list(dict.fromkeys((r.as_json() if hasattr(r, "as_json") else r)["sglang_version"] for r in results))
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for name in moe_params.names():
+        if moe_params.param(name).kind == "clamp":
+            continue  # its rows are results' own
+        rows[name] = [r.as_json() for v in audited
+                      for r in audit_param(unpack_wheel(v), name, clamp_rows=clamp.get(v))]
+    write_json(stage.paths.data("sglang_param_audit"), {"params": rows})
+    return rows
+
+
+def param_agreement(stage: Stage, rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """:func:`param_audit`'s rows against the blind hand readings of each parameter
+    (``sglang/data/param_hand_readings.yaml``, :func:`nvfp4study.sglang.agreement.param_agreement`),
+    on the releases both cover; writes ``data/sglang_param_agreement.json``. Returns ``{"sentence",
+    "agreement"}``; with no readings file, every parameter is not run."""
+    _, readings = ag.param_hand_readings()
+    result = ag.param_agreement({n: rows.get(n, []) for n in readings}, readings)
     write_json(stage.paths.data("sglang_param_agreement"), result)
     return {"sentence": ag.param_agreement_sentence(result), "agreement": result}
 

@@ -459,7 +459,7 @@ def _scaling_measurements(stage: Stage, summary: str) -> rules.ScalingProbeMeasu
     wrong = [configs[p].model_label for p in keys if base is None or factors.get(p) != want[p]]
     patch = (recs["scaling-factor"].get("native_modes") or {}).get("routed_scaling")
     return rules.ScalingProbeMeasurements(ratio, factors, pairs, wrong, patch, evidence, summary,
-                                          audit=_scaling_audit(recs["scaling-factor"].get("sglang_version")),
+                                          audit=_scaling_audit(stage, recs["scaling-factor"].get("sglang_version")),
                                           patched=_scaling_arm(stage, rows, want, evidence))
 
 
@@ -492,21 +492,21 @@ def _scaling_arm(stage: Stage, rows: dict[str, list[dict[str, Any]]], want: dict
     return rules.ScalingArm(patches.pop() if len(patches) == 1 else None, pairs, served_wrong=wrong)
 
 
-def _scaling_audit(version: str | None) -> dict[str, Any] | None:
-    """The audit's routed_scaling_factor row of the path the CPU engine runs (``audit-sglang --param
-    routed_scaling_factor``, :mod:`nvfp4study.sglang.param_audit`) in the released ``version``
-    (its wheel, unpacked by 03); None when the version is unknown or has no such path."""
-    from ..core.errors import StudyError
-    from ..sglang.param_audit import audit_param
-    from ..sglang.source import unpack_wheel
+def _scaling_audit(stage: Stage, version: str | None) -> dict[str, Any] | None:
+    """03's routed_scaling_factor row (``data/sglang_param_audit.json``, :func:`nvfp4study.stages.
+    s03_sglang.param_audit`; ``audit-sglang --param routed_scaling_factor``) of the path the CPU
+    engine runs in the released ``version``; None when the version is unknown, the file is missing
+    or unreadable, or it has no such row."""
+    import json
 
     if not version:
         return None
     try:
-        rows = audit_param(unpack_wheel(version), "routed_scaling_factor", [rules.PROBE_PATH])
-    except StudyError:
+        rows = json.loads(stage.paths.data("sglang_param_audit").read_text())["params"]["routed_scaling_factor"]
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    return rows[0].as_json() if rows else None
+    return next((r for r in rows if isinstance(r, dict) and r.get("path") == rules.PROBE_PATH
+                 and r.get("sglang_version") == version), None)
 
 
 def _audit_row(stage: Stage) -> tuple[dict[str, Any] | None, Any]:

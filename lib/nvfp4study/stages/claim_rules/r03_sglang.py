@@ -83,6 +83,8 @@ class SGLangMeasurements:
     cpf: dict[str, Any]  # data/sglang_card_patches.json, or {"run": False, "reason"}
     kernels: dict[str, Any]  # the GPU measurement: {"doc", "summary", "copy"}
     agreement: dict[str, Any] | None = None  # sglang.agreement.write's result (the stage adds it)
+    params: dict[str, list[dict]] | None = None  # data/sglang_param_audit.json's "params", None if not written
+    param_agreement: dict[str, Any] | None = None  # data/sglang_param_agreement.json, None if not written
 
     @classmethod
     def gather(cls, paths: RunPaths, version: str, kernels: dict[str, Any]) -> SGLangMeasurements:
@@ -90,9 +92,13 @@ class SGLangMeasurements:
         cpf_file = paths.data("sglang_card_patches")
         cpf = json.loads(cpf_file.read_text()) if cpf_file.is_file() else {"run": False, "reason": "cell not run"}
         main = _load(paths, "sglang_audit")
+        opt = {k: json.loads(paths.data(k).read_text()) if paths.data(k).is_file() else None
+               for k in ("sglang_param_audit", "sglang_param_agreement")}
         return cls(paths, version, _load(paths, "sglang_audit_versions"), {r["path"]: r for r in main},
                    _load(paths, "sglang_checks"), _load(paths, "sglang_patch_roundtrip"),
-                   _load(paths, "clamp_numerics"), cpf, kernels)
+                   _load(paths, "clamp_numerics"), cpf, kernels,
+                   params=(opt["sglang_param_audit"] or {}).get("params") if opt["sglang_param_audit"] else None,
+                   param_agreement=opt["sglang_param_agreement"])
 
     @property
     def on(self) -> str:
@@ -411,3 +417,50 @@ def approx_size(x: SGLangMeasurements) -> Row:
                "Largest |post - pre| gate factor measured on the grid's gate values, against L - silu(L) = "
                + ", ".join(f"{r['gate_gap']:.6g} (L={r['limit']:g})" for r in pp)
                + (f"; does not hold for {', '.join(bad)}" if bad else "") + ".", "CPU float64")
+
+
+#: the routed-scaling finding's paths: the card's, and the runners the README names as applying it
+RSF_PATHS = {"card": "nvfp4-w4a4-cutlass", "triton": "triton", "marlin": "marlin"}
+RSF_CLAIM = ("SGLang's compressed-tensors W4A4 NVFP4 MoE path with the FlashInfer CUTLASS runner (the card's) applies "
+             "Ling's routed_scaling_factor (2.5) nowhere, on every audited release: the routed experts run at 1/2.5 "
+             "of their trained weight against the shared expert, with or without the clamp patch.")
+
+
+@finding_rule("finding.routed-scaling-dropped", SGLangMeasurements, claim=RSF_CLAIM)
+def routed_scaling_dropped(x: SGLangMeasurements) -> Row:
+    """The routed_scaling_factor audit (``data/sglang_param_audit.json``) of the card's path on every
+    audited release, with the Triton and Marlin runners beside it, and its agreement with the blind
+    hand readings (``data/sglang_param_agreement.json``): reproduced when the card's path reads
+    DROPPED on every release and the agreement reaches :data:`~nvfp4study.sglang.agreement.
+    MIN_AGREEMENT`; partly when it reads DROPPED but the agreement is below it or not run (a machine
+    reading); contradicted when a release reads otherwise."""
+    from ...sglang import agreement as ag
+
+    if x.params is None:
+        raise StageInputMissing("the parameter audit was not written: run the cell that writes "
+                                "data/sglang_param_audit.json first")
+    rows = x.params.get("routed_scaling_factor") or []
+    by = {(r.get("sglang_version"), r.get("path")): r for r in rows if isinstance(r, dict)}
+    got = {k: {v: by[(v, p)]["verdict"] for v in x.versions if (v, p) in by} for k, p in RSF_PATHS.items()}
+    if not got["card"]:
+        raise StageInputMissing(f"data/sglang_param_audit.json has no routed_scaling_factor row of "
+                                f"{RSF_PATHS['card']} on an audited release")
+    at = {v: where(by[(v, RSF_PATHS["card"])]) for v in got["card"]}
+    agr = ((x.param_agreement or {}).get("routed_scaling_factor") or {}).get("overall")
+    dropped = all(vd == "DROPPED" for vd in got["card"].values())
+    verdict = (Verdict.CONTRADICTED if not dropped else
+               Verdict.REPRODUCED if agr and agr["n"] and agr["rate"] >= ag.MIN_AGREEMENT else Verdict.PARTLY)
+    releases = ", ".join(f"{v} {vd} at {at[v]}" for v, vd in got["card"].items())
+    agreed = (f"the audit agreed with a blind hand reading of this parameter on {agr['agree']} of {agr['n']} "
+              f"paths ({ag.pct(agr['rate'])}, Wilson 95 % {ag.pct(agr['wilson95'][0])} to "
+              f"{ag.pct(agr['wilson95'][1])}; the bar is {ag.pct(ag.MIN_AGREEMENT)})" if agr and agr["n"]
+              else "its agreement with blind hand readings was not run")
+    others = "; ".join(f"{k}: " + ", ".join(f"{v} {vd}" for v, vd in got[k].items()) for k in ("triton", "marlin")
+                       if got[k])
+    return Row({"card_path": got["card"], "card_path_at": at, "triton": got["triton"], "marlin": got["marlin"],
+                "agreement": agr},
+               verdict, [x.d("sglang_param_audit"), x.d("sglang_param_agreement")],
+               f"audit-sglang --param routed_scaling_factor on the card's path ({RSF_PATHS['card']}): {releases}; "
+               f"{others}; {agreed}. A static reading of the source; stage 04 measures the native path the CPU "
+               "engine runs (audit.cpu-routed-scaling), and the exact patch set applies the factor on the card's "
+               "path.", f"sglang {', '.join(x.versions)} (released wheels' source)")
