@@ -73,6 +73,10 @@ def test_report_has_every_card_claim(study_run):
     # patched factor launch gives the patched down_proj control's outputs token for token
     assert (scaling["patched_patch"], scaling["patched_dynamic_reading"]) == ("applied", "applied once")
     assert scaling["patched_factor_outputs_equal_to_down_proj_control"] == scaling["prompts"]
+    # stage 03's static reading of the card's path, with its prediction for 04 read from 03's file
+    rsf = by_id["finding.routed-scaling-dropped"]
+    assert set(rsf["measured"]["card_path"].values()) == {"DROPPED"} and rsf["verdict"] in ("reproduced", "partly")
+    assert scaling["audit_verdict"] == "DROPPED"
     # the trained stand-in on the real engine: each finding measured, its arms named, the null
     # control held (the reference relaunched gave the same tokens), never beside the card's numbers
     for fid, arms in (("corruption.trained-before-after", ("released-bf16",)),
