@@ -566,13 +566,15 @@ def test_routed_scaling_dropped_verdict_edges(mk):
                                          param_agreement=agreement(35, 35))).verdict == "reproduced"
 
 
-def test_routed_scaling_dropped_refusals(mk):
-    with pytest.raises(StageInputMissing, match="run the cell that writes data/sglang_param_audit.json"):
-        r03.routed_scaling_dropped(mk(params=None))
-    with pytest.raises(StageInputMissing, match="no routed_scaling_factor row of nvfp4-w4a4-cutlass"):
-        r03.routed_scaling_dropped(mk(params={"routed_scaling_factor": RSF_ROWS[2:]}))
-    with pytest.raises(StageInputMissing, match="no routed_scaling_factor row"):
-        r03.routed_scaling_dropped(mk(params={}))
+def test_routed_scaling_dropped_not_run(mk):
+    row = r03.routed_scaling_dropped(mk(params=None))
+    assert (row.measured, row.verdict, row.checked_on) == (None, "not run", ON)
+    assert row.note == "Not run: the cell that writes data/sglang_param_audit.json did not run."
+    for params in ({"routed_scaling_factor": RSF_ROWS[2:]}, {}):
+        row = r03.routed_scaling_dropped(mk(params=params))
+        assert row.verdict == "not run" and row.note == (
+            "Not run: data/sglang_param_audit.json has no routed_scaling_factor row of nvfp4-w4a4-cutlass on an "
+            "audited release.")
 
 
 def test_gather_reads_the_parameter_files_when_written(tmp_path):

@@ -409,6 +409,10 @@ def test_scaling_probe_measurements_read_the_patched_arm(tmp_path):
         append_jsonl(records.launch_path(stage.paths, config), {
             "status": "ok", "sglang_version": "0.5.23", "model_config": {"routed_scaling_factor": factor},
             "native_modes": {"moe_clamp": "released", "routed_scaling": patch}})
+    # 03's reading of the native path, as stage 03 writes it (data/sglang_param_audit.json)
+    stage.paths.data("sglang_param_audit").write_text(json.dumps({"params": {"routed_scaling_factor": [
+        {"path": r04.PROBE_PATH, "sglang_version": "0.5.23", "verdict": "DROPPED", "rule": "r",
+         "file": "layers/moe/fused_moe_native.py", "line": 158}]}}))
     m = lc._scaling_measurements(stage, "engine")
     assert m.missing is None and m.patch == "released" and m.patched.patch == "applied"
     assert not m.patched.served_wrong and len(m.patched.pairs) == len(specs)

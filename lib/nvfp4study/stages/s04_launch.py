@@ -505,6 +505,8 @@ def _scaling_audit(stage: Stage, version: str | None) -> dict[str, Any] | None:
         rows = json.loads(stage.paths.data("sglang_param_audit").read_text())["params"]["routed_scaling_factor"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if not isinstance(rows, list):
+        return None
     return next((r for r in rows if isinstance(r, dict) and r.get("path") == rules.PROBE_PATH
                  and r.get("sglang_version") == version), None)
 

@@ -436,15 +436,14 @@ def routed_scaling_dropped(x: SGLangMeasurements) -> Row:
     reading); contradicted when a release reads otherwise."""
     from ...sglang import agreement as ag
 
-    if x.params is None:
-        raise StageInputMissing("the parameter audit was not written: run the cell that writes "
-                                "data/sglang_param_audit.json first")
-    rows = x.params.get("routed_scaling_factor") or []
+    rows = (x.params or {}).get("routed_scaling_factor") or []
     by = {(r.get("sglang_version"), r.get("path")): r for r in rows if isinstance(r, dict)}
     got = {k: {v: by[(v, p)]["verdict"] for v in x.versions if (v, p) in by} for k, p in RSF_PATHS.items()}
-    if not got["card"]:
-        raise StageInputMissing(f"data/sglang_param_audit.json has no routed_scaling_factor row of "
-                                f"{RSF_PATHS['card']} on an audited release")
+    if not got["card"]:  # the parameter cell did not run (or audited another release): nothing to say
+        why = ("the cell that writes data/sglang_param_audit.json did not run" if x.params is None else
+               f"data/sglang_param_audit.json has no routed_scaling_factor row of {RSF_PATHS['card']} on an "
+               "audited release")
+        return Row(None, Verdict.NOT_RUN, [x.d("sglang_param_audit")], f"Not run: {why}.", x.on)
     at = {v: where(by[(v, RSF_PATHS["card"])]) for v in got["card"]}
     agr = ((x.param_agreement or {}).get("routed_scaling_factor") or {}).get("overall")
     dropped = all(vd == "DROPPED" for vd in got["card"].values())
