@@ -113,11 +113,17 @@ def _kernels(r: dict) -> tuple[str, str]:
 def _routed_scaling(r: dict) -> tuple[str, str]:
     row = r["finding.routed-scaling-dropped"]
     m = row["measured"]
-    card = ", ".join(f"{v} {vd} ({m['card_path_at'][v]})" for v, vd in m["card_path"].items())
+    def said(per: dict[str, str]) -> str:  # "DROPPED on 0.5.19, 0.5.20", one group per verdict
+        by: dict[str, list[str]] = {}
+        for v, vd in per.items():
+            by.setdefault(vd, []).append(v)
+        return "; ".join(f"{vd} on {', '.join(vs)}" for vd, vs in by.items()) or "not audited"
+
+    at = " / ".join(f"`{Path(w).name}`" if i == 0 else w.rsplit(":", 1)[-1]
+                    for i, w in enumerate(m["card_path_at"].values()))
     s = (f"Ling's routed_scaling_factor (2.5) on the card's path (compressed-tensors W4A4 NVFP4, FlashInfer CUTLASS), "
-         f"read from SGLang's source: {card}; the Triton and Marlin runners: "
-         + ", ".join(f"{v} {vd}" for v, vd in m["triton"].items()) + " / "
-         + ", ".join(f"{v} {vd}" for v, vd in m["marlin"].items()) + ". ")
+         f"read from SGLang's source: {said(m['card_path'])} ({at}); the Triton runner: {said(m['triton'])}; "
+         f"Marlin: {said(m['marlin'])}. ")
     agr = m.get("agreement")
     s += (f"Blind hand readings of this parameter agreed with the audit on {agr['agree']} of {agr['n']} paths "
           f"({pct(agr['rate'])}), below the {pct(MIN_AGREEMENT)} bar, so it is a machine reading"
