@@ -87,17 +87,27 @@ Image(str(s3.matrix_png(stage, results)))
 s3.found_paths(results)
 
 # %% [markdown]
+# The other parameters of Ling's MoE on the same paths (`nvfp4study audit-sglang --param NAME`):
+# the routed scaling factor (APPLIED once, DROPPED, DOUBLE), and the routing parameters, not
+# followed yet (UNDECIDED). Every path's rows go to `data/sglang_param_audit.json` (stage 04 reads
+# the CPU engine's path there).
+
+# %%
+param_rows = s3.param_audit(stage, results)
+
+# %% [markdown]
 # ## Which MoE runner a Ling user gets, per checkpoint format and GPU
 # For each checkpoint format (compressed-tensors NVFP4 W4A4, the card's, and W4A16; ModelOpt
 # NVFP4; FP8 block and per-tensor; W8A8 INT8; MXFP4; GPTQ/AWQ INT4; BF16) and device class
 # (Blackwell SM100 and SM120, Hopper, Ampere, ROCm, CPU): the MoE method SGLang builds there, what
 # `--moe-runner-backend auto` resolves to (model override, server arguments, then the method; the
-# deciding line is in the data) and the clamp verdict of the path it lands on. Every backend value
+# deciding line is in the data) and the clamp verdict of the path it lands on, with the routed
+# scaling factor's where the audit decides it (the routing parameters' are in the data). Every backend value
 # that reaches a MoE path there, with its verdict, is in `data/sglang_backend_matrix.json` and
 # `nvfp4study audit-sglang --matrix --version X`. The latest release:
 
 # %%
-s3.backend_matrix(stage, results)
+s3.backend_matrix(stage, results, param_rows)
 
 # %%
 s3.backend_answer(stage)
@@ -138,11 +148,9 @@ agreement["per_release"]
 # The other parameters of Ling's MoE (the routed scaling factor, the routing parameters;
 # `nvfp4study audit-sglang --param NAME`) against their own blind hand readings
 # (`lib/nvfp4study/sglang/data/param_hand_readings.yaml`, read by others; not run while it is absent).
-# Every path's rows are written to `data/sglang_param_audit.json` (stage 04 reads the CPU engine's),
-# the agreement to `data/sglang_param_agreement.json`.
+# The rows are `param_rows` above; the agreement is written to `data/sglang_param_agreement.json`.
 
 # %%
-param_rows = s3.param_audit(stage, results)
 param_agreement = s3.param_agreement(stage, param_rows)
 s3.markdown(param_agreement["sentence"])
 

@@ -303,3 +303,31 @@ def test_auto_choice_agrees_with_a_blind_reading(m23):
     got = {(v, dev): (bm.cell(mats[v], bm.CARD_FORMAT, dev)["method"],
                       bm.cell(mats[v], bm.CARD_FORMAT, dev)["auto"]["backend"]) for v, dev in BLIND_AUTO}
     assert got == BLIND_AUTO
+
+
+def test_cells_carry_the_other_parameters(rows23, m23):
+    """Issue 36: with the parameter audit's rows, each reached path carries each parameter's verdict
+    (the row of the clamp audit's path id); the card's cell on Blackwell reads the routed scaling
+    factor DROPPED (compressed_tensors_w4a4_nvfp4_moe.py:375 passes apply_routed_scaling_factor=False),
+    which the texts say, while an UNDECIDED parameter stays in the data only. Without the rows,
+    nothing is added."""
+    from nvfp4study.sglang.param_audit import audit_param
+
+    tree = released("0.5.23")
+    card = [r for r in rows23 if r.path == "nvfp4-w4a4-cutlass"]
+    rsf = [r.as_json() for r in audit_param(tree, "routed_scaling_factor", ["nvfp4-w4a4-cutlass"], card)]
+    assert [r["verdict"] for r in rsf] == ["DROPPED"]
+    other = [{**rsf[0], "sglang_version": "0.5.22", "verdict": "APPLIED"}]  # another release's row: not used
+    m = bm.build_matrix(tree, rows23, {"routed_scaling_factor": rsf + other, "grouped_topk": []})
+    for dev in ("SM100", "SM120"):
+        a = bm.cell(m, bm.CARD_FORMAT, dev)["auto"]
+        assert a["params"] == {"routed_scaling_factor": "DROPPED", "grouped_topk": "UNDECIDED"}
+        assert bm.auto_text(bm.cell(m, bm.CARD_FORMAT, dev)) == \
+            "auto -> flashinfer_cutlass: APPROX, routed_scaling_factor DROPPED"
+        assert bm.auto_text(bm.cell(m23, bm.CARD_FORMAT, dev)) == "auto -> flashinfer_cutlass: APPROX"
+        assert bm.cell(m23, bm.CARD_FORMAT, dev)["auto"]["params"] == {}
+    assert "clamp APPROX, routed_scaling_factor DROPPED" in bm.card_answer(m)
+    assert "(clamp APPROX, routed_scaling_factor DROPPED)" in bm.card_answer_short(m)
+    # a path without a row in the parameter audit is UNDECIDED for it, never another path's verdict
+    triton = next(b for c in m["cells"] for b in c["backends"] if b.get("path", "").endswith("/triton"))
+    assert triton["params"] == {"routed_scaling_factor": "UNDECIDED", "grouped_topk": "UNDECIDED"}

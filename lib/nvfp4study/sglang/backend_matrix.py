@@ -33,6 +33,7 @@ formats (the mixed FP8/MXFP4 override of BailingMoeV3 is read, but no row is suc
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -237,20 +238,34 @@ def resolve(code: CodeIndex, fmt: Format, dev: ab.Device, method: str | None, fi
     return got
 
 
-def _reached(mine: list[tuple[str, PathResult]], method: str, got: ab.AutoChoice, dev: ab.Device) -> dict[str, Any]:
-    """``{"path", "verdict", "undecided"}`` of the audit row ``got``'s backend lands on (on ``dev``)."""
+#: the other parameters' verdicts per audit path: ``{parameter: {path id: verdict}}`` (``audit-sglang --param``)
+ParamVerdicts = Mapping[str, Mapping[str, str]]
+
+
+def _params_of(row: PathResult | None, pv: ParamVerdicts) -> dict[str, str]:
+    """Each other parameter's verdict on the audit path ``row`` (the clamp's row), UNDECIDED where
+    the parameter audit has no row of it; ``{}`` without a row or without parameter rows."""
+    return {n: by.get(row.path, UNDECIDED) for n, by in pv.items()} if row is not None else {}
+
+
+def _reached(mine: list[tuple[str, PathResult]], method: str, got: ab.AutoChoice, dev: ab.Device,
+             pv: ParamVerdicts) -> dict[str, Any]:
+    """``{"path", "verdict", "undecided", "params"}`` of the audit row ``got``'s backend lands on (on
+    ``dev``); ``params``: :func:`_params_of` that row."""
     path = f"{method}/{got.backend}" if got.backend else None
     row = next((r for k, r in mine if k == path and dev.platform in r.platform.split("|")), None) if path else None
     undecided = got.undecided or (None if row is not None else f"no audit row {path} on {dev.platform}" if path else None)
-    return {"path": path, "verdict": row.verdict.value if row is not None else UNDECIDED, "undecided": undecided}
+    return {"path": path, "verdict": row.verdict.value if row is not None else UNDECIDED, "undecided": undecided,
+            "params": _params_of(row, pv)}
 
 
 def build_cell(tree: SGLangTree, code: CodeIndex, rows: list[PathResult], fmt: Format, dev: ab.Device,
-               refusals: dict) -> dict[str, Any]:
+               refusals: dict, pv: ParamVerdicts | None = None) -> dict[str, Any]:
     """One cell: the method; for each backend value the method names or tests (its audit rows that
     run on ``dev``; ``direct``/``native``: any value) the path it reaches, its verdict, and whether
     the server refuses it for this quantization; and ``auto`` (backend, path, verdict, where, stage,
-    undecided)."""
+    undecided); each path's other parameters' verdicts from ``pv`` (``params``, :func:`_params_of`)."""
+    pv = pv or {}
     m = method_on(tree, code, fmt, dev, rows)
     cell: dict[str, Any] = {"format": fmt.key, "device": dev.key, "quantization": fmt.quantization, **m,
                             "backends": [], "auto": None}
@@ -270,24 +285,27 @@ def build_cell(tree: SGLangTree, code: CodeIndex, rows: list[PathResult], fmt: F
         seen.add(backend)
         if backend in ("direct", "native"):
             cell["backends"].append({"value": f"any ({backend})", "path": key, "verdict": r.verdict.value,
-                                     "refused": None, "where": None, "undecided": None})
+                                     "refused": None, "where": None, "undecided": None, "params": _params_of(r, pv)})
             continue
         allowed = refusals.get(backend)
         got = resolve(code, fmt, dev, m["method"], m["file"], backend)
-        reached = _reached(mine, m["method"], got, dev)
+        reached = _reached(mine, m["method"], got, dev, pv)
         if got.backend is None:  # the method's choice is not decided here: the audit's path of that name
-            reached.update(path=key, verdict=r.verdict.value)
+            reached.update(path=key, verdict=r.verdict.value, params=_params_of(r, pv))
         cell["backends"].append({"value": backend, **reached, "where": got.where,
                                  "refused": allowed[1] if allowed and fmt.quantization not in allowed[0] else None})
     a = resolve(code, fmt, dev, m["method"], m["file"])
-    cell["auto"] = {"backend": a.backend, **_reached(mine, m["method"], a, dev), "where": a.where, "stage": a.stage,
+    cell["auto"] = {"backend": a.backend, **_reached(mine, m["method"], a, dev, pv), "where": a.where, "stage": a.stage,
                     "trail": a.trail}
     return cell
 
 
-def build_matrix(tree: SGLangTree, rows: list[PathResult]) -> dict[str, Any]:
+def build_matrix(tree: SGLangTree, rows: list[PathResult],
+                 params: Mapping[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """The matrix of one release: ``{"sglang_version", "devices", "formats", "cells"}`` (one cell
-    per format x device, :func:`build_cell`), from ``rows`` = ``audit_tree(tree)``.
+    per format x device, :func:`build_cell`), from ``rows`` = ``audit_tree(tree)``; ``params``: the
+    other parameters' rows (``{name: [ParamResult.as_json(), ...]}``, any releases: this one's are
+    used), so that each reached path also carries each parameter's verdict.
 
     Raises:
         SGLangSourceError: ``rows`` are not of ``tree``'s release.
@@ -297,7 +315,9 @@ def build_matrix(tree: SGLangTree, rows: list[PathResult]) -> dict[str, Any]:
         raise SGLangSourceError(f"audit rows of {sorted(other)} given for the tree of SGLang {tree.version}")
     code = CodeIndex(tree.root)
     refusals = asv.server_refusals(code)
-    cells = [build_cell(tree, code, rows, f, d, refusals) for f in FORMATS for d in ab.DEVICES]
+    pv = {n: {r["path"]: r["verdict"] for r in rs if r.get("sglang_version") == tree.version}
+          for n, rs in (params or {}).items()}
+    cells = [build_cell(tree, code, rows, f, d, refusals, pv) for f in FORMATS for d in ab.DEVICES]
     return {"sglang_version": tree.version, "devices": [asdict(d) for d in ab.DEVICES],
             "formats": [{"key": f.key, "label": f.label, "quantization": f.quantization} for f in FORMATS],
             "cells": cells}
@@ -324,7 +344,13 @@ def auto_text(c: dict[str, Any]) -> str:
         return f"{c['method']}: {c['error']}"
     if not a.get("backend"):
         return f"auto: {UNDECIDED} ({(a.get('undecided') or '').split('; ')[0]})"
-    return f"auto -> {a['backend']}: {a['verdict']}"
+    return f"auto -> {a['backend']}: {a['verdict']}{_params_text(a)}"
+
+
+def _params_text(a: dict[str, Any]) -> str:
+    """``, routed_scaling_factor DROPPED`` for each other parameter the audit decided on the path
+    (UNDECIDED ones, the routing parameters not followed yet, are left to the JSON)."""
+    return "".join(f", {n} {v}" for n, v in (a.get("params") or {}).items() if v != UNDECIDED)
 
 
 def card_answer(matrix: dict[str, Any]) -> str:
@@ -335,7 +361,7 @@ def card_answer(matrix: dict[str, Any]) -> str:
         a = c.get("auto") or {}
         if a.get("backend"):
             parts.append(f"on {dev} `{a['backend']}` ({a['path']}, decided at {a['where']}): "
-                         f"clamp {a['verdict']}")
+                         f"clamp {a['verdict']}{_params_text(a)}")
         else:
             parts.append(f"on {dev} {UNDECIDED}: {a.get('undecided') or c.get('error')}")
     return (f"SGLang {matrix['sglang_version']}, Ling's checkpoint (compressed-tensors NVFP4 W4A4) with "
@@ -348,7 +374,8 @@ def card_answer_short(matrix: dict[str, Any]) -> str:
     parts, places = [], []
     for dev in ("SM100", "SM120"):
         a = cell(matrix, CARD_FORMAT, dev).get("auto") or {}
-        parts.append(f"{dev} `{a['backend']}` (clamp {a['verdict']})" if a.get("backend") else f"{dev} {UNDECIDED}")
+        parts.append(f"{dev} `{a['backend']}` (clamp {a['verdict']}{_params_text(a)})" if a.get("backend")
+                     else f"{dev} {UNDECIDED}")
         if a.get("where") and a["where"] not in places:
             places.append(a["where"])
     where = f" (decided at `{'`, `'.join(p.rsplit('/', 1)[-1] for p in places)}`)" if places else ""

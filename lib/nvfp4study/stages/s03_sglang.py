@@ -111,9 +111,10 @@ def audit_versions(stage: Stage) -> list[PathResult]:
     return out
 
 
-def backend_matrix(stage: Stage, results: list[PathResult]):
+def backend_matrix(stage: Stage, results: list[PathResult], params: dict[str, list[dict[str, Any]]] | None = None):
     """The format x device matrix of every audited release (:mod:`nvfp4study.sglang.backend_matrix`,
-    from the audit rows ``results`` of :func:`audit_versions`); writes
+    from the audit rows ``results`` of :func:`audit_versions`, each reached path with the other
+    parameters' verdicts from ``params``, :func:`param_audit`'s rows); writes
     ``data/sglang_backend_matrix.json`` (``{"latest", "releases": {version: matrix}}``) and
     returns the latest release's compact table (format x device: what ``auto`` picks, its verdict;
     a wrapped ``Styler``, its frame in ``.data``)."""
@@ -125,7 +126,7 @@ def backend_matrix(stage: Stage, results: list[PathResult]):
     by_version: dict[str, list[PathResult]] = {}
     for r in results:
         by_version.setdefault(r.sglang_version, []).append(r)
-    mats = {v: bm.build_matrix(unpack_wheel(v), rows) for v, rows in sorted(by_version.items(),
+    mats = {v: bm.build_matrix(unpack_wheel(v), rows, params) for v, rows in sorted(by_version.items(),
                                                                            key=lambda kv: release_key(kv[0]))}
     latest = list(mats)[-1] if mats else None
     write_json(stage.paths.data("sglang_backend_matrix"), {"latest": latest, "releases": mats})
