@@ -40,17 +40,22 @@ EXTRA_SOURCE = textwrap.dedent('''
 ''')
 
 
+def _temporary_stage(folder, monkeypatch, module: str, source: str):
+    """Write stage module ``module`` (``sNN_name``) into ``folder``, put it on the stages package's
+    path for this test only and yield its notebook name (``NN_name``); undone after the test."""
+    folder.mkdir()
+    (folder / f"{module}.py").write_text(source)
+    monkeypatch.setattr(stages_pkg, "__path__", [*stages_pkg.__path__, str(folder)])
+    plans.planning_modules.cache_clear()
+    yield module[1:]
+    plans.planning_modules.cache_clear()
+    sys.modules.pop(f"nvfp4study.stages.{module}", None)
+
+
 @pytest.fixture
 def extra_stage(tmp_path, monkeypatch):
     """A stage module ``s42_extra_served`` on the stages package's path for this test only."""
-    folder = tmp_path / "more-stages"
-    folder.mkdir()
-    (folder / f"{EXTRA}.py").write_text(EXTRA_SOURCE)
-    monkeypatch.setattr(stages_pkg, "__path__", [*stages_pkg.__path__, str(folder)])
-    plans.planning_modules.cache_clear()
-    yield "42_extra_served"
-    plans.planning_modules.cache_clear()
-    sys.modules.pop(f"nvfp4study.stages.{EXTRA}", None)
+    yield from _temporary_stage(tmp_path / "more-stages", monkeypatch, EXTRA, EXTRA_SOURCE)
 
 
 def test_the_serving_stages_declare_their_plans():
@@ -134,14 +139,7 @@ CODE_SOURCE = textwrap.dedent('''
 @pytest.fixture
 def code_stage(tmp_path, monkeypatch):
     """A stage module ``s43_extra_code`` on the stages package's path for this test only."""
-    folder = tmp_path / "code-stages"
-    folder.mkdir()
-    (folder / f"{CODE}.py").write_text(CODE_SOURCE)
-    monkeypatch.setattr(stages_pkg, "__path__", [*stages_pkg.__path__, str(folder)])
-    plans.planning_modules.cache_clear()
-    yield "43_extra_code"
-    plans.planning_modules.cache_clear()
-    sys.modules.pop(f"nvfp4study.stages.{CODE}", None)
+    yield from _temporary_stage(tmp_path / "code-stages", monkeypatch, CODE, CODE_SOURCE)
 
 
 def test_a_code_request_added_in_a_stage_module_is_served_beside_05(code_stage, tmp_path, no_leftover):  # noqa: F811

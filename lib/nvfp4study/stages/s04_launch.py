@@ -415,7 +415,7 @@ def _probe_measurements(stage: Stage, summary: str) -> rules.ClampProbeMeasureme
     lists = ("expert_swiglu_limit_list", "share_expert_swiglu_limit_list")
     for p, c in configs.items():
         want = config_dict(probe_shape(served_shape(params.checkpoint.shape), server.probe_checkpoint(p), limit))
-        rec = next((r for r in reversed(measure.launches(stage.paths, c)) if r.get("status") == "ok"), {})
+        rec = _last_ok_launch(stage, c)
         got = rec.get("model_config") or {}
         if any(got.get(k) != want[k] for k in lists):
             wrong.append(c.model_label)
@@ -450,8 +450,7 @@ def _scaling_measurements(stage: Stage, summary: str) -> rules.ScalingProbeMeasu
     pairs = [{"prompt_id": rows["off"][i]["prompt_id"],
               **{k: compare_outputs(rows[a][i], rows[b][i]) for k, (a, b) in sides.items()}}
              for i in range(len(rows["off"]))]
-    recs = {p: next((r for r in reversed(measure.launches(stage.paths, c)) if r.get("status") == "ok"), {})
-            for p, c in configs.items()}
+    recs = {p: _last_ok_launch(stage, c) for p, c in configs.items()}
     factors = {p: (r.get("model_config") or {}).get("routed_scaling_factor") for p, r in recs.items()}
     base = factors.get("off")
     want = {"off": base, "off-again": base, "scaling-factor": None if base is None else base * ratio,
@@ -481,8 +480,7 @@ def _scaling_arm(stage: Stage, rows: dict[str, list[dict[str, Any]]], want: dict
     except StageInputMissing:
         return None
     evidence.extend(measure.raw_path(stage.paths, c) for c in configs.values())
-    recs = {k: next((r for r in reversed(measure.launches(stage.paths, c)) if r.get("status") == "ok"), {})
-            for k, c in configs.items()}
+    recs = {k: _last_ok_launch(stage, c) for k, c in configs.items()}
     patches = {(r.get("native_modes") or {}).get("routed_scaling") for r in recs.values()}
     wrong = any(want.get(k) is None or (r.get("model_config") or {}).get("routed_scaling_factor") != want[k]
                 for k, r in recs.items())
@@ -490,6 +488,11 @@ def _scaling_arm(stage: Stage, rows: dict[str, list[dict[str, Any]]], want: dict
     pairs = [{"prompt_id": row["prompt_id"], "factor": compare_outputs(row, rows["off"][i]),
               "factor_vs_weights": compare_outputs(row, weights[i])} for i, row in enumerate(factor)]
     return rules.ScalingArm(patches.pop() if len(patches) == 1 else None, pairs, served_wrong=wrong)
+
+
+def _last_ok_launch(stage: Stage, config: ServerConfig) -> dict[str, Any]:
+    """The last launch record of ``config`` with status "ok" (:func:`nvfp4study.serving.measure.launches`), or ``{}``."""
+    return next((r for r in reversed(measure.launches(stage.paths, config)) if r.get("status") == "ok"), {})
 
 
 def _scaling_audit(stage: Stage, version: str | None) -> dict[str, Any] | None:
