@@ -219,7 +219,8 @@ def test_trained_arms_added_in_a_stage_module_are_served_and_assembled(tmp_path,
     plans.planning_modules.cache_clear()
     try:
         p, pf, run = fake_params(tmp_path, "server.cpu.trained.prompts=2", "server.cpu.trained.weights=[bf16]",
-                                 "server.cpu.trained.clamps=[released, exact]", "server.cpu.trained.max_new_tokens=6")
+                                 "server.cpu.trained.clamps=[released, exact]", "server.cpu.trained.max_new_tokens=6",
+                                 "server.parallel_loads=3", "server.port=0")
         stage = Stage(name="44_extra_arms", params=p, paths=RunPaths(run))
         out = measure.collect(stage)
         keys = [trained.server_config(p, a).key for a in trained.serving_order(p)]
@@ -235,6 +236,11 @@ def test_trained_arms_added_in_a_stage_module_are_served_and_assembled(tmp_path,
         assert all(r["output_ids"] == ref[r["task_id"]] for r in data["rows"])
         assert all((r["reference_tokens"], r["reference_logprob_mean"]) == (6, -0.25) for r in data["rows"])
         assert len({x["log"] for x in data["launches"]}) == 3 and all(x["load_s"] for x in data["launches"])
+        # the null control loads with the reference (one install state) but reads its answers, so
+        # the two are served one after the other; the released arm's group is its own
+        recs = {k: measure.launches(stage.paths, trained.server_config(p, a))[-1]
+                for k, a in zip(keys, trained.serving_order(p))}
+        assert [(r["loaded_with"], r["served_with"]) for r in recs.values()] == [(1, 0), (1, 0), (0, 0)]
         assert not fake_processes()
         # resume: one answer lost, only it is asked again, on the released arm's launch alone
         f = trained.raw_path(stage.paths, "released-bf16")
@@ -245,3 +251,69 @@ def test_trained_arms_added_in_a_stage_module_are_served_and_assembled(tmp_path,
     finally:
         plans.planning_modules.cache_clear()
         sys.modules.pop(f"nvfp4study.stages.{ARMS}", None)
+
+
+# --- the order a loaded group is served in (measure._waves / _serve_wave) --------------------------
+
+class _Ask:
+    """A stand-in request: appends to ``<config>.jsonl``, reads ``reads_from``'s file."""
+
+    def __init__(self, timed: bool = False, reads_from: str | None = None):
+        self.wants_warmup, self.reads_from = timed, reads_from
+
+    def path(self, paths, config):
+        return paths.data(config, "jsonl")
+
+    def reads(self, paths, config):
+        return () if self.reads_from is None else (paths.data(self.reads_from, "jsonl"),)
+
+
+def _loaded(tmp_path, *asks):
+    stage = Stage(name="05_corruption", params=None, paths=RunPaths(tmp_path))
+    return stage, [(name, [ask], {"name": name}) for name, ask in asks]
+
+
+def _names(waves):
+    return [[c for c, _, _ in w] for w in waves]
+
+
+def test_untimed_launches_are_served_together_after_the_ones_they_read(tmp_path):
+    stage, started = _loaded(tmp_path, ("ref", _Ask()), ("again", _Ask(reads_from="ref")), ("other", _Ask()))
+    assert _names(measure._waves(stage, started)) == [["ref"], ["again", "other"]]
+    stage, started = _loaded(tmp_path, ("a", _Ask()), ("b", _Ask()), ("c", _Ask()))
+    assert _names(measure._waves(stage, started)) == [["a", "b", "c"]]
+    # a file no launch of the group writes (the reference served in an earlier group) orders nothing
+    stage, started = _loaded(tmp_path, ("a", _Ask(reads_from="ref")), ("b", _Ask(reads_from="ref")))
+    assert _names(measure._waves(stage, started)) == [["a", "b"]]
+
+
+def test_a_timed_request_serves_each_launch_alone(tmp_path):
+    stage, started = _loaded(tmp_path, ("a", _Ask()), ("b", _Ask(timed=True)), ("c", _Ask()))
+    assert _names(measure._waves(stage, started)) == [["a"], ["b"], ["c"]]
+
+
+def test_a_wave_runs_at_once_and_raises_the_first_failure_after_every_launch_ended(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    spans, barrier = {}, threading.Barrier(2, timeout=10)
+
+    class Launch:
+        def __init__(self, name):
+            self.name, self.record = name, {}
+
+    def serve(stage, launch, config, pending, *, bar=True):
+        assert bar is False  # no progress bar from a thread
+        t0 = time.monotonic()
+        barrier.wait()  # both launches are being served at the same time, or this times out
+        time.sleep(0.2 if config == "slow" else 0.0)
+        spans[config] = (t0, time.monotonic())
+        if config == "fails":
+            raise RuntimeError("lost")
+
+    monkeypatch.setattr(measure, "_serve", serve)
+    wave = [("fails", [], Launch("fails")), ("slow", [], Launch("slow"))]
+    with pytest.raises(RuntimeError, match="lost"):
+        measure._serve_wave(None, wave)
+    assert set(spans) == {"fails", "slow"}  # the slow one ran to its end before the raise
+    assert [x[2].record["served_with"] for x in wave] == [1, 1]

@@ -82,6 +82,11 @@ class CorruptionRequest:
             return probe_path(paths, config.clamp, config.reasoning_parser)
         return raw_path(paths, config.clamp, self.sampling)
 
+    @staticmethod
+    def reads(paths: RunPaths, config: Any) -> tuple[Path, ...]:
+        """None: the task's own prompt is all it asks."""
+        return ()
+
     def row_key(self, row: dict[str, Any]) -> str | None:
         """The key a recorded row answers (its file holds only this kind's rows)."""
         if "task_id" not in row:

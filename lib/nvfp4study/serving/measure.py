@@ -352,16 +352,17 @@ def _session(stage: Stage, config: ServerConfig, pending: list[ServedRequest]) -
 
 
 def _sessions(stage: Stage, group: list[tuple[ServerConfig, list[ServedRequest]]]) -> list[dict[str, Any]]:
-    """Launch the group's configurations at once, wait until each is healthy, then send each its
-    requests in turn while the others wait idle (``--sleep-on-idle`` on the CPU engine: an idle
-    scheduler sleeps on its sockets), so no timed request shares the machine with a loading
-    server. All are stopped when the last is done, innermost first. One launch per config."""
+    """Launch the group's configurations at once, wait until each is healthy, then send their
+    requests in the waves of :func:`_waves` while the others wait idle (``--sleep-on-idle`` on the
+    CPU engine: an idle scheduler sleeps on its sockets), so no timed request shares the machine
+    with a loading server or another launch's requests. All are stopped when the last is done,
+    innermost first. One launch per config."""
     with contextlib.ExitStack() as stack:
         started = [(c, pending, stack.enter_context(_recorded_launch(stage, c, len(group))))
                    for c, pending in group]
         _wait_all([launch for _, _, launch in started])
-        for c, pending, launch in started:
-            _serve(stage, launch, c, pending)
+        for wave in _waves(stage, started):
+            _serve_wave(stage, wave)
     return [{"config": c.key, "launched": True, "sent": launch.record["sent"],
              "failed": launch.record["failed"], "load_s": launch.record.get("load_s"),
              "note": launch.record.get("install", "")} for c, _, launch in started]
@@ -406,9 +407,49 @@ def _wait_all(started: list[StartedLaunch]) -> None:
         pool.shutdown(wait=False)  # a wait still running ends when its launch is stopped
 
 
-def _serve(stage: Stage, launch: StartedLaunch, config: ServerConfig, pending: list[ServedRequest]) -> None:
+Loaded = tuple[ServerConfig, list[ServedRequest], StartedLaunch]
+
+
+def _waves(stage: Stage, started: list[Loaded]) -> list[list[Loaded]]:
+    """The order a healthy group is served in, as lists of launches served at the same time.
+
+    One launch at a time while any pending request is timed (``wants_warmup``: its speed is the
+    measurement). Otherwise untimed requests measure outputs only (each server answers its own
+    requests one after the other, one intra-op thread each, so its outputs do not depend on what
+    runs beside it): every launch at once, except that launches whose requests append to a file
+    another launch's requests read (:meth:`~nvfp4study.serving.records.ServedRequest.reads`: 05's
+    trained arms read the reference arm's answers) are served first, in a wave of their own."""
+    if len(started) == 1 or any(r.wants_warmup for _, pending, _ in started for r in pending):
+        return [[x] for x in started]
+    writes = [{r.path(stage.paths, c) for r in pending} for c, pending, _ in started]
+    reads = [{f for r in pending for f in r.reads(stage.paths, c)} for c, pending, _ in started]
+    first = [i for i in range(len(started)) if any(writes[i] & reads[j] for j in range(len(started)) if j != i)]
+    waves = [[started[i] for i in first], [x for i, x in enumerate(started) if i not in first]]
+    return [w for w in waves if w]
+
+
+def _serve_wave(stage: Stage, wave: list[Loaded]) -> None:
+    """Serve a wave's launches (:func:`_serve`), each in its own thread when there are several
+    (without a progress bar: bars from threads interleave); every launch runs to its end, then the
+    first failure, in wave order, is raised. Each launch record's ``served_with`` counts the others."""
+    for _, _, launch in wave:
+        launch.record["served_with"] = len(wave) - 1
+    if len(wave) == 1:
+        _serve(stage, wave[0][2], wave[0][0], wave[0][1])
+        return
+    from concurrent.futures import ThreadPoolExecutor, wait
+
+    with ThreadPoolExecutor(len(wave), thread_name_prefix="serve") as pool:
+        futures = [pool.submit(_serve, stage, launch, c, pending, bar=False) for c, pending, launch in wave]
+        wait(futures)
+    for f in futures:
+        if f.exception() is not None:
+            raise f.exception()
+
+def _serve(stage: Stage, launch: StartedLaunch, config: ServerConfig, pending: list[ServedRequest], *,
+           bar: bool = True) -> None:
     """Send a healthy launch its warm-up requests (when a timed request is pending) and
-    ``pending`` (each appends its own row, :meth:`ServedRequest.send`)."""
+    ``pending`` (each appends its own row, :meth:`ServedRequest.send`); ``bar``: a progress bar."""
     p, rec, url = stage.params, launch.record, launch.url
     rec["server_info"] = client.server_info(url)
     rec["model_info"] = client.model_info(url)
@@ -417,7 +458,7 @@ def _serve(stage: Stage, launch: StartedLaunch, config: ServerConfig, pending: l
     for i in range(warm):
         ask(stage, url, config, RequestSpec(f"warmup-{i}", 0, min(64, p.mtp.max_tokens)), launch=rec["launch"],
             warmup=True, text="Say hello in one short sentence.")
-    for spec in progress(pending, f"{stage.name} {config.key}"):  # an ETA for the cell
+    for spec in progress(pending, f"{stage.name} {config.key}") if bar else pending:  # an ETA for the cell
         row = spec.send(stage, url, config, rec["launch"])
         rec["sent"] += 1
         rec["failed"] += row.get("status") != "ok"

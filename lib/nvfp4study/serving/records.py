@@ -53,6 +53,8 @@ class ServedRequest(Protocol):
     - ``max_tokens``: its token budget (``nvfp4study plan`` counts it);
     - ``wants_warmup``: a timed request: the launch sends its warm-up requests first;
     - :meth:`path`: the JSONL file its row is appended to (one row per answer, fsynced);
+    - :meth:`reads`: the recorded files it reads before asking (a launch whose requests append to
+      one of them is served before it, :func:`nvfp4study.serving.measure._waves`);
     - :meth:`row_key`: the key a recorded row of that file answers (None: not a request of this
       kind); a row with ``status`` "ok" is never asked again (resume);
     - :meth:`send`: ask it on a healthy server, append its row, return the row.
@@ -63,6 +65,8 @@ class ServedRequest(Protocol):
     wants_warmup: bool
 
     def path(self, paths: Any, config: ServerConfig) -> Path: ...  # noqa: D102
+
+    def reads(self, paths: Any, config: ServerConfig) -> tuple[Path, ...]: ...  # noqa: D102
 
     def row_key(self, row: dict[str, Any]) -> str | None: ...  # noqa: D102
 
@@ -88,6 +92,11 @@ class RequestSpec:
     def path(self, paths: Any, config: ServerConfig) -> Path:
         """The configuration's ``serve-raw-<cfg>.jsonl``."""
         return raw_path(paths, config)
+
+    @staticmethod
+    def reads(paths: Any, config: ServerConfig) -> tuple[Path, ...]:
+        """None: a timed request reads no other answer."""
+        return ()
 
     @staticmethod
     def row_key(row: dict[str, Any]) -> str | None:

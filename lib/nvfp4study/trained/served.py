@@ -157,6 +157,10 @@ class TrainedRequest:
         """:func:`raw_path` of the arm."""
         return raw_path(paths, self.arm.key)
 
+    def reads(self, paths: Any, config: Any) -> tuple[Path, ...]:
+        """The reference arm's raw file (a non-reference arm scores the reference's answer)."""
+        return () if self.arm.is_reference else (raw_path(paths, REFERENCE_KEY),)
+
     @staticmethod
     def row_key(row: dict[str, Any]) -> str | None:
         """``trained/<arm>/<task>`` of a recorded row."""
