@@ -111,7 +111,7 @@ class ExprEval(Lookup):
             return UNK
         if name in self.attrs:
             return self.attrs[name]
-        if name in CONFIG_NAMES:
+        if name in CONFIG_NAMES or name in self.param.config_names:
             return CONFIG
         if base is CONFIG and name in self.param.facts:
             return self.param.facts[name]
