@@ -331,7 +331,9 @@ class ExprEval(Lookup):
             self.origin[args[1]] = (frame.module.rel, node.lineno, ast.unparse(node)[:60])
             return UNK
         if name in ("float", "int") and len(args) == 1:
-            return args[0] if isinstance(args[0], Tracked) or args[0] is None else UNK
+            # an enum member the parameter's name facts give (int(RoutingMethodType.DeepSeekV3)) stays itself
+            member = isinstance(args[0], str) and self.param.assume.get(args[0]) == args[0]
+            return args[0] if isinstance(args[0], Tracked) or args[0] is None or member else UNK
         if name == "bool" and len(args) == 1:
             t = truth(args[0])
             return UNK if t is None else t

@@ -89,7 +89,8 @@ def _method(hit: cv.SinkHit, sink: dict, methods: dict, facts: dict) -> list[str
         elif isinstance(o, int) and not isinstance(o, bool) and o in by_value:
             out.append(by_value[o])
         else:
-            named = {n.attr for n in ast.walk(node)} & set(methods) if node is not None else set()
+            named = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)} & set(methods) \
+                if node is not None else set()
             if len(named) != 1:
                 return None
             out.append(named.pop())
@@ -124,7 +125,10 @@ def _by_method(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec, where: 
     needs = param.applications["routing"]["needs"]
     names = _method(hit, sink, methods, param.facts)
     if not names:
-        return "UNDECIDED", f"{where} routing method not read"
+        present, v, _ = _value(hit, sink.get("method", []), param.facts)
+        what = "None, no routing method (the kernel's handling of it not read)" if present and v is None \
+            else "not read"
+        return "UNDECIDED", f"{where} routing method {what}"
     words = set()
     for m in names:
         row = methods[m]
@@ -174,7 +178,8 @@ def routing_verdict(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec) -
         word, rule, ev = _combine(_hits(interp, param), f"TopK on {platform}")
         if word == "RUNNER":
             if run is None:
-                run = run_path(tree, spec, param)
+                facts = param.applications["routing"].get("runner_facts", {})
+                run = run_path(tree, {**spec, "assume": {**(spec.get("assume") or {}), **facts}}, param)
             if run.stop is not None or run.interp is None:
                 per[platform] = ("STOP", rule, ev)
                 continue
