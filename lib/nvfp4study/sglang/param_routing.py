@@ -46,7 +46,7 @@ def topk_interp(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, platf
     rule = param.applications["routing"]
     rel = "sglang/srt/" + rule["file"]
     interp = Interp(tree.root, param.sinks, spec.get("assume"), (platform,), param=param)
-    backend = _backend_instance(tree, spec)
+    backend = routing_backend(_backend_instance(tree, spec), interp.module(rel))
     for call in rule.get("backend_calls", []):  # 0.5.19-0.5.22: the global backend is the path's
         interp.assume[f"{call}()"] = backend
     roles = {"backend": backend, "none": None}
@@ -65,6 +65,21 @@ def topk_interp(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, platf
         interp.exec_body(fn.body, frame)
         ran.append(f"{rule['file']}:{fn.lineno} {qual}")
     return interp, ran
+
+
+def routing_backend(backend: cv.Instance, mod: Any) -> cv.Instance:
+    """The path's runner backend for TopK: one value, so every ``is_<x>()`` predicate TopK's module
+    calls that the path's facts leave open is false (the enum's values and predicate names differ:
+    ``triton_kernel`` / ``is_triton_kernels()``, layers/moe/utils.py in 0.5.23); a path with no
+    backend of its own runs with the default, ``auto`` (server_args ``moe_runner_backend``)."""
+    facts = dict(backend.attrs)
+    if not any(v is True for v in facts.values()):
+        facts["is_auto()"] = True
+    called = {n.func.attr for n in ast.walk(mod.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+              and n.func.attr.startswith("is_")} if mod is not None else set()
+    for name in sorted(called):
+        facts.setdefault(f"{name}()", False)
+    return cv.Instance(backend.cls, backend.kinds, tuple(facts.items()))
 
 
 def _value(hit: cv.SinkHit, specs: list[str], facts: dict) -> tuple[bool, Any, ast.AST | None]:
@@ -104,6 +119,8 @@ def judge_hit(hit: cv.SinkHit, param: moe_params.ParamSpec) -> tuple[str, str]:
     form = sink["form"]
     if form == "runner":
         return "RUNNER", f"{where} hands the router logits to the runner, which routes"
+    if form == "topk":
+        return "TOPK", f"{where} materialises TopK's routing"
     if form in _FORM_WORD:
         why = sink.get("why") or {"none": f"routes without {param.name}", "wrong": f"uses {param.name} in "
                                   "another form", "unread": "routes in code not read"}[form]
@@ -146,6 +163,22 @@ def _by_method(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec, where: 
     return words.pop()
 
 
+def materialized(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, platform: str) -> list[tuple[str, str]]:
+    """TopK's standard routing run from the runner (``applications.routing.materialize``, e.g.
+    ``select_experts``) with Ling's TopKConfig: the routing functions it reaches, judged."""
+    rule = param.applications["routing"]
+    rel = "sglang/srt/" + rule["file"]
+    interp = Interp(tree.root, param.sinks, spec.get("assume"), (platform,), param=param)
+    fn = interp.find(rel, rule.get("materialize", ""))
+    if fn is None:
+        return []
+    frame = cv.Frame(interp.module(rel), None, rule["materialize"])
+    interp._bind(fn, frame, [cv.UNK], {param.config_names[0]: cv.CONFIG} if param.config_names else {},
+                 method_call=False)
+    interp.exec_body(fn.body, frame)
+    return [j for j in _hits(interp, param) if j[0] not in ("RUNNER", "TOPK")]
+
+
 def _hits(interp: Interp, param: moe_params.ParamSpec) -> list[tuple[str, str]]:
     """The routing functions reached, judged (each call once)."""
     seen, out = set(), []
@@ -183,7 +216,13 @@ def routing_verdict(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec) -
             if run.stop is not None or run.interp is None:
                 per[platform] = ("STOP", rule, ev)
                 continue
-            w2, r2, ev2 = _combine([j for j in _hits(run.interp, param) if j[0] != "RUNNER"], "the runner")
+            judged = []
+            for j in _hits(run.interp, param):
+                if j[0] == "TOPK":  # the runner routes with TopK's own select_experts
+                    judged += [(w, f"{j[1]}: {e}") for w, e in materialized(tree, spec, param, platform)]
+                elif j[0] != "RUNNER":
+                    judged.append(j)
+            w2, r2, ev2 = _combine(judged, "the runner")
             word, rule, ev = w2, f"{rule}; {r2}", ev + ev2
         per[platform] = (word, rule, ev + ran)
     words = {w for w, _, _ in per.values()}
