@@ -14,8 +14,10 @@ and counts where it is applied:
 Verdicts: ``APPLIED`` (once), ``DROPPED`` (nowhere), ``DOUBLE`` (twice or more), ``UNDECIDED`` (a
 part the audit cannot decide, with where), and, as for the clamp, ``REFUSED`` (the path raises
 about this parameter), ``UNUSABLE`` (it cannot run Ling: the clamp audit's UNUSABLE, or its
-REFUSED: Ling's clamp is set), ``ABSENT``. Routing parameters (``kind: routing``) are not followed
-yet: their rows say UNDECIDED with that reason.
+REFUSED: Ling's clamp is set), ``ABSENT``. Routing parameters (``kind: routing``: Ling's
+renormalisation, correction bias and grouped top-k) are judged where routing is decided, TopK or the
+runner it hands the logits to (:mod:`nvfp4study.sglang.param_routing`, :func:`judge_routing`):
+``APPLIED`` / ``DROPPED`` / ``WRONG``.
 """
 
 from __future__ import annotations
@@ -197,7 +199,7 @@ def judge_routing(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec) -> 
             stopped.evidence = evidence + stopped.evidence
             return stopped
     file, line = None, None
-    for part in [*rule.split("; "), *evidence[:1]][::-1] if word != "UNDECIDED" else evidence[:1]:
+    for part in [*rule.split("; ")[::-1], *evidence[:1]] if word != "UNDECIDED" else evidence[:1]:
         f, _, ln = part.split(" ", 1)[0].rpartition(":")
         if ln.isdigit():  # the deciding routing call: the runner's where TopK hands it on
             file, line = f, int(ln)
