@@ -278,6 +278,9 @@ class ExprEval(Lookup):
         if isinstance(f, ast.Attribute) and f.attr == "run" and ast.unparse(f.value).endswith("runner"):
             # self.runner.run(...): MoeRunner.run (after the None check: a None runner raises first)
             self.runner_calls.append((frame.module.rel, node.lineno))
+        if recv is CONFIG and name in self.param.config_methods:
+            # a method of the config object that returns one of its fields (moe_params.yaml config_methods)
+            return self.attr_value(self.param.config_methods[name], CONFIG)
         if name in self.assume and not node.args and not node.keywords:
             return self.assume[name]
         if f"{name}()" in self.assume:  # a call fact, whatever the arguments (use_intel_amx_backend(layer))
