@@ -33,6 +33,8 @@ from .audit import PathResult, audit_tree, path_specs
 from .audit_run import _short, run_path
 from .audit_sinks import ClampVerdict, _arg
 from .clamp_flow import Interp
+from .param_routing import backend_instance as _backend_instance
+from .param_routing import routing_verdict
 from .platforms import PLATFORMS, describe
 from .source import SGLangTree
 
@@ -190,8 +192,6 @@ def _run_stop(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, run: An
 def judge_routing(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec) -> ParamResult:
     """One path's verdict for a routing parameter (:mod:`nvfp4study.sglang.param_routing`): where
     TopK routes it, or, where TopK hands the logits on, the runner (whose run may stop first)."""
-    from .param_routing import routing_verdict
-
     word, rule, evidence, run = routing_verdict(tree, spec, param)
     if run is not None:
         stopped = _run_stop(tree, spec, param, run)
@@ -359,22 +359,6 @@ def _topk_one(tree: SGLangTree, spec: dict, rule: dict, param: moe_params.ParamS
     who = method.cls if method is not None else "?"
     return t, [f"{rule['file']}:{fn.lineno} {rule['function']}({who}, {path_keys.runner(spec.get('via', spec['id']))}) "
                f"-> {t if t is not None else 'undecided'}{' (top-k applies it)' if t else ''}"]
-
-
-def _backend_instance(tree: SGLangTree, spec: dict) -> cv.Instance:
-    """The path's runner backend as an object whose ``is_<value>()`` predicates are decided: the
-    derived path's facts, else true for the path's backend only (a native or direct path: none)."""
-    from .code_index import CodeIndex
-    from .dispatch import backend_values
-
-    backend = path_keys.runner(spec.get("via", spec["id"]))
-    values = set(backend_values(CodeIndex(tree.root)).values())
-    facts = {f"is_{v}()": v == backend for v in sorted(values)}
-    # the derived path's own predicate facts win (is_marlin() is true for experimental_sgl_marlin too,
-    # layers/moe/utils.py 161-168 in 0.5.23)
-    facts.update({f"{k}()": v for k, v in (spec.get("assume") or {}).items()
-                  if k.startswith("is_") and isinstance(v, bool)})
-    return cv.Instance("MoeRunnerBackend", (), tuple(facts.items()))
 
 
 def model_applies(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec,

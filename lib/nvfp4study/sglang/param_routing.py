@@ -17,7 +17,7 @@ Where a path routes is read from SGLang's source with the clamp audit's interpre
 General rules (no parameter is named here): a routing function reached with the tracked value in its
 argument applies it (APPLIED), one reached without it or that takes none routes without it (DROPPED),
 one of form ``wrong`` uses it in another form (WRONG); a TRT-LLM method that does not use it drops it,
-one that uses it but scores otherwise than Ling (``scoring_func``) is WRONG. Paths whose branches
+one that uses it but scores otherwise than Ling (``applications.routing.scoring_fact``) is WRONG. Paths whose branches
 disagree, or that reach no routing function, are UNDECIDED with where.
 """
 
@@ -27,7 +27,7 @@ import ast
 from typing import Any
 
 from . import clamp_values as cv
-from . import moe_params
+from . import moe_params, path_keys
 from .audit_run import _short, run_path
 from .audit_sinks import _arg
 from .clamp_flow import Interp
@@ -41,12 +41,10 @@ _FORM_WORD = {"none": "DROPPED", "wrong": "WRONG", "unread": "UNDECIDED"}
 def topk_interp(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, platform: str) -> tuple[Interp, list[str]]:
     """Run TopK's runner binding and ``platform``'s forward (``applications.routing``) under Ling's
     TopKConfig with the path's backend; the interpreter (its sink hits) and what was run."""
-    from .param_audit import _backend_instance
-
     rule = param.applications["routing"]
     rel = "sglang/srt/" + rule["file"]
     interp = Interp(tree.root, param.sinks, spec.get("assume"), (platform,), param=param)
-    backend = routing_backend(_backend_instance(tree, spec), interp.module(rel))
+    backend = routing_backend(backend_instance(tree, spec), interp.module(rel))
     for call in rule.get("backend_calls", []):  # 0.5.19-0.5.22: the global backend is the path's
         interp.assume[f"{call}()"] = backend
     roles = {"backend": backend, "none": None}
@@ -65,6 +63,22 @@ def topk_interp(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, platf
         interp.exec_body(fn.body, frame)
         ran.append(f"{rule['file']}:{fn.lineno} {qual}")
     return interp, ran
+
+
+def backend_instance(tree: SGLangTree, spec: dict) -> cv.Instance:
+    """The path's runner backend as an object whose ``is_<value>()`` predicates are decided: the
+    derived path's facts, else true for the path's backend only (a native or direct path: none)."""
+    from .code_index import CodeIndex
+    from .dispatch import backend_values
+
+    backend = path_keys.runner(spec.get("via", spec["id"]))
+    values = set(backend_values(CodeIndex(tree.root)).values())
+    facts = {f"is_{v}()": v == backend for v in sorted(values)}
+    # the derived path's own predicate facts win (is_marlin() is true for experimental_sgl_marlin too,
+    # layers/moe/utils.py 161-168 in 0.5.23)
+    facts.update({f"{k}()": v for k, v in (spec.get("assume") or {}).items()
+                  if k.startswith("is_") and isinstance(v, bool)})
+    return cv.Instance("MoeRunnerBackend", (), tuple(facts.items()))
 
 
 def routing_backend(backend: cv.Instance, mod: Any) -> cv.Instance:
@@ -140,6 +154,7 @@ def _by_method(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec, where: 
     """A TRT-LLM routing kernel: its method's use of the parameter (``needs``), Ling's scoring."""
     methods = param.applications.get("routing_methods", {})
     needs = param.applications["routing"]["needs"]
+    ling = param.facts.get(param.applications["routing"].get("scoring_fact", ""))  # Ling's scoring function
     names = _method(hit, sink, methods, param.facts)
     if not names:
         present, v, _ = _value(hit, sink.get("method", []), param.facts)
@@ -151,9 +166,9 @@ def _by_method(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec, where: 
         row = methods[m]
         if not row.get(needs):
             words.add(("DROPPED", f"{where} routing method {m} ({row.get('scoring')}) does not use {param.name}"))
-        elif row.get("scoring") != param.facts.get("scoring_func"):
+        elif row.get("scoring") != ling:
             words.add(("WRONG", f"{where} routing method {m} uses {param.name} with {row.get('scoring')} scores "
-                                f"(Ling: {param.facts.get('scoring_func')})"))
+                                f"(Ling: {ling})"))
         elif not carried:
             words.add(("DROPPED", f"{where} routing method {m} without Ling's {param.name} (argument not carried)"))
         else:
@@ -234,4 +249,4 @@ def routing_verdict(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec) -
     return "UNDECIDED", f"the device classes differ ({rule})", ev, run
 
 
-__all__ = ["judge_hit", "routing_verdict", "topk_interp"]
+__all__ = ["backend_instance", "judge_hit", "routing_backend", "routing_verdict", "topk_interp"]
