@@ -122,9 +122,12 @@ def test_the_clamp_is_not_a_param_audit_row():
         audit_param(released("0.5.23"), "gemm1_clamp_limit", ["triton"])
 
 
-def test_routing_parameters_say_they_are_not_followed():
+def test_routing_parameters_are_followed_on_the_card_path():
+    # TopK routes the card's path (flashinfer_cutlass takes top-k ids and weights): select_experts'
+    # biased_grouped_topk call (tests/test_sglang_param_routing.py reads it per release)
     (r,) = audit_param(released("0.5.23"), "grouped_topk", ["nvfp4-w4a4-cutlass"])
-    assert r.verdict == ParamVerdict.UNDECIDED and "not followed" in r.rule
+    assert r.verdict == ParamVerdict.APPLIED and r.file == "layers/moe/topk.py"
+    assert "biased_grouped_topk() routes with grouped_topk" in r.rule
 
 
 # --- the exact patch set applies the factor on the card's path (issue 36, item 4) -----------------

@@ -12,8 +12,8 @@ from nvfp4study.core.errors import AuditError
 from nvfp4study.sglang import clamp_values as cv
 from nvfp4study.sglang import moe_params
 
-#: the interpreter's modules (values, expressions, statements, look-up)
-INTERPRETER = ("clamp_values.py", "clamp_exprs.py", "clamp_flow.py", "clamp_lookup.py")
+#: the interpreter's modules (values, expressions, statements, look-up) and the routing judge
+INTERPRETER = ("clamp_values.py", "clamp_exprs.py", "clamp_flow.py", "clamp_lookup.py", "param_routing.py")
 
 
 def _code_words(tree: ast.AST) -> set[str]:

@@ -35,6 +35,7 @@ __all__ = [
     "patch_native",
     "patch_journal",
     "param_audit",
+    "param_routing",
     "path_keys",
     "platforms",
     "quant_methods",

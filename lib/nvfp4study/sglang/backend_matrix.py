@@ -349,7 +349,7 @@ def auto_text(c: dict[str, Any]) -> str:
 
 def _params_text(a: dict[str, Any]) -> str:
     """``, routed_scaling_factor DROPPED`` for each other parameter the audit decided on the path
-    (UNDECIDED ones, the routing parameters not followed yet, are left to the JSON)."""
+    (UNDECIDED ones are left to the JSON)."""
     return "".join(f", {n} {v}" for n, v in (a.get("params") or {}).items() if v != UNDECIDED)
 
 

@@ -111,7 +111,7 @@ class ExprEval(Lookup):
             return UNK
         if name in self.attrs:
             return self.attrs[name]
-        if name in CONFIG_NAMES:
+        if name in CONFIG_NAMES or name in self.param.config_names:
             return CONFIG
         if base is CONFIG and name in self.param.facts:
             return self.param.facts[name]
@@ -278,6 +278,9 @@ class ExprEval(Lookup):
         if isinstance(f, ast.Attribute) and f.attr == "run" and ast.unparse(f.value).endswith("runner"):
             # self.runner.run(...): MoeRunner.run (after the None check: a None runner raises first)
             self.runner_calls.append((frame.module.rel, node.lineno))
+        if recv is CONFIG and name in self.param.config_methods:
+            # a method of the config object that returns one of its fields (moe_params.yaml config_methods)
+            return self.attr_value(self.param.config_methods[name], CONFIG)
         if name in self.assume and not node.args and not node.keywords:
             return self.assume[name]
         if f"{name}()" in self.assume:  # a call fact, whatever the arguments (use_intel_amx_backend(layer))
@@ -331,7 +334,9 @@ class ExprEval(Lookup):
             self.origin[args[1]] = (frame.module.rel, node.lineno, ast.unparse(node)[:60])
             return UNK
         if name in ("float", "int") and len(args) == 1:
-            return args[0] if isinstance(args[0], Tracked) or args[0] is None else UNK
+            # an enum member the parameter's name facts give (int(RoutingMethodType.DeepSeekV3)) stays itself
+            member = isinstance(args[0], str) and self.param.assume.get(args[0]) == args[0]
+            return args[0] if isinstance(args[0], Tracked) or args[0] is None or member else UNK
         if name == "bool" and len(args) == 1:
             t = truth(args[0])
             return UNK if t is None else t

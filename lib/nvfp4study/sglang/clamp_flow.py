@@ -89,7 +89,8 @@ class Interp(ExprEval):
         self.platforms = tuple(platforms)
         self._flags = {}
         self.sinks = set(sinks)
-        self.assume = dict(assume or {})
+        # the parameter's own facts of names (moe_params.yaml ``assume``: none for the clamp) under the path's
+        self.assume = {**self.param.assume, **(assume or {})}
         self.attrs: dict[str, Any] = {}
         self.origin: dict[str, tuple] = {}  # attr -> (file, line, how it was set)
         self.hits: list[SinkHit] = []

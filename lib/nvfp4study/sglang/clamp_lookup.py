@@ -117,6 +117,8 @@ class Lookup:
                 if fn is not None:
                     return frame.module, fn, frame.cls
             return None
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id not in frame.locals:
+            return self._module_function(f, frame)
         if not isinstance(f, ast.Name):
             return None
         name = f.id
@@ -129,4 +131,12 @@ class Lookup:
         if mod is None:
             return None
         fn = mod.functions.get(src[1])
+        return (mod, fn, None) if fn is not None else None
+
+    def _module_function(self, f: ast.Attribute, frame: Frame):
+        """``module.function(...)`` where ``module`` is an imported in-tree module (``from
+        sglang.srt.eplb import expert_location_dispatch``; topk.py 2311 in 0.5.19): that function."""
+        src = frame.imports.get(f.value.id) or frame.module.imports.get(f.value.id)
+        mod = self.module_for(f"{src[0]}.{src[1]}") if src else None
+        fn = mod.functions.get(f.attr) if mod is not None else None
         return (mod, fn, None) if fn is not None else None

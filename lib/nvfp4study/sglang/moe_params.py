@@ -46,6 +46,9 @@ class ParamSpec:
     ling: float | None = None
     positive: bool = False
     applications: dict[str, Any] = field(default_factory=dict)  # where else it is applied (param_audit)
+    config_names: tuple[str, ...] = ()  # more names whose attributes are ``facts`` (TopK's ``topk_config``)
+    assume: dict[str, Any] = field(default_factory=dict)  # name facts the interpreter starts from
+    config_methods: dict[str, str] = field(default_factory=dict)  # config method -> the field it returns
 
     def tracked(self, how: str = "") -> Tracked:
         """The labelled tracked value of this parameter (``how``: how it was derived, for evidence)."""
@@ -94,7 +97,9 @@ def param(name: str | None = None) -> ParamSpec:
                      enter_when=tuple(row.get("enter_when", [])), facts={}, sinks=dict(sinks),
                      layer_facts=dict(shared.get("layer_facts", {})),
                      quant_info_defaults=dict(shared.get("quant_info_defaults", {})), ling=row.get("ling"),
-                     positive=bool(row.get("positive", False)), applications=dict(row.get("applications") or {}))
+                     positive=bool(row.get("positive", False)), applications=dict(row.get("applications") or {}),
+                     config_names=tuple(row.get("config_names", [])), assume=dict(row.get("assume") or {}),
+                     config_methods=dict(row.get("config_methods") or {}))
     spec.facts.update({k: (spec.tracked() if v == "tracked" else v) for k, v in (row.get("facts") or {}).items()})
     return spec
 

@@ -14,8 +14,10 @@ and counts where it is applied:
 Verdicts: ``APPLIED`` (once), ``DROPPED`` (nowhere), ``DOUBLE`` (twice or more), ``UNDECIDED`` (a
 part the audit cannot decide, with where), and, as for the clamp, ``REFUSED`` (the path raises
 about this parameter), ``UNUSABLE`` (it cannot run Ling: the clamp audit's UNUSABLE, or its
-REFUSED: Ling's clamp is set), ``ABSENT``. Routing parameters (``kind: routing``) are not followed
-yet: their rows say UNDECIDED with that reason.
+REFUSED: Ling's clamp is set), ``ABSENT``. Routing parameters (``kind: routing``: Ling's
+renormalisation, correction bias and grouped top-k) are judged where routing is decided, TopK or the
+runner it hands the logits to (:mod:`nvfp4study.sglang.param_routing`, :func:`judge_routing`):
+``APPLIED`` / ``DROPPED`` / ``WRONG``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from .audit import PathResult, audit_tree, path_specs
 from .audit_run import _short, run_path
 from .audit_sinks import ClampVerdict, _arg
 from .clamp_flow import Interp
+from .param_routing import backend_instance as _backend_instance
+from .param_routing import routing_verdict
 from .platforms import PLATFORMS, describe
 from .source import SGLangTree
 
@@ -108,6 +112,8 @@ def audit_param(tree: SGLangTree, name: str, path_ids: list[str] | None = None,
             inherited = _inherited(spec, tree, param, row)
             if inherited is not None:
                 out.append(inherited)
+            elif param.kind == "routing":
+                out.append(judge_routing(tree, spec, param))
             elif param.kind != "scalar":
                 out.append(_result(spec, tree, param, ParamVerdict.UNDECIDED,
                                    f"{param.kind} parameters are not followed by the interpreter yet"))
@@ -140,20 +146,9 @@ def _inherited(spec: dict, tree: SGLangTree, param: moe_params.ParamSpec, row: P
 def judge_scalar(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, specs: list[dict]) -> ParamResult:
     """One path's verdict for a scalar factor: where it is applied (top-k, runner, model), counted."""
     run = run_path(tree, spec, param)
-    if run.stop == "raising" or (run.interp is not None and run.interp.raising_steps):
-        rel, qual, raises = run.interp.raising_steps[0]
-        x = next((r for r in raises if r.about_param), raises[0] if raises else None)
-        verdict = ParamVerdict.REFUSED if x is not None and x.about_param else ParamVerdict.UNUSABLE
-        where = (_short(x.file), x.line) if x is not None else (_short(rel), None)
-        return _result(spec, tree, param, verdict, f"{qual} raises on every branch: {x.text if x else ''}", *where)
-    if run.stop is not None:
-        verdict, rule, file, _fn, line = run.stop
-        return _result(spec, tree, param, ParamVerdict(verdict.value), rule, file, line)
-    refusals = [x for x in run.interp.refusals if x.about_param and x.certain]
-    if refusals:
-        x = refusals[0]
-        return _result(spec, tree, param, ParamVerdict.REFUSED, f"raises when it is set: {x.text}",
-                       _short(x.file), x.line)
+    stopped = _run_stop(tree, spec, param, run)
+    if stopped is not None:
+        return stopped
     runner, r_ev, r_rule = runner_applications(run, param)
     topk, t_ev = topk_fused(tree, spec, param, specs)
     model, m_ev = model_applies(tree, spec, param, topk)
@@ -171,6 +166,45 @@ def judge_scalar(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, spec
             + ("" if verdict != ParamVerdict.DROPPED else f": the routed experts run at 1/{param.ling or '?'}"))
     file, line = _deciding(verdict, evidence)
     return _result(spec, tree, param, verdict, rule, file, line, evidence=evidence, parts=parts)
+
+
+def _run_stop(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, run: Any) -> ParamResult | None:
+    """The row a path's run settles before any part is counted: a step raising on every branch
+    (REFUSED when about the parameter, else UNUSABLE), a stop of the run (missing, lost, too long),
+    a certain raise about the parameter (REFUSED); None when the run goes through."""
+    if run.stop == "raising" or (run.interp is not None and run.interp.raising_steps):
+        rel, qual, raises = run.interp.raising_steps[0]
+        x = next((r for r in raises if r.about_param), raises[0] if raises else None)
+        verdict = ParamVerdict.REFUSED if x is not None and x.about_param else ParamVerdict.UNUSABLE
+        where = (_short(x.file), x.line) if x is not None else (_short(rel), None)
+        return _result(spec, tree, param, verdict, f"{qual} raises on every branch: {x.text if x else ''}", *where)
+    if run.stop is not None:
+        verdict, rule, file, _fn, line = run.stop
+        return _result(spec, tree, param, ParamVerdict(verdict.value), rule, file, line)
+    refusals = [x for x in run.interp.refusals if x.about_param and x.certain]
+    if refusals:
+        x = refusals[0]
+        return _result(spec, tree, param, ParamVerdict.REFUSED, f"raises when it is set: {x.text}",
+                       _short(x.file), x.line)
+    return None
+
+
+def judge_routing(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec) -> ParamResult:
+    """One path's verdict for a routing parameter (:mod:`nvfp4study.sglang.param_routing`): where
+    TopK routes it, or, where TopK hands the logits on, the runner (whose run may stop first)."""
+    word, rule, evidence, run = routing_verdict(tree, spec, param)
+    if run is not None:
+        stopped = _run_stop(tree, spec, param, run)
+        if stopped is not None:
+            stopped.evidence = evidence + stopped.evidence
+            return stopped
+    file, line = None, None
+    for part in [*rule.split("; ")[::-1], *evidence[:1]] if word != "UNDECIDED" else evidence[:1]:
+        f, _, ln = part.split(" ", 1)[0].rpartition(":")
+        if ln.isdigit():  # the deciding routing call: the runner's where TopK hands it on
+            file, line = f, int(ln)
+            break
+    return _result(spec, tree, param, ParamVerdict(word), rule, file, line, evidence=evidence)
 
 
 def _word(v: int | None) -> str:
@@ -325,22 +359,6 @@ def _topk_one(tree: SGLangTree, spec: dict, rule: dict, param: moe_params.ParamS
     who = method.cls if method is not None else "?"
     return t, [f"{rule['file']}:{fn.lineno} {rule['function']}({who}, {path_keys.runner(spec.get('via', spec['id']))}) "
                f"-> {t if t is not None else 'undecided'}{' (top-k applies it)' if t else ''}"]
-
-
-def _backend_instance(tree: SGLangTree, spec: dict) -> cv.Instance:
-    """The path's runner backend as an object whose ``is_<value>()`` predicates are decided: the
-    derived path's facts, else true for the path's backend only (a native or direct path: none)."""
-    from .code_index import CodeIndex
-    from .dispatch import backend_values
-
-    backend = path_keys.runner(spec.get("via", spec["id"]))
-    values = set(backend_values(CodeIndex(tree.root)).values())
-    facts = {f"is_{v}()": v == backend for v in sorted(values)}
-    # the derived path's own predicate facts win (is_marlin() is true for experimental_sgl_marlin too,
-    # layers/moe/utils.py 161-168 in 0.5.23)
-    facts.update({f"{k}()": v for k, v in (spec.get("assume") or {}).items()
-                  if k.startswith("is_") and isinstance(v, bool)})
-    return cv.Instance("MoeRunnerBackend", (), tuple(facts.items()))
 
 
 def model_applies(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec,

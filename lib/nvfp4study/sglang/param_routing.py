@@ -1,0 +1,252 @@
+"""The routing parameters of Ling's MoE on every path (``kind: routing`` in ``data/moe_params.yaml``).
+
+Where a path routes is read from SGLang's source with the clamp audit's interpreter
+(:class:`~nvfp4study.sglang.clamp_flow.Interp`), following one parameter's spec:
+
+1. **TopK** (``applications.routing``): TopK's runner binding (0.5.23 ``TopK.bind_runner_backend``,
+   topk.py 769-807: the output format from the runner backend and the routing method type) and the
+   forward of each device class of the path (``forward_cuda`` ...; 0.5.19-0.5.22 decide the format
+   there from the global backend, topk.py 606-636 in 0.5.19), run with the path's backend and Ling's
+   ``TopKConfig`` (the spec's facts, the followed field tracked). The routing functions it reaches
+   are the parameter's sinks (``data/moe_param_sinks.yaml``).
+2. **The runner**, where TopK hands it the router logits (a sink of form ``runner``:
+   ``BypassedTopKOutput``): the path's own steps (:func:`~nvfp4study.sglang.audit_run.run_path`),
+   whose TRT-LLM routing kernels are read against the routing method they get (``by-method``:
+   ``applications.routing_methods``, SGLang's ``RoutingMethodType`` comments).
+
+General rules (no parameter is named here): a routing function reached with the tracked value in its
+argument applies it (APPLIED), one reached without it or that takes none routes without it (DROPPED),
+one of form ``wrong`` uses it in another form (WRONG); a TRT-LLM method that does not use it drops it,
+one that uses it but scores otherwise than Ling (``applications.routing.scoring_fact``) is WRONG. Paths whose branches
+disagree, or that reach no routing function, are UNDECIDED with where.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from . import clamp_values as cv
+from . import moe_params, path_keys
+from .audit_run import _short, run_path
+from .audit_sinks import _arg
+from .clamp_flow import Interp
+from .platforms import PLATFORMS
+from .source import SGLangTree
+
+#: the verdict words a routing sink hit can give (the forms of the sink table)
+_FORM_WORD = {"none": "DROPPED", "wrong": "WRONG", "unread": "UNDECIDED"}
+
+
+def topk_interp(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, platform: str) -> tuple[Interp, list[str]]:
+    """Run TopK's runner binding and ``platform``'s forward (``applications.routing``) under Ling's
+    TopKConfig with the path's backend; the interpreter (its sink hits) and what was run."""
+    rule = param.applications["routing"]
+    rel = "sglang/srt/" + rule["file"]
+    interp = Interp(tree.root, param.sinks, spec.get("assume"), (platform,), param=param)
+    backend = routing_backend(backend_instance(tree, spec), interp.module(rel))
+    for call in rule.get("backend_calls", []):  # 0.5.19-0.5.22: the global backend is the path's
+        interp.assume[f"{call}()"] = backend
+    roles = {"backend": backend, "none": None}
+    ran = []
+    bind = interp.find(rel, rule["bind"]) if rule.get("bind") else None
+    if bind is not None:
+        frame = cv.Frame(interp.module(rel), rule["bind"].split(".")[0], rule["bind"])
+        interp._bind(bind, frame, [], {p: roles[r] for p, r in rule.get("args", {}).items()}, method_call=True)
+        interp.exec_body(bind.body, frame)
+        ran.append(f"{rule['file']}:{bind.lineno} {rule['bind']}")
+    qual = rule["forwards"].get(platform)
+    fn = interp.find(rel, qual) if qual else None
+    if fn is not None:
+        frame = cv.Frame(interp.module(rel), qual.split(".")[0], qual)
+        interp._bind(fn, frame, [cv.UNK], {}, method_call=True)  # an argument given: the defaults hold
+        interp.exec_body(fn.body, frame)
+        ran.append(f"{rule['file']}:{fn.lineno} {qual}")
+    return interp, ran
+
+
+def backend_instance(tree: SGLangTree, spec: dict) -> cv.Instance:
+    """The path's runner backend as an object whose ``is_<value>()`` predicates are decided: the
+    derived path's facts, else true for the path's backend only (a native or direct path: none)."""
+    from .code_index import CodeIndex
+    from .dispatch import backend_values
+
+    backend = path_keys.runner(spec.get("via", spec["id"]))
+    values = set(backend_values(CodeIndex(tree.root)).values())
+    facts = {f"is_{v}()": v == backend for v in sorted(values)}
+    # the derived path's own predicate facts win (is_marlin() is true for experimental_sgl_marlin too,
+    # layers/moe/utils.py 161-168 in 0.5.23)
+    facts.update({f"{k}()": v for k, v in (spec.get("assume") or {}).items()
+                  if k.startswith("is_") and isinstance(v, bool)})
+    return cv.Instance("MoeRunnerBackend", (), tuple(facts.items()))
+
+
+def routing_backend(backend: cv.Instance, mod: Any) -> cv.Instance:
+    """The path's runner backend for TopK: one value, so every ``is_<x>()`` predicate TopK's module
+    calls that the path's facts leave open is false (the enum's values and predicate names differ:
+    ``triton_kernel`` / ``is_triton_kernels()``, layers/moe/utils.py in 0.5.23); a path with no
+    backend of its own runs with the default, ``auto`` (server_args ``moe_runner_backend``)."""
+    facts = dict(backend.attrs)
+    if not any(v is True for v in facts.values()):
+        facts["is_auto()"] = True
+    called = {n.func.attr for n in ast.walk(mod.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+              and n.func.attr.startswith("is_")} if mod is not None else set()
+    for name in sorted(called):
+        facts.setdefault(f"{name}()", False)
+    return cv.Instance(backend.cls, backend.kinds, tuple(facts.items()))
+
+
+def _value(hit: cv.SinkHit, specs: list[str], facts: dict) -> tuple[bool, Any, ast.AST | None]:
+    for s in specs:
+        present, v, node = _arg(hit, s, facts)
+        if present:
+            return True, v, node
+    return False, None, None
+
+
+def _method(hit: cv.SinkHit, sink: dict, methods: dict, facts: dict) -> list[str] | None:
+    """The routing method(s) a TRT-LLM kernel call gets (names of ``routing_methods``); None when
+    not read: a name, an int value, or the one member its argument's source names."""
+    present, v, node = _value(hit, sink.get("method", []), facts)
+    if not present:
+        return None
+    by_value = {row["value"]: name for name, row in methods.items()}
+    out = []
+    for o in v.options if isinstance(v, cv.Multi) else (v,):
+        if isinstance(o, str) and o in methods:
+            out.append(o)
+        elif isinstance(o, int) and not isinstance(o, bool) and o in by_value:
+            out.append(by_value[o])
+        else:
+            named = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)} & set(methods) \
+                if node is not None else set()
+            if len(named) != 1:
+                return None
+            out.append(named.pop())
+    return list(dict.fromkeys(out))
+
+
+def judge_hit(hit: cv.SinkHit, param: moe_params.ParamSpec) -> tuple[str, str]:
+    """``(verdict word or "RUNNER", evidence)`` for one routing function reached."""
+    sink = param.sinks[hit.callee]
+    where = f"{_short(hit.file)}:{hit.line} {hit.callee}()"
+    form = sink["form"]
+    if form == "runner":
+        return "RUNNER", f"{where} hands the router logits to the runner, which routes"
+    if form == "topk":
+        return "TOPK", f"{where} materialises TopK's routing"
+    if form in _FORM_WORD:
+        why = sink.get("why") or {"none": f"routes without {param.name}", "wrong": f"uses {param.name} in "
+                                  "another form", "unread": "routes in code not read"}[form]
+        return _FORM_WORD[form], f"{where} {why}"
+    present, v, _ = _value(hit, sink.get("arg", []), param.facts)
+    carried = (not sink.get("arg")) or (present and cv.has_tracked(v))
+    partial = present and isinstance(v, cv.Multi) and not all(cv.has_tracked(o) for o in v.options)
+    if form == "applies":
+        if partial:
+            return "UNDECIDED", f"{where} gets {param.name} on some branches only"
+        return ("APPLIED", f"{where} routes with {param.name}") if carried else \
+            ("DROPPED", f"{where} gets no {param.name} ({'None' if present and v is None else 'not passed'})")
+    return _by_method(hit, sink, param, where, carried and not partial)
+
+
+def _by_method(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec, where: str, carried: bool) -> tuple[str, str]:
+    """A TRT-LLM routing kernel: its method's use of the parameter (``needs``), Ling's scoring."""
+    methods = param.applications.get("routing_methods", {})
+    needs = param.applications["routing"]["needs"]
+    ling = param.facts.get(param.applications["routing"].get("scoring_fact", ""))  # Ling's scoring function
+    names = _method(hit, sink, methods, param.facts)
+    if not names:
+        present, v, _ = _value(hit, sink.get("method", []), param.facts)
+        what = "None, no routing method (the kernel's handling of it not read)" if present and v is None \
+            else "not read"
+        return "UNDECIDED", f"{where} routing method {what}"
+    words = set()
+    for m in names:
+        row = methods[m]
+        if not row.get(needs):
+            words.add(("DROPPED", f"{where} routing method {m} ({row.get('scoring')}) does not use {param.name}"))
+        elif row.get("scoring") != ling:
+            words.add(("WRONG", f"{where} routing method {m} uses {param.name} with {row.get('scoring')} scores "
+                                f"(Ling: {ling})"))
+        elif not carried:
+            words.add(("DROPPED", f"{where} routing method {m} without Ling's {param.name} (argument not carried)"))
+        else:
+            words.add(("APPLIED", f"{where} routing method {m} routes with {param.name}"))
+    if len({w for w, _ in words}) > 1:
+        return "UNDECIDED", f"{where} routing methods {', '.join(names)} differ"
+    return words.pop()
+
+
+def materialized(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, platform: str) -> list[tuple[str, str]]:
+    """TopK's standard routing run from the runner (``applications.routing.materialize``, e.g.
+    ``select_experts``) with Ling's TopKConfig: the routing functions it reaches, judged."""
+    rule = param.applications["routing"]
+    rel = "sglang/srt/" + rule["file"]
+    interp = Interp(tree.root, param.sinks, spec.get("assume"), (platform,), param=param)
+    fn = interp.find(rel, rule.get("materialize", ""))
+    if fn is None:
+        return []
+    frame = cv.Frame(interp.module(rel), None, rule["materialize"])
+    interp._bind(fn, frame, [cv.UNK], {param.config_names[0]: cv.CONFIG} if param.config_names else {},
+                 method_call=False)
+    interp.exec_body(fn.body, frame)
+    return [j for j in _hits(interp, param) if j[0] not in ("RUNNER", "TOPK")]
+
+
+def _hits(interp: Interp, param: moe_params.ParamSpec) -> list[tuple[str, str]]:
+    """The routing functions reached, judged (each call once)."""
+    seen, out = set(), []
+    for h in interp.hits:
+        if h.callee in param.sinks and (h.file, h.line, h.callee) not in seen:
+            seen.add((h.file, h.line, h.callee))
+            out.append(judge_hit(h, param))
+    return out
+
+
+def _combine(judged: list[tuple[str, str]], where: str) -> tuple[str, str, list[str]]:
+    """One verdict from the routing functions reached: the word they share, else UNDECIDED."""
+    if not judged:
+        return "UNDECIDED", f"{where}: no routing function reached", []
+    words = {w for w, _ in judged}
+    ev = [e for _, e in judged]
+    if len(words) == 1:
+        return words.pop(), ev[0], ev
+    return "UNDECIDED", f"{where}: the branches route differently ({', '.join(sorted(words))})", ev
+
+
+def routing_verdict(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec) -> tuple[str, str, list[str], Any]:
+    """``(verdict word, rule, evidence, run)`` for one path: TopK on each of its device classes,
+    then, where TopK hands the logits on, the runner (``run``: its :class:`PathRun`, else None)."""
+    per, run = {}, None
+    own = tuple(spec.get("platforms", PLATFORMS))
+    gpus = tuple(p for p in own if p in param.applications["routing"].get("devices", own))
+    for platform in gpus or own:
+        interp, ran = topk_interp(tree, spec, param, platform)
+        word, rule, ev = _combine(_hits(interp, param), f"TopK on {platform}")
+        if word == "RUNNER":
+            if run is None:
+                facts = param.applications["routing"].get("runner_facts", {})
+                run = run_path(tree, {**spec, "assume": {**(spec.get("assume") or {}), **facts}}, param)
+            if run.stop is not None or run.interp is None:
+                per[platform] = ("STOP", rule, ev)
+                continue
+            judged = []
+            for j in _hits(run.interp, param):
+                if j[0] == "TOPK":  # the runner routes with TopK's own select_experts
+                    judged += [(w, f"{j[1]}: {e}") for w, e in materialized(tree, spec, param, platform)]
+                elif j[0] != "RUNNER":
+                    judged.append(j)
+            w2, r2, ev2 = _combine(judged, "the runner")
+            word, rule, ev = w2, f"{rule}; {r2}", ev + ev2
+        per[platform] = (word, rule, ev + ran)
+    words = {w for w, _, _ in per.values()}
+    if len(words) == 1:
+        word, rule, ev = next(iter(per.values()))
+        return word, rule, ev, run
+    ev = [e for _, _, es in per.values() for e in es]
+    rule = "; ".join(f"{p}: {w}" for p, (w, _, _) in per.items())
+    return "UNDECIDED", f"the device classes differ ({rule})", ev, run
+
+
+__all__ = ["backend_instance", "judge_hit", "routing_backend", "routing_verdict", "topk_interp"]
