@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any
 
 from . import clamp_values as cv
@@ -305,12 +306,29 @@ def _method_instance(interp: Interp, spec: dict) -> cv.Instance | None:
             if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) \
                     and isinstance(st.value, ast.Constant):
                 attrs.setdefault(st.targets[0].id, st.value.value)
-        assigned |= {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
+        assigned |= _stored_attrs(node)
         for bm, bc in interp._bases(m, c):
             kinds.append(bc)
             todo.append((bm, bc))
     attrs.update({a: cv.UNK for a in assigned})
     return cv.Instance(cls, tuple(kinds), tuple(attrs.items()))
+
+
+@lru_cache(maxsize=256)
+def _stored_attrs(node: ast.ClassDef) -> frozenset[str]:
+    """The attribute names a class body assigns anywhere (``self.x = ...`` in its methods)."""
+    return frozenset(n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store))
+
+
+@lru_cache(maxsize=16)
+def _attribute_sites(tree: ast.Module, attribute: str) -> tuple[ast.Assign | None, tuple[int, ...]]:
+    """A module's first assignment to ``<obj>.<attribute>`` and the sorted lines that read it (one
+    walk per parsed module: every path asks it of the model's file)."""
+    node = next((n for n in ast.walk(tree) if isinstance(n, ast.Assign) and any(
+        isinstance(t, ast.Attribute) and t.attr == attribute for t in n.targets)), None)
+    uses = sorted({n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                   and n.attr == attribute and isinstance(n.ctx, ast.Load)})
+    return node, tuple(uses)
 
 
 def topk_fused(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec,
@@ -375,14 +393,11 @@ def model_applies(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec,
                                     for k, role in rule["facts"].items()},
                     spec.get("platforms", PLATFORMS), param=param)
     mod = interp.module(rel)
-    node = next((n for n in ast.walk(mod.tree) if isinstance(n, ast.Assign) and any(
-        isinstance(t, ast.Attribute) and t.attr == rule["attribute"] for t in n.targets)), None) if mod else None
+    node, uses = _attribute_sites(mod.tree, rule["attribute"]) if mod else (None, ())
     if node is None:
         return False, [f"{rule['file']}: no {rule['attribute']} (the model never applies it)"]
     interp.attrs[rule["value"]] = param.tracked()
     t = cv.truth(interp.eval(node.value, cv.Frame(mod, None, rule["attribute"])))
-    uses = sorted({n.lineno for n in ast.walk(mod.tree) if isinstance(n, ast.Attribute)
-                   and n.attr == rule["attribute"] and isinstance(n.ctx, ast.Load)})
     word = "undecided" if t is None else "applies" if t else "no"
     return t, [f"{rule['file']}:{node.lineno} {rule['attribute']} ({'all-to-all' if a2a else 'standard'} "
                f"dispatch) -> {word}; used at {', '.join(map(str, uses[:3]))}"]

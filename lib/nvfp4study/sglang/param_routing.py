@@ -24,6 +24,7 @@ disagree, or that reach no routing function, are UNDECIDED with where.
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 from typing import Any
 
 from . import clamp_values as cv
@@ -89,11 +90,17 @@ def routing_backend(backend: cv.Instance, mod: Any) -> cv.Instance:
     facts = dict(backend.attrs)
     if not any(v is True for v in facts.values()):
         facts["is_auto()"] = True
-    called = {n.func.attr for n in ast.walk(mod.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-              and n.func.attr.startswith("is_")} if mod is not None else set()
-    for name in sorted(called):
+    for name in _called_predicates(mod.tree) if mod is not None else ():
         facts.setdefault(f"{name}()", False)
     return cv.Instance(backend.cls, backend.kinds, tuple(facts.items()))
+
+
+@lru_cache(maxsize=16)
+def _called_predicates(tree: ast.Module) -> tuple[str, ...]:
+    """The ``is_<x>`` method names a module calls, sorted (one walk per parsed module: every path
+    asks it of TopK's module)."""
+    return tuple(sorted({n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call)
+                         and isinstance(n.func, ast.Attribute) and n.func.attr.startswith("is_")}))
 
 
 def _value(hit: cv.SinkHit, specs: list[str], facts: dict) -> tuple[bool, Any, ast.AST | None]:
