@@ -239,7 +239,7 @@ def test_trained_arms_added_in_a_stage_module_are_served_and_assembled(tmp_path,
         # the null control loads with the reference (one install state) but reads its answers, so
         # the two are served one after the other; the released arm's group is its own
         recs = {k: measure.launches(stage.paths, trained.server_config(p, a))[-1]
-                for k, a in zip(keys, trained.serving_order(p))}
+                for k, a in zip(keys, trained.serving_order(p), strict=True)}
         assert [(r["loaded_with"], r["served_with"]) for r in recs.values()] == [(1, 0), (1, 0), (0, 0)]
         assert not fake_processes()
         # resume: one answer lost, only it is asked again, on the released arm's launch alone
@@ -279,7 +279,7 @@ def _names(waves):
 
 def test_untimed_launches_are_served_together_after_the_ones_they_read(tmp_path):
     stage, started = _loaded(tmp_path, ("ref", _Ask()), ("again", _Ask(reads_from="ref")), ("other", _Ask()))
-    assert _names(measure._waves(stage, started)) == [["ref"], ["again", "other"]]
+    assert _names(measure._waves(stage, started)) == [["ref", "other"], ["again"]]
     stage, started = _loaded(tmp_path, ("a", _Ask()), ("b", _Ask()), ("c", _Ask()))
     assert _names(measure._waves(stage, started)) == [["a", "b", "c"]]
     # a file no launch of the group writes (the reference served in an earlier group) orders nothing
@@ -287,8 +287,17 @@ def test_untimed_launches_are_served_together_after_the_ones_they_read(tmp_path)
     assert _names(measure._waves(stage, started)) == [["a", "b"]]
 
 
-def test_a_timed_request_serves_each_launch_alone(tmp_path):
+def test_a_timed_request_serves_its_launch_alone(tmp_path):
+    stage, started = _loaded(tmp_path, ("a", _Ask(timed=True)), ("b", _Ask(timed=True)), ("c", _Ask(timed=True)))
+    assert _names(measure._waves(stage, started)) == [["a"], ["b"], ["c"]]
     stage, started = _loaded(tmp_path, ("a", _Ask()), ("b", _Ask(timed=True)), ("c", _Ask()))
+    assert _names(measure._waves(stage, started)) == [["b"], ["a", "c"]]
+    # 05's reference arm also answers 06's depth-0 timed requests: alone, then the arms reading it
+    stage, started = _loaded(tmp_path, ("ref", _Ask(timed=True)), ("nvfp4", _Ask(reads_from="ref")),
+                             ("again", _Ask(reads_from="ref")))
+    assert _names(measure._waves(stage, started)) == [["ref"], ["nvfp4", "again"]]
+    # a chain: each reads the one before it
+    stage, started = _loaded(tmp_path, ("c", _Ask(reads_from="b")), ("b", _Ask(reads_from="a")), ("a", _Ask()))
     assert _names(measure._waves(stage, started)) == [["a"], ["b"], ["c"]]
 
 

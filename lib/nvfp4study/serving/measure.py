@@ -413,19 +413,29 @@ Loaded = tuple[ServerConfig, list[ServedRequest], StartedLaunch]
 def _waves(stage: Stage, started: list[Loaded]) -> list[list[Loaded]]:
     """The order a healthy group is served in, as lists of launches served at the same time.
 
-    One launch at a time while any pending request is timed (``wants_warmup``: its speed is the
-    measurement). Otherwise untimed requests measure outputs only (each server answers its own
-    requests one after the other, one intra-op thread each, so its outputs do not depend on what
-    runs beside it): every launch at once, except that launches whose requests append to a file
-    another launch's requests read (:meth:`~nvfp4study.serving.records.ServedRequest.reads`: 05's
-    trained arms read the reference arm's answers) are served first, in a wave of their own."""
-    if len(started) == 1 or any(r.wants_warmup for _, pending, _ in started for r in pending):
-        return [[x] for x in started]
+    A launch whose requests read a file another launch's requests append to
+    (:meth:`~nvfp4study.serving.records.ServedRequest.reads`: 05's trained arms read the reference
+    arm's answers) is served in a later wave than that launch. Within one such level, a launch with
+    a timed request (``wants_warmup``: its speed is measured; 06's depth-0 requests ride on 05's
+    reference launch) is served alone; the others measure outputs only (each server answers its
+    own requests one after the other with one intra-op thread, so its outputs do not depend on
+    what runs beside it) and are served together."""
+    n = len(started)
+    if n == 1:
+        return [started]
     writes = [{r.path(stage.paths, c) for r in pending} for c, pending, _ in started]
     reads = [{f for r in pending for f in r.reads(stage.paths, c)} for c, pending, _ in started]
-    first = [i for i in range(len(started)) if any(writes[i] & reads[j] for j in range(len(started)) if j != i)]
-    waves = [[started[i] for i in first], [x for i, x in enumerate(started) if i not in first]]
-    return [w for w in waves if w]
+    level = [0] * n
+    for _ in range(n):  # the longest chain of readers (bounded: n rounds)
+        level = [max((level[j] + 1 for j in range(n) if j != i and writes[j] & reads[i]), default=0)
+                 for i in range(n)]
+    waves = []
+    for lv in sorted(set(level)):
+        at = [i for i in range(n) if level[i] == lv]
+        timed = [i for i in at if any(r.wants_warmup for r in started[i][1])]
+        waves += [[started[i]] for i in timed]
+        waves += [[started[i] for i in at if i not in timed]] if len(timed) < len(at) else []
+    return waves
 
 
 def _serve_wave(stage: Stage, wave: list[Loaded]) -> None:
