@@ -115,7 +115,7 @@ def path_specs(tree: SGLangTree) -> list[dict]:
                 named.add(p.key)
                 spec.update(steps=p.steps, assume={**p.assume, **entry.get("assume", {})},
                             found_by=p.trail, lost=p.lost, runner_at=p.runner_at, platforms=p.platforms,
-                            gated=p.gated)
+                            gated=p.gated, no_runner=p.no_runner)
         else:
             spec.update(steps=entry["entry"], found_by=["entered by name: the MoE dispatch does not reach it"])
         out.append(spec)
@@ -123,7 +123,7 @@ def path_specs(tree: SGLangTree) -> list[dict]:
         if key not in named:
             out.append({"id": key, "label": key, "catalogued": False, "steps": p.steps, "assume": p.assume,
                         "found_by": p.trail, "lost": p.lost, "runner_at": p.runner_at, "platforms": p.platforms,
-                        "gated": p.gated})
+                        "gated": p.gated, "no_runner": p.no_runner})
             if p.absent:  # the code is there but never runs: no path
                 out[-1]["missing"] = (ClampVerdict.ABSENT, p.absent)
     return out
@@ -189,6 +189,8 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
         return PathResult(**base, verdict=verdict, rule=rule, file=file, function=function, line=line)
     if spec.get("gated"):  # judged as if the flag were set (moe_params.yaml shared.env_gated_fused_func: note)
         base["found_by"].append(f"not built by default: {spec['gated']}")
+    if spec.get("no_runner"):
+        base["found_by"].append(f"the method never runs a MoeRunner on Ling's branches ({spec['no_runner']})")
     if run.skipped_runner:
         base["found_by"].append("the method returns before calling its MoeRunner on Ling's branches: "
                                 "the runner's steps were not run")

@@ -43,7 +43,7 @@ from .clamp_values import (
     truth,
 )
 from .code_index import attribute_never_set, bound_in_module, class_methods, module_level, walk
-from .platforms import PLATFORMS
+from .platforms import PLATFORMS, true_on
 
 
 def _dicts(v: Any) -> list[AbstractDict]:
@@ -340,6 +340,8 @@ class Interp(ExprEval):
             frame.stopped = frame.raised = True
         elif isinstance(st, ast.Assert):
             t = truth(self.eval(st.test, frame))
+            if t is None:
+                self.assert_platforms(st.test, frame)
             if t is False:
                 txt = ast.unparse(st.test)
                 about = any(w in txt for w in self.param.refusal_words)
@@ -353,6 +355,22 @@ class Interp(ExprEval):
             pkg = frame.module.rel[:-3].replace("/", ".")
             frame.imports.update(_imports([st], pkg))
         # other statements (nested defs, classes, pass, del, global) do not move the value
+
+    def assert_platforms(self, test: ast.expr, frame: Frame) -> None:
+        """``assert f()`` on every branch Ling takes, ``f`` a function of the tree true on some
+        platforms only (:func:`~nvfp4study.sglang.platforms.true_on`): the path runs on those
+        only, so later platform predicates are decided there. Fp8MoEMethod.__init__ asserts
+        ``cutlass_fp8_supported()`` for the cutlass backend (layers/quantization/fp8.py 1100-1103
+        in 0.5.19), false off CUDA (fp8_utils.py 272-274): its XPU branch (fp8.py 2473) never runs."""
+        if not isinstance(test, ast.Call) or not all(d for _, d in frame.guards):
+            return
+        target = self.resolve(test.func, frame)
+        if target is None or target[2] is not None:
+            return
+        mod, fn, _ = target
+        on = true_on(mod.tree, fn, self.platforms)
+        if on and on != set(self.platforms):
+            self.platforms = tuple(p for p in self.platforms if p in on)
 
     def assign(self, target: ast.expr, v: Any, frame: Frame) -> None:
         if isinstance(target, ast.Name):

@@ -1,0 +1,54 @@
+"""Error classes of the clamp audit found by the held-out fourth sample (issue 36), each fixed by
+a rule, not by a path's name, and tested here on the released trees with values read from the
+source by this file (``ast``), not through the audit.
+
+1. A backend with no fused func and no runner core that the method never builds a MoeRunner
+   for: 0.5.19 ``Fp8MoEMethod.create_moe_runner`` builds one only for deep_gemm / triton / aiter /
+   flashinfer_trtllm(_routed) / hpc_ops (layers/quantization/fp8.py 2383-2393), and ``apply``
+   calls ``cutlass_fused_experts_fp8`` itself for cutlass (fp8.py 2512-2546) without the limit.
+   Its trail is not lost at ``MoeRunner.__init__`` (runner.py:163): the method's own branches
+   decide. ``Fp8MoEMethod.__init__`` asserts ``cutlass_fp8_supported()`` for cutlass (fp8.py
+   1100-1103), false off CUDA (fp8_utils.py 272-274): the XPU branch of ``apply`` (fp8.py 2473,
+   sgl_kernel ``fused_experts``) is not Ling's on that path.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from nvfp4study.sglang.audit import audit_tree
+from nvfp4study.sglang.platforms import true_on
+from sglang_fixtures import VERSIONS, released
+
+
+def _method(tree: ast.Module, cls: str, name: str) -> ast.FunctionDef:
+    c = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    return next(f for f in c.body if isinstance(f, ast.FunctionDef) and f.name == name)
+
+
+def test_a_backend_the_method_never_builds_a_runner_for_is_judged_on_the_method():
+    for v in VERSIONS:
+        srt = released(v).srt
+        mod = ast.parse((srt / "layers/quantization/fp8.py").read_text())
+        builds = ast.unparse(_method(mod, "Fp8MoEMethod", "create_moe_runner"))
+        assert "MoeRunner(" in builds and "is_cutlass" not in builds, v  # no runner for cutlass
+        calls = [c for c in ast.walk(_method(mod, "Fp8MoEMethod", "apply")) if isinstance(c, ast.Call)
+                 and ast.unparse(c.func) == "cutlass_fused_experts_fp8"]
+        assert calls and all("gemm1_clamp_limit" not in {k.arg for k in c.keywords} for c in calls), v
+        (r,) = audit_tree(released(v), ["Fp8MoEMethod/cutlass"])
+        assert r.verdict.value == "DROPPED", (v, r.rule)
+        assert "trail lost" not in r.rule and any("never runs a MoeRunner" in f for f in r.found_by), v
+
+
+def test_an_assert_on_a_platform_limited_helper_limits_the_path():
+    src = ("_is_cuda = is_cuda()\n"
+           "def f():\n    if not _is_cuda:\n        return False\n    return g() >= 9\n"
+           "def h():\n    return _is_cuda\n")
+    tree = ast.parse(src)
+    fns = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert true_on(tree, fns["f"]) == {"CUDA"}
+    # a return whose value is not the constant False is kept wherever it is reached
+    assert true_on(tree, fns["h"]) == {"CUDA", "ROCm", "XPU", "NPU", "CPU"}
+    u = ast.parse((released("0.5.19").srt / "layers/quantization/fp8_utils.py").read_text())
+    sup = next(n for n in u.body if isinstance(n, ast.FunctionDef) and n.name == "cutlass_fp8_supported")
+    assert true_on(u, sup) == {"CUDA"}
