@@ -10,6 +10,11 @@ source by this file (``ast``), not through the audit.
    decide. ``Fp8MoEMethod.__init__`` asserts ``cutlass_fp8_supported()`` for cutlass (fp8.py
    1100-1103), false off CUDA (fp8_utils.py 272-274): the XPU branch of ``apply`` (fp8.py 2473,
    sgl_kernel ``fused_experts``) is not Ling's on that path.
+2. A method constructor that reads its config object as a dict: 0.5.20 ``compressed_tensors.py``
+   890/896 build ``NPUCompressedTensorsW4A8Int8DynamicMoE(self)`` in ``CompressedTensorsConfig``
+   (112; base ``QuantizationConfig(ABC)``, base_config.py 140), whose ``__init__`` calls
+   ``quantization_config.get("config_groups", {})`` (compressed_tensors_w4a8_int8_moe.py 36-40):
+   AttributeError while the layer is built, whatever the limit (UNUSABLE), on every release.
 """
 
 from __future__ import annotations
@@ -52,3 +57,31 @@ def test_an_assert_on_a_platform_limited_helper_limits_the_path():
     u = ast.parse((released("0.5.19").srt / "layers/quantization/fp8_utils.py").read_text())
     sup = next(n for n in u.body if isinstance(n, ast.FunctionDef) and n.name == "cutlass_fp8_supported")
     assert true_on(u, sup) == {"CUDA"}
+
+
+def _class(tree: ast.Module, name: str) -> ast.ClassDef:
+    return next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name)
+
+
+def test_a_constructor_reading_its_config_object_as_a_dict_is_unusable():
+    scheme = "NPUCompressedTensorsW4A8Int8DynamicMoE"
+    for v in VERSIONS:
+        srt = released(v).srt
+        ct = ast.parse((srt / "layers/quantization/compressed_tensors/compressed_tensors.py").read_text())
+        cfg = _class(ct, "CompressedTensorsConfig")
+        built = [c for c in ast.walk(cfg) if isinstance(c, ast.Call) and ast.unparse(c) == f"{scheme}(self)"]
+        everywhere = [c for c in ast.walk(ct) if isinstance(c, ast.Call) and ast.unparse(c.func) == scheme]
+        assert built and len(built) == len(everywhere), v  # always built with the config object itself
+        base = ast.parse((srt / "layers/quantization/base_config.py").read_text())
+        for c in (cfg, _class(base, "QuantizationConfig")):
+            names = {f.name for f in c.body if isinstance(f, ast.FunctionDef)}
+            assert not names & {"get", "__getattr__", "__getitem__"}, (v, c.name)
+        assert [ast.unparse(b) for b in _class(base, "QuantizationConfig").bases] == ["ABC"]
+        sm = ast.parse((srt / "layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a8_int8_moe.py")
+                       .read_text())
+        init = _method(sm, scheme, "__init__")
+        line = next(n.lineno for st in init.body for n in ast.walk(st) if isinstance(n, ast.Call)
+                    and ast.unparse(n.func) == "quantization_config.get")
+        (r,) = audit_tree(released(v), [f"{scheme}/ascend"])
+        assert (r.verdict.value, r.line) == ("UNUSABLE", line), (v, r.rule)
+        assert r.file.endswith("compressed_tensors_w4a8_int8_moe.py") and "AttributeError" in r.rule

@@ -52,6 +52,7 @@ from .code_index import (
     one_stamp_per_tree,
     source_files,
 )
+from .ctor_checks import constructor_raised
 from .dispatch import backend_values, derive_paths
 from .model_side import MODEL_FILE, ModelSide, model_side, no_model_line
 from .platforms import PLATFORMS, describe
@@ -404,6 +405,7 @@ def _audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[Pat
     kept = [sp for sp in specs if not path_ids or sp["id"] in path_ids]
     out = entries_decided_by_callers(out, kept)
     out = [startup_refused(tree.root, sp.get("via", sp["id"]), r) for sp, r in zip(kept, out, strict=True)]
+    out = [constructor_raised(tree.root, sp.get("via", sp["id"]), r) for sp, r in zip(kept, out, strict=True)]
     if not side.ok:
         out = [_model_dropped(r, side) for r in out]
     return out
