@@ -15,6 +15,12 @@ source by this file (``ast``), not through the audit.
    (112; base ``QuantizationConfig(ABC)``, base_config.py 140), whose ``__init__`` calls
    ``quantization_config.get("config_groups", {})`` (compressed_tensors_w4a8_int8_moe.py 36-40):
    AttributeError while the layer is built, whatever the limit (UNUSABLE), on every release.
+3. A method whose weights only a loader that refuses Ling can prepare (moe_params.yaml
+   ``shared.loader_requires``): ``BitsAndBytesMoEMethod.apply`` reads ``bnb_quant_state``
+   (bitsandbytes.py 589/593 in 0.5.20), attached only in model_loader/loader.py (3113) by
+   ``BitsAndBytesModelLoader``, whose ``_load_weights`` raises without
+   ``bitsandbytes_stacked_params_mapping`` (3009-3013); ``BailingMoeV3ForCausalLM`` defines none.
+   (The first sample's 0.5.23 reading, EXACT, did not follow the loader: the source says UNUSABLE.)
 """
 
 from __future__ import annotations
@@ -85,3 +91,21 @@ def test_a_constructor_reading_its_config_object_as_a_dict_is_unusable():
         (r,) = audit_tree(released(v), [f"{scheme}/ascend"])
         assert (r.verdict.value, r.line) == ("UNUSABLE", line), (v, r.rule)
         assert r.file.endswith("compressed_tensors_w4a8_int8_moe.py") and "AttributeError" in r.rule
+
+
+def test_a_method_whose_weights_only_a_refusing_loader_prepares_is_unusable():
+    for v in VERSIONS:
+        srt = released(v).srt
+        loader = (srt / "model_loader/loader.py").read_text().splitlines()
+        guard = [i + 1 for i, ln in enumerate(loader)
+                 if ln.strip() == 'if not hasattr(model, "bitsandbytes_stacked_params_mapping"):']
+        assert len(guard) == 1 and loader[guard[0]].strip() == "raise AttributeError(", v
+        assert "bitsandbytes_stacked_params_mapping" not in (srt / "models/bailing_moe_v3.py").read_text()
+        setters = [p for p in srt.rglob("*.py") if p.name != "loader.py"
+                   and any(ln.split("=")[0].strip().endswith(".bnb_quant_state") and " = " in ln
+                           for ln in p.read_text(errors="replace").splitlines())]
+        assert setters == [], v  # only the loader attaches it
+        bnb = ast.parse((srt / "layers/quantization/bitsandbytes.py").read_text())
+        assert "bnb_quant_state" in ast.unparse(_class(bnb, "BitsAndBytesMoEMethod"))  # its dequant reads it
+        (r,) = audit_tree(released(v), ["BitsAndBytesMoEMethod/direct"])
+        assert (r.verdict.value, r.file, r.line) == ("UNUSABLE", "model_loader/loader.py", guard[0] + 1), (v, r.rule)

@@ -23,6 +23,7 @@ __all__ = [
     "clamp_flow",
     "clamp_numerics",
     "kernel_evidence",
+    "loader_checks",
     "clamp_values",
     "code_index",
     "ctor_checks",
