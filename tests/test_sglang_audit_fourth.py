@@ -21,6 +21,13 @@ source by this file (``ast``), not through the audit.
    ``BitsAndBytesModelLoader``, whose ``_load_weights`` raises without
    ``bitsandbytes_stacked_params_mapping`` (3009-3013); ``BailingMoeV3ForCausalLM`` defines none.
    (The first sample's 0.5.23 reading, EXACT, did not follow the loader: the source says UNUSABLE.)
+4. A runner step follows the quant info the method hands it: 0.5.19
+   ``CompressedTensorsW8A8Fp8MoE`` sets ``use_flashinfer_trtllm = is_flashinfer_trtllm()``
+   (compressed_tensors_w8a8_fp8_moe.py:56), false for flashinfer_trtllm_routed (layers/moe/utils.py
+   128), builds that backend's MoeRunner (362) and hands it a ``TritonMoeQuantInfo`` (422-432);
+   the routed fused func accepts only the FlashInfer TRT-LLM quant infos and raises TypeError
+   otherwise (moe_runner/flashinfer_trtllm.py 1395-1414): UNUSABLE, not the kernels of payloads
+   the method never builds.
 """
 
 from __future__ import annotations
@@ -109,3 +116,30 @@ def test_a_method_whose_weights_only_a_refusing_loader_prepares_is_unusable():
         assert "bnb_quant_state" in ast.unparse(_class(bnb, "BitsAndBytesMoEMethod"))  # its dequant reads it
         (r,) = audit_tree(released(v), ["BitsAndBytesMoEMethod/direct"])
         assert (r.verdict.value, r.file, r.line) == ("UNUSABLE", "model_loader/loader.py", guard[0] + 1), (v, r.rule)
+
+
+def test_a_runner_step_follows_the_quant_info_the_method_hands_it():
+    for v in VERSIONS:
+        srt = released(v).srt
+        mod = ast.parse((srt / "layers/quantization/compressed_tensors/schemes/compressed_tensors_w8a8_fp8_moe.py")
+                        .read_text())
+        init = ast.unparse(_method(mod, "CompressedTensorsW8A8Fp8MoE", "__init__"))
+        assert "self.use_flashinfer_trtllm = get_moe_runner_backend().is_flashinfer_trtllm()" in init, v
+        utils = ast.parse((srt / "layers/moe/utils.py").read_text())
+        pred = ast.unparse(_method(utils, _owner(utils, "is_flashinfer_trtllm"), "is_flashinfer_trtllm"))
+        assert "FLASHINFER_TRTLLM" in pred and "FLASHINFER_TRTLLM_ROUTED" not in pred, v
+        fi = ast.parse((srt / "layers/moe/moe_runner/flashinfer_trtllm.py").read_text())
+        fused = next(n for n in fi.body if isinstance(n, ast.FunctionDef)
+                     and n.name == "fused_experts_none_to_flashinfer_trtllm_routed")
+        tested = {ast.unparse(c.args[1]) for c in ast.walk(fused) if isinstance(c, ast.Call)
+                  and ast.unparse(c.func) == "isinstance"}
+        assert "TritonMoeQuantInfo" not in tested and isinstance(fused.body[-1], ast.Raise), v
+        raise_line = fused.body[-1].lineno
+        (r,) = audit_tree(released(v), ["CompressedTensorsW8A8Fp8MoE/flashinfer_trtllm_routed"])
+        assert (r.verdict.value, r.line) == ("UNUSABLE", raise_line), (v, r.rule)
+
+
+def _owner(tree: ast.Module, method: str) -> str:
+    """The class of ``tree`` defining ``method`` (``_MoeRunnerBackendPredicates`` or the enum)."""
+    return next(c.name for c in tree.body if isinstance(c, ast.ClassDef)
+                and any(isinstance(f, ast.FunctionDef) and f.name == method for f in c.body))

@@ -62,6 +62,7 @@ class ExprEval(Lookup):
     entry_names: set[str]
     opaque: list[tuple[str, str, int]]  # (callee, file, line): the limit passed where it cannot follow
     runner_calls: list[tuple[str, int]]  # (file, line) of each live ``...runner.run(...)``
+    runner_payloads: list[Any]  # the quant info each live ``runner.run(dispatch_output, quant_info)`` hands
     runner_overrides: dict[str, Any]  # config fields a method replaced in the config its MoeRunner gets
     in_runner: bool  # running the runner's steps (fused func or core): they see runner_overrides
     platforms: tuple[str, ...]  # the device classes the path runs on (platforms.PLATFORMS)
@@ -278,6 +279,8 @@ class ExprEval(Lookup):
         if isinstance(f, ast.Attribute) and f.attr == "run" and ast.unparse(f.value).endswith("runner"):
             # self.runner.run(...): MoeRunner.run (after the None check: a None runner raises first)
             self.runner_calls.append((frame.module.rel, node.lineno))
+            qi = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "quant_info"), None)
+            self.runner_payloads.append(self.eval(qi, frame) if qi is not None else UNK)
         if name in self.assume and not node.args and not node.keywords:
             return self.assume[name]
         if f"{name}()" in self.assume:  # a call fact, whatever the arguments (use_intel_amx_backend(layer))

@@ -34,6 +34,7 @@ from .clamp_values import (
     LocalFunc,
     Multi,
     ParsedModule,
+    Payload,
     Refusal,
     SinkHit,
     _imports,
@@ -100,6 +101,7 @@ class Interp(ExprEval):
         self.opaque: list[tuple[str, str, int]] = []
         self.exhausted = False
         self.runner_calls: list[tuple[str, int]] = []
+        self.runner_payloads: list[Any] = []
         self.steps_done = 0
         self.entry_names: set[str] = set()
         #: (file, qualname, raises reached) of each step that raises on every branch
@@ -170,8 +172,11 @@ class Interp(ExprEval):
         # A parameter annotated with a base class (``quant_info: MoeQuantInfo``) takes the payload
         # its body narrows it to with ``isinstance(quant_info, X)`` (a runner registry entry).
         narrowed = {}
+        handed = self.handed_payload() if self.in_runner and frame.depth == 0 else None
         for name, cls in _isinstance_tests(fn):
-            if f"<payload:{cls}>" in self.attrs:
+            if handed is not None:
+                narrowed[name] = handed  # the runner step gets what the method's runner.run handed
+            elif f"<payload:{cls}>" in self.attrs:
                 narrowed.setdefault(name, self.attrs[f"<payload:{cls}>"])
         for i, p in enumerate(params):
             if i < len(args) and p not in [k.arg for k in fn.args.kwonlyargs]:
@@ -189,6 +194,22 @@ class Interp(ExprEval):
                 frame.locals[p] = dmap[p].value
             else:
                 frame.locals[p] = UNK
+
+    def handed_payload(self) -> Any:
+        """The quant info the method's live ``runner.run(dispatch_output, quant_info)`` calls hand
+        (one of them where several), when every one is a payload built on Ling's branches; else
+        None. The runner step's ``isinstance(quant_info, X)`` tests then follow that payload: 0.5.19
+        ``CompressedTensorsW8A8Fp8MoE.apply_weights`` hands a ``TritonMoeQuantInfo`` to the
+        flashinfer_trtllm_routed MoeRunner (compressed_tensors_w8a8_fp8_moe.py 422-432: its
+        ``use_flashinfer_trtllm`` is ``is_flashinfer_trtllm()``, false for the routed backend,
+        layers/moe/utils.py 128), whose fused func raises TypeError for it (flashinfer_trtllm.py 1413)."""
+        vals = [o for v in self.runner_payloads for o in (v.options if isinstance(v, Multi) else (v,))]
+        if not vals or not all(isinstance(v, Payload) for v in vals):
+            return None
+        out = vals[0]
+        for v in vals[1:]:
+            out = join(out, v)
+        return out
 
     def exec_body(self, body: list[ast.stmt], frame: Frame) -> None:
         for st in body:
