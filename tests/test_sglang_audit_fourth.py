@@ -28,6 +28,15 @@ source by this file (``ast``), not through the audit.
    the routed fused func accepts only the FlashInfer TRT-LLM quant infos and raises TypeError
    otherwise (moe_runner/flashinfer_trtllm.py 1395-1414): UNUSABLE, not the kernels of payloads
    the method never builds.
+5. A runner-level entry's callers include a catalogued method path pinned to one device, run on
+   every device: ``mxfp4-sm100-trtllm`` audits Mxfp4MoEMethod/flashinfer_mxfp4 on SM100 only;
+   on SM120 the method sets ``layer.swiglu_limit = Parameter(torch.full((E,), 7.0))`` (0.5.20
+   mxfp4.py 1392-1395) and hands it to cutlass_fused_moe through the quant info (1506-1529): a
+   literal where Ling's limit should be, so fused:none/flashinfer_mxfp4 is DROPPED (its worst
+   caller), not the EXACT of Mxfp4FlashinferCutlassMoEMethod alone. (The fourth sample's 0.5.23
+   reading, EXACT, excludes Mxfp4MoEMethod through ``FusedMoE.weight_loader_fused``; Ling's
+   per-expert weights go through ``weight_loader``, whose static-MXFP4 branch needs
+   ``expert_id is None``, layer.py 1173-1177 in 0.5.23.)
 """
 
 from __future__ import annotations
@@ -143,3 +152,29 @@ def _owner(tree: ast.Module, method: str) -> str:
     """The class of ``tree`` defining ``method`` (``_MoeRunnerBackendPredicates`` or the enum)."""
     return next(c.name for c in tree.body if isinstance(c, ast.ClassDef)
                 and any(isinstance(f, ast.FunctionDef) and f.name == method for f in c.body))
+
+
+def test_a_device_pinned_method_path_is_a_caller_on_every_device():
+    for v in VERSIONS:
+        srt = released(v).srt
+        mod = ast.parse((srt / "layers/quantization/mxfp4.py").read_text())
+        lits = [c for c in ast.walk(_class(mod, "Mxfp4MoEMethod")) if isinstance(c, ast.Assign)
+                and ast.unparse(c.targets[0]) == "layer.swiglu_limit" and "torch.full((E,), 7.0" in ast.unparse(c.value)]
+        assert lits, v  # the SM120 branch's hard-coded GPT-OSS limit
+        rows = audit_tree(released(v), ["fused:none/flashinfer_mxfp4", "mxfp4-sm100-trtllm", "mxfp4-cutlass"])
+        (r,) = [x for x in rows if x.path == "fused:none/flashinfer_mxfp4"]
+        assert r.verdict.value == "DROPPED" and "Mxfp4MoEMethod/flashinfer_mxfp4 DROPPED" in r.rule, (v, r.rule)
+        assert "tensor of the literal 7" in r.rule, v
+
+
+def test_a_literal_filled_tensor_is_no_limit():
+    from nvfp4study.sglang.clamp_exprs import ExprEval
+    from nvfp4study.sglang.clamp_values import Filled
+
+    def filled(src: str):
+        node = ast.parse(src).body[0].value
+        return ExprEval.filled(node.func, node, [Filled(7.0)] if "Parameter" in src else [])
+
+    assert filled("torch.full((E,), 7.0, dtype=torch.float32)") == Filled(7.0)
+    assert filled("torch.ones(E)") == Filled(1.0) and filled("nn.Parameter(x)") == Filled(7.0)
+    assert filled("torch.full((E,), limit)") is None and filled("torch.empty(E)") is None
