@@ -61,8 +61,19 @@ def test_a_backend_without_runner_says_where_moe_runner_raises(version, line):
     # runner.py read by hand: "if self.runner_core is None and self.fused_func is None: raise
     # NotImplementedError(...requires a fused func...)" at 162-166 (0.5.19), 177-181 (0.5.23)
     assert dp.no_fused_func_raise(CodeIndex(released(version).root)) == line
+    where = f"layers/moe/moe_runner/runner.py:{line}: no fused func and no runner core for 'cutlass'"
+    (p,) = [p for p in dp.derive_paths(released(version).root) if p.key == "Fp8MoEMethod/cutlass"]
+    assert p.lost is None and p.no_runner.startswith(where) and p.runner_at is None
+    # Fp8MoEMethod never builds a MoeRunner for cutlass and calls its kernel itself (fp8.py, the
+    # is_cutlass() branch of apply): judged on its own branches, the raise named in its trail
     r = sa.audit_tree(released(version), ["Fp8MoEMethod/cutlass"])[0]
-    assert (r.verdict.value, r.file, r.line) == ("UNDECIDED", "layers/moe/moe_runner/runner.py", line)
+    assert r.verdict.value == "DROPPED" and any(where in f for f in r.found_by), r.rule
+    # a method that does run its runner there stays UNDECIDED at the raise: Fp8MoEMethod/triton's
+    # apply reaches self.runner.run; without its runner steps and with the same loss it is lost
+    (spec,) = [s for s in sa.path_specs(released(version)) if s["id"] == "Fp8MoEMethod/triton"]
+    spec = {**spec, "steps": spec["steps"][:spec["runner_at"]], "runner_at": None, "no_runner": p.no_runner}
+    r = sa.audit_path(released(version), spec)
+    assert (r.verdict.value, r.file, r.line) == ("UNDECIDED", "layers/moe/moe_runner/runner.py", line), r.rule
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -52,7 +52,9 @@ from .code_index import (
     one_stamp_per_tree,
     source_files,
 )
+from .ctor_checks import constructor_raised
 from .dispatch import backend_values, derive_paths
+from .loader_checks import loader_refused
 from .model_side import MODEL_FILE, ModelSide, model_side, no_model_line
 from .platforms import PLATFORMS, describe
 from .source import SGLangTree
@@ -113,9 +115,11 @@ def path_specs(tree: SGLangTree) -> list[dict]:
                 spec["missing"] = missing_reason(tree, entry["via"], unreadable)
             else:
                 named.add(p.key)
+                if entry.get("assume"):  # pinned to one device: the method on every device, for callers
+                    spec["unpinned_assume"] = p.assume
                 spec.update(steps=p.steps, assume={**p.assume, **entry.get("assume", {})},
                             found_by=p.trail, lost=p.lost, runner_at=p.runner_at, platforms=p.platforms,
-                            gated=p.gated)
+                            gated=p.gated, no_runner=p.no_runner)
         else:
             spec.update(steps=entry["entry"], found_by=["entered by name: the MoE dispatch does not reach it"])
         out.append(spec)
@@ -123,7 +127,7 @@ def path_specs(tree: SGLangTree) -> list[dict]:
         if key not in named:
             out.append({"id": key, "label": key, "catalogued": False, "steps": p.steps, "assume": p.assume,
                         "found_by": p.trail, "lost": p.lost, "runner_at": p.runner_at, "platforms": p.platforms,
-                        "gated": p.gated})
+                        "gated": p.gated, "no_runner": p.no_runner})
             if p.absent:  # the code is there but never runs: no path
                 out[-1]["missing"] = (ClampVerdict.ABSENT, p.absent)
     return out
@@ -189,6 +193,8 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
         return PathResult(**base, verdict=verdict, rule=rule, file=file, function=function, line=line)
     if spec.get("gated"):  # judged as if the flag were set (moe_params.yaml shared.env_gated_fused_func: note)
         base["found_by"].append(f"not built by default: {spec['gated']}")
+    if spec.get("no_runner"):
+        base["found_by"].append(f"the method never runs a MoeRunner on Ling's branches ({spec['no_runner']})")
     if run.skipped_runner:
         base["found_by"].append("the method returns before calling its MoeRunner on Ling's branches: "
                                 "the runner's steps were not run")
@@ -400,8 +406,10 @@ def _audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[Pat
                                   found_by=list(spec.get("found_by", [])),
                                   platform=describe(spec.get("platforms", PLATFORMS))))
     kept = [sp for sp in specs if not path_ids or sp["id"] in path_ids]
-    out = entries_decided_by_callers(out, kept)
+    out = entries_decided_by_callers(out, kept, _unpinned_callers(tree, kept))
     out = [startup_refused(tree.root, sp.get("via", sp["id"]), r) for sp, r in zip(kept, out, strict=True)]
+    out = [constructor_raised(tree.root, sp.get("via", sp["id"]), r) for sp, r in zip(kept, out, strict=True)]
+    out = [loader_refused(tree.root, sp.get("via", sp["id"]), r) for sp, r in zip(kept, out, strict=True)]
     if not side.ok:
         out = [_model_dropped(r, side) for r in out]
     return out
@@ -416,13 +424,30 @@ def _backend_of(spec: dict) -> str | None:
     return path_keys.runner(key) if path_keys.method(key) else None
 
 
-def entries_decided_by_callers(rows: list[PathResult], specs: list[dict]) -> list[PathResult]:
+def _unpinned_callers(tree: SGLangTree, specs: list[dict]) -> list[tuple[dict, PathResult]]:
+    """``(spec, row)`` of each catalogued path pinned to one device by its catalogue ``assume``
+    (``mxfp4-sm100-trtllm``: Mxfp4MoEMethod/flashinfer_mxfp4 on SM100), run again with its derived
+    path's facts only: the method on every device it picks a kernel for. They are callers of the
+    runner-level entries (:func:`entries_decided_by_callers`), not rows: Mxfp4MoEMethod's SM120
+    branch hands cutlass_fused_moe a ``swiglu_limit`` of ``torch.full((E,), 7.0)`` (layers/
+    quantization/mxfp4.py 1392-1395, 1506-1529 in 0.5.20), not Ling's limit."""
+    out = []
+    for sp in specs:
+        if "unpinned_assume" in sp and "missing" not in sp:
+            spec = {**sp, "id": sp["via"], "assume": sp["unpinned_assume"], "catalogued": False}
+            out.append((spec, audit_path(tree, spec)))
+    return out
+
+
+def entries_decided_by_callers(rows: list[PathResult], specs: list[dict],
+                               extra: list[tuple[dict, PathResult]] = ()) -> list[PathResult]:
     """A runner-level entry (``fused:``/``core:``) left UNDECIDED because its clamp comes from the
     quant info a method builds takes the worst form (DROPPED, APPROX, EXACT) among this tree's
     method paths run with its backend (``Method/<backend>``) that reach the same kernel, naming
-    that caller; without such a caller it stays UNDECIDED."""
+    that caller; without such a caller it stays UNDECIDED. ``extra``: more callers (spec, row),
+    not rows of their own (:func:`_unpinned_callers`)."""
     by_backend: dict[str, list[PathResult]] = {}
-    for sp, r in zip(specs, rows, strict=True):
+    for sp, r in [*zip(specs, rows, strict=True), *extra]:
         b = _backend_of(sp)
         if b is not None and r.verdict in _CALLER_FORMS:
             by_backend.setdefault(b, []).append(r)

@@ -91,6 +91,8 @@ def run_path(tree: SGLangTree, spec: dict, param: Any = None) -> PathRun:
             break
     if gated and interp.runner_calls:  # the method runs a MoeRunner it could not build
         return PathRun(interp, steps, skipped_runner, stop=_gated_stop(spec))
+    if spec.get("no_runner") and interp.runner_calls:  # it runs a runner with nothing to call
+        return _lost_run(interp, [], {**spec, "lost": spec["no_runner"]})
     if interp.exhausted:
         r0, q0 = steps[-1] if steps else (None, None)
         return PathRun(interp, steps, skipped_runner, stop=(

@@ -235,6 +235,13 @@ def _judge(hit, sink, tree, origin):
                 value, node = v, n
     if cv.has_tracked(value):
         if isinstance(value, cv.Multi) and not all(cv.has_tracked(o) for o in value.options):
+            others = [o for o in value.options if isinstance(o, cv.Filled)]
+            if others:
+                # the worst branch: a constant of the code stands where Ling's limit should
+                # (Mxfp4MoEMethod on SM120: torch.full((E,), 7.0), mxfp4.py 1392-1395 in 0.5.20)
+                lits = ", ".join(sorted({f"{o.value:g}" for o in others}))
+                return ClampVerdict.DROPPED, (f"{hit.callee}(): on some branches the clamp argument is a "
+                                              f"tensor of the literal {lits}, not Ling's limit"), None
             return ClampVerdict.UNDECIDED, f"{hit.callee}(): limit reaches it on some branches only", None
         v, rule = _form_verdict(sink["form"], hit, sink, tree)
         return v, f"{hit.callee}(): {rule}", None

@@ -25,6 +25,7 @@ from .clamp_values import (
     AbstractDict,
     Act,
     ConfigWith,
+    Filled,
     Frame,
     FuncRef,
     Instance,
@@ -62,6 +63,7 @@ class ExprEval(Lookup):
     entry_names: set[str]
     opaque: list[tuple[str, str, int]]  # (callee, file, line): the limit passed where it cannot follow
     runner_calls: list[tuple[str, int]]  # (file, line) of each live ``...runner.run(...)``
+    runner_payloads: list[Any]  # the quant info each live ``runner.run(dispatch_output, quant_info)`` hands
     runner_overrides: dict[str, Any]  # config fields a method replaced in the config its MoeRunner gets
     in_runner: bool  # running the runner's steps (fused func or core): they see runner_overrides
     platforms: tuple[str, ...]  # the device classes the path runs on (platforms.PLATFORMS)
@@ -278,6 +280,8 @@ class ExprEval(Lookup):
         if isinstance(f, ast.Attribute) and f.attr == "run" and ast.unparse(f.value).endswith("runner"):
             # self.runner.run(...): MoeRunner.run (after the None check: a None runner raises first)
             self.runner_calls.append((frame.module.rel, node.lineno))
+            qi = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "quant_info"), None)
+            self.runner_payloads.append(self.eval(qi, frame) if qi is not None else UNK)
         if recv is CONFIG and name in self.param.config_methods:
             # a method of the config object that returns one of its fields (moe_params.yaml config_methods)
             return self.attr_value(self.param.config_methods[name], CONFIG)
@@ -300,6 +304,8 @@ class ExprEval(Lookup):
             self.hits.append(SinkHit(name, frame.module.rel, frame.qualname, node.lineno,
                                      kwargs, args, kw_nodes, origins))
             return UNK
+        if (filled := self.filled(f, node, args)) is not None:
+            return filled
         if name == "partial" and args and (isinstance(args[0], FuncRef) or (
                 isinstance(node.args[0], ast.Name) and node.args[0].id in self.sinks)):
             # functools.partial(sink, swiglu_limit=x): the bound arguments travel with the function
@@ -402,6 +408,22 @@ class ExprEval(Lookup):
                 self.opaque.append((name, frame.module.rel, node.lineno))
             return derived(f"{name}(...)", *vals)
         return UNK
+
+    @staticmethod
+    def filled(f: ast.expr, node: ast.Call, args: list) -> Filled | None:
+        """``torch.full(shape, <number>)`` / ``torch.ones`` / ``torch.zeros`` (``Filled``), and
+        ``Parameter(<Filled>)`` (the same constant); None for any other call."""
+        text = ast.unparse(f)
+        if text in ("torch.ones", "torch.zeros"):
+            return Filled(1.0 if text == "torch.ones" else 0.0)
+        if text == "torch.full":
+            fill = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords
+                                                                  if k.arg == "fill_value"), None)
+            if isinstance(fill, ast.Constant) and isinstance(fill.value, int | float) and not isinstance(fill.value, bool):
+                return Filled(float(fill.value))
+        if text.split(".")[-1] == "Parameter" and args and isinstance(args[0], Filled):
+            return args[0]
+        return None
 
     def invoke(self, mod, fn: ast.FunctionDef, cls: str | None, args: list, kwargs: dict, frame: Frame,
                closure: bool = False) -> Any:

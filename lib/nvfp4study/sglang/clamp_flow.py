@@ -34,6 +34,7 @@ from .clamp_values import (
     LocalFunc,
     Multi,
     ParsedModule,
+    Payload,
     Refusal,
     SinkHit,
     _imports,
@@ -43,7 +44,7 @@ from .clamp_values import (
     truth,
 )
 from .code_index import attribute_never_set, bound_in_module, class_methods, module_level, walk
-from .platforms import PLATFORMS
+from .platforms import PLATFORMS, true_on
 
 
 def _dicts(v: Any) -> list[AbstractDict]:
@@ -101,6 +102,7 @@ class Interp(ExprEval):
         self.opaque: list[tuple[str, str, int]] = []
         self.exhausted = False
         self.runner_calls: list[tuple[str, int]] = []
+        self.runner_payloads: list[Any] = []
         self.steps_done = 0
         self.entry_names: set[str] = set()
         #: (file, qualname, raises reached) of each step that raises on every branch
@@ -171,8 +173,11 @@ class Interp(ExprEval):
         # A parameter annotated with a base class (``quant_info: MoeQuantInfo``) takes the payload
         # its body narrows it to with ``isinstance(quant_info, X)`` (a runner registry entry).
         narrowed = {}
+        handed = self.handed_payload() if self.in_runner and frame.depth == 0 else None
         for name, cls in _isinstance_tests(fn):
-            if f"<payload:{cls}>" in self.attrs:
+            if handed is not None:
+                narrowed[name] = handed  # the runner step gets what the method's runner.run handed
+            elif f"<payload:{cls}>" in self.attrs:
                 narrowed.setdefault(name, self.attrs[f"<payload:{cls}>"])
         for i, p in enumerate(params):
             if i < len(args) and p not in [k.arg for k in fn.args.kwonlyargs]:
@@ -190,6 +195,22 @@ class Interp(ExprEval):
                 frame.locals[p] = dmap[p].value
             else:
                 frame.locals[p] = UNK
+
+    def handed_payload(self) -> Any:
+        """The quant info the method's live ``runner.run(dispatch_output, quant_info)`` calls hand
+        (one of them where several), when every one is a payload built on Ling's branches; else
+        None. The runner step's ``isinstance(quant_info, X)`` tests then follow that payload: 0.5.19
+        ``CompressedTensorsW8A8Fp8MoE.apply_weights`` hands a ``TritonMoeQuantInfo`` to the
+        flashinfer_trtllm_routed MoeRunner (compressed_tensors_w8a8_fp8_moe.py 422-432: its
+        ``use_flashinfer_trtllm`` is ``is_flashinfer_trtllm()``, false for the routed backend,
+        layers/moe/utils.py 128), whose fused func raises TypeError for it (flashinfer_trtllm.py 1413)."""
+        vals = [o for v in self.runner_payloads for o in (v.options if isinstance(v, Multi) else (v,))]
+        if not vals or not all(isinstance(v, Payload) for v in vals):
+            return None
+        out = vals[0]
+        for v in vals[1:]:
+            out = join(out, v)
+        return out
 
     def exec_body(self, body: list[ast.stmt], frame: Frame) -> None:
         for st in body:
@@ -341,6 +362,8 @@ class Interp(ExprEval):
             frame.stopped = frame.raised = True
         elif isinstance(st, ast.Assert):
             t = truth(self.eval(st.test, frame))
+            if t is None:
+                self.assert_platforms(st.test, frame)
             if t is False:
                 txt = ast.unparse(st.test)
                 about = any(w in txt for w in self.param.refusal_words)
@@ -354,6 +377,22 @@ class Interp(ExprEval):
             pkg = frame.module.rel[:-3].replace("/", ".")
             frame.imports.update(_imports([st], pkg))
         # other statements (nested defs, classes, pass, del, global) do not move the value
+
+    def assert_platforms(self, test: ast.expr, frame: Frame) -> None:
+        """``assert f()`` on every branch Ling takes, ``f`` a function of the tree true on some
+        platforms only (:func:`~nvfp4study.sglang.platforms.true_on`): the path runs on those
+        only, so later platform predicates are decided there. Fp8MoEMethod.__init__ asserts
+        ``cutlass_fp8_supported()`` for the cutlass backend (layers/quantization/fp8.py 1100-1103
+        in 0.5.19), false off CUDA (fp8_utils.py 272-274): its XPU branch (fp8.py 2473) never runs."""
+        if not isinstance(test, ast.Call) or not all(d for _, d in frame.guards):
+            return
+        target = self.resolve(test.func, frame)
+        if target is None or target[2] is not None:
+            return
+        mod, fn, _ = target
+        on = true_on(mod.tree, fn, self.platforms)
+        if on and on != set(self.platforms):
+            self.platforms = tuple(p for p in self.platforms if p in on)
 
     def assign(self, target: ast.expr, v: Any, frame: Frame) -> None:
         if isinstance(target, ast.Name):

@@ -32,6 +32,15 @@ CONFIG = _NamedSentinel("runner_config")
 
 
 @dataclass(frozen=True)
+class Filled:
+    """A tensor filled with a number literal (``torch.full((E,), 7.0)``, ``torch.ones(E)``), or a
+    ``Parameter`` of one: a constant of the code, never Ling's limit. Mxfp4MoEMethod's SM120
+    branch sets ``layer.swiglu_limit`` so (layers/quantization/mxfp4.py 1392-1395 in 0.5.20)."""
+
+    value: float
+
+
+@dataclass(frozen=True)
 class Tracked:
     """A followed parameter's value, or a value derived from it, labelled with the parameter.
 

@@ -92,6 +92,7 @@ class DerivedPath:
     platforms: tuple[str, ...] = PLATFORMS
     absent: str | None = None  # why the code exists but never runs (a runner core never built)
     gated: str | None = None  # MoeRunner raises by default: its fused func is registered only under an env flag
+    no_runner: str | None = None  # the backend has no fused func and no runner core (MoeRunner would raise)
 
 
 # --- the runner backends ------------------------------------------------------------------------
@@ -398,7 +399,9 @@ def _runner_steps(backend: str, fused: dict, cores: dict, code: CodeIndex) -> tu
         trail.append(f"{RUNNER[len(SRT):]}:{line} MoeRunner.__init__ -> {core}")
     if not steps:
         # MoeRunner.__init__ raises NotImplementedError then ("requires a fused func"), unless LoRA
-        # is on; whether the method builds a MoeRunner for it at all is not decided here
+        # is on; whether the method builds a MoeRunner for it at all is decided by running the
+        # method (DerivedPath.no_runner): Fp8MoEMethod.create_moe_runner builds none for cutlass
+        # and its apply calls cutlass_fused_experts_fp8 itself (fp8.py 2383-2396, 2512 in 0.5.19)
         line = no_fused_func_raise(code)
         return [], trail, (f"{RUNNER[len(SRT):]}{f':{line}' if line else ''}: no fused func and no runner "
                            f"core for {backend!r} (MoeRunner raises NotImplementedError for it unless LoRA is on)")
@@ -414,7 +417,7 @@ def derive_paths(root: Path) -> list[DerivedPath]:
     root = Path(root).resolve()
     stamp = tree_stamp(root)
     return [DerivedPath(p.key, list(p.steps), dict(p.assume), list(p.trail), p.lost, p.runner_at, p.platforms,
-                        p.absent, p.gated) for p in _derive(root, hash(stamp))]
+                        p.absent, p.gated, p.no_runner) for p in _derive(root, hash(stamp))]
 
 
 @cache
@@ -452,7 +455,11 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
                 p.runner_at = len(p.steps) if steps else None
                 p.steps += steps
                 p.trail += trail
-                p.lost, p.gated = p.lost or why, gated.get(run)
+                if steps or why is None:
+                    p.lost = p.lost or why
+                else:  # judged on the method's own branches; lost only if it runs its runner
+                    p.no_runner = why
+                p.gated = gated.get(run)
             p.platforms = path_platforms(code, p.steps, sites.get(name, []), (rel, cls, b), p.runner_at)
             out.append(p)
     if code.mod(QUANT_REGISTRY) is None and QUANT_REGISTRY not in code.unreadable:

@@ -176,6 +176,16 @@ def reachable_on(tree: ast.Module, node: ast.AST, platforms: Iterable[str] = PLA
     return out
 
 
+def true_on(tree: ast.Module, fn: ast.FunctionDef, platforms: Iterable[str] = PLATFORMS) -> set[str]:
+    """The platforms of ``platforms`` on which ``fn`` (a function of ``tree``) may return a true
+    value: those reaching (:func:`reachable_on`) one of its ``return`` statements that is not
+    ``return False``. ``cutlass_fp8_supported()`` (layers/quantization/fp8_utils.py 272-281 in
+    0.5.19: ``if not _is_cuda: return False`` first) is true on CUDA only."""
+    rets = [r for r in walk(fn) if isinstance(r, ast.Return)
+            and not (isinstance(r.value, ast.Constant) and r.value.value is False)]
+    return set().union(*(reachable_on(tree, r, platforms) for r in rets)) if rets else set()
+
+
 def module_platforms(rel: str, tree: ast.Module | None, runner: bool = False) -> set[str] | None:
     """The one platform a module exists for, or None (any): a file under
     ``sglang/srt/hardware_backend/<npu|xpu|cpu>/``, or one importing ``torch_npu`` in its module
@@ -266,4 +276,4 @@ def describe(platforms: Iterable[str]) -> str:
 
 
 __all__ = ["EXACT", "PLATFORMS", "bound_on", "describe", "facts", "flag", "guards", "is_predicate", "module_platforms",
-           "predicate_value", "reachable_on", "test_value", "unconditional_calls"]
+           "predicate_value", "reachable_on", "test_value", "true_on", "unconditional_calls"]
