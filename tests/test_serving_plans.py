@@ -326,3 +326,30 @@ def test_a_wave_runs_at_once_and_raises_the_first_failure_after_every_launch_end
         measure._serve_wave(None, wave)
     assert set(spans) == {"fails", "slow"}  # the slow one ran to its end before the raise
     assert [x[2].record["served_with"] for x in wave] == [1, 1]
+
+
+def test_an_interrupt_during_a_wave_returns_at_once(tmp_path, monkeypatch):
+    """Ctrl-C in the notebook while two launches are being served: the wave does not wait for their
+    requests (the caller then stops the launches, which ends them)."""
+    import concurrent.futures as cf
+    import threading
+    import time
+
+    release = threading.Event()
+
+    class Launch:
+        record: dict = {}
+
+    def serve(stage, launch, config, pending, *, bar=True):
+        release.wait(10)
+
+    def interrupted(futures, *a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(measure, "_serve", serve)
+    monkeypatch.setattr(cf, "wait", interrupted)
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        measure._serve_wave(None, [("a", [], Launch()), ("b", [], Launch())])
+    assert time.monotonic() - t0 < 5  # the serving threads were still blocked
+    release.set()

@@ -447,11 +447,16 @@ def _serve_wave(stage: Stage, wave: list[Loaded]) -> None:
     if len(wave) == 1:
         _serve(stage, wave[0][2], wave[0][0], wave[0][1])
         return
-    from concurrent.futures import ThreadPoolExecutor, wait
+    import concurrent.futures as cf
 
-    with ThreadPoolExecutor(len(wave), thread_name_prefix="serve") as pool:
+    pool = cf.ThreadPoolExecutor(len(wave), thread_name_prefix="serve")
+    try:
         futures = [pool.submit(_serve, stage, launch, c, pending, bar=False) for c, pending, launch in wave]
-        wait(futures)
+        cf.wait(futures)
+    finally:
+        # not waiting on an interrupt: the caller's exit stack stops the launches next, and the
+        # threads' requests then fail at once instead of running to their end
+        pool.shutdown(wait=False, cancel_futures=True)
     for f in futures:
         if f.exception() is not None:
             raise f.exception()
