@@ -439,9 +439,8 @@ def _waves(stage: Stage, started: list[Loaded]) -> list[list[Loaded]]:
 
 
 def _serve_wave(stage: Stage, wave: list[Loaded]) -> None:
-    """Serve a wave's launches (:func:`_serve`), each in its own thread when there are several
-    (without a progress bar: bars from threads interleave); every launch runs to its end, then the
-    first failure, in wave order, is raised. Each launch record's ``served_with`` counts the others."""
+    """Serve a wave's launches (:func:`_serve`), several each in a thread without a progress bar; the
+    first failure, in wave order, is raised once all ended. ``served_with``: the others, counted."""
     for _, _, launch in wave:
         launch.record["served_with"] = len(wave) - 1
     if len(wave) == 1:
@@ -458,8 +457,9 @@ def _serve_wave(stage: Stage, wave: list[Loaded]) -> None:
         # threads' requests then fail at once instead of running to their end
         pool.shutdown(wait=False, cancel_futures=True)
     for f in futures:
-        if f.exception() is not None:
-            raise f.exception()
+        if (exc := f.exception()) is not None:
+            raise exc
+
 
 def _serve(stage: Stage, launch: StartedLaunch, config: ServerConfig, pending: list[ServedRequest], *,
            bar: bool = True) -> None:

@@ -156,6 +156,20 @@ class Interp(ExprEval):
             self.raising_steps.append((rel, qualname, self.refusals[before:]))
         return True
 
+    def run_function(self, rel: str, qualname: str, args: list | None = None, kwargs: dict | None = None, *,
+                     method_call: bool = False) -> tuple[ast.FunctionDef, Frame] | None:
+        """Execute ``qualname`` of module ``rel`` with ``args`` / ``kwargs`` bound (abstract values;
+        the other parameters unbound, their defaults holding); its definition and the frame it ran
+        in (``frame.returns``), or None if the function is absent. ``method_call``: ``args`` start
+        after ``self``."""
+        fn = self.find(rel, qualname)
+        if fn is None:
+            return None
+        frame = Frame(self.module(rel), qualname.split(".")[0] if "." in qualname else None, qualname)
+        self._bind(fn, frame, list(args or []), dict(kwargs or {}), method_call=method_call)
+        self.exec_body(fn.body, frame)
+        return fn, frame
+
     def _bind(self, fn, frame, args, kwargs, method_call):
         params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
         if params and params[0] in ("self", "cls"):

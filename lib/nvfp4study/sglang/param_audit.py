@@ -367,9 +367,7 @@ def _topk_one(tree: SGLangTree, spec: dict, rule: dict, param: moe_params.ParamS
     roles = {"method": method if method is not None else cv.UNK, "backend": _backend_instance(tree, spec)}
     for call in rule.get("backend_calls", []):  # the global backend getter (0.5.19-0.5.22) gives the path's
         interp.assume[f"{call}()"] = roles["backend"]
-    frame = cv.Frame(interp.module(rel), None, rule["function"])
-    interp._bind(fn, frame, [], {p: roles[r] for p, r in rule["args"].items()}, method_call=False)
-    interp.exec_body(fn.body, frame)
+    _, frame = interp.run_function(rel, rule["function"], [], {p: roles[r] for p, r in rule["args"].items()})
     out: Any = None
     for r in frame.returns:
         out = r if out is None else cv.join(out, r)

@@ -50,19 +50,15 @@ def topk_interp(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, platf
         interp.assume[f"{call}()"] = backend
     roles = {"backend": backend, "none": None}
     ran = []
-    bind = interp.find(rel, rule["bind"]) if rule.get("bind") else None
-    if bind is not None:
-        frame = cv.Frame(interp.module(rel), rule["bind"].split(".")[0], rule["bind"])
-        interp._bind(bind, frame, [], {p: roles[r] for p, r in rule.get("args", {}).items()}, method_call=True)
-        interp.exec_body(bind.body, frame)
-        ran.append(f"{rule['file']}:{bind.lineno} {rule['bind']}")
+    bound = interp.run_function(rel, rule["bind"], [], {p: roles[r] for p, r in rule.get("args", {}).items()},
+                                method_call=True) if rule.get("bind") else None
+    if bound is not None:
+        ran.append(f"{rule['file']}:{bound[0].lineno} {rule['bind']}")
     qual = rule["forwards"].get(platform)
-    fn = interp.find(rel, qual) if qual else None
-    if fn is not None:
-        frame = cv.Frame(interp.module(rel), qual.split(".")[0], qual)
-        interp._bind(fn, frame, [cv.UNK], {}, method_call=True)  # an argument given: the defaults hold
-        interp.exec_body(fn.body, frame)
-        ran.append(f"{rule['file']}:{fn.lineno} {qual}")
+    # one argument given (the hidden states): the other parameters' defaults hold
+    fwd = interp.run_function(rel, qual, [cv.UNK], method_call=True) if qual else None
+    if fwd is not None:
+        ran.append(f"{rule['file']}:{fwd[0].lineno} {qual}")
     return interp, ran
 
 
@@ -191,13 +187,10 @@ def materialized(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, plat
     rule = param.applications["routing"]
     rel = "sglang/srt/" + rule["file"]
     interp = Interp(tree.root, param.sinks, spec.get("assume"), (platform,), param=param)
-    fn = interp.find(rel, rule.get("materialize", ""))
-    if fn is None:
+    done = interp.run_function(rel, rule.get("materialize", ""), [cv.UNK],
+                               {param.config_names[0]: cv.CONFIG} if param.config_names else {})
+    if done is None:
         return []
-    frame = cv.Frame(interp.module(rel), None, rule["materialize"])
-    interp._bind(fn, frame, [cv.UNK], {param.config_names[0]: cv.CONFIG} if param.config_names else {},
-                 method_call=False)
-    interp.exec_body(fn.body, frame)
     return [j for j in _hits(interp, param) if j[0] not in ("RUNNER", "TOPK")]
 
 
