@@ -50,7 +50,7 @@ from .code_index import (
 from .import_gates import gated_registrations, no_fused_func_raise
 from .platforms import PLATFORMS, module_platforms, reachable_on
 from .quant_methods import APPLY_NAMES, QUANT_REGISTRY, moe_methods, quant_configs
-from .runner_builds import core_never_built, runner_switch, runs_on
+from .runner_builds import core_never_built, held_runner, runner_switch, runs_on
 
 BACKEND_ENUM = SRT + "layers/moe/utils.py"
 RUNNER = SRT + "layers/moe/moe_runner/runner.py"
@@ -70,7 +70,7 @@ class DerivedPath:
 
     Attributes:
         key: ``"Class/backend"`` (a method with a runner backend), ``"Class/direct"`` (a method that
-            calls kernels itself), ``"Class/native"`` (a CustomOp method off CUDA),
+            calls kernels itself, or runs the runner its holder stores on it: :func:`_add_held_runner`), ``"Class/native"`` (a CustomOp method off CUDA),
             ``"fused:a2a/runner"`` or ``"core:backend"``.
         steps: ``"file::qualname"`` (file relative to ``sglang/srt``), in the order they run.
         assume: the facts this path implies (backend predicates), for the interpreter.
@@ -408,6 +408,28 @@ def _runner_steps(backend: str, fused: dict, cores: dict, code: CodeIndex) -> tu
     return steps, trail, None
 
 
+def _add_held_runner(p: DerivedPath, held: tuple[str, str, str], n_setup: int, fused: dict, cores: dict,
+                     code: CodeIndex) -> None:
+    """Give ``p`` (a class that runs a runner it never builds) the runner its holder stores on it
+    (:func:`~nvfp4study.sglang.runner_builds.held_runner`: ``(file, "Holder.method", backend)``):
+    the holder's setup method runs after the class's own setup steps of the same or an earlier
+    stage (SGLang builds the held object inside the holder's ``__init__``), then the class's
+    entry, then that backend's runner steps. The key keeps ``/direct``: the class names no backend."""
+    hrel, hqual, backend = held
+    stage = SETUP_STEPS.index(hqual.split(".")[-1])
+    at = sum(1 for st in p.steps[:n_setup] if SETUP_STEPS.index(st.rsplit(".", 1)[-1]) <= stage)
+    p.steps.insert(at, step_name((hrel, hqual)))
+    steps, trail, why = _runner_steps(backend, fused, cores, code)
+    p.trail.append(f"{hrel[len(SRT):]} {hqual} stores a MoeRunner({backend!r}) on it")
+    if steps:
+        p.runner_at = len(p.steps)
+        p.steps += steps
+        p.trail += trail
+        p.lost = why
+    else:
+        p.lost = why or p.lost
+
+
 def derive_paths(root: Path) -> list[DerivedPath]:
     """Every MoE path of the tree at ``root`` (see the module docstring), in a stable order.
 
@@ -428,7 +450,8 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
              for k, w in gated_registrations(code, fused).items() if k[0] == "none" and k[1] not in cores}
     out: list[DerivedPath] = []
     sites: dict[str, list] = {}
-    for name, (rel, cls, how) in sorted(moe_methods(code, sites).items()):
+    holders: dict[str, tuple] = {}
+    for name, (rel, cls, how) in sorted(moe_methods(code, sites, holders).items()):
         setup = [step_name(m) for s in SETUP_STEPS if (m := code.method(rel, cls, s))]
         # a CustomOp method's apply calls self.forward, which runs forward_cuda on CUDA
         # (MultiPlatformOp.forward, layers/utils/multi_platform.py)
@@ -441,9 +464,13 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
         if native and entries and entries[0].endswith(".forward_cuda"):
             out.append(DerivedPath(key=f"{name}/native", steps=setup + [step_name(native)],
                                    trail=[how, f"{native[0][len(SRT):]} {native[1]} (CustomOp off CUDA)"]))
+        held = held_runner(code, rel, cls, holders.get(name), backend_values(code)) \
+            if backends == [None] and lost and entries else None
         for b in backends:
             p = DerivedPath(key=f"{name}/{b or 'direct'}", steps=setup + entries, assume=facts_for(b, preds),
                             trail=[how], lost=lost)
+            if held is not None:  # its holder stores the runner on it: that runner's steps, key kept
+                _add_held_runner(p, held, len(setup), fused, cores, code)
             run = b
             if b is not None and (switch := runner_switch(code, rel, cls, b, facts_for(b, preds),
                                                          backend_values(code))) is not None:

@@ -112,13 +112,17 @@ def _is_wrapper(code: CodeIndex, rel: str, cls: ast.ClassDef) -> bool:
     return False
 
 
-def moe_methods(code: CodeIndex, sites: dict | None = None) -> dict[str, tuple[str, ast.ClassDef, str]]:
+def moe_methods(code: CodeIndex, sites: dict | None = None,
+                holders: dict | None = None) -> dict[str, tuple[str, ast.ClassDef, str]]:
     """``{Class: (file, ClassDef, how it was reached)}``: every MoE method the dispatch constructs.
 
     Follows the classes constructed in each quantization config's methods and in the functions
     and class methods they call (up to three calls deep), and in ``FusedMoE.__init__``. When
     ``sites`` is given it is filled with ``{Class: [(file, call node), ...]}``: where the class is built
-    (the guards around that call say on which platforms the method is chosen).
+    (the guards around that call say on which platforms the method is chosen). When ``holders`` is
+    given it is filled with ``{Class: (file, wrapper ClassDef)}`` for each class found inside a
+    wrapper's methods (the scheme that holds its kernel: what the wrapper's setup stores on it,
+    :func:`~nvfp4study.sglang.runner_builds.held_runner`).
     """
     seen_fn: set[tuple[str, str]] = set()
     found: dict[str, tuple[str, ast.ClassDef, str]] = {}
@@ -161,6 +165,9 @@ def moe_methods(code: CodeIndex, sites: dict | None = None) -> dict[str, tuple[s
                         found[node.name] = (hrel, node, here)
                         if sites is not None:
                             sites[node.name] = [(rel, c)]
+                        if holders is not None and owner is not None and _is_moe_method(code, rel, owner) \
+                                and _is_wrapper(code, rel, owner):
+                            holders[node.name] = (rel, owner)
                     elif depth < 3:  # what a wrapper holds (self.kernel = ...) is built in its methods
                         todo += [(hrel, f, here, node, depth + 1) for f in funcs(node)]
                 elif depth < 3:

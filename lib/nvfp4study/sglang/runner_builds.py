@@ -10,6 +10,13 @@ run with. Two facts of the code change what that pair runs, without changing the
   flag of its own (``lora_enabled``), and every ``MoeRunner(..., flag=True)`` in the tree returns
   before it for that backend (``FusedMoEWithLoRA`` returns into its own experimental dispatch for
   ``experimental_sgl_marlin``, lora/layers.py 1050-1063 in 0.5.22): the core does not exist.
+
+And one fact that gives a class a runner it never builds itself:
+
+- :func:`held_runner`: the wrapper that holds the class (a scheme holding its kernel) stores a
+  ``MoeRunner`` on it during startup (``self.kernel.runner = MoeRunner(MoeRunnerBackend.MARLIN,
+  ...)`` in ``AWQMoEScheme.create_moe_runner``, layers/quantization/awq/schemes/awq_moe.py 129-134
+  in 0.5.19-0.5.23), which the class's ``apply`` then runs (``self.runner.run``, awq_kernels.py 252).
 """
 
 from __future__ import annotations
@@ -128,6 +135,56 @@ def core_never_built(code: CodeIndex, runner_rel: str, init: ast.FunctionDef,
     where = f"every MoeRunner({flag}=True) returns before it for this backend: {', '.join(sites)}" if sites \
         else f"no MoeRunner({flag}=True) is built anywhere in the tree"
     return f"{runner_rel[len(SRT):]}:{line} MoeRunner.__init__ builds this backend's core only when {flag}; {where}"
+
+
+def held_runner(code: CodeIndex, cls_rel: str, cls: ast.ClassDef, holder: tuple[str, ast.ClassDef] | None,
+                values: dict[str, str]) -> tuple[str, str, int] | None:
+    """Where the wrapper ``holder`` (``(file, ClassDef)``, the method object that holds ``cls``;
+    None: none) builds the ``MoeRunner`` that ``cls`` runs: ``(file, "Holder.method", backend)``
+    when one of the holder's setup methods (``__init__`` / ``create_moe_runner`` /
+    ``process_weights_after_loading``, its own or inherited) assigns ``self.<held>.<attr> =
+    MoeRunner(MoeRunnerBackend.X, ...)`` with ``<attr>`` the attribute ``cls`` calls ``.run`` on
+    (``self.runner.run(...)``) and ``X`` one member of ``values`` (member -> backend value); else
+    None (no holder, no such assignment, or a backend chosen at run time)."""
+    if holder is None:
+        return None
+    called = {c.func.value.attr for f in _all_methods(code, cls_rel, cls) for c in walk(f[1])
+              if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "run"
+              and isinstance(c.func.value, ast.Attribute) and isinstance(c.func.value.value, ast.Name)
+              and c.func.value.value.id == "self" and c.func.value.attr.endswith("runner")}
+    hrel, hcls = holder
+    for name in ("__init__", "create_moe_runner", "process_weights_after_loading"):
+        m = code.method(hrel, hcls, name)
+        owner = code.top(m[0], m[1].split(".")[0]) if m else None
+        for fn in (f for f in funcs(owner) if f.name == name) if isinstance(owner, ast.ClassDef) else ():
+            for st in walk(fn):
+                if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.value, ast.Call)):
+                    continue
+                t = st.targets[0]
+                if not (isinstance(t, ast.Attribute) and t.attr in called and isinstance(t.value, ast.Attribute)
+                        and isinstance(t.value.value, ast.Name) and t.value.value.id == "self"):
+                    continue  # only self.<held>.<attr> = ...: state stored on the held object
+                if ast.unparse(st.value.func).split(".")[-1] != "MoeRunner" or not st.value.args:
+                    continue
+                members = {values[a.attr] for a in walk(st.value.args[0]) if isinstance(a, ast.Attribute)
+                           and a.attr in values and ast.unparse(a.value).endswith("MoeRunnerBackend")}
+                if len(members) == 1:
+                    return m[0], m[1], members.pop()
+    return None
+
+
+def _all_methods(code: CodeIndex, rel: str, cls: ast.ClassDef, depth: int = 4) -> list[tuple[str, ast.FunctionDef]]:
+    """``(file, def)`` of each method ``cls`` defines or inherits from an in-tree base (nearest first)."""
+    out, seen = [], set()
+    for f in funcs(cls):
+        out.append((rel, f))
+        seen.add(f.name)
+    for b in cls.bases if depth > 0 else ():
+        bname = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else None
+        hit = code.resolve(rel, bname) if bname else None
+        if hit and isinstance(hit[1], ast.ClassDef) and hit[1] is not cls:
+            out += [(r, f) for r, f in _all_methods(code, hit[0], hit[1], depth - 1) if f.name not in seen]
+    return out
 
 
 def runs_on(code: CodeIndex, rel: str, fn: ast.FunctionDef | ast.AsyncFunctionDef, depth: int = 4) -> set[str]:

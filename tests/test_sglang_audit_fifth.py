@@ -1,0 +1,68 @@
+"""Error classes of the clamp audit found by comparing it with blind hand readings of SGLang
+0.5.19-0.5.23 (issue 36, the fifth round), each fixed by a rule, not by a path's name, and tested
+here on the released trees with values read from the source by this file (``ast``), not through
+the audit.
+
+1. State one object stores on another during startup: ``AWQMoEScheme.create_moe_runner`` asserts
+   the backend is ``auto`` and sets ``self.kernel.runner = MoeRunner(MoeRunnerBackend.MARLIN, ...)``
+   on the ``AWQMoEKernel`` it holds (layers/quantization/awq/schemes/awq_moe.py 129-134 in
+   0.5.19-0.5.23); the kernel's ``apply`` raises only while that runner is None
+   (hardware_backend/gpu/quantization/awq_kernels.py 238-239 in 0.5.21) and then runs it
+   (252), so the Marlin fused function runs (moe_runner/marlin.py), which passes the limit only
+   with ``gemm1_alpha`` set: DROPPED, not UNUSABLE ("moe runner is not initialized").
+"""
+
+from __future__ import annotations
+
+import ast
+
+from nvfp4study.sglang.audit import audit_tree
+from sglang_fixtures import VERSIONS, copy23_fixture, edit_once, released
+
+__all__ = ["copy23_fixture"]  # the fixture, imported for the tests that take ``copy23``
+
+SRT = "sglang/srt/"
+AWQ_SCHEME = "layers/quantization/awq/schemes/awq_moe.py"
+AWQ_KERNEL = "hardware_backend/gpu/quantization/awq_kernels.py"
+
+
+def _method(tree: ast.Module, cls: str, name: str) -> ast.FunctionDef:
+    c = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    return next(f for f in c.body if isinstance(f, ast.FunctionDef) and f.name == name)
+
+
+def _held_runner_backend(srt) -> str:
+    """The ``MoeRunnerBackend`` member ``AWQMoEScheme.create_moe_runner`` stores on its kernel."""
+    fn = _method(ast.parse((srt / AWQ_SCHEME).read_text()), "AWQMoEScheme", "create_moe_runner")
+    (st,) = [s for s in fn.body if isinstance(s, ast.Assign) and ast.unparse(s.targets[0]) == "self.kernel.runner"]
+    assert ast.unparse(st.value.func) == "MoeRunner"
+    return ast.unparse(st.value.args[0])
+
+
+def test_a_runner_the_holder_stores_on_the_kernel_is_the_kernels_runner():
+    for v in VERSIONS:
+        srt = released(v).srt
+        assert _held_runner_backend(srt) == "MoeRunnerBackend.MARLIN", v
+        kernel = ast.parse((srt / AWQ_KERNEL).read_text())
+        # the kernel never builds a runner: its __init__ leaves it None, apply raises only then
+        init = ast.unparse(_method(kernel, "AWQMoEKernel", "__init__"))
+        assert "self.runner" in init and "MoeRunner(" not in ast.unparse(kernel), v
+        apply = _method(kernel, "AWQMoEKernel", "apply")
+        raises = [n for n in ast.walk(apply) if isinstance(n, ast.If) and any(isinstance(b, ast.Raise) for b in n.body)]
+        assert [ast.unparse(n.test) for n in raises] == ["self.runner is None"], v
+        # the Marlin fused func passes the limit only with gemm1_alpha set (None for Ling)
+        marlin = ast.parse((srt / "layers/moe/moe_runner/marlin.py").read_text())
+        picks = {(ast.unparse(n.body), ast.unparse(n.test)) for n in ast.walk(marlin) if isinstance(n, ast.IfExp)}
+        assert ("runner_config.gemm1_clamp_limit", "runner_config.gemm1_alpha is not None") in picks, v
+        (r,) = audit_tree(released(v), ["AWQMoEKernel/direct"])
+        assert r.verdict.value == "DROPPED", (v, r.rule)
+        assert r.file == "layers/moe/moe_runner/marlin.py" and "fused_marlin_moe" in r.rule, (v, r.rule)
+        assert any("AWQMoEScheme.create_moe_runner" in f for f in r.found_by), v
+
+
+def test_without_the_holders_store_the_kernel_raises_again(copy23):
+    # the same tree with the scheme's store removed: nothing sets the runner, apply raises
+    edit_once(copy23, SRT + AWQ_SCHEME,
+              "self.kernel.runner = MoeRunner(MoeRunnerBackend.MARLIN, moe_runner_config)", "pass")
+    (r,) = audit_tree(copy23, ["AWQMoEKernel/direct"])
+    assert r.verdict.value == "UNUSABLE" and "moe runner is not initialized" in r.rule, r.rule
