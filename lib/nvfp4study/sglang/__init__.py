@@ -43,6 +43,7 @@ __all__ = [
     "quant_methods",
     "releases",
     "runner_builds",
+    "runner_steps",
     "source",
     "startup_checks",
 ]

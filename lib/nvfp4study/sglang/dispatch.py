@@ -51,17 +51,9 @@ from .import_gates import gated_registrations, no_fused_func_raise
 from .platforms import PLATFORMS, module_platforms, reachable_on
 from .quant_methods import APPLY_NAMES, QUANT_REGISTRY, moe_methods, quant_configs
 from .runner_builds import core_never_built, held_runner, runner_switch, runs_on
+from .runner_steps import CORE_STEPS, RUNNER, SETUP_STEPS, add_held_runner, runner_steps
 
 BACKEND_ENUM = SRT + "layers/moe/utils.py"
-RUNNER = SRT + "layers/moe/moe_runner/runner.py"
-#: The method's setup, in the order SGLang runs it: the method is built, ``FusedMoE.__init__``
-#: calls ``create_weights`` then ``create_moe_runner`` (fused_moe_triton/layer.py 484/499 in
-#: 0.5.19, 561/576 in 0.5.23), and the model loader calls ``process_weights_after_loading``
-#: once the weights are in (model_loader/loader.py); forward then runs ``apply`` / ``apply_weights``.
-SETUP_STEPS = ("__init__", "create_moe_runner", "process_weights_after_loading")
-#: What ``MoeRunner.run`` calls on a runner core: ``run`` after the pre-permute, or
-#: ``run_from_dispatch`` for a ``DispatchMoeRunnerCore`` (runner.py, ``MoeRunner.run``).
-CORE_STEPS = ("__init__", "run", "run_from_dispatch")
 
 
 @dataclass
@@ -70,7 +62,7 @@ class DerivedPath:
 
     Attributes:
         key: ``"Class/backend"`` (a method with a runner backend), ``"Class/direct"`` (a method that
-            calls kernels itself, or runs the runner its holder stores on it: :func:`_add_held_runner`), ``"Class/native"`` (a CustomOp method off CUDA),
+            calls kernels itself, or runs the runner its holder stores on it: :func:`~nvfp4study.sglang.runner_steps.add_held_runner`), ``"Class/native"`` (a CustomOp method off CUDA),
             ``"fused:a2a/runner"`` or ``"core:backend"``.
         steps: ``"file::qualname"`` (file relative to ``sglang/srt``), in the order they run.
         assume: the facts this path implies (backend predicates), for the interpreter.
@@ -375,61 +367,6 @@ def path_platforms(code: CodeIndex, steps: list[str], built: list | None = None,
 
 
 # --- the paths ----------------------------------------------------------------------------------
-def _runner_steps(backend: str, fused: dict, cores: dict, code: CodeIndex) -> tuple[list[str], list[str], str | None]:
-    steps, trail = [], []
-    # the standard dispatch ("none"); a backend registered only with its own a2a (MegaMoE) uses that
-    a2a = "none" if ("none", backend) in fused else next(
-        (a for a, r in sorted(fused) if r == backend and a == backend), None)
-    if a2a is not None:
-        regs = fused[(a2a, backend)]
-        rel, fn, line = regs[0]
-        steps.append(step_name((rel, fn)))
-        trail.append(f"{rel[len(SRT):]}:{line} @register_fused_func({a2a!r}, {backend!r}) -> {fn}")
-        if len(regs) > 1:
-            return steps, trail, (f"{len(regs)} functions registered for ({a2a!r}, {backend!r}): "
-                                  + ", ".join(f"{r[len(SRT):]}:{ln} {f}" for r, f, ln in regs)
-                                  + " (which one wins depends on import order)")
-    if backend in cores:
-        rel, core, line = cores[backend]
-        cls = code.top(rel, core)
-        for name in CORE_STEPS:
-            m = code.method(rel, cls, name) if isinstance(cls, ast.ClassDef) else None
-            if m:
-                steps.append(step_name(m))
-        trail.append(f"{RUNNER[len(SRT):]}:{line} MoeRunner.__init__ -> {core}")
-    if not steps:
-        # MoeRunner.__init__ raises NotImplementedError then ("requires a fused func"), unless LoRA
-        # is on; whether the method builds a MoeRunner for it at all is decided by running the
-        # method (DerivedPath.no_runner): Fp8MoEMethod.create_moe_runner builds none for cutlass
-        # and its apply calls cutlass_fused_experts_fp8 itself (fp8.py 2383-2396, 2512 in 0.5.19)
-        line = no_fused_func_raise(code)
-        return [], trail, (f"{RUNNER[len(SRT):]}{f':{line}' if line else ''}: no fused func and no runner "
-                           f"core for {backend!r} (MoeRunner raises NotImplementedError for it unless LoRA is on)")
-    return steps, trail, None
-
-
-def _add_held_runner(p: DerivedPath, held: tuple[str, str, str], n_setup: int, fused: dict, cores: dict,
-                     code: CodeIndex) -> None:
-    """Give ``p`` (a class that runs a runner it never builds) the runner its holder stores on it
-    (:func:`~nvfp4study.sglang.runner_builds.held_runner`: ``(file, "Holder.method", backend)``):
-    the holder's setup method runs after the class's own setup steps of the same or an earlier
-    stage (SGLang builds the held object inside the holder's ``__init__``), then the class's
-    entry, then that backend's runner steps. The key keeps ``/direct``: the class names no backend."""
-    hrel, hqual, backend = held
-    stage = SETUP_STEPS.index(hqual.split(".")[-1])
-    at = sum(1 for st in p.steps[:n_setup] if SETUP_STEPS.index(st.rsplit(".", 1)[-1]) <= stage)
-    p.steps.insert(at, step_name((hrel, hqual)))
-    steps, trail, why = _runner_steps(backend, fused, cores, code)
-    p.trail.append(f"{hrel[len(SRT):]} {hqual} stores a MoeRunner({backend!r}) on it")
-    if steps:
-        p.runner_at = len(p.steps)
-        p.steps += steps
-        p.trail += trail
-        p.lost = why
-    else:
-        p.lost = why or p.lost
-
-
 def derive_paths(root: Path) -> list[DerivedPath]:
     """Every MoE path of the tree at ``root`` (see the module docstring), in a stable order.
 
@@ -470,7 +407,7 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
             p = DerivedPath(key=f"{name}/{b or 'direct'}", steps=setup + entries, assume=facts_for(b, preds),
                             trail=[how], lost=lost)
             if held is not None:  # its holder stores the runner on it: that runner's steps, key kept
-                _add_held_runner(p, held, len(setup), fused, cores, code)
+                add_held_runner(p, held, len(setup), fused, cores, code)
             run = b
             if b is not None and (switch := runner_switch(code, rel, cls, b, facts_for(b, preds),
                                                          backend_values(code))) is not None:
@@ -478,7 +415,7 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
                 p.assume = facts_for(run, preds)
                 p.trail.append(f"{switch[1][len(SRT):]}:{switch[2]} create_moe_runner runs {b!r} as {run!r}")
             if b is not None:
-                steps, trail, why = _runner_steps(run, fused, cores, code)
+                steps, trail, why = runner_steps(run, fused, cores, code)
                 p.runner_at = len(p.steps) if steps else None
                 p.steps += steps
                 p.trail += trail
