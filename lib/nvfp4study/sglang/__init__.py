@@ -9,7 +9,6 @@ backends and what ``auto`` picks.
 
 __all__ = [
     "agreement",
-    "a2a_backend",
     "audit",
     "audit_report",
     "audit_run",
