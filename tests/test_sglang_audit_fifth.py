@@ -10,6 +10,14 @@ the audit.
    (hardware_backend/gpu/quantization/awq_kernels.py 238-239 in 0.5.21) and then runs it
    (252), so the Marlin fused function runs (moe_runner/marlin.py), which passes the limit only
    with ``gemm1_alpha`` set: DROPPED, not UNUSABLE ("moe runner is not initialized").
+2. The all-to-all backend a path runs with: ``none`` (``get_moe_a2a_backend`` falls back to
+   ``MoeA2ABackend.NONE``, layers/moe/utils.py 465-469 in 0.5.20) unless the path's key names
+   another (``fused:<a2a>/<runner>``). The Ascend runner core builds ``NPUSwigluDeepEPKernel``
+   only under ``get_moe_a2a_backend().is_deepep()`` (layers/moe/moe_runner/ascend.py 100 in
+   0.5.20); under ``none`` an unquantized NPU kernel (``NPUUnquantMoEMethod``, set by the method:
+   gguf.py 810-811) takes ``NPUSwigluStepAndMul`` (post-SiLU: EXACT), while a quantized kernel's
+   branch (``NPUSwigluQuant`` for W8A8) stays: the kernel the method builds decides
+   ``isinstance``.
 """
 
 from __future__ import annotations
@@ -66,3 +74,38 @@ def test_without_the_holders_store_the_kernel_raises_again(copy23):
               "self.kernel.runner = MoeRunner(MoeRunnerBackend.MARLIN, moe_runner_config)", "pass")
     (r,) = audit_tree(copy23, ["AWQMoEKernel/direct"])
     assert r.verdict.value == "UNUSABLE" and "moe runner is not initialized" in r.rule, r.rule
+
+
+ASCEND = "layers/moe/moe_runner/ascend.py"
+QUANT_KERNELS = {"NPUW4A8Int8MoEMethod", "NPUW8A8Int8MoEMethod", "NPUMXFP8MoEMethod"}
+
+
+def _class_bases(tree: ast.Module) -> dict[str, list[str]]:
+    return {n.name: [ast.unparse(b) for b in n.bases] for n in tree.body if isinstance(n, ast.ClassDef)}
+
+
+def test_under_the_default_all_to_all_backend_a_deepep_branch_is_not_lings():
+    for v in VERSIONS:
+        srt = released(v).srt
+        utils = ast.parse((srt / "layers/moe/utils.py").read_text())
+        getter = next(f for f in utils.body if isinstance(f, ast.FunctionDef) and f.name == "get_moe_a2a_backend")
+        assert "MoeA2ABackend.NONE" in ast.unparse(getter), v
+        assert ast.unparse(_method(utils, "MoeA2ABackend", "is_deepep").body[-1]) == \
+            "return self == MoeA2ABackend.DEEPEP", v
+        core = _method(ast.parse((srt / ASCEND).read_text()), "AscendRunnerCore", "__init__")
+        deepep = [n for n in ast.walk(core) if isinstance(n, ast.If)
+                  and ast.unparse(n.test) == "get_moe_a2a_backend().is_deepep()"]
+        assert deepep and any("NPUSwigluDeepEPKernel(" in ast.unparse(b) for n in deepep for b in n.body), v
+        # GGUF on NPU builds the unquantized NPU kernel, none of the quantized ones the core tests
+        gguf = ast.parse((srt / "layers/quantization/gguf.py").read_text())
+        built = {ast.unparse(st.value) for st in ast.walk(_method(gguf, "GGUFMoEAscendMethod", "__init__"))
+                 if isinstance(st, ast.Assign) and ast.unparse(st.targets[0]) == "self.w2_kernel"}
+        assert built == {"NPUUnquantMoEMethod()"}, v
+        npu = ast.parse((srt / "hardware_backend/npu/quantization/moe_methods.py").read_text())
+        assert not set(_class_bases(npu)["NPUUnquantMoEMethod"]) & QUANT_KERNELS, v
+        for key in ("GGUFMoEAscendMethod/ascend", "NPUCompressedTensorsW4A16Int4DynamicMoE/ascend"):
+            (r,) = audit_tree(released(v), [key])
+            assert r.verdict.value == "EXACT" and "NPUSwigluStepAndMul" in r.rule, (v, key, r.rule)
+        (w8,) = audit_tree(released(v), ["NPUCompressedTensorsW8A8Int8DynamicMoE/ascend"])
+        if w8.verdict.value != "ABSENT":  # a quantized kernel's own branch stays; the DeepEP one goes
+            assert "NPUSwigluQuant" in w8.rule and "NPUSwigluDeepEPKernel" not in w8.rule, (v, w8.rule)

@@ -9,6 +9,7 @@ backends and what ``auto`` picks.
 
 __all__ = [
     "agreement",
+    "a2a_backend",
     "audit",
     "audit_report",
     "audit_run",

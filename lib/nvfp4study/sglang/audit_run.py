@@ -55,7 +55,8 @@ def run_path(tree: SGLangTree, spec: dict, param: Any = None) -> PathRun:
         return PathRun(None, [], stop=(verdict, why, None, None, None))
     steps = [_split(s) for s in spec["steps"]]
     param = param or moe_params.param()
-    interp = Interp(tree.root, param.sinks, spec.get("assume"), spec.get("platforms", PLATFORMS), param=param)
+    interp = Interp(tree.root, param.sinks, spec.get("assume"), spec.get("platforms", PLATFORMS), param=param,
+                    a2a=path_keys.a2a(spec.get("via", spec["id"])))
     if spec.get("lost"):
         return _lost_run(interp, steps, spec)
     interp.entry_names = {q.split(".")[-1] for _, q in steps}

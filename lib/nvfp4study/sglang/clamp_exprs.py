@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import platforms as pf
+from .a2a_backend import A2A_GETTER, A2A_MODULE, a2a_instance
 from .clamp_lookup import Lookup
 from .clamp_values import (
     _TENSOR_VIEWS,
@@ -24,6 +25,7 @@ from .clamp_values import (
     UNK,
     AbstractDict,
     Act,
+    Built,
     ConfigWith,
     Filled,
     Frame,
@@ -69,7 +71,17 @@ class ExprEval(Lookup):
     platforms: tuple[str, ...]  # the device classes the path runs on (platforms.PLATFORMS)
     sink_from: dict[str, list[str]]  # sink -> the modules it comes from (the sink table's ``from``)
     param: Any  # the followed parameter (moe_params.ParamSpec): its mentions, facts, entry words
+    a2a: str  # the path's --moe-a2a-backend (path_keys.a2a: "none" unless its key names one)
     _flags: dict[tuple[str, str], Any]
+
+    def a2a_backend(self) -> Instance | None:
+        """The path's global all-to-all backend (:func:`~nvfp4study.sglang.a2a_backend.a2a_instance`
+        for :attr:`a2a`), read once; None where the tree has no ``MoeA2ABackend``."""
+        key = (A2A_MODULE, f"<{self.a2a}>")  # beside the module flags, a key no name can take
+        if key not in self._flags:
+            mod = self.module(A2A_MODULE)
+            self._flags[key] = a2a_instance(mod.tree if mod else None, self.a2a)
+        return self._flags[key]
 
     def platform_value(self, name: str) -> bool | None:
         """A platform predicate's value (``is_npu``, ``is_sm100_supported``): the path's assumed
@@ -282,6 +294,8 @@ class ExprEval(Lookup):
             self.runner_calls.append((frame.module.rel, node.lineno))
             qi = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "quant_info"), None)
             self.runner_payloads.append(self.eval(qi, frame) if qi is not None else UNK)
+        if name == A2A_GETTER and not node.args and (a2a := self.a2a_backend()) is not None:
+            return a2a  # the path's --moe-a2a-backend (none unless its key names one): its predicates decided
         if recv is CONFIG and name in self.param.config_methods:
             # a method of the config object that returns one of its fields (moe_params.yaml config_methods)
             return self.attr_value(self.param.config_methods[name], CONFIG)
@@ -311,15 +325,8 @@ class ExprEval(Lookup):
             # functools.partial(sink, swiglu_limit=x): the bound arguments travel with the function
             fname = args[0].name if isinstance(args[0], FuncRef) else node.args[0].id
             return FuncRef(fname, tuple(args[1:]), tuple(kwargs.items()), tuple(kw_nodes.items()))
-        if name == "isinstance" and len(args) == 2 and isinstance(node.args[1], ast.Name):
-            # a payload's class is known: decide the registry's isinstance dispatch
-            objs = args[0].options if isinstance(args[0], Multi) else (args[0],)
-            if objs and all(isinstance(o, (Payload, Instance)) for o in objs):
-                hits = {o.isa(node.args[1].id) if isinstance(o, Instance) else o.cls == node.args[1].id
-                        for o in objs}
-                if len(hits) == 1:
-                    return hits.pop()
-            return UNK
+        if name == "isinstance" and len(args) == 2:
+            return self.isinstance_value(args[0], node.args[1], frame)
         if name == "getattr" and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
             attr = node.args[1].value
             if attr in self.param.mentions:
@@ -407,7 +414,29 @@ class ExprEval(Lookup):
             if target is None and (text.startswith("torch.ops.") or any(k in name.lower() for k in _KERNEL_NAME_PARTS)):
                 self.opaque.append((name, frame.module.rel, node.lineno))
             return derived(f"{name}(...)", *vals)
+        if target is None and isinstance(f, ast.Name) and (cdef := self.class_def(f.id, frame.module, frame.imports)):
+            return self.built(*cdef)  # an object of an in-tree class: its class decides isinstance tests
         return UNK
+
+    def isinstance_value(self, obj: Any, cls_node: ast.expr, frame: Frame) -> Any:
+        """``isinstance(obj, cls_node)``: decided where every option of ``obj`` is an object of a
+        known class (a payload, a handed :class:`Instance`, a :class:`Built` object; a tuple of
+        class names for the last); else UNK."""
+        objs = obj.options if isinstance(obj, Multi) else (obj,)
+        elts = cls_node.elts if isinstance(cls_node, ast.Tuple) else [cls_node]
+        if not objs or not all(isinstance(e, ast.Name) for e in elts):
+            return UNK
+        names = tuple(e.id for e in elts)
+        hits = set()
+        for o in objs:
+            if isinstance(o, Built):
+                in_tree = all(self.class_def(n, frame.module, frame.imports) is not None for n in names)
+                hits.add(o.isa(names, in_tree))
+            elif isinstance(o, (Payload, Instance)) and len(names) == 1:
+                hits.add(o.isa(names[0]) if isinstance(o, Instance) else o.cls == names[0])
+            else:
+                return UNK
+        return hits.pop() if len(hits) == 1 and None not in hits else UNK
 
     @staticmethod
     def filled(f: ast.expr, node: ast.Call, args: list) -> Filled | None:

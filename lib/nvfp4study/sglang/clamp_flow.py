@@ -77,13 +77,17 @@ class Interp(ExprEval):
             they all agree on are decided (:mod:`nvfp4study.sglang.platforms`).
         param: the followed parameter (:class:`~nvfp4study.sglang.moe_params.ParamSpec`; None: the
             first of ``data/moe_params.yaml``): its labelled tracked value, mentions, facts.
+        a2a: the ``--moe-a2a-backend`` the path runs with (``"none"``, the default, unless the
+            path's key names another: :func:`~nvfp4study.sglang.path_keys.a2a`).
     """
 
     MAX_STEPS = 20000
 
     def __init__(self, root: Path, sinks: set[str] | dict[str, dict], assume: dict | None = None,
-                 platforms: tuple[str, ...] = PLATFORMS, param: moe_params.ParamSpec | None = None):
+                 platforms: tuple[str, ...] = PLATFORMS, param: moe_params.ParamSpec | None = None,
+                 a2a: str = "none"):
         self.root = Path(root)
+        self.a2a = a2a
         self.param = param or moe_params.param()
         self.sink_from = {k: list(v.get("from", [])) for k, v in sinks.items()
                           if isinstance(v, dict)} if isinstance(sinks, dict) else {}

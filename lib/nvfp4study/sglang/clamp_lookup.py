@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from .clamp_values import Frame, Refusal
+from .clamp_values import Built, Frame, Refusal
 
 
 class Lookup:
@@ -96,6 +96,42 @@ class Lookup:
                 if bmod is not None:
                     out.append((bmod, src[1] if src else b.id))
         return out
+
+    def class_def(self, name: str, mod: Any, imports: dict | None = None, depth: int = 3) -> tuple[Any, ast.ClassDef] | None:
+        """``(module, ClassDef)`` of the in-tree class ``name`` as ``mod`` sees it (``imports``: a
+        frame's own imports, first), following re-exports up to ``depth`` modules; None when it is
+        no in-tree class (a function, an outside class, a name not found)."""
+        src = (imports or {}).get(name) or mod.imports.get(name)
+        if src is None:
+            node = next((n for n in mod.tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+            return (mod, node) if node is not None else None
+        other = self.module_for(src[0])
+        if other is None or depth == 0:
+            return None
+        return self.class_def(src[1], other, None, depth - 1)
+
+    def built(self, mod: Any, node: ast.ClassDef, depth: int = 6) -> Built:
+        """The :class:`~nvfp4study.sglang.clamp_values.Built` value of an object of class ``node``
+        (of ``mod``): its ancestors' names, complete when each base is an in-tree class (followed)
+        or is imported from outside ``sglang``."""
+        kinds: list[str] = []
+        complete = depth > 0
+        for b in node.bases if depth > 0 else ():
+            name = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else None
+            if name is None:
+                complete = False
+                continue
+            kinds.append(name)
+            hit = self.class_def(name, mod) if isinstance(b, ast.Name) else None
+            if hit is not None:
+                sub = self.built(hit[0], hit[1], depth - 1)
+                kinds += list(sub.kinds)
+                complete = complete and sub.complete
+            else:
+                src = mod.imports.get(name) if isinstance(b, ast.Name) else None
+                local = src is None and isinstance(b, ast.Name) and name in ("object", "ABC")
+                complete = complete and (local or (src is not None and not src[0].startswith("sglang")))
+        return Built(node.name, tuple(dict.fromkeys(kinds)), complete)
 
     def property_value(self, node: ast.Attribute, frame: Frame) -> Any:
         """``self.x`` where the class defines ``x`` as a ``@property``: its body's value, so a

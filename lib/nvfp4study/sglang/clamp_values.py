@@ -124,6 +124,27 @@ class Instance:
         return cls == self.cls or cls in self.kinds
 
 
+@dataclass(frozen=True)
+class Built:
+    """An object the path's own code builds from an in-tree class (``layer.w2_kernel =
+    NPUUnquantMoEMethod()``, layers/quantization/unquant.py 963-964 in 0.5.20): its class, the
+    names of its ancestors (``kinds``) and whether every ancestor was found (``complete``: in the
+    tree, or imported from outside ``sglang``). Only ``isinstance`` reads it; its attributes stay
+    in the interpreter's heap, as before."""
+
+    cls: str
+    kinds: tuple = ()
+    complete: bool = False
+
+    def isa(self, names: tuple[str, ...], in_tree: bool) -> bool | None:
+        """``isinstance(self, one of names)``: True on a hit; False when none hits, the ancestry is
+        complete and every name is an in-tree class (``in_tree``: an outside class may be an
+        ancestor of an outside base); None otherwise."""
+        if self.cls in names or any(k in names for k in self.kinds):
+            return True
+        return False if self.complete and in_tree else None
+
+
 @dataclass(frozen=True, eq=False)
 class LocalFunc:
     """A function defined inside the function being run (``def _inner(): ...``)."""

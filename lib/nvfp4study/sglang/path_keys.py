@@ -49,6 +49,12 @@ def runner(key: str) -> str | None:
     return key.split("/", 1)[1] if "/" in key else None
 
 
+def a2a(key: str) -> str:
+    """The ``--moe-a2a-backend`` a path runs with: ``<a2a>`` of a ``fused:<a2a>/<runner>`` key,
+    else the server's default ``none`` (server_args ``moe_a2a_backend``)."""
+    return key[len(FUSED):].split("/", 1)[0] if key.startswith(FUSED) else "none"
+
+
 def backends(key: str) -> set[str]:
     """Every backend value the path runs with: ``{runner}``; for a fused key ``{a2a, runner}``
     without ``none``; empty for a key without a runner."""
@@ -70,4 +76,4 @@ def kind(key: str) -> str:
     return runner(key) or key
 
 
-__all__ = ["CORE", "FUSED", "backends", "core_key", "fused_key", "is_runner_level", "kind", "method", "runner"]
+__all__ = ["CORE", "FUSED", "a2a", "backends", "core_key", "fused_key", "is_runner_level", "kind", "method", "runner"]
