@@ -26,6 +26,7 @@ import ast
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from . import clamp_values as cv
@@ -35,7 +36,7 @@ from .audit_run import _short, run_path
 from .audit_sinks import ClampVerdict, _arg
 from .clamp_flow import Interp
 from .param_routing import backend_instance as _backend_instance
-from .param_routing import routing_verdict
+from .param_routing import for_release, routing_verdict
 from .platforms import PLATFORMS, describe
 from .source import SGLangTree
 
@@ -114,7 +115,7 @@ def audit_param(tree: SGLangTree, name: str, path_ids: list[str] | None = None,
             if inherited is not None:
                 out.append(inherited)
             elif param.kind == "routing":
-                out.append(judge_routing(tree, spec, param))
+                out.append(judge_routing(tree, spec, for_release(tree, param)))
             elif param.kind != "scalar":
                 out.append(_result(spec, tree, param, ParamVerdict.UNDECIDED,
                                    f"{param.kind} parameters are not followed by the interpreter yet"))
@@ -150,6 +151,7 @@ def judge_scalar(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, spec
     stopped = _run_stop(tree, spec, param, run)
     if stopped is not None:
         return stopped
+    run_post_permute(tree, spec, run)
     runner, r_ev, r_rule = runner_applications(run, param)
     topk, t_ev = topk_fused(tree, spec, param, specs)
     model, m_ev = model_applies(tree, spec, param, topk)
@@ -167,6 +169,46 @@ def judge_scalar(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, spec
             + ("" if verdict != ParamVerdict.DROPPED else f": the routed experts run at 1/{param.ling or '?'}"))
     file, line = _deciding(verdict, evidence)
     return _result(spec, tree, param, verdict, rule, file, line, evidence=evidence, parts=parts)
+
+
+def run_post_permute(tree: SGLangTree, spec: dict, run: Any) -> str | None:
+    """Run, in the path's interpreter, the post-permute its runner core's output goes through.
+
+    A runner core's output reaches the dispatcher through the function registered for
+    ``(runner backend, dispatch format)`` (``@register_post_permute``, layers/moe/moe_runner/base.py
+    341-358 in 0.5.23; ``MoeRunner.run`` calls it after ``runner_core.run``, runner.py); the path's steps
+    stop at the core, so a product there (0.5.23 deep_gemm.py 1253-1300: ``post_reorder_deepgemm(...,
+    runner_config.routed_scaling_factor)``) was not seen. Only where the path ran a core's ``run`` (not a
+    fused function, not a method that returns before its runner). Returns ``"file:line name"`` run, or None."""
+    if run.interp is None or run.skipped_runner or not any(q.endswith("RunnerCore.run") for _, q in run.steps):
+        return None
+    key = spec.get("via", spec["id"])
+    a2a = key[len(path_keys.FUSED):].split("/")[0] if key.startswith(path_keys.FUSED) else "none"
+    found = _post_permutes(tree.root).get((path_keys.runner(key), "standard" if a2a == "none" else a2a))
+    if found is None:
+        return None
+    rel, name, line = found
+    run.interp.run_function(rel, name, [], {})
+    return f"{_short(rel)}:{line} {name}"
+
+
+@lru_cache(maxsize=8)
+def _post_permutes(root: Any) -> dict[tuple[str, str], tuple[str, str, int]]:
+    """``(runner backend, dispatch format) -> (file, function, line)`` of every function a release's
+    runners register with ``@register_post_permute("<runner>", "<format>")``."""
+    out = {}
+    folder = Path(root) / "sglang/srt/layers/moe/moe_runner"
+    for f in sorted(folder.glob("*.py")) if folder.is_dir() else ():
+        text = f.read_text(encoding="utf-8", errors="replace")
+        if "register_post_permute" not in text:
+            continue
+        for node in ast.parse(text).body:
+            for d in getattr(node, "decorator_list", []):
+                if isinstance(d, ast.Call) and getattr(d.func, "id", None) == "register_post_permute" \
+                        and len(d.args) == 2 and all(isinstance(a, ast.Constant) for a in d.args):
+                    out.setdefault((d.args[0].value, d.args[1].value),
+                                   (f"sglang/srt/layers/moe/moe_runner/{f.name}", node.name, node.lineno))
+    return out
 
 
 def _run_stop(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, run: Any) -> ParamResult | None:
