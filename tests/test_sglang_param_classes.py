@@ -22,6 +22,16 @@ Hand readings (the rules):
   conducting norm before scale with routed_scaling_factor by default") but not whether the bias is used for
   selection only, nor how ``group_select_mode=1`` scores a group -> norm_topk_prob APPLIED,
   correction_bias and grouped_topk UNDECIDED (they were APPLIED, norm_topk_prob UNDECIDED).
+- A registered custom op handed None where its schema takes an int: ``@register_custom_op`` registers
+  ``torch.ops.sglang.<name>`` with the schema ``torch.library.infer_schema`` reads from the annotations
+  (utils/custom_op.py, utils/common.py); 0.5.19 CompressedTensorsW8A8Fp8MoE on flashinfer_trtllm copies
+  ``layer.routing_method_type`` (None: Bailing passes none) into its quant info and the runner hands it to
+  ``trtllm_fp8_block_scale_moe_out_wrapper(..., routing_method_type: int = 0)``: the op rejects None,
+  the path cannot run Ling -> UNUSABLE for every parameter (it was UNDECIDED).
+- An all-to-all dispatcher that materialises TopK: 0.5.19 FlashinferDispatcher.dispatch turns a bypassed
+  TopK output into the standard one (``topk_output.to_standard()``, select_experts with the same
+  TopKConfig) before the TRT-LLM runner, whose routed kernels then take ids and weights only: routing
+  is TopK's (biased_grouped_topk) -> APPLIED for the three routing parameters (it was UNDECIDED).
 """
 
 from __future__ import annotations
@@ -103,3 +113,43 @@ def test_the_ascend_gate_decides_what_the_source_states(version):
         (row,) = audit_param(tree, name, [path])
         assert row.verdict == verdict, (name, row.rule)
         assert (row.file, row.line) == ("hardware_backend/npu/moe/topk.py", gate), name
+
+
+def test_a_custom_op_that_takes_no_none_makes_the_path_unusable():
+    """Class: BailingMoeV3 passes no routing_method_type (FusedMoE's None); a TRT-LLM path that hands it to
+    SGLang's registered custom op, whose schema is inferred from ``routing_method_type: int = 0``, raises
+    for Ling whatever the parameter: UNUSABLE (it was UNDECIDED, the runner's routing method 'not read')."""
+    tree = released("0.5.19")
+    ops = "sglang/srt/layers/moe/flashinfer_trtllm_moe.py"
+    reg = _line(tree, ops, r"^@register_custom_op\(")
+    op = _line(tree, ops, r"^def trtllm_fp8_block_scale_moe_out_wrapper\(", reg)
+    _line(tree, ops, r"^\s+routing_method_type: int = 0,", op)
+    fp8 = f"{RUNNERS}/flashinfer_trtllm.py"
+    call = _line(tree, fp8, r"^\s+trtllm_fp8_block_scale_moe_out_wrapper\(")
+    for name in ("routed_scaling_factor", "norm_topk_prob", "correction_bias", "grouped_topk"):
+        (row,) = audit_param(tree, name, ["CompressedTensorsW8A8Fp8MoE/flashinfer_trtllm"])
+        assert row.verdict == ParamVerdict.UNUSABLE, (name, row.rule)
+        assert (row.file, row.line) == ("layers/moe/moe_runner/flashinfer_trtllm.py", call), name
+        assert "routing_method_type=None" in row.rule
+    # Fp8MoEMethod (fp8-trtllm) defaults the None to DeepSeekV3 before the same call (fp8.py): not this class
+    (row,) = audit_param(tree, "correction_bias", ["fp8-trtllm"])
+    assert row.verdict == ParamVerdict.APPLIED, row.rule
+
+
+def test_a_dispatcher_that_materialises_topk_routes_with_select_experts():
+    """Class: TopK bypassed to a TRT-LLM runner behind an all-to-all dispatcher that turns the bypassed
+    output into TopK's standard one (``topk_output.to_standard()``) before the runner: the runner's
+    routed kernels only take the ids, TopK's select_experts routes (biased_grouped_topk with Ling's
+    bias, groups and renormalisation) -> APPLIED (it was UNDECIDED: the routed kernel 'not read')."""
+    tree = released("0.5.19")
+    disp = "sglang/srt/layers/moe/token_dispatcher/flashinfer.py"
+    start = _line(tree, disp, r"^    def dispatch\(")
+    mat = _line(tree, disp, r"topk_output = topk_output\.to_standard\(\)", start)
+    for name in ("norm_topk_prob", "correction_bias", "grouped_topk"):
+        (row,) = audit_param(tree, name, ["fused:flashinfer/flashinfer_trtllm"])
+        assert row.verdict == ParamVerdict.APPLIED, (name, row.rule)
+        assert (row.file, row.line) == ("layers/moe/token_dispatcher/flashinfer.py", mat), name
+        assert "biased_grouped_topk()" in row.rule
+    # the standard dispatcher hands the bypassed output on: the runner's kernels still decide there
+    (row,) = audit_param(tree, "correction_bias", ["fused:none/flashinfer_trtllm"])
+    assert "to_standard" not in row.rule

@@ -211,6 +211,59 @@ def _post_permutes(root: Any) -> dict[tuple[str, str], tuple[str, str, int]]:
     return out
 
 
+def custom_op_rejects(tree: SGLangTree, run: Any) -> tuple[str, int, str] | None:
+    """``(file, line, what)`` of a call the run reached that hands None to a registered torch custom op
+    for a parameter annotated ``int``/``float``/``bool`` (not Optional); None when there is none.
+
+    ``@register_custom_op`` registers the function as ``torch.ops.sglang.<name>`` with the schema
+    ``torch.library.infer_schema`` reads from its annotations (utils/custom_op.py 119-165,
+    utils/common.py 2824-2830 in 0.5.19), and calls go through that op (``real_impl``), which takes no
+    None for such a parameter: BailingMoeV3 passes no ``routing_method_type`` (FusedMoE's None), and
+    ``trtllm_fp8_block_scale_moe_out_wrapper(..., routing_method_type: int = 0)`` (layers/moe/
+    flashinfer_trtllm_moe.py 40-65 in 0.5.19) gets it. Only sink calls the run recorded are read, and
+    only when every one of them that is such an op rejects (a method path; a runner-level path spans
+    methods whose quant info differ); an argument counts when each value it may take is None or not
+    known (never a value the op accepts)."""
+    ops, found = _custom_ops(tree.root), []
+    for h in run.interp.hits if run.interp is not None else ():
+        sig = ops.get(h.callee)
+        if sig is None:
+            continue
+        rel, line, params = sig
+        bound = {**{params[i][0]: a for i, a in enumerate(h.args) if i < len(params)}, **h.kwargs}
+        bad = None
+        for name, ann in params:
+            v = bound.get(name, cv.UNK)
+            opts = v.options if isinstance(v, cv.Multi) else (v,)
+            if ann in ("int", "float", "bool") and any(o is None for o in opts) \
+                    and all(o is None or o is cv.UNK for o in opts):
+                bad = (_short(h.file), h.line, f"{h.callee}() gets {name}=None, a custom op whose schema takes "
+                       f"{ann} ({_short(rel)}:{line} @register_custom_op)")
+                break
+        found.append(bad)
+    return found[0] if found and all(found) else None
+
+
+@lru_cache(maxsize=8)
+def _custom_ops(root: Any) -> dict[str, tuple[str, int, tuple[tuple[str, str], ...]]]:
+    """``name -> (file, line, ((parameter, annotation), ...))`` of every function of ``sglang/srt``
+    decorated ``@register_custom_op`` (with or without arguments)."""
+    out = {}
+    base = Path(root) / "sglang/srt"
+    for f in sorted(base.rglob("*.py")):
+        text = f.read_text(encoding="utf-8", errors="replace")
+        if "@register_custom_op" not in text:
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef) and any(
+                    (d.func if isinstance(d, ast.Call) else d).__dict__.get("id") == "register_custom_op"
+                    for d in node.decorator_list):
+                args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+                out.setdefault(node.name, ("sglang/srt/" + str(f.relative_to(base)), node.lineno, tuple(
+                    (a.arg, ast.unparse(a.annotation) if a.annotation is not None else "") for a in args)))
+    return out
+
+
 def _run_stop(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, run: Any) -> ParamResult | None:
     """The row a path's run settles before any part is counted: a step raising on every branch
     (REFUSED when about the parameter, else UNUSABLE), a stop of the run (missing, lost, too long),
@@ -224,6 +277,11 @@ def _run_stop(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, run: An
     if run.stop is not None:
         verdict, rule, file, _fn, line = run.stop
         return _result(spec, tree, param, ParamVerdict(verdict.value), rule, file, line)
+    raised = custom_op_rejects(tree, run) if path_keys.method(spec.get("via", spec["id"])) else None
+    if raised is not None:
+        file, line, text = raised
+        return _result(spec, tree, param, ParamVerdict.UNUSABLE, f"the path raises for Ling whatever this parameter is: "
+                       f"{text}", file, line, evidence=[f"{file}:{line} {text}"])
     refusals = [x for x in run.interp.refusals if x.about_param and x.certain]
     if refusals:
         x = refusals[0]

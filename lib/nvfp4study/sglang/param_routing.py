@@ -268,6 +268,28 @@ def materialized(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, plat
     return [j for j in _hits(interp, param) if j[0] not in ("RUNNER", "TOPK")]
 
 
+def dispatcher_materializes(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, platform: str) -> str | None:
+    """``"file:line Class.dispatch materialises TopK"`` where the path's all-to-all dispatcher turns a
+    bypassed TopK output into the standard one before the runner sees it (a sink of form ``topk``,
+    ``to_standard``, reached by its ``dispatch`` under the runner's facts: 0.5.19 FlashinferDispatcher,
+    token_dispatcher/flashinfer.py 326-327); None for the standard dispatcher or one that hands it on."""
+    key = spec.get("via", spec["id"])
+    a2a = key[len(path_keys.FUSED):].split("/")[0] if key.startswith(path_keys.FUSED) else "none"
+    rel = f"sglang/srt/layers/moe/token_dispatcher/{a2a}.py"
+    facts = param.applications["routing"].get("runner_facts", {})
+    interp = Interp(tree.root, param.sinks, {**(spec.get("assume") or {}), **facts}, (platform,), param=param)
+    mod = interp.module(rel) if a2a != "none" else None
+    for cls in sorted(mod.classes) if mod is not None else ():
+        if "dispatch" not in mod.classes[cls]:
+            continue
+        before = len(interp.hits)
+        interp.run_function(rel, f"{cls}.dispatch", [cv.UNK, cv.UNK], method_call=True)
+        hit = next((h for h in interp.hits[before:] if param.sinks.get(h.callee, {}).get("form") == "topk"), None)
+        if hit is not None:
+            return f"{_short(hit.file)}:{hit.line} {cls}.dispatch materialises TopK ({hit.callee}) before the runner"
+    return None
+
+
 def _hits(interp: Interp, param: moe_params.ParamSpec) -> list[tuple[str, str]]:
     """The routing functions reached, judged (each call once)."""
     seen, out = set(), []
@@ -305,8 +327,10 @@ def routing_verdict(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec) -
             if run.stop is not None or run.interp is None:
                 per[platform] = ("STOP", rule, ev)
                 continue
-            judged = []
-            for j in _hits(run.interp, param):
+            judged, disp = [], dispatcher_materializes(tree, spec, param, platform)
+            if disp is not None:  # the runner gets TopK's standard output: select_experts routes
+                judged += [(w, f"{disp}: {e}") for w, e in materialized(tree, spec, param, platform)]
+            for j in _hits(run.interp, param) if disp is None else ():
                 if j[0] == "TOPK":  # the runner routes with TopK's own select_experts
                     judged += [(w, f"{j[1]}: {e}") for w, e in materialized(tree, spec, param, platform)]
                 elif j[0] != "RUNNER":
