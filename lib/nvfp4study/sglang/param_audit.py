@@ -8,7 +8,9 @@ and counts where it is applied:
 - **top-k**: the FusedMoE helper that makes TopK fold the factor into the routed weights, run with
   the path's method object and backend (its file and function are data: ``applications.topk``);
 - **runner**: a kernel call or product the runner reaches with the tracked value (the sink table
-  ``data/moe_param_sinks.yaml``: ``applies`` / ``none`` / ``unread``);
+  ``data/moe_param_sinks.yaml``: ``applies`` / ``none`` / ``unread``), its registered post-permute run too
+  (:mod:`nvfp4study.sglang.param_runner`, which also finds a registered custom op the path hands None
+  where its schema takes an int: UNUSABLE);
 - **model**: BailingMoeV3's own product (``applications.model``: on the all-to-all paths only).
 
 Verdicts: ``APPLIED`` (once), ``DROPPED`` (nowhere), ``DOUBLE`` (twice or more), ``UNDECIDED`` (a
@@ -35,7 +37,8 @@ from .audit_run import _short, run_path
 from .audit_sinks import ClampVerdict, _arg
 from .clamp_flow import Interp
 from .param_routing import backend_instance as _backend_instance
-from .param_routing import routing_verdict
+from .param_routing import for_release, routing_verdict
+from .param_runner import custom_op_rejects, run_post_permute
 from .platforms import PLATFORMS, describe
 from .source import SGLangTree
 
@@ -114,7 +117,7 @@ def audit_param(tree: SGLangTree, name: str, path_ids: list[str] | None = None,
             if inherited is not None:
                 out.append(inherited)
             elif param.kind == "routing":
-                out.append(judge_routing(tree, spec, param))
+                out.append(judge_routing(tree, spec, for_release(tree, param)))
             elif param.kind != "scalar":
                 out.append(_result(spec, tree, param, ParamVerdict.UNDECIDED,
                                    f"{param.kind} parameters are not followed by the interpreter yet"))
@@ -150,6 +153,7 @@ def judge_scalar(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, spec
     stopped = _run_stop(tree, spec, param, run)
     if stopped is not None:
         return stopped
+    run_post_permute(tree, spec, run)
     runner, r_ev, r_rule = runner_applications(run, param)
     topk, t_ev = topk_fused(tree, spec, param, specs)
     model, m_ev = model_applies(tree, spec, param, topk)
@@ -182,6 +186,11 @@ def _run_stop(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, run: An
     if run.stop is not None:
         verdict, rule, file, _fn, line = run.stop
         return _result(spec, tree, param, ParamVerdict(verdict.value), rule, file, line)
+    raised = custom_op_rejects(tree, run) if path_keys.method(spec.get("via", spec["id"])) else None
+    if raised is not None:
+        file, line, text = raised
+        return _result(spec, tree, param, ParamVerdict.UNUSABLE, f"the path raises for Ling whatever this parameter is: "
+                       f"{text}", file, line, evidence=[f"{file}:{line} {text}"])
     refusals = [x for x in run.interp.refusals if x.about_param and x.certain]
     if refusals:
         x = refusals[0]

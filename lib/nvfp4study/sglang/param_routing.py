@@ -17,14 +17,17 @@ Where a path routes is read from SGLang's source with the clamp audit's interpre
 General rules (no parameter is named here): a routing function reached with the tracked value in its
 argument applies it (APPLIED), one reached without it or that takes none routes without it (DROPPED),
 one of form ``wrong`` uses it in another form (WRONG); a TRT-LLM method that does not use it drops it,
-one that uses it but scores otherwise than Ling (``applications.routing.scoring_fact``) is WRONG. Paths whose branches
+one that uses it but scores otherwise than Ling (``applications.routing.ling_scoring``) is WRONG, as is a
+routing function told by an argument to score otherwise (form ``by-scoring``). Paths whose branches
 disagree, or that reach no routing function, are UNDECIDED with where.
 """
 
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from . import clamp_values as cv
@@ -37,6 +40,49 @@ from .source import SGLangTree
 
 #: the verdict words a routing sink hit can give (the forms of the sink table)
 _FORM_WORD = {"none": "DROPPED", "wrong": "WRONG", "unread": "UNDECIDED"}
+
+
+def for_release(tree: SGLangTree, param: moe_params.ParamSpec) -> moe_params.ParamSpec:
+    """``param`` with the TopKConfig facts the release's model decides (``applications.routing.model_passes``:
+    the model's ``TopK(...)`` call): a field the call passes keeps Ling's value, one it does not takes
+    the default of TopK's ``__init__`` in that release (0.5.19/0.5.20 BailingMoeV3 passes no
+    ``scoring_func``: TopK's default ``"softmax"``, topk.py 540 in 0.5.20; 0.5.21 passes
+    ``scoring_func=self.score_function``, bailing_moe_v3.py 604)."""
+    rule = param.applications.get("routing", {}).get("model_passes")
+    if not rule:
+        return param
+    got = _model_defaults(tree.root, rule["file"], rule["call"], rule["defaults"], tuple(rule["fields"]))
+    if not got:
+        return param
+    return replace(param, facts={**param.facts, **got})
+
+
+@lru_cache(maxsize=64)
+def _model_defaults(root: Any, model: str, call: str, defaults: str, fields: tuple[str, ...]) -> dict[str, Any]:
+    """The fields of ``fields`` that the model's ``call(...)`` does not pass, with the constant default
+    of ``defaults`` (``file::Class.method``); {} when the call or the defaults are not found."""
+    src = Path(root) / "sglang/srt" / model
+    rel, qual = defaults.split("::")
+    dfile = Path(root) / "sglang/srt" / rel
+    if not src.is_file() or not dfile.is_file():
+        return {}
+    calls = [n for n in ast.walk(ast.parse(src.read_text(encoding="utf-8"))) if isinstance(n, ast.Call)
+             and (getattr(n.func, "id", None) or getattr(n.func, "attr", None)) == call]
+    cls, meth = qual.split(".")
+    node = next((m for c in ast.parse(dfile.read_text(encoding="utf-8")).body if isinstance(c, ast.ClassDef)
+                 and c.name == cls for m in c.body if isinstance(m, ast.FunctionDef) and m.name == meth), None)
+    if not calls or node is None:
+        return {}
+    args = node.args.args + node.args.kwonlyargs
+    dflt = dict(zip([a.arg for a in node.args.args][len(node.args.args) - len(node.args.defaults):],
+                    node.args.defaults, strict=False))
+    dflt.update({a.arg: d for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults, strict=False) if d is not None})
+    out = {}
+    for f in fields:
+        if f in {a.arg for a in args} and isinstance(dflt.get(f), ast.Constant) \
+                and not any(k.arg == f for c in calls for k in c.keywords):
+            out[f] = dflt[f].value
+    return out
 
 
 def topk_interp(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, platform: str) -> tuple[Interp, list[str]]:
@@ -145,19 +191,47 @@ def judge_hit(hit: cv.SinkHit, param: moe_params.ParamSpec) -> tuple[str, str]:
     present, v, _ = _value(hit, sink.get("arg", []), param.facts)
     carried = (not sink.get("arg")) or (present and cv.has_tracked(v))
     partial = present and isinstance(v, cv.Multi) and not all(cv.has_tracked(o) for o in v.options)
+    applied = f"{where} routes with {param.name}"
+    if form == "by-scoring" and carried and not partial:  # not carried: DROPPED, as an "applies" sink
+        form, applied = _by_scoring(hit, sink, param, where)
+        if form in ("wrong", "unread"):
+            return _FORM_WORD[form], applied
+    form = "applies" if form == "by-scoring" else form
     if form == "applies":
         if partial:
             return "UNDECIDED", f"{where} gets {param.name} on some branches only"
-        return ("APPLIED", f"{where} routes with {param.name}") if carried else \
+        return ("APPLIED", applied) if carried else \
             ("DROPPED", f"{where} gets no {param.name} ({'None' if present and v is None else 'not passed'})")
     return _by_method(hit, sink, param, where, carried and not partial)
+
+
+def ling_scoring(param: moe_params.ParamSpec) -> str | None:
+    """Ling's scoring function (``applications.routing.ling_scoring``: its gate, sigmoid), not what
+    SGLang's TopKConfig holds for it (a release whose model passes none gets TopK's default)."""
+    return param.applications["routing"].get("ling_scoring")
+
+
+def _by_scoring(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec, where: str) -> tuple[str, str]:
+    """A routing function whose scoring is an argument (``scoring``: the argument and its values, as
+    the source's comment names them): ``(form, evidence)``: ``wrong`` where it scores otherwise
+    than Ling, ``unread`` where not read, else the sink's form for Ling's scoring (``if_ling``)."""
+    rule = sink["scoring"]
+    present, v, _ = _value(hit, rule["arg"], param.facts)
+    names = {rule["values"].get(o, "?") for o in (v.options if isinstance(v, cv.Multi) else (v,))} if present \
+        else {"?"}
+    if "?" in names or len(names) != 1:
+        return "unread", f"{where} scoring argument {rule['arg'][0]} not decided"
+    scoring = names.pop()
+    if scoring != ling_scoring(param):
+        return "wrong", f"{where} scores with {scoring} ({rule['arg'][0]}), Ling's gate with {ling_scoring(param)}"
+    return sink["if_ling"], f"{where} {sink.get('why', '')}".rstrip()
 
 
 def _by_method(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec, where: str, carried: bool) -> tuple[str, str]:
     """A TRT-LLM routing kernel: its method's use of the parameter (``needs``), Ling's scoring."""
     methods = param.applications.get("routing_methods", {})
     needs = param.applications["routing"]["needs"]
-    ling = param.facts.get(param.applications["routing"].get("scoring_fact", ""))  # Ling's scoring function
+    ling = ling_scoring(param)
     names = _method(hit, sink, methods, param.facts)
     if not names:
         present, v, _ = _value(hit, sink.get("method", []), param.facts)
@@ -192,6 +266,28 @@ def materialized(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, plat
     if done is None:
         return []
     return [j for j in _hits(interp, param) if j[0] not in ("RUNNER", "TOPK")]
+
+
+def dispatcher_materializes(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, platform: str) -> str | None:
+    """``"file:line Class.dispatch materialises TopK"`` where the path's all-to-all dispatcher turns a
+    bypassed TopK output into the standard one before the runner sees it (a sink of form ``topk``,
+    ``to_standard``, reached by its ``dispatch`` under the runner's facts: 0.5.19 FlashinferDispatcher,
+    token_dispatcher/flashinfer.py 326-327); None for the standard dispatcher or one that hands it on."""
+    key = spec.get("via", spec["id"])
+    a2a = key[len(path_keys.FUSED):].split("/")[0] if key.startswith(path_keys.FUSED) else "none"
+    rel = f"sglang/srt/layers/moe/token_dispatcher/{a2a}.py"
+    facts = param.applications["routing"].get("runner_facts", {})
+    interp = Interp(tree.root, param.sinks, {**(spec.get("assume") or {}), **facts}, (platform,), param=param)
+    mod = interp.module(rel) if a2a != "none" else None
+    for cls in sorted(mod.classes) if mod is not None else ():
+        if "dispatch" not in mod.classes[cls]:
+            continue
+        before = len(interp.hits)
+        interp.run_function(rel, f"{cls}.dispatch", [cv.UNK, cv.UNK], method_call=True)
+        hit = next((h for h in interp.hits[before:] if param.sinks.get(h.callee, {}).get("form") == "topk"), None)
+        if hit is not None:
+            return f"{_short(hit.file)}:{hit.line} {cls}.dispatch materialises TopK ({hit.callee}) before the runner"
+    return None
 
 
 def _hits(interp: Interp, param: moe_params.ParamSpec) -> list[tuple[str, str]]:
@@ -231,8 +327,10 @@ def routing_verdict(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec) -
             if run.stop is not None or run.interp is None:
                 per[platform] = ("STOP", rule, ev)
                 continue
-            judged = []
-            for j in _hits(run.interp, param):
+            judged, disp = [], dispatcher_materializes(tree, spec, param, platform)
+            if disp is not None:  # the runner gets TopK's standard output: select_experts routes
+                judged += [(w, f"{disp}: {e}") for w, e in materialized(tree, spec, param, platform)]
+            for j in _hits(run.interp, param) if disp is None else ():
                 if j[0] == "TOPK":  # the runner routes with TopK's own select_experts
                     judged += [(w, f"{j[1]}: {e}") for w, e in materialized(tree, spec, param, platform)]
                 elif j[0] != "RUNNER":
@@ -249,4 +347,4 @@ def routing_verdict(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec) -
     return "UNDECIDED", f"the device classes differ ({rule})", ev, run
 
 
-__all__ = ["backend_instance", "judge_hit", "routing_backend", "routing_verdict", "topk_interp"]
+__all__ = ["backend_instance", "for_release", "judge_hit", "routing_backend", "routing_verdict", "topk_interp"]

@@ -1,0 +1,120 @@
+"""What a path's runner does beyond the steps the audit lists (:mod:`nvfp4study.sglang.param_audit`).
+
+Two readings of SGLang's source that the parameter audit adds to a path's run
+(:func:`~nvfp4study.sglang.audit_run.run_path`), each found by what the source registers, not by name:
+
+- **the post-permute**: the function a runner registers for ``(runner backend, dispatch format)``
+  (``@register_post_permute``), which ``MoeRunner.run`` calls after the runner core: where deep_gemm and
+  triton_kernels apply the routed scaling factor (:func:`run_post_permute`);
+- **registered custom ops**: a function decorated ``@register_custom_op`` is called through
+  ``torch.ops.sglang.<name>``, whose schema comes from its annotations: a call handing it None where the
+  schema takes an int raises (:func:`custom_op_rejects`).
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from . import clamp_values as cv
+from . import path_keys
+from .audit_run import _short
+from .source import SGLangTree
+
+
+def run_post_permute(tree: SGLangTree, spec: dict, run: Any) -> str | None:
+    """Run, in the path's interpreter, the post-permute its runner core's output goes through.
+
+    A runner core's output reaches the dispatcher through the function registered for
+    ``(runner backend, dispatch format)`` (``@register_post_permute``, layers/moe/moe_runner/base.py
+    341-358 in 0.5.23; ``MoeRunner.run`` calls it after ``runner_core.run``, runner.py); the path's steps
+    stop at the core, so a product there (0.5.23 deep_gemm.py 1253-1300: ``post_reorder_deepgemm(...,
+    runner_config.routed_scaling_factor)``) was not seen. Only where the path ran a core's ``run`` (not a
+    fused function, not a method that returns before its runner). Returns ``"file:line name"`` run, or None."""
+    if run.interp is None or run.skipped_runner or not any(q.endswith("RunnerCore.run") for _, q in run.steps):
+        return None
+    key = spec.get("via", spec["id"])
+    a2a = key[len(path_keys.FUSED):].split("/")[0] if key.startswith(path_keys.FUSED) else "none"
+    found = _post_permutes(tree.root).get((path_keys.runner(key), "standard" if a2a == "none" else a2a))
+    if found is None:
+        return None
+    rel, name, line = found
+    run.interp.run_function(rel, name, [], {})
+    return f"{_short(rel)}:{line} {name}"
+
+
+@lru_cache(maxsize=8)
+def _post_permutes(root: Any) -> dict[tuple[str, str], tuple[str, str, int]]:
+    """``(runner backend, dispatch format) -> (file, function, line)`` of every function a release's
+    runners register with ``@register_post_permute("<runner>", "<format>")``."""
+    out = {}
+    folder = Path(root) / "sglang/srt/layers/moe/moe_runner"
+    for f in sorted(folder.glob("*.py")) if folder.is_dir() else ():
+        text = f.read_text(encoding="utf-8", errors="replace")
+        if "register_post_permute" not in text:
+            continue
+        for node in ast.parse(text).body:
+            for d in getattr(node, "decorator_list", []):
+                if isinstance(d, ast.Call) and getattr(d.func, "id", None) == "register_post_permute" \
+                        and len(d.args) == 2 and all(isinstance(a, ast.Constant) for a in d.args):
+                    out.setdefault((d.args[0].value, d.args[1].value),
+                                   (f"sglang/srt/layers/moe/moe_runner/{f.name}", node.name, node.lineno))
+    return out
+
+
+def custom_op_rejects(tree: SGLangTree, run: Any) -> tuple[str, int, str] | None:
+    """``(file, line, what)`` of a call the run reached that hands None to a registered torch custom op
+    for a parameter annotated ``int``/``float``/``bool`` (not Optional); None when there is none.
+
+    ``@register_custom_op`` registers the function as ``torch.ops.sglang.<name>`` with the schema
+    ``torch.library.infer_schema`` reads from its annotations (utils/custom_op.py 119-165,
+    utils/common.py 2824-2830 in 0.5.19), and calls go through that op (``real_impl``), which takes no
+    None for such a parameter: BailingMoeV3 passes no ``routing_method_type`` (FusedMoE's None), and
+    ``trtllm_fp8_block_scale_moe_out_wrapper(..., routing_method_type: int = 0)`` (layers/moe/
+    flashinfer_trtllm_moe.py 40-65 in 0.5.19) gets it. Only sink calls the run recorded are read, and
+    only when every one of them that is such an op rejects (a method path; a runner-level path spans
+    methods whose quant info differ); an argument counts when each value it may take is None or not
+    known (never a value the op accepts)."""
+    ops, found = _custom_ops(tree.root), []
+    for h in run.interp.hits if run.interp is not None else ():
+        sig = ops.get(h.callee)
+        if sig is None:
+            continue
+        rel, line, params = sig
+        bound = {**{params[i][0]: a for i, a in enumerate(h.args) if i < len(params)}, **h.kwargs}
+        bad = None
+        for name, ann in params:
+            v = bound.get(name, cv.UNK)
+            opts = v.options if isinstance(v, cv.Multi) else (v,)
+            if ann in ("int", "float", "bool") and any(o is None for o in opts) \
+                    and all(o is None or o is cv.UNK for o in opts):
+                bad = (_short(h.file), h.line, f"{h.callee}() gets {name}=None, a custom op whose schema takes "
+                       f"{ann} ({_short(rel)}:{line} @register_custom_op)")
+                break
+        found.append(bad)
+    return found[0] if found and all(found) else None
+
+
+@lru_cache(maxsize=8)
+def _custom_ops(root: Any) -> dict[str, tuple[str, int, tuple[tuple[str, str], ...]]]:
+    """``name -> (file, line, ((parameter, annotation), ...))`` of every function of ``sglang/srt``
+    decorated ``@register_custom_op`` (with or without arguments)."""
+    out = {}
+    base = Path(root) / "sglang/srt"
+    for f in sorted(base.rglob("*.py")):
+        text = f.read_text(encoding="utf-8", errors="replace")
+        if "@register_custom_op" not in text:
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef) and any(
+                    (d.func if isinstance(d, ast.Call) else d).__dict__.get("id") == "register_custom_op"
+                    for d in node.decorator_list):
+                args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+                out.setdefault(node.name, ("sglang/srt/" + str(f.relative_to(base)), node.lineno, tuple(
+                    (a.arg, ast.unparse(a.annotation) if a.annotation is not None else "") for a in args)))
+    return out
+
+
+__all__ = ["custom_op_rejects", "run_post_permute"]

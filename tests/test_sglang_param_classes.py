@@ -1,0 +1,155 @@
+"""Classes of error of the parameter audit (``audit-sglang --param``) found against the 35 blind hand
+readings of issue 36 (``sglang/data/param_hand_readings.yaml``), one test per class, each on the
+released source and at a line found here by scanning the file's text.
+
+Hand readings (the rules):
+- The runner's post-permute: a runner core's output reaches the dispatcher through the function its
+  runner registers for ``(runner, format)`` (``@register_post_permute("deep_gemm", "standard")``);
+  on deep_gemm it is ``post_reorder_deepgemm(..., runner_config.routed_scaling_factor)``, the weighted
+  sum times the factor (kernels/ops/moe/ep_moe_kernels.py: "routed_scaling_factor is folded into the
+  store"). Fp8MoEMethod on deep_gemm (0.5.19 ``deep-gemm-contiguous``) does not fold it into top-k
+  (layer.py ``_fuses_routed_scaling_factor_in_topk``), the model does not (standard dispatch):
+  APPLIED once, there. triton_kernels' post-permute to standard multiplies the output by it
+  (triton_kernels.py, ``hidden_states.mul_(runner_config.routed_scaling_factor)``): the triton-kernels
+  path was DROPPED, it is APPLIED.
+- TopKConfig fields the model does not pass: BailingMoeV3 in 0.5.19/0.5.20 builds TopK without
+  ``scoring_func`` (0.5.21 passes ``scoring_func=self.score_function``), so TopKConfig holds TopK's
+  default ``"softmax"``; the Ascend gate reads it: ``norm_type=(0 if topk_config.scoring_func ==
+  "softmax" else 1)``, "1 for sigmoid, 0 for softmax" (hardware_backend/npu/moe/topk.py). Ling's gate
+  scores with sigmoid: 0.5.20 ModelSlimFusedMoEMethod/ascend routes with softmax scores -> WRONG, all three.
+- The Ascend gate with Ling's sigmoid scores (0.5.21+): ``torch.ops.npu.npu_moe_gating_top_k`` is
+  compiled; SGLang states what it does with the top-k weights' normalisation (models/llada2.py: "fused_topk_npu()
+  conducting norm before scale with routed_scaling_factor by default") but not whether the bias is used for
+  selection only, nor how ``group_select_mode=1`` scores a group -> norm_topk_prob APPLIED,
+  correction_bias and grouped_topk UNDECIDED (they were APPLIED, norm_topk_prob UNDECIDED).
+- A registered custom op handed None where its schema takes an int: ``@register_custom_op`` registers
+  ``torch.ops.sglang.<name>`` with the schema ``torch.library.infer_schema`` reads from the annotations
+  (utils/custom_op.py, utils/common.py); 0.5.19 CompressedTensorsW8A8Fp8MoE on flashinfer_trtllm copies
+  ``layer.routing_method_type`` (None: Bailing passes none) into its quant info and the runner hands it to
+  ``trtllm_fp8_block_scale_moe_out_wrapper(..., routing_method_type: int = 0)``: the op rejects None,
+  the path cannot run Ling -> UNUSABLE for every parameter (it was UNDECIDED).
+- An all-to-all dispatcher that materialises TopK: 0.5.19 FlashinferDispatcher.dispatch turns a bypassed
+  TopK output into the standard one (``topk_output.to_standard()``, select_experts with the same
+  TopKConfig) before the TRT-LLM runner, whose routed kernels then take ids and weights only: routing
+  is TopK's (biased_grouped_topk) -> APPLIED for the three routing parameters (it was UNDECIDED).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from nvfp4study.sglang.param_audit import ParamVerdict, audit_param
+from sglang_fixtures import released
+
+RUNNERS = "sglang/srt/layers/moe/moe_runner"
+
+
+def _line(tree, rel: str, pattern: str, after: int = 0) -> int:
+    """The first line (1-based) at or after ``after`` of ``rel`` matching ``pattern``."""
+    lines = (tree.root / rel).read_text().splitlines()
+    return next(i + 1 for i, t in enumerate(lines) if i + 1 >= after and re.search(pattern, t))
+
+
+def test_the_runner_post_permute_applies_the_factor():
+    """Class: the product in the runner's registered post-permute was not seen (the path's steps stop
+    at the core): 0.5.19 deep-gemm-contiguous was UNDECIDED, the readers' APPLIED."""
+    tree = released("0.5.19")
+    rel = f"{RUNNERS}/deep_gemm.py"
+    reg = _line(tree, rel, r'@register_post_permute\("deep_gemm", "standard"\)')
+    call = _line(tree, rel, r"^\s+post_reorder_deepgemm\(", reg)
+    (row,) = audit_param(tree, "routed_scaling_factor", ["deep-gemm-contiguous"])
+    assert row.verdict == ParamVerdict.APPLIED, row.rule
+    assert row.parts == {"top-k": 0, "runner": 1, "model": 0}
+    assert (row.file, row.line) == ("layers/moe/moe_runner/deep_gemm.py", call)
+    # the same class on triton_kernels: TopK's TRITON_KERNEL format never folds the factor, the post-permute
+    # to standard multiplies the output by it (hidden_states.mul_(runner_config.routed_scaling_factor))
+    tree = released("0.5.23")
+    rel = f"{RUNNERS}/triton_kernels.py"
+    reg = _line(tree, rel, r'@register_post_permute\("triton_kernel", "standard"\)')
+    mul = _line(tree, rel, r"hidden_states\.mul_\(runner_config\.routed_scaling_factor\)", reg)
+    (row,) = audit_param(tree, "routed_scaling_factor", ["triton-kernels"])
+    assert row.verdict == ParamVerdict.APPLIED and row.parts["runner"] == 1, row.rule
+    assert (row.file, row.line) == ("layers/moe/moe_runner/triton_kernels.py", mul)
+
+
+NPU_TOPK = "sglang/srt/hardware_backend/npu/moe/topk.py"
+
+
+def test_a_topk_field_the_model_does_not_pass_takes_topks_default():
+    """Class: Ling's TopKConfig was one set of facts for every release (scoring_func "sigmoid"); a
+    field BailingMoeV3 does not pass is TopK's default in that release."""
+    tree = released("0.5.20")
+    model = (tree.root / "sglang/srt/models/bailing_moe_v3.py").read_text()
+    assert "scoring_func" not in model  # the model never passes it
+    _line(tree, "sglang/srt/layers/moe/topk.py", r'^\s+scoring_func: str = "softmax",')
+    gate = _line(tree, NPU_TOPK, r"torch\.ops\.npu\.npu_moe_gating_top_k\(")
+    _line(tree, NPU_TOPK, r'norm_type=\(0 if topk_config\.scoring_func == "softmax" else 1\)', gate)
+    for name in ("norm_topk_prob", "correction_bias", "grouped_topk"):
+        (row,) = audit_param(tree, name, ["ModelSlimFusedMoEMethod/ascend"])
+        assert row.verdict == ParamVerdict.WRONG, (name, row.rule)
+        assert (row.file, row.line) == ("hardware_backend/npu/moe/topk.py", gate), name
+    # 0.5.21 passes it: the same gate scores with sigmoid there
+    tree = released("0.5.21")
+    assert "scoring_func=self.score_function" in (tree.root / "sglang/srt/models/bailing_moe_v3.py").read_text()
+    (row,) = audit_param(tree, "norm_topk_prob", ["NPUCompressedTensorsW4A8mxfp4MoE/ascend"])
+    assert row.verdict != ParamVerdict.WRONG, row.rule
+
+
+@pytest.mark.parametrize("version", ["0.5.21", "0.5.22"])
+def test_the_ascend_gate_decides_what_the_source_states(version):
+    """Class: the compiled Ascend gate with Ling's sigmoid scores was APPLIED for the bias and the groups
+    (their use not stated) and UNDECIDED for the renormalisation (stated in models/llada2.py)."""
+    tree = released(version)
+    llada = (tree.root / "sglang/srt/models/llada2.py").read_text()
+    assert "fused_topk_npu() conducting norm before scale with routed_scaling_factor by default" in llada
+    gate = _line(tree, NPU_TOPK, r"torch\.ops\.npu\.npu_moe_gating_top_k\(")
+    path = {"0.5.21": "NPUCompressedTensorsW4A8mxfp4MoE/ascend",
+            "0.5.22": "NPUCompressedTensorsW8A8Int8DynamicMoE/ascend"}[version]
+    want = {"norm_topk_prob": ParamVerdict.APPLIED, "correction_bias": ParamVerdict.UNDECIDED,
+            "grouped_topk": ParamVerdict.UNDECIDED}
+    for name, verdict in want.items():
+        (row,) = audit_param(tree, name, [path])
+        assert row.verdict == verdict, (name, row.rule)
+        assert (row.file, row.line) == ("hardware_backend/npu/moe/topk.py", gate), name
+
+
+def test_a_custom_op_that_takes_no_none_makes_the_path_unusable():
+    """Class: BailingMoeV3 passes no routing_method_type (FusedMoE's None); a TRT-LLM path that hands it to
+    SGLang's registered custom op, whose schema is inferred from ``routing_method_type: int = 0``, raises
+    for Ling whatever the parameter: UNUSABLE (it was UNDECIDED, the runner's routing method 'not read')."""
+    tree = released("0.5.19")
+    ops = "sglang/srt/layers/moe/flashinfer_trtllm_moe.py"
+    reg = _line(tree, ops, r"^@register_custom_op\(")
+    op = _line(tree, ops, r"^def trtllm_fp8_block_scale_moe_out_wrapper\(", reg)
+    _line(tree, ops, r"^\s+routing_method_type: int = 0,", op)
+    fp8 = f"{RUNNERS}/flashinfer_trtllm.py"
+    call = _line(tree, fp8, r"^\s+trtllm_fp8_block_scale_moe_out_wrapper\(")
+    for name in ("routed_scaling_factor", "norm_topk_prob", "correction_bias", "grouped_topk"):
+        (row,) = audit_param(tree, name, ["CompressedTensorsW8A8Fp8MoE/flashinfer_trtllm"])
+        assert row.verdict == ParamVerdict.UNUSABLE, (name, row.rule)
+        assert (row.file, row.line) == ("layers/moe/moe_runner/flashinfer_trtllm.py", call), name
+        assert "routing_method_type=None" in row.rule
+    # Fp8MoEMethod (fp8-trtllm) defaults the None to DeepSeekV3 before the same call (fp8.py): not this class
+    (row,) = audit_param(tree, "correction_bias", ["fp8-trtllm"])
+    assert row.verdict == ParamVerdict.APPLIED, row.rule
+
+
+def test_a_dispatcher_that_materialises_topk_routes_with_select_experts():
+    """Class: TopK bypassed to a TRT-LLM runner behind an all-to-all dispatcher that turns the bypassed
+    output into TopK's standard one (``topk_output.to_standard()``) before the runner: the runner's
+    routed kernels only take the ids, TopK's select_experts routes (biased_grouped_topk with Ling's
+    bias, groups and renormalisation) -> APPLIED (it was UNDECIDED: the routed kernel 'not read')."""
+    tree = released("0.5.19")
+    disp = "sglang/srt/layers/moe/token_dispatcher/flashinfer.py"
+    start = _line(tree, disp, r"^    def dispatch\(")
+    mat = _line(tree, disp, r"topk_output = topk_output\.to_standard\(\)", start)
+    for name in ("norm_topk_prob", "correction_bias", "grouped_topk"):
+        (row,) = audit_param(tree, name, ["fused:flashinfer/flashinfer_trtllm"])
+        assert row.verdict == ParamVerdict.APPLIED, (name, row.rule)
+        assert (row.file, row.line) == ("layers/moe/token_dispatcher/flashinfer.py", mat), name
+        assert "biased_grouped_topk()" in row.rule
+    # the standard dispatcher hands the bypassed output on: the runner's kernels still decide there
+    (row,) = audit_param(tree, "correction_bias", ["fused:none/flashinfer_trtllm"])
+    assert "to_standard" not in row.rule
