@@ -67,6 +67,9 @@ class Reading:
     reason: str
     reader: str
     sample: str = "first"  # "second" ... "sixth" (:data:`HELD_OUT`; data/hand_readings.yaml header)
+    #: why the reading is left out of the comparison (added by the study, never by the reader: it
+    #: answers another question than the audit's row); "" when it is compared
+    not_compared: str = ""
 
 
 @cache
@@ -84,7 +87,7 @@ def hand_readings() -> tuple[dict[str, Any], tuple[Reading, ...]]:
     for i, r in enumerate(doc.get("readings") or []):
         try:
             rd = Reading(str(r["release"]), r["path"], r["verdict"], r["device"], tuple(r["deciding"]),
-                         r["reason"], r["reader"], str(r.get("sample", "first")))
+                         r["reason"], r["reader"], str(r.get("sample", "first")), str(r.get("not_compared") or ""))
         except (KeyError, TypeError) as exc:
             raise HandReadingsError(f"hand reading #{i} lacks {exc}") from exc
         if rd.verdict not in verdicts:
@@ -124,13 +127,14 @@ class Agreement:
     confusion: dict[str, dict[str, int]]   # hand verdict -> audit verdict -> readings
     pairs: list[dict[str, Any]]
     not_audited: list[str] = field(default_factory=list)  # "release path" of readings left out
+    not_compared: list[str] = field(default_factory=list)  # "release path: why" (Reading.not_compared)
     trusted_kinds: list[str] = field(default_factory=list)
     by_sample: dict[str, dict[str, Any]] = field(default_factory=dict)  # "first" ... "sixth"
 
     def as_json(self) -> dict[str, Any]:
         return {"overall": self.overall, "by_kind": self.by_kind, "by_release": self.by_release,
                 "confusion": self.confusion, "trusted_kinds": self.trusted_kinds,
-                "not_audited": self.not_audited, "rule": RULE, "by_sample": self.by_sample,
+                "not_audited": self.not_audited, "not_compared": self.not_compared, "rule": RULE, "by_sample": self.by_sample,
                 "pairs": self.pairs}
 
     def sentence(self) -> str:
@@ -154,14 +158,18 @@ class Agreement:
 def compare(rows: list[Any], readings: tuple[Reading, ...] | None = None) -> Agreement:
     """Compare audit ``rows`` (any releases) with the hand ``readings`` (default: the stored ones).
 
-    A reading of a release the rows do not cover is left out (listed in ``not_audited``); on a
-    covered release a path the rows lack is compared as :data:`NOT_LISTED` (a disagreement).
+    A reading of a release the rows do not cover is left out (listed in ``not_audited``), as is one
+    marked :attr:`Reading.not_compared` (listed in ``not_compared`` with why); on a covered release a
+    path the rows lack is compared as :data:`NOT_LISTED` (a disagreement).
     """
     readings = hand_readings()[1] if readings is None else readings
     audit = {(x["release"], x["path"]): x["verdict"] for x in map(_row, rows)}
     covered = {rel for rel, _ in audit}
-    pairs, left = [], []
+    pairs, left, apart = [], [], []
     for rd in readings:
+        if rd.not_compared:
+            apart.append(f"{rd.release} {rd.path}: {rd.not_compared}")
+            continue
         if rd.release not in covered:
             left.append(f"{rd.release} {rd.path}")
             continue
@@ -181,7 +189,7 @@ def compare(rows: list[Any], readings: tuple[Reading, ...] | None = None) -> Agr
         row[p["audit"]] = row.get(p["audit"], 0) + 1
     trusted = [g for g, x in by_kind.items() if x["n"] >= MIN_READINGS and x["rate"] >= MIN_AGREEMENT]
     return Agreement(_rate(sum(p["agree"] for p in pairs), len(pairs)), by_kind, group("release"),
-                     confusion, pairs, left, trusted, group("sample"))
+                     confusion, pairs, left, apart, trusted, group("sample"))
 
 
 def counted_verdicts(rows: list[Any], agreement: Agreement,
@@ -190,7 +198,7 @@ def counted_verdicts(rows: list[Any], agreement: Agreement,
     "verdict", "source"}``, source ``catalogued`` / ``hand`` (the hand verdict replaces the
     audit's) / ``trusted kind`` / ``machine`` (the audit's reading, not counted with the others)."""
     readings = hand_readings()[1] if readings is None else readings
-    hand = {(r.release, r.path): r.verdict for r in readings}
+    hand = {(r.release, r.path): r.verdict for r in readings if not r.not_compared}
     trusted = set(agreement.trusted_kinds)
     out = []
     for x in map(_row, rows):
@@ -279,7 +287,9 @@ def finding(res: dict[str, Any], main_rows: list[Any], version: str) -> dict[str
                     f"lib/nvfp4study/sglang/data/hand_readings.yaml) against the audit of sglang "
                     f"{', '.join(sorted(a.by_release))}"),
         note=res["sentence"] + " " + RULE
-             + (f" Left out (release not audited): {', '.join(a.not_audited)}." if a.not_audited else ""))
+             + (f" Left out (release not audited): {', '.join(a.not_audited)}." if a.not_audited else "")
+             + (f" Not compared ({len(a.not_compared)} readings that answer another question, kept as read): "
+                f"{'; '.join(a.not_compared)}." if a.not_compared else ""))
 
 
 def tables(agreement: Agreement, counted: list[dict[str, Any]]) -> dict[str, Any]:
