@@ -50,9 +50,10 @@ ORDER = ["EXACT", "APPROX", "DROPPED", "REFUSED", "UNUSABLE", "UNDECIDED", "ABSE
 NOT_LISTED = "NOT LISTED"
 #: the sample no one who changed the audit has seen (data/hand_readings.yaml header): its
 #: agreement is the held-out measurement of the latest change; the earlier samples guided it
-HELD_OUT = "sixth"
+HELD_OUT = "seventh"
 #: the ``method`` keys of the samples, in the order they were drawn
-SAMPLE_KEYS = ("sample", "second_sample", "third_sample", "fourth_sample", "fifth_sample", "sixth_sample")
+SAMPLE_KEYS = ("sample", "second_sample", "third_sample", "fourth_sample", "fifth_sample", "sixth_sample",
+               "seventh_sample")
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class Reading:
     deciding: tuple[str, ...]
     reason: str
     reader: str
-    sample: str = "first"  # "second" ... "sixth" (:data:`HELD_OUT`; data/hand_readings.yaml header)
+    sample: str = "first"  # "second" ... "seventh" (:data:`HELD_OUT`; data/hand_readings.yaml header)
     #: why the reading is left out of the comparison (added by the study, never by the reader: it
     #: answers another question than the audit's row); "" when it is compared
     not_compared: str = ""
@@ -129,7 +130,7 @@ class Agreement:
     not_audited: list[str] = field(default_factory=list)  # "release path" of readings left out
     not_compared: list[str] = field(default_factory=list)  # "release path: why" (Reading.not_compared)
     trusted_kinds: list[str] = field(default_factory=list)
-    by_sample: dict[str, dict[str, Any]] = field(default_factory=dict)  # "first" ... "sixth"
+    by_sample: dict[str, dict[str, Any]] = field(default_factory=dict)  # "first" ... "seventh"
 
     def as_json(self) -> dict[str, Any]:
         return {"overall": self.overall, "by_kind": self.by_kind, "by_release": self.by_release,
@@ -318,12 +319,16 @@ def tables(agreement: Agreement, counted: list[dict[str, Any]]) -> dict[str, Any
 #: never by whoever changes the audit): ``method:`` (blind, seeds, readers) and ``readings:``, each
 #: ``{release, path, device, readings: {param: {verdict, deciding: [file:line what], reason}}, reader}``
 PARAM_READINGS = "data/param_hand_readings.yaml"
+#: the parameter sample no one who changed the parameter audit has seen (the file's header): drawn
+#: after the audit's last change, its agreement is the held-out measurement; the first guided changes
+PARAM_HELD_OUT = "second"
 
 
 def param_hand_readings(path: Path | None = None) -> tuple[dict[str, Any], dict[str, tuple[Reading, ...]]]:
     """``(method, {parameter: readings})`` from :data:`PARAM_READINGS` (or ``path``); ``({}, {})``
     when the file is absent or empty (agreement not run). Each reading of one parameter is a
-    :class:`Reading` (``sample`` ``"param"``).
+    :class:`Reading` (``sample``: the entry's ``sample``, ``"first"`` when it has none;
+    :data:`PARAM_HELD_OUT`).
 
     Raises:
         HandReadingsError: an entry lacks a field, names a parameter the audit does not follow,
@@ -349,7 +354,8 @@ def param_hand_readings(path: Path | None = None) -> tuple[dict[str, Any], dict[
             if name not in moe_params.names():
                 raise HandReadingsError(f"parameter hand reading #{i}: {name!r} is not a followed parameter")
             try:
-                rd = Reading(release, p, r["verdict"], device, tuple(r["deciding"]), r["reason"], reader, "param")
+                rd = Reading(release, p, r["verdict"], device, tuple(r["deciding"]), r["reason"], reader,
+                             str(e.get("sample", "first")))
             except (KeyError, TypeError) as exc:
                 raise HandReadingsError(f"parameter hand reading #{i} ({name}) lacks {exc}") from exc
             if rd.verdict not in moe_params.verdicts(name):
@@ -367,8 +373,9 @@ def param_agreement(rows_by_param: dict[str, list[Any]],
                     readings: dict[str, tuple[Reading, ...]] | None = None) -> dict[str, dict[str, Any]]:
     """Per parameter, the audit's rows (``audit-sglang --param``: :class:`~nvfp4study.sglang.
     param_audit.ParamResult` or their JSON) against the blind readings: ``{"overall": {agree, n,
-    rate, wilson95}, "by_release", "confusion": hand -> audit -> readings, "pairs", "sentence"}``,
-    or ``{"not_run": why}`` for a parameter with no readings or no rows."""
+    rate, wilson95}, "by_release", "by_sample", "confusion": hand -> audit -> readings, "pairs",
+    "sentence"}`` (the sentence adds the :data:`PARAM_HELD_OUT` sample alone when there is one), or
+    ``{"not_run": why}`` for a parameter with no readings or no rows."""
     readings = param_hand_readings()[1] if readings is None else readings
     out: dict[str, dict[str, Any]] = {}
     for name in sorted(set(readings) | set(rows_by_param)):
@@ -378,11 +385,15 @@ def param_agreement(rows_by_param: dict[str, list[Any]],
             continue
         a = compare(rows, rds)
         o = a.overall
+        held = a.by_sample.get(PARAM_HELD_OUT)
         sentence = (f"{name}: the audit agreed with a blind hand reading on {o['agree']} of {o['n']} paths"
                     + (f" ({pct(o['rate'])}, Wilson 95 % {pct(o['wilson95'][0])} to {pct(o['wilson95'][1])})"
-                       if o["n"] else " (no reading on an audited release)"))
-        out[name] = {"overall": o, "by_release": a.by_release, "confusion": a.confusion, "pairs": a.pairs,
-                     "not_audited": a.not_audited, "sentence": sentence}
+                       if o["n"] else " (no reading on an audited release)")
+                    + (f"; on the {PARAM_HELD_OUT} sample alone (drawn after the audit's last change, held out) "
+                       f"{held['agree']} of {held['n']} ({pct(held['rate'])}, Wilson 95 % {pct(held['wilson95'][0])} "
+                       f"to {pct(held['wilson95'][1])})" if held and held["n"] and len(a.by_sample) > 1 else ""))
+        out[name] = {"overall": o, "by_release": a.by_release, "by_sample": a.by_sample, "confusion": a.confusion,
+                     "pairs": a.pairs, "not_audited": a.not_audited, "sentence": sentence}
     return out
 
 
@@ -393,6 +404,6 @@ def param_agreement_sentence(result: dict[str, dict[str, Any]]) -> str:
     return " ".join(x.get("sentence") or f"{k}: agreement not run ({x['not_run']})." for k, x in result.items())
 
 
-__all__ = ["PARAM_READINGS", "param_agreement", "param_agreement_sentence", "param_hand_readings", "CLAIM", "MIN_AGREEMENT", "MIN_READINGS", "NOT_LISTED", "ORDER", "RULE", "Agreement",
+__all__ = ["PARAM_HELD_OUT", "PARAM_READINGS", "param_agreement", "param_agreement_sentence", "param_hand_readings", "CLAIM", "MIN_AGREEMENT", "MIN_READINGS", "NOT_LISTED", "ORDER", "RULE", "Agreement",
            "HandReadingsError", "Reading", "compare", "counted_verdicts", "finding", "hand_readings",
            "ledger_measured", "pct", "release_counts", "stage_counts", "tables", "write"]
