@@ -20,6 +20,7 @@ import yaml
 from nvfp4study.core.errors import HandReadingsError
 from nvfp4study.report import findings
 from nvfp4study.sglang import agreement as ag
+from nvfp4study.sglang import moe_params
 from nvfp4study.sglang.audit import audit_tree
 from nvfp4study.sglang.audit_sinks import ClampVerdict
 from sglang_fixtures import VERSIONS, released
@@ -150,9 +151,15 @@ def test_agreement_counted_by_hand(doc, rows):
     assert got.not_compared == [f"{r['release']} {r['path']}: {r['not_compared']}" for r in apart]
     # left apart only where the reader's own reason says the default dispatch gives another verdict
     # and the recorded one comes from a --moe-a2a-backend the key does not name (the header's rule)
-    assert len(apart) == 3 and all("--moe-a2a-backend deepep" in r["reason"] and "exact" in r["reason"].lower()
-                                   and r["verdict"] == "DROPPED" and not r["path"].startswith("fused:")
-                                   for r in apart)
+    a2a = [r for r in apart if "deepep" in r["not_compared"]]
+    assert len(a2a) == 3 and all("--moe-a2a-backend deepep" in r["reason"] and "exact" in r["reason"].lower()
+                                 and r["verdict"] == "DROPPED" and not r["path"].startswith("fused:") for r in a2a)
+    # ... and every reading of an environment-gated fused function that judged it as registered (not
+    # UNUSABLE), while the audit judges the default environment (moe_params.yaml env_gated_fused_func)
+    gated = [r for r in doc["readings"] if r["path"].endswith("/experimental_sgl_trtllm")]
+    assert {(r["release"], r["path"]) for r in apart if r not in a2a} == {
+        (r["release"], r["path"]) for r in gated if r["verdict"] != "UNUSABLE"} and len(apart) == 7
+    assert moe_params.shared()["env_gated_fused_func"] == "unusable"
     # issue 23's bar: at least 95 % over the readings of its three samples, the held-out third too
     # (issue 36's bar on the held-out sample: test_the_held_out_sample_agrees_at_95_percent)
     k3 = sum(r["verdict"] == a for r, a in pairs if r.get("sample", "first") in ("first", "second", "third"))
@@ -285,7 +292,9 @@ def test_headline_on_the_released_trees(rows):
     "issue 36's bar, not met: the seventh sample (30 blind readings drawn at 990a2a1, after the audit's last "
     "change, read by G1 .. G4 with the compiled kernels' forms as facts, seen by no one who changed the audit) "
     "agreed on 25 of 30 (83.3 %) on 2026-12-06; the sixth, which with the fourth and fifth guided that change, "
-    "25 -> 26 of 30; strict: passing means the audit reached the bar, and this mark must go"))
+    "25 -> 26 of 30. The seventh then guided one more change (environment-gated fused functions UNUSABLE under "
+    "the default environment; G4's reading, made with the flag set, not compared): 25 of 29 after it, a sample "
+    "held out no more; strict: passing means the audit reached the bar, and this mark must go"))
 def test_the_held_out_sample_agrees_at_95_percent(doc, rows):
     """Issue 36: at least 95 % over a fresh blind sample of at least 30 derived paths drawn after the
     last change of the audit and seen by no one who changed it (:data:`agreement.HELD_OUT`)."""

@@ -31,10 +31,9 @@ RUNNER_RAISE = {"0.5.19": 163, "0.5.20": 170, "0.5.21": 178, "0.5.22": 178, "0.5
 GATED = ("fused:none/experimental_sgl_trtllm", "ModelOptNvFp4FusedMoEMethod/experimental_sgl_trtllm")
 
 
-def test_env_gated_fused_func_is_unusable_under_that_policy(monkeypatch):
+def test_env_gated_fused_func_is_unusable_under_the_shipped_policy():
     # moe_params.yaml shared.env_gated_fused_func: unusable (what a default launch does)
-    shared = {**moe_params.shared(), "env_gated_fused_func": "unusable"}
-    monkeypatch.setattr(moe_params, "shared", lambda: shared)
+    assert moe_params.shared()["env_gated_fused_func"] == "unusable"
     for v in VERSIONS:
         rows = {r.path: r for r in audit_tree(released(v), list(GATED))}
         for key in GATED:
@@ -45,9 +44,12 @@ def test_env_gated_fused_func_is_unusable_under_that_policy(monkeypatch):
             assert "layers/moe/moe_runner/flashinfer_trtllm.py:" in r.rule
 
 
-def test_env_gated_fused_func_is_named_under_the_default_policy():
-    # the shipped policy ("note"): judged as if the flag were set, the gate in the trail
-    assert moe_params.shared()["env_gated_fused_func"] == "note"
+def test_env_gated_fused_func_is_named_under_the_note_policy(monkeypatch):
+    # the other policy ("note"): judged as if the flag were set, the gate in the trail. The shipped one is
+    # "unusable" (issue 36 judges the default environment)
+    assert moe_params.shared()["env_gated_fused_func"] == "unusable"
+    shared = {**moe_params.shared(), "env_gated_fused_func": "note"}
+    monkeypatch.setattr(moe_params, "shared", lambda: shared)
     rows = {r.path: r for r in audit_tree(released("0.5.23"), list(GATED))}
     assert {k: r.verdict.value for k, r in rows.items()} == {GATED[0]: "DROPPED", GATED[1]: "APPROX"}
     for r in rows.values():

@@ -191,13 +191,18 @@ def test_super_init_sets_the_flags_a_subclass_reads():
         "ModelOptNvFp4OnlineFusedMoEMethod/flashinfer_cutlass": "APPROX"}
 
 
-def test_payload_passed_on_unknown_is_narrowed_by_the_callee():
+def test_payload_passed_on_unknown_is_narrowed_by_the_callee(monkeypatch):
     # the experimental_sgl_trtllm fused func hands its quant_info on to
     # fused_experts_none_to_flashinfer_trtllm (lora/trtllm_lora_temp/sgl_backend.py 15-26 in 0.5.20),
     # whose isinstance dispatch takes the FP4 kernel for the NVFP4 payload, not the BF16/FP8 ones
     # (flashinfer_trtllm.py 1628-1636; hand reading part2: APPROX, read with the flag set). The fused
     # func is registered only when SGLANG_EXPERIMENTAL_LORA_OPTI is set (flashinfer_trtllm.py 1753-1755
-    # in 0.5.20): the path's trail says so (issue 36; moe_params.yaml shared.env_gated_fused_func)
+    # in 0.5.20): the path's trail says so (issue 36; moe_params.yaml shared.env_gated_fused_func, here
+    # "note": judged as if the flag were set; the shipped "unusable" stops at MoeRunner's raise)
+    from nvfp4study.sglang import moe_params
+
+    shared = {**moe_params.shared(), "env_gated_fused_func": "note"}
+    monkeypatch.setattr(moe_params, "shared", lambda: shared)
     r = sa.audit_tree(released("0.5.20"), ["ModelOptNvFp4OnlineFusedMoEMethod/experimental_sgl_trtllm"])[0]
     assert (r.verdict.value, r.sink) == ("APPROX", "trtllm_fp4_block_scale_routed_moe")
     assert any(f.startswith("not built by default: layers/moe/moe_runner/runner.py:170") and
