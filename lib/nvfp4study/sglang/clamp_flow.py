@@ -44,6 +44,7 @@ from .clamp_values import (
     truth,
 )
 from .code_index import attribute_never_set, bound_in_module, class_methods, module_level, walk
+from .construction_sites import construction_args
 from .platforms import PLATFORMS, true_on
 
 
@@ -154,6 +155,9 @@ class Interp(ExprEval):
             return False
         frame = Frame(self.module(rel), qualname.split(".")[0] if "." in qualname else None, qualname)
         self._bind(fn, frame, [], {}, method_call=False)
+        if qualname.count(".") == 1 and qualname.endswith(".__init__"):
+            # a method's constructor gets the arguments the FusedMoE layer builds it with
+            frame.locals.update(construction_args(self, qualname.split(".")[0], fn))
         before = len(self.refusals)
         self.exec_body(fn.body, frame)
         if frame.raises_always() and not self.exhausted:
