@@ -235,10 +235,12 @@ def _judge_clamp(tree: SGLangTree, spec: dict, run: PathRun, base: dict, sinks: 
         blockers = [x for x in interp.refusals if not x.about_param and x.certain
                     and x.text.startswith("assert")]
         # an assert on every branch Ling takes fails whatever the limit (BailingMoeV3 passes no
-        # routing_method_type; a TRT-LLM path asserts it): the path crashes at its first forward. Not
-        # one on the global backend (get_moe_runner_backend()): the path's facts are its runner's,
-        # and the global one may still be auto (gptq_kernels.py:309 in 0.5.23 asserts is_auto())
-        crash = [x for x in blockers if "get_moe_runner_backend" not in x.text]
+        # routing_method_type; a TRT-LLM path asserts it): the path crashes at its first forward.
+        # One on the global backend counts too: a key ``Method/<backend>`` is run with
+        # ``--moe-runner-backend <backend>`` (its facts), so GPTQMarlinMoEKernel.create_moe_runner's
+        # ``assert get_moe_runner_backend().is_auto()`` (gptq_kernels.py:309 in 0.5.20-0.5.23, 360
+        # in 0.5.19) fails at startup for ``/marlin``; a ``/direct`` key is run with auto
+        crash = blockers
         if crash:
             x = crash[0]
             return PathResult(**base, verdict=ClampVerdict.UNUSABLE,
