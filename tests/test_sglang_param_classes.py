@@ -153,3 +153,21 @@ def test_a_dispatcher_that_materialises_topk_routes_with_select_experts():
     # the standard dispatcher hands the bypassed output on: the runner's kernels still decide there
     (row,) = audit_param(tree, "correction_bias", ["fused:none/flashinfer_trtllm"])
     assert "to_standard" not in row.rule
+
+
+def test_a_method_that_runs_the_backend_as_another_is_no_caller_of_its_runner():
+    """Class: a runner-level path's top-k value was the worst over every method path keyed with its
+    backend, among them a method whose create_moe_runner pins another runner (0.5.22 Fp8MoEMethod runs
+    flashinfer_cutedsl as triton: "Fp8MoEMethod has no %s path; using triton"), which never reaches the
+    fused function. fused:none/flashinfer_cutedsl is reached by the ModelOpt NVFP4 methods only, whose
+    top-k folds the factor in: APPLIED (it was DROPPED; reader Q1)."""
+    tree = released("0.5.22")
+    fp8 = "sglang/srt/layers/quantization/fp8.py"
+    pin = _line(tree, fp8, r'"Fp8MoEMethod has no %s path; using triton')
+    _line(tree, fp8, r"moe_runner_backend = MoeRunnerBackend\.TRITON", pin)
+    fuses = _line(tree, "sglang/srt/layers/moe/fused_moe_triton/layer.py", r"^def _fuses_routed_scaling_factor_in_topk\(")
+    (row,) = audit_param(tree, "routed_scaling_factor", ["fused:none/flashinfer_cutedsl"])
+    assert row.verdict == ParamVerdict.APPLIED, row.rule
+    assert row.parts == {"top-k": 1, "runner": 0, "model": 0}
+    assert (row.file, row.line) == ("layers/moe/fused_moe_triton/layer.py", fuses)
+    assert "Fp8MoEMethod" not in row.evidence[0]

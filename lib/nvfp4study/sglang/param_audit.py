@@ -350,8 +350,11 @@ def topk_fused(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec,
         return False, []
     if path_keys.method(spec.get("via", spec["id"])) is None:
         backend = path_keys.runner(spec.get("via", spec["id"]))
+        # a method that runs this backend as another (its create_moe_runner pins another runner: the
+        # derived path's facts make is_<backend>() false, fp8.py 2850-2860 in 0.5.22) never reaches it
         callers = [sp for sp in specs if "missing" not in sp and path_keys.method(sp.get("via", sp["id"]))
-                   and path_keys.runner(sp.get("via", sp["id"])) == backend]
+                   and path_keys.runner(sp.get("via", sp["id"])) == backend
+                   and (sp.get("assume") or {}).get(f"is_{backend}") is not False]
         vals = [(_topk_one(tree, sp, rule, param), sp["id"]) for sp in callers]
         got = {v[0] for (v, _) in vals}
         if not vals or got == {None}:
