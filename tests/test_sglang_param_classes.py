@@ -171,3 +171,26 @@ def test_a_method_that_runs_the_backend_as_another_is_no_caller_of_its_runner():
     assert row.parts == {"top-k": 1, "runner": 0, "model": 0}
     assert (row.file, row.line) == ("layers/moe/fused_moe_triton/layer.py", fuses)
     assert "Fp8MoEMethod" not in row.evidence[0]
+
+
+def test_the_runner_sees_the_topk_output_format_topk_gives_the_path():
+    """Class: a scalar parameter's run left the runner's branches on TopK's output format open (the
+    routed-kernel branch and the logits branch both taken), where TopK decides it for the path: 0.5.23
+    TopK binds STANDARD when the layer has no routing method (``_can_bypass_trtllm_routing``: method None
+    -> False; BailingMoeV3 passes none), so the FP4 TRT-LLM runner falls back to its routed kernel with
+    ``routed_scaling_factor=None`` and top-k has folded the factor in: APPLIED once (it was UNDECIDED,
+    the logits branch's kernel 'not read'; reader Q2)."""
+    tree = released("0.5.23")
+    topk = "sglang/srt/layers/moe/topk.py"
+    can = _line(tree, topk, r"^def _can_bypass_trtllm_routing\(")
+    _line(tree, topk, r"^\s+method is None$", can)
+    rel = f"{RUNNERS}/flashinfer_trtllm.py"
+    fall = _line(tree, rel, r"if not use_routed_topk and TopKOutputChecker\.format_is_standard\(topk_output\):")
+    routed = _line(tree, rel, r"^\s+result = trtllm_fp4_block_scale_routed_moe\(\*\*moe_kwargs\)", fall)
+    _line(tree, rel, r"^\s+routed_scaling_factor=None,", fall)
+    (row,) = audit_param(tree, "routed_scaling_factor", ["ModelOptNvFp4OnlineFusedMoEMethod/flashinfer_trtllm"])
+    assert row.verdict == ParamVerdict.APPLIED, row.rule
+    assert row.parts == {"top-k": 1, "runner": 0, "model": 0}
+    assert f"layers/moe/moe_runner/flashinfer_trtllm.py:{routed} trtllm_fp4_block_scale_routed_moe() gets no " \
+        "routed_scaling_factor (None)" in row.evidence
+    assert not any("trtllm_fp4_block_scale_moe()" in e for e in row.evidence)  # the logits branch is not taken
