@@ -194,3 +194,23 @@ def test_the_runner_sees_the_topk_output_format_topk_gives_the_path():
     assert f"layers/moe/moe_runner/flashinfer_trtllm.py:{routed} trtllm_fp4_block_scale_routed_moe() gets no " \
         "routed_scaling_factor (None)" in row.evidence
     assert not any("trtllm_fp4_block_scale_moe()" in e for e in row.evidence)  # the logits branch is not taken
+
+
+def test_branches_that_route_differently_give_the_worst_branch():
+    """Class: a fused function serving several methods routes differently per method (0.5.22
+    fused_experts_none_to_flashinfer_mxfp4: the CUTLASS branches materialise TopK, the Mxfp4MoEMethod
+    SM100 trtllm-gen call passes None for the bias and the groups with routing method 1, Renormalize);
+    the audit gave UNDECIDED where the readers' instruction (and the clamp's) is the worst reachable
+    branch, in the order DROPPED, WRONG, DOUBLE, UNDECIDED, REFUSED, APPLIED (readers Q4, Q2)."""
+    tree = released("0.5.22")
+    rel = f"{RUNNERS}/flashinfer_trtllm.py"
+    call = _line(tree, rel, r"^\s+trtllm_gen_output = trtllm_fp4_block_scale_moe\($")
+    _line(tree, rel, r"^\s+None,  # routing_bias$", call)
+    _line(tree, rel, r"^\s+1,  # routing_method_type, renormalize$", call)
+    want = {"norm_topk_prob": ParamVerdict.WRONG, "correction_bias": ParamVerdict.DROPPED,
+            "grouped_topk": ParamVerdict.DROPPED}
+    for name, verdict in want.items():
+        (row,) = audit_param(tree, name, ["fused:none/flashinfer_mxfp4"])
+        assert row.verdict == verdict, (name, row.rule)
+        assert (row.file, row.line) == ("layers/moe/moe_runner/flashinfer_trtllm.py", call), name
+        assert "APPLIED" in row.rule.rsplit("(the worst of the branches: ", 1)[1], name  # the CUTLASS branch

@@ -331,15 +331,27 @@ def _hits(interp: Interp, param: moe_params.ParamSpec) -> list[tuple[str, str]]:
     return out
 
 
+#: where reachable branches differ, the worst in this order (the hand readings' instruction, data/
+#: param_hand_readings.yaml header, as the clamp's worst reachable branch): a branch not decided decides
+#: only where no branch is known to lose the parameter
+_WORST = ("DROPPED", "WRONG", "DOUBLE", "UNDECIDED", "REFUSED", "APPLIED")
+
+
 def _combine(judged: list[tuple[str, str]], where: str) -> tuple[str, str, list[str]]:
-    """One verdict from the routing functions reached: the word they share, else UNDECIDED."""
+    """One verdict from the routing functions reached: the word they share, else the worst branch
+    (:data:`_WORST`), with the branch that gives it first."""
     if not judged:
         return "UNDECIDED", f"{where}: no routing function reached", []
     words = {w for w, _ in judged}
     ev = [e for _, e in judged]
     if len(words) == 1:
         return words.pop(), ev[0], ev
-    return "UNDECIDED", f"{where}: the branches route differently ({', '.join(sorted(words))})", ev
+    worst = next((w for w in _WORST if w in words), None)
+    if worst is None:  # a word outside the order (RUNNER, TOPK): not decided here
+        return "UNDECIDED", f"{where}: the branches route differently ({', '.join(sorted(words))})", ev
+    first = next(e for w, e in judged if w == worst)
+    ev = [first] + [e for e in ev if e != first]
+    return worst, f"{first} (the worst of the branches: {', '.join(sorted(words))})", ev
 
 
 def routing_verdict(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec) -> tuple[str, str, list[str], Any]:
