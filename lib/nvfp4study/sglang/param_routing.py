@@ -347,7 +347,7 @@ def _combine(judged: list[tuple[str, str]], where: str) -> tuple[str, str, list[
     if len(words) == 1:
         return words.pop(), ev[0], ev
     worst = next((w for w in _WORST if w in words), None)
-    if worst is None:  # a word outside the order (RUNNER, TOPK): not decided here
+    if worst is None or not words <= set(_WORST):  # a word outside the order (RUNNER, TOPK): not decided here
         return "UNDECIDED", f"{where}: the branches route differently ({', '.join(sorted(words))})", ev
     first = next(e for w, e in judged if w == worst)
     ev = [first] + [e for e in ev if e != first]
