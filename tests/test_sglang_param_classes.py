@@ -153,3 +153,64 @@ def test_a_dispatcher_that_materialises_topk_routes_with_select_experts():
     # the standard dispatcher hands the bypassed output on: the runner's kernels still decide there
     (row,) = audit_param(tree, "correction_bias", ["fused:none/flashinfer_trtllm"])
     assert "to_standard" not in row.rule
+
+
+def test_a_method_that_runs_the_backend_as_another_is_no_caller_of_its_runner():
+    """Class: a runner-level path's top-k value was the worst over every method path keyed with its
+    backend, among them a method whose create_moe_runner pins another runner (0.5.22 Fp8MoEMethod runs
+    flashinfer_cutedsl as triton: "Fp8MoEMethod has no %s path; using triton"), which never reaches the
+    fused function. fused:none/flashinfer_cutedsl is reached by the ModelOpt NVFP4 methods only, whose
+    top-k folds the factor in: APPLIED (it was DROPPED; reader Q1)."""
+    tree = released("0.5.22")
+    fp8 = "sglang/srt/layers/quantization/fp8.py"
+    pin = _line(tree, fp8, r'"Fp8MoEMethod has no %s path; using triton')
+    _line(tree, fp8, r"moe_runner_backend = MoeRunnerBackend\.TRITON", pin)
+    fuses = _line(tree, "sglang/srt/layers/moe/fused_moe_triton/layer.py", r"^def _fuses_routed_scaling_factor_in_topk\(")
+    (row,) = audit_param(tree, "routed_scaling_factor", ["fused:none/flashinfer_cutedsl"])
+    assert row.verdict == ParamVerdict.APPLIED, row.rule
+    assert row.parts == {"top-k": 1, "runner": 0, "model": 0}
+    assert (row.file, row.line) == ("layers/moe/fused_moe_triton/layer.py", fuses)
+    assert "Fp8MoEMethod" not in row.evidence[0]
+
+
+def test_the_runner_sees_the_topk_output_format_topk_gives_the_path():
+    """Class: a scalar parameter's run left the runner's branches on TopK's output format open (the
+    routed-kernel branch and the logits branch both taken), where TopK decides it for the path: 0.5.23
+    TopK binds STANDARD when the layer has no routing method (``_can_bypass_trtllm_routing``: method None
+    -> False; BailingMoeV3 passes none), so the FP4 TRT-LLM runner falls back to its routed kernel with
+    ``routed_scaling_factor=None`` and top-k has folded the factor in: APPLIED once (it was UNDECIDED,
+    the logits branch's kernel 'not read'; reader Q2)."""
+    tree = released("0.5.23")
+    topk = "sglang/srt/layers/moe/topk.py"
+    can = _line(tree, topk, r"^def _can_bypass_trtllm_routing\(")
+    _line(tree, topk, r"^\s+method is None$", can)
+    rel = f"{RUNNERS}/flashinfer_trtllm.py"
+    fall = _line(tree, rel, r"if not use_routed_topk and TopKOutputChecker\.format_is_standard\(topk_output\):")
+    routed = _line(tree, rel, r"^\s+result = trtllm_fp4_block_scale_routed_moe\(\*\*moe_kwargs\)", fall)
+    _line(tree, rel, r"^\s+routed_scaling_factor=None,", fall)
+    (row,) = audit_param(tree, "routed_scaling_factor", ["ModelOptNvFp4OnlineFusedMoEMethod/flashinfer_trtllm"])
+    assert row.verdict == ParamVerdict.APPLIED, row.rule
+    assert row.parts == {"top-k": 1, "runner": 0, "model": 0}
+    assert f"layers/moe/moe_runner/flashinfer_trtllm.py:{routed} trtllm_fp4_block_scale_routed_moe() gets no " \
+        "routed_scaling_factor (None)" in row.evidence
+    assert not any("trtllm_fp4_block_scale_moe()" in e for e in row.evidence)  # the logits branch is not taken
+
+
+def test_branches_that_route_differently_give_the_worst_branch():
+    """Class: a fused function serving several methods routes differently per method (0.5.22
+    fused_experts_none_to_flashinfer_mxfp4: the CUTLASS branches materialise TopK, the Mxfp4MoEMethod
+    SM100 trtllm-gen call passes None for the bias and the groups with routing method 1, Renormalize);
+    the audit gave UNDECIDED where the readers' instruction (and the clamp's) is the worst reachable
+    branch, in the order DROPPED, WRONG, DOUBLE, UNDECIDED, REFUSED, APPLIED (readers Q4, Q2)."""
+    tree = released("0.5.22")
+    rel = f"{RUNNERS}/flashinfer_trtllm.py"
+    call = _line(tree, rel, r"^\s+trtllm_gen_output = trtllm_fp4_block_scale_moe\($")
+    _line(tree, rel, r"^\s+None,  # routing_bias$", call)
+    _line(tree, rel, r"^\s+1,  # routing_method_type, renormalize$", call)
+    want = {"norm_topk_prob": ParamVerdict.WRONG, "correction_bias": ParamVerdict.DROPPED,
+            "grouped_topk": ParamVerdict.DROPPED}
+    for name, verdict in want.items():
+        (row,) = audit_param(tree, name, ["fused:none/flashinfer_mxfp4"])
+        assert row.verdict == verdict, (name, row.rule)
+        assert (row.file, row.line) == ("layers/moe/moe_runner/flashinfer_trtllm.py", call), name
+        assert "APPLIED" in row.rule.rsplit("(the worst of the branches: ", 1)[1], name  # the CUTLASS branch

@@ -217,8 +217,13 @@ def test_a_method_using_the_bias_without_it_drops_it(bias):
 def test_combine_names_disagreement():
     assert _combine([], "TopK on CUDA")[0] == "UNDECIDED"
     assert _combine([("APPLIED", "a"), ("APPLIED", "b")], "w")[:2] == ("APPLIED", "a")
-    word, rule, _ = _combine([("APPLIED", "a"), ("DROPPED", "b")], "TopK on ROCm")
-    assert word == "UNDECIDED" and "route differently (APPLIED, DROPPED)" in rule
+    # reachable branches that differ: the worst (issue 36's class, the readers' order), its branch first
+    word, rule, ev = _combine([("APPLIED", "a"), ("DROPPED", "b")], "TopK on ROCm")
+    assert word == "DROPPED" and rule == "b (the worst of the branches: APPLIED, DROPPED)" and ev == ["b", "a"]
+    assert _combine([("APPLIED", "a"), ("WRONG", "b"), ("UNDECIDED", "c")], "w")[0] == "WRONG"
+    assert _combine([("APPLIED", "a"), ("UNDECIDED", "c")], "w")[0] == "UNDECIDED"
+    word, rule, _ = _combine([("APPLIED", "a"), ("RUNNER", "b")], "TopK on ROCm")
+    assert word == "UNDECIDED" and "route differently (APPLIED, RUNNER)" in rule
 
 
 def test_routing_backend_is_one_value():

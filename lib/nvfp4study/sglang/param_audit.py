@@ -37,7 +37,7 @@ from .audit_run import _short, run_path
 from .audit_sinks import ClampVerdict, _arg
 from .clamp_flow import Interp
 from .param_routing import backend_instance as _backend_instance
-from .param_routing import for_release, routing_verdict
+from .param_routing import for_release, routing_verdict, topk_format_facts
 from .param_runner import custom_op_rejects, run_post_permute
 from .platforms import PLATFORMS, describe
 from .source import SGLangTree
@@ -149,7 +149,9 @@ def _inherited(spec: dict, tree: SGLangTree, param: moe_params.ParamSpec, row: P
 
 def judge_scalar(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, specs: list[dict]) -> ParamResult:
     """One path's verdict for a scalar factor: where it is applied (top-k, runner, model), counted."""
-    run = run_path(tree, spec, param)
+    # the runner's branches on TopK's output format take the format TopK gives on this path
+    facts = topk_format_facts(tree, spec)
+    run = run_path(tree, {**spec, "assume": {**(spec.get("assume") or {}), **facts}} if facts else spec, param)
     stopped = _run_stop(tree, spec, param, run)
     if stopped is not None:
         return stopped
@@ -350,8 +352,11 @@ def topk_fused(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec,
         return False, []
     if path_keys.method(spec.get("via", spec["id"])) is None:
         backend = path_keys.runner(spec.get("via", spec["id"]))
+        # a method that runs this backend as another (its create_moe_runner pins another runner: the
+        # derived path's facts make is_<backend>() false, fp8.py 2850-2860 in 0.5.22) never reaches it
         callers = [sp for sp in specs if "missing" not in sp and path_keys.method(sp.get("via", sp["id"]))
-                   and path_keys.runner(sp.get("via", sp["id"])) == backend]
+                   and path_keys.runner(sp.get("via", sp["id"])) == backend
+                   and (sp.get("assume") or {}).get(f"is_{backend}") is not False]
         vals = [(_topk_one(tree, sp, rule, param), sp["id"]) for sp in callers]
         got = {v[0] for (v, _) in vals}
         if not vals or got == {None}:

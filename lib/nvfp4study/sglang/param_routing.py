@@ -88,6 +88,12 @@ def _model_defaults(root: Any, model: str, call: str, defaults: str, fields: tup
 def topk_interp(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, platform: str) -> tuple[Interp, list[str]]:
     """Run TopK's runner binding and ``platform``'s forward (``applications.routing``) under Ling's
     TopKConfig with the path's backend; the interpreter (its sink hits) and what was run."""
+    interp, ran, _ = _topk_run(tree, spec, param, platform)
+    return interp, ran
+
+
+def _topk_run(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, platform: str) -> tuple[Interp, list[str], list]:
+    """:func:`topk_interp`, with the values the forward returns."""
     rule = param.applications["routing"]
     rel = "sglang/srt/" + rule["file"]
     interp = Interp(tree.root, param.sinks, spec.get("assume"), (platform,), param=param)
@@ -105,7 +111,7 @@ def topk_interp(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, platf
     fwd = interp.run_function(rel, qual, [cv.UNK], method_call=True) if qual else None
     if fwd is not None:
         ran.append(f"{rule['file']}:{fwd[0].lineno} {qual}")
-    return interp, ran
+    return interp, ran, list(fwd[1].returns) if fwd is not None else []
 
 
 def backend_instance(tree: SGLangTree, spec: dict) -> cv.Instance:
@@ -255,6 +261,31 @@ def _by_method(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec, where: 
     return words.pop()
 
 
+def topk_format_facts(tree: SGLangTree, spec: dict) -> dict[str, bool]:
+    """The runner's facts about TopK's output format on this path, as TopK's binding and forward give it
+    (the first routing parameter's ``applications.routing``): ``runner_facts`` where TopK hands the logits
+    on (a sink of form ``runner``) on every judged device class, ``standard_facts`` where it routes itself
+    and returns no output object of its own (select_experts: the standard format; 0.5.23 topk.py 791-806,
+    a layer with no routing method gets STANDARD, ``_can_bypass_trtllm_routing``); {} otherwise (another
+    format, or the device classes differ)."""
+    name = next((n for n in moe_params.names() if moe_params.param(n).kind == "routing"), None)
+    if name is None:
+        return {}
+    param = for_release(tree, moe_params.param(name))
+    rule = param.applications["routing"]
+    own = tuple(spec.get("platforms", PLATFORMS))
+    got = set()
+    for platform in tuple(p for p in own if p in rule.get("devices", own)) or own:
+        interp, _, returns = _topk_run(tree, spec, param, platform)
+        forms = {param.sinks[h.callee]["form"] for h in interp.hits if h.callee in param.sinks}
+        built = any(isinstance(r, cv.Built) for r in returns)
+        got.add("runner" if forms == {"runner"} else "standard" if forms and "runner" not in forms
+                and not built else "?")
+    if len(got) != 1 or "?" in got:
+        return {}
+    return dict(rule.get("runner_facts" if got == {"runner"} else "standard_facts", {}))
+
+
 def materialized(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, platform: str) -> list[tuple[str, str]]:
     """TopK's standard routing run from the runner (``applications.routing.materialize``, e.g.
     ``select_experts``) with Ling's TopKConfig: the routing functions it reaches, judged."""
@@ -300,15 +331,27 @@ def _hits(interp: Interp, param: moe_params.ParamSpec) -> list[tuple[str, str]]:
     return out
 
 
+#: where reachable branches differ, the worst in this order (the hand readings' instruction, data/
+#: param_hand_readings.yaml header, as the clamp's worst reachable branch): a branch not decided decides
+#: only where no branch is known to lose the parameter
+_WORST = ("DROPPED", "WRONG", "DOUBLE", "UNDECIDED", "REFUSED", "APPLIED")
+
+
 def _combine(judged: list[tuple[str, str]], where: str) -> tuple[str, str, list[str]]:
-    """One verdict from the routing functions reached: the word they share, else UNDECIDED."""
+    """One verdict from the routing functions reached: the word they share, else the worst branch
+    (:data:`_WORST`), with the branch that gives it first."""
     if not judged:
         return "UNDECIDED", f"{where}: no routing function reached", []
     words = {w for w, _ in judged}
     ev = [e for _, e in judged]
     if len(words) == 1:
         return words.pop(), ev[0], ev
-    return "UNDECIDED", f"{where}: the branches route differently ({', '.join(sorted(words))})", ev
+    worst = next((w for w in _WORST if w in words), None)
+    if worst is None or not words <= set(_WORST):  # a word outside the order (RUNNER, TOPK): not decided here
+        return "UNDECIDED", f"{where}: the branches route differently ({', '.join(sorted(words))})", ev
+    first = next(e for w, e in judged if w == worst)
+    ev = [first] + [e for e in ev if e != first]
+    return worst, f"{first} (the worst of the branches: {', '.join(sorted(words))})", ev
 
 
 def routing_verdict(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec) -> tuple[str, str, list[str], Any]:
@@ -347,4 +390,5 @@ def routing_verdict(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec) -
     return "UNDECIDED", f"the device classes differ ({rule})", ev, run
 
 
-__all__ = ["backend_instance", "for_release", "judge_hit", "routing_backend", "routing_verdict", "topk_interp"]
+__all__ = ["backend_instance", "for_release", "judge_hit", "routing_backend", "routing_verdict", "topk_format_facts",
+           "topk_interp"]
