@@ -131,13 +131,13 @@ def test_malformed_readings_are_named_errors(tmp_path, old, new, message):
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "issue 36's bar, not met: the second sample of parameter readings (30 paths drawn at 990a2a1, after "
-    "the parameter audit's last change, read blind by Q1 .. Q4, seen by no one who had changed the audit; it has since guided issue 36's classes, so it is held out no more) agreed "
-    "on 2026-12-06 for routed_scaling_factor on 21 of 30, norm_topk_prob 19, correction_bias 19, grouped_topk "
-    "20 of 30 (22 / 20 / 20 / 21 after the clamp audit's environment-gated change, which the clamp samples "
-    "guided; 24 / 22 / 22 / 23 after the classes it then guided: a method that pins another runner is no caller "
-    "of its runner-level path, the runner sees TopK's output format, the worst reachable routing branch); the "
-    "first (35, which guided the change: 24 / 26 / 26 / 26 before it) agrees on 28 / 33 / 33 / 33; "
+    "issue 36's bar, not met: the second sample of parameter readings (30 paths drawn at 990a2a1, after the "
+    "parameter audit's last change, read blind by Q1 .. Q4, seen by no one who had changed the audit) agreed on "
+    "2026-12-06 for routed_scaling_factor on 21 of 30, norm_topk_prob 19, correction_bias 19, grouped_topk 20; "
+    "it then guided the next classes (a method that pins another runner is no caller of its runner-level path, "
+    "the runner sees TopK's output format, the worst reachable routing branch; with the clamp audit's "
+    "environment-gated and auto-backend-assert rows): 26 / 24 / 24 / 25 of 30 after them, held out no more; "
+    "the first (35, guiding: 24 / 26 / 26 / 26 before its classes) agrees on 28 / 33 / 33 / 33; "
     "strict: passing means every parameter reached the bar on the held-out sample, and this mark must go"))
 def test_the_audit_agrees_with_the_stored_readings():
     """>= 95 % per parameter over the held-out sample of blind readings (:data:`agreement.PARAM_HELD_OUT`,
