@@ -69,3 +69,43 @@ def test_the_marlin_lora_backend_stays_registered():
     # lora/marlin_lora_temp/sgl_backend.py is imported unconditionally (moe_runner/marlin.py:222 in 0.5.23)
     (r,) = audit_tree(released("0.5.23"), ["fused:none/experimental_sgl_marlin"])
     assert r.verdict.value != "UNUSABLE" or "SGLANG_EXPERIMENTAL_LORA_OPTI" not in r.rule
+
+
+#: Fp8MoEMethod.apply's ``raise NotImplementedError("Unsupported runner backend: ...")``, read by hand
+#: (layers/quantization/fp8.py; 2658-2660 in 0.5.19): by default ``_use_aiter = envs.SGLANG_USE_AITER.get()
+#: and _is_hip`` (fp8.py:130 in 0.5.19, ``SGLANG_USE_AITER = EnvBool(False)`` environ.py:805) is False, so
+#: ``maybe_get_hip_aiter_quant_info`` returns None and no branch of ``apply`` takes the aiter runner
+FP8_UNSUPPORTED = {"0.5.19": 2658, "0.5.20": 2883, "0.5.21": 3145, "0.5.22": 3219, "0.5.23": 3357}
+
+
+def test_env_reads_take_their_defaults():
+    from nvfp4study.sglang.import_gates import env_default_in, env_read
+
+    environ = ast.parse("class Envs:\n    SGLANG_A = EnvBool(False)\n    SGLANG_B = EnvBool(True)\n")
+    call = lambda s: ast.parse(s, mode="eval").body  # noqa: E731
+    default = lambda f: env_default_in(environ, f)  # noqa: E731
+    assert env_read(call("envs.SGLANG_A.get()"), default) is False
+    assert env_read(call("envs.SGLANG_B.get()"), default) is True
+    assert env_read(call("envs.SGLANG_C.get()"), default) is None  # not declared: left open
+    assert env_read(call('get_bool_env_var("X")'), default) is False
+    assert env_read(call('get_bool_env_var("X", "true")'), default) is True
+    assert env_read(call('get_bool_env_var("X", default=d)'), default) is None
+    assert env_read(call("is_hip()"), default) is None
+
+
+def test_an_aiter_branch_behind_an_off_by_default_variable_is_not_taken():
+    # moe_params.yaml shared.env_flags: default. Before, _use_aiter was unknown on ROCm and the audit
+    # followed the aiter quant info into AiterRunnerCore (DROPPED); the default launch raises in apply
+    assert moe_params.shared()["env_flags"] == "default"
+    for v in VERSIONS:
+        (r,) = audit_tree(released(v), ["Fp8MoEMethod/aiter"])
+        assert r.verdict.value == "UNUSABLE", (v, r.rule)
+        assert (r.file, r.line) == ("layers/quantization/fp8.py", FP8_UNSUPPORTED[v]), (v, r.rule)
+        assert "Unsupported runner backend" in r.rule
+
+
+def test_env_reads_are_left_open_under_another_policy(monkeypatch):
+    shared = {**moe_params.shared(), "env_flags": "open"}
+    monkeypatch.setattr(moe_params, "shared", lambda: shared)
+    (r,) = audit_tree(released("0.5.19"), ["Fp8MoEMethod/aiter"])
+    assert r.verdict.value == "DROPPED"  # the aiter runner's fused_moe, as before the rule

@@ -100,7 +100,7 @@ class ExprEval(Lookup):
         key = (mod.rel, name)
         if key not in self._flags:
             self._flags[key] = UNK  # a cycle of imports reads as unknown
-            v = pf.flag(mod.tree, name, self.platform_value)
+            v = pf.flag(mod.tree, name, self.platform_value, env_of=self.env_value)
             if v is None:
                 v = module_constant(mod.tree, name)
             src = mod.imports.get(name)
@@ -305,8 +305,8 @@ class ExprEval(Lookup):
             return self.assume[f"{name}()"]
         if isinstance(recv, Instance) and not node.args and not node.keywords and recv.has(f"{name}()"):
             return recv.get(f"{name}()")  # a known object's predicate (a runner backend's is_marlin())
-        if pf.is_predicate(name) and (pv := self.platform_value(name)) is not None:
-            return pv  # is_npu(), is_sm100_supported(): decided by the path's platforms
+        if (pv := self.platform_value(name) if pf.is_predicate(name) else self.env_value(node)) is not None:
+            return pv  # is_npu(), is_sm100_supported(): the path's platforms; an environment read: its default
         if name in self.sinks and self.sink_source_ok(f, name, frame):
             origins = {}
             for k, kn in kw_nodes.items():

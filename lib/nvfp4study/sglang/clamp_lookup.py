@@ -12,7 +12,9 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from . import moe_params
 from .clamp_values import Built, Frame, Refusal
+from .import_gates import ENVIRON, env_default_in, env_read
 
 
 class Lookup:
@@ -23,6 +25,23 @@ class Lookup:
     attrs: dict[str, Any]
     assume: dict[str, Any]
     refusals: list[Refusal]
+    _flags: dict[tuple[str, str], Any]
+
+    def env_value(self, node: ast.Call) -> bool | None:
+        """An environment read's value in the default environment (:func:`~nvfp4study.sglang.
+        import_gates.env_read`: ``_use_aiter = envs.SGLANG_USE_AITER.get() and _is_hip`` is False),
+        when ``moe_params.yaml`` ``shared.env_flags`` is ``default``; None otherwise (left open)."""
+        if moe_params.shared().get("env_flags") != "default":
+            return None
+
+        def default_of(flag: str) -> bool | None:
+            key = (ENVIRON, f"<env:{flag}>")  # beside the module flags, a key no name can take
+            if key not in self._flags:
+                mod = self.module(ENVIRON)
+                self._flags[key] = env_default_in(mod.tree if mod is not None else None, flag)
+            return self._flags[key]
+
+        return env_read(node, default_of)
 
     def none_attribute(self, node: ast.expr, frame: Frame) -> bool:
         """``self.x.y`` where nothing on this path set ``self.x`` and the class (or an in-tree

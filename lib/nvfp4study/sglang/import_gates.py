@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 
 from .code_index import CodeIndex, module_level, source_files, walk
 
@@ -80,6 +81,36 @@ def _imports_of(module: ast.Module, dotted: str) -> list[tuple[int, str | None]]
     return out
 
 
+def env_read(node: ast.Call, default_of: Callable[[str], bool | None]) -> bool | None:
+    """The value of an environment read with every variable unset: ``envs.NAME.get()`` is
+    ``default_of(NAME)`` (``NAME = EnvBool(False)`` in ``environ.py``, :func:`env_default_in`);
+    ``get_bool_env_var("NAME"[, default])`` is its default, ``"false"`` unless given (``utils/common.py``
+    1424-1435 in 0.5.23: true only for "true"/"1"). None for any other call."""
+    f = node.func
+    if isinstance(f, ast.Attribute) and f.attr == "get" and not node.args and isinstance(f.value, ast.Attribute) \
+            and ast.unparse(f.value.value) == "envs":
+        return default_of(f.value.attr)
+    name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+    if name == "get_bool_env_var" and node.args and isinstance(node.args[0], ast.Constant):
+        default = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "default"), None)
+        if default is None:
+            return False
+        return str(default.value).lower() in ("true", "1") if isinstance(default, ast.Constant) else None
+    return None
+
+
+def env_default_in(environ: ast.Module | None, flag: str) -> bool | None:
+    """The default of ``envs.<flag>`` in a parsed ``environ.py`` (``FLAG = EnvBool(False)``); None if
+    not found or not a constant bool."""
+    for n in ast.walk(environ) if environ is not None else ():
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == flag for t in n.targets) \
+                and isinstance(n.value, ast.Call) and ast.unparse(n.value.func).endswith("EnvBool") \
+                and n.value.args and isinstance(n.value.args[0], ast.Constant) \
+                and isinstance(n.value.args[0].value, bool):
+            return n.value.args[0].value
+    return None
+
+
 def no_fused_func_raise(code: CodeIndex) -> int | None:
     """The line of ``MoeRunner.__init__``'s raise when a backend has neither a runner core nor a
     fused func (``if self.runner_core is None and self.fused_func is None: raise ...``, runner.py
@@ -132,4 +163,4 @@ def gated_registrations(code: CodeIndex, fused: dict) -> dict[tuple[str, str], s
     return out
 
 
-__all__ = ["gated_registrations", "no_fused_func_raise"]
+__all__ = ["env_default_in", "env_read", "gated_registrations", "no_fused_func_raise"]

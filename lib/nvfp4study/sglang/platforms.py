@@ -89,33 +89,38 @@ def _flags_of(tree: ast.Module) -> dict[str, ast.expr]:
     return _module_flags(tree)
 
 
-def flag(tree: ast.Module, name: str, value_of: Callable[[str], bool | None], depth: int = 0) -> bool | None:
+def flag(tree: ast.Module, name: str, value_of: Callable[[str], bool | None], depth: int = 0,
+         env_of: Callable[[ast.Call], bool | None] | None = None) -> bool | None:
     """The value of module-level flag ``name`` of ``tree`` (``_is_hip = is_hip()``) when it is
     built from platform predicates only; ``value_of(predicate)`` gives a predicate's value
-    (None: unknown). None when the flag is not such a flag or is not decided."""
+    (None: unknown); ``env_of(call)``, where given, the value of an environment read
+    (``_use_aiter = envs.SGLANG_USE_AITER.get() and _is_hip``, fp8.py:130 in 0.5.19). None when the
+    flag is not such a flag or is not decided."""
     node = _flags_of(tree).get(name)
     if node is None or depth > 4:
         return None
-    return test_value(node, lambda n: flag(tree, n, value_of, depth + 1), value_of)
+    return test_value(node, lambda n: flag(tree, n, value_of, depth + 1, env_of), value_of, env_of)
 
 
 def test_value(node: ast.expr, name_of: Callable[[str], bool | None],
-               value_of: Callable[[str], bool | None]) -> bool | None:
+               value_of: Callable[[str], bool | None],
+               env_of: Callable[[ast.Call], bool | None] | None = None) -> bool | None:
     """Three-valued truth of a test made of platform predicates: calls (``is_npu()``,
-    ``x.is_hip()``), names (``name_of``), ``not``/``and``/``or``, bool constants."""
+    ``x.is_hip()``; any other call is ``env_of(call)`` where given, else unknown), names
+    (``name_of``), ``not``/``and``/``or``, bool constants."""
     if isinstance(node, ast.Constant) and isinstance(node.value, bool):
         return node.value
     if isinstance(node, ast.Call):
         f = node.func
         name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
-        return value_of(name) if is_predicate(name) else None
+        return value_of(name) if is_predicate(name) else env_of(node) if env_of is not None else None
     if isinstance(node, ast.Name):
         return value_of(node.id) if node.id in EXACT else name_of(node.id)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        v = test_value(node.operand, name_of, value_of)
+        v = test_value(node.operand, name_of, value_of, env_of)
         return None if v is None else not v
     if isinstance(node, ast.BoolOp):
-        vals = [test_value(v, name_of, value_of) for v in node.values]
+        vals = [test_value(v, name_of, value_of, env_of) for v in node.values]
         stop = isinstance(node.op, ast.Or)
         if stop in vals:
             return stop
