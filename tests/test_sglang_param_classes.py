@@ -74,6 +74,40 @@ def test_the_runner_post_permute_applies_the_factor():
     assert (row.file, row.line) == ("layers/moe/moe_runner/triton_kernels.py", mul)
 
 
+def test_a_helper_returning_none_on_a_branch_may_return_none():
+    """Class: a helper's ``return None`` on one branch was read as "nothing returned yet", so the join of
+    its returns was the other branch's value alone. 0.5.20-0.5.23 ``post_permute_deep_gemm_to_standard``
+    first asks ``deep_gemm_sm120.maybe_post_permute`` (``return None`` unless ``contig_mode``) and returns
+    its result when it is not None; read as never None, ``post_reorder_deepgemm(...,
+    runner_config.routed_scaling_factor)`` after it was never reached: deep-gemm was DROPPED, the readers'
+    APPLIED (the third parameter sample, P1 and P4 on 0.5.20 / 0.5.21)."""
+    for v in ("0.5.20", "0.5.23"):
+        tree = released(v)
+        rel = f"{RUNNERS}/deep_gemm.py"
+        reg = _line(tree, rel, r'@register_post_permute\("deep_gemm", "standard"\)')
+        assert "maybe_post_permute" in (tree.root / rel).read_text()
+        call = _line(tree, rel, r"^\s+post_reorder_deepgemm\(", reg)
+        (row,) = audit_param(tree, "routed_scaling_factor", ["deep-gemm"])
+        assert row.verdict == ParamVerdict.APPLIED, (v, row.rule)
+        assert row.parts == {"top-k": 0, "runner": 1, "model": 0}
+        assert (row.file, row.line) == ("layers/moe/moe_runner/deep_gemm.py", call)
+
+
+def test_the_join_of_a_helpers_returns_keeps_none(tmp_path):
+    from nvfp4study.sglang.clamp_flow import Interp
+    from nvfp4study.sglang.clamp_values import UNK, Frame, Multi
+
+    src = "def helper(x):\n    if x:\n        return None\n    return 2\n\ndef none():\n    pass\n"
+    (tmp_path / "m.py").write_text(src)
+    interp = Interp(tmp_path, set())
+    mod = interp.module("m.py")
+    fns = {n.name: n for n in mod.tree.body}
+    frame = Frame(mod, None, "caller")
+    assert interp.invoke(mod, fns["helper"], None, [UNK], {}, frame) == Multi((None, 2))
+    assert interp.invoke(mod, fns["helper"], None, [False], {}, frame) == 2
+    assert interp.invoke(mod, fns["none"], None, [], {}, frame) is UNK  # no return statement: not known
+
+
 NPU_TOPK = "sglang/srt/hardware_backend/npu/moe/topk.py"
 
 

@@ -468,10 +468,10 @@ class ExprEval(Lookup):
         self.exec_body(fn.body, sub)
         if sub.raises_always():  # the helper raises on every branch: the caller never goes on
             frame.stopped = frame.raised = True
-        out: Any = None
-        for r in sub.returns:
-            out = r if out is None else join(out, r)
-        return UNK if not sub.returns else out
+        out: Any = sub.returns[0] if sub.returns else UNK  # a returned None is a value (not "nothing yet")
+        for r in sub.returns[1:]:
+            out = join(out, r)
+        return out
 
     def dataclass_defaults(self, name: str, frame: Frame) -> dict[str, Any]:
         """``{field: constant}`` for the fields of class ``name`` (as imported where the frame's
