@@ -108,6 +108,49 @@ def test_the_join_of_a_helpers_returns_keeps_none(tmp_path):
     assert interp.invoke(mod, fns["none"], None, [], {}, frame) is UNK  # no return statement: not known
 
 
+def test_a_core_a_custom_op_looks_up_by_id_runs_its_own_gemm():
+    """Class: a runner core whose ``run`` calls a registered custom op that looks the core up again in a
+    class-level table (``runner = HummingRunnerCore.runner_cores[moe_runner_id]``, filled by ``__init__``:
+    ``HummingRunnerCore.runner_cores[id(self)] = self``) and calls its GEMM there; and the runner input a
+    fused func builds (``HummingRunnerInput(...)`` without ``apply_routed_scaling_factor``: the dataclass
+    default True). The GEMM's ``moe_fused_mul_sum(..., routed_scaling_factor=...)`` was never reached:
+    Mxfp4HummingMoEMethod/humming was DROPPED, the readers' APPLIED (the third parameter sample, P4 and H3)."""
+    for v in ("0.5.19", "0.5.22"):
+        tree = released(v)
+        rel = f"{RUNNERS}/humming.py"
+        table = _line(tree, rel, r"HummingRunnerCore\.runner_cores\[id\(self\)\] = self")
+        lookup = _line(tree, rel, r"runner = HummingRunnerCore\.runner_cores\[moe_runner_id\]")
+        assert table and lookup
+        default = _line(tree, rel, r"^\s+apply_routed_scaling_factor: bool = True")
+        assert default < table  # HummingRunnerInput's field, before the core's class
+        call = _line(tree, rel, r"^\s+moe_fused_mul_sum\(")
+        (row,) = audit_param(tree, "routed_scaling_factor", ["Mxfp4HummingMoEMethod/humming"])
+        assert row.verdict == ParamVerdict.APPLIED, (v, row.rule)
+        assert row.parts == {"top-k": 0, "runner": 1, "model": 0}
+        assert (row.file, row.line) == ("layers/moe/moe_runner/humming.py", call)
+
+
+def test_a_class_table_of_self_gives_an_object_of_the_class(tmp_path):
+    import dataclasses
+
+    from nvfp4study.sglang.clamp_flow import Interp
+    from nvfp4study.sglang.clamp_values import UNK, Frame, Instance
+
+    src = ("class Core:\n    table = {}\n    def __init__(self):\n        Core.table[id(self)] = self\n"
+           "    def gemm(self, x):\n        return 3\n\nclass Other:\n    table = {}\n\n"
+           "def op(i):\n    core = Core.table[i]\n    return core.gemm(1)\n"
+           "def op2(i):\n    return Other.table[i]\n")
+    (tmp_path / "m.py").write_text(src)
+    interp = Interp(tmp_path, set())
+    interp.entry_names = set()
+    interp.param = dataclasses.replace(interp.param, enter_when=("gemm",))  # gemm() is entered
+    mod = interp.module("m.py")
+    fns = {n.name: n for n in mod.tree.body if hasattr(n, "args")}
+    frame = Frame(mod, None, "caller")
+    assert interp.invoke(mod, fns["op"], None, [UNK], {}, frame) == 3  # Core.gemm ran
+    assert not isinstance(interp.invoke(mod, fns["op2"], None, [UNK], {}, frame), Instance)  # no self stored
+
+
 NPU_TOPK = "sglang/srt/hardware_backend/npu/moe/topk.py"
 
 

@@ -211,9 +211,8 @@ class ExprEval(Lookup):
                 if isinstance(k, ast.Constant):
                     items[k.value] = self.eval(v, frame)
             return AbstractDict(items)
-        if isinstance(node, ast.Subscript):
-            base = self.eval(node.value, frame)
-            return derived("indexed", base)
+        if isinstance(node, ast.Subscript):  # an object its class registers itself in (Lookup.registry_item)
+            return self.registry_item(node, frame) or derived("indexed", self.eval(node.value, frame))
         if isinstance(node, ast.JoinedStr):
             parts = []
             for v in node.values:
@@ -377,7 +376,7 @@ class ExprEval(Lookup):
             if isinstance(base, Multi) and isinstance(args[0], str):
                 return Multi(tuple(o.items.get(args[0], default) if isinstance(o, AbstractDict) else UNK
                                    for o in base.options))
-        if name.endswith("QuantInfo"):
+        if name.endswith(("QuantInfo", "RunnerInput")):  # the two dataclass families a runner takes (moe_runner/base.py)
             # the dataclass's own constant defaults first (use_mxfp8: bool = False), then the
             # defaulted fields of the data (moe_params.yaml shared.quant_info_defaults), then what
             # the call passes

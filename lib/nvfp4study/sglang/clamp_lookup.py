@@ -13,7 +13,7 @@ import ast
 from typing import Any
 
 from . import moe_params
-from .clamp_values import Built, Frame, Refusal
+from .clamp_values import Built, Frame, Instance, Refusal
 from .import_gates import ENVIRON, env_default_in, env_read
 
 
@@ -165,7 +165,31 @@ class Lookup:
             return None
         return self.invoke(frame.module, fn, frame.cls, [], {}, frame)
 
+    def registry_item(self, node: ast.Subscript, frame: Frame) -> Instance | None:
+        """``Cls.table[key]`` where a method of the in-tree class ``Cls`` stores ``self`` in that
+        class-level table (``HummingRunnerCore.runner_cores[id(self)] = self`` in ``__init__``, read back
+        by the custom op ``humming_moe_runner_core_run``: ``HummingRunnerCore.runner_cores[moe_runner_id]``,
+        layers/moe/moe_runner/humming.py 114/158 in 0.5.19): an object of ``Cls``, whose method calls
+        :meth:`resolve` follows. None for any other subscript."""
+        v = node.value
+        if not (isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name)) or v.value.id in frame.locals:
+            return None
+        cdef = self.class_def(v.value.id, frame.module, frame.imports)
+        if cdef is None:
+            return None
+        stores = any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Name) and n.value.id == "self"
+                     and any(isinstance(t, ast.Subscript) and ast.unparse(t.value) == ast.unparse(v)
+                             for t in n.targets) for n in ast.walk(cdef[1]))
+        return Instance(cdef[1].name, self.built(*cdef).kinds) if stores else None
+
     def resolve(self, f: ast.expr, frame: Frame):
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and isinstance(
+                obj := frame.locals.get(f.value.id), Instance) and obj.cls not in ("", None):
+            # a method of a known object (registry_item): its class's, where the class is in the tree
+            cdef = self.class_def(obj.cls, frame.module, frame.imports)
+            fn = frame.module.classes.get(obj.cls, {}).get(f.attr) if cdef is not None and cdef[0] is frame.module else None
+            if fn is not None:
+                return frame.module, fn, obj.cls
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
             if frame.cls:
                 fn = frame.module.classes.get(frame.cls, {}).get(f.attr)
