@@ -151,6 +151,48 @@ def test_a_class_table_of_self_gives_an_object_of_the_class(tmp_path):
     assert not isinstance(interp.invoke(mod, fns["op2"], None, [UNK], {}, frame), Instance)  # no self stored
 
 
+def test_mxfp4_marlin_sums_the_topk_scaled_weights_plainly():
+    """Two classes on Mxfp4MarlinMoEMethod/marlin (DOUBLE, the reader's APPLIED, third parameter sample):
+    (1) a runner core MoeRunner.__init__ builds only under LoRA (MarlinLoraRunnerCore, "Marlin only supports
+    fused path" otherwise) was run after the fused func, its moe_sum_reduce_triton(..., routed_scaling_factor)
+    counted; a method path runs with LoRA off and MoeRunner.run calls the fused func. (2) fused_marlin_moe's
+    MXFP4 branch sums the top-k-scaled weights plainly ("Top-k weights (incl. routed scaling) are already
+    applied above"): where top-k folds the factor (Mxfp4MarlinMoEMethod: fuse_routed_scaling_factor_in_topk =
+    True) the call does not apply it again (moe_param_sinks.yaml fused_marlin_moe.if_topk_folds)."""
+    for v in ("0.5.20", "0.5.23"):
+        tree = released(v)
+        text = (tree.root / "sglang/srt/layers/moe/fused_moe_triton/fused_marlin_moe.py").read_text()
+        assert "Top-k weights (incl. routed scaling) are already" in text and "moe_sum_reduce(intermediate_cache3, output, 1.0)" in text
+        assert "fuse_routed_scaling_factor_in_topk = True" in (tree.root / "sglang/srt/layers/quantization/mxfp4_marlin_moe.py").read_text()
+        rows = {r.path: r for r in audit_param(tree, "routed_scaling_factor", ["Mxfp4MarlinMoEMethod/marlin", "marlin"])}
+        r = rows["Mxfp4MarlinMoEMethod/marlin"]
+        assert r.verdict == ParamVerdict.APPLIED and r.parts == {"top-k": 1, "runner": 0, "model": 0}, (v, r.rule)
+        assert not any("lora_moe_runner_marlin" in e for e in r.evidence), r.evidence
+        assert any("fused_marlin_moe() takes it and does not apply it: top-k folded it" in e for e in r.evidence)
+        r = rows["marlin"]  # the card's Marlin row: top-k does not fold it, the kernel's sum applies it
+        assert r.verdict == ParamVerdict.APPLIED and r.parts == {"top-k": 0, "runner": 1, "model": 0}, (v, r.rule)
+
+
+def test_a_runner_level_row_takes_its_worst_caller():
+    """Class: a runner-level row (fused:/core:) counted the factor from the runner alone, where the product
+    hinges on what the method hands it: flashinfer_cutlass's _maybe_apply_routed_scaling_factor multiplies
+    only when quant_info.apply_routed_scaling_factor, which CompressedTensorsW4A4Nvfp4MoE sets False (and
+    top-k does not fold it for that method): fused:none/flashinfer_cutlass was APPLIED, the reader's DROPPED
+    (worst reachable branch; 0.5.22, third parameter sample). As the clamp's runner-level entries, the worst
+    count among the method paths run with its backend decides, naming that caller."""
+    tree = released("0.5.22")
+    text = (tree.root / "sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4_moe.py").read_text()
+    assert re.search(r"apply_routed_scaling_factor\s*=\s*False", text)
+    (row,) = audit_param(tree, "routed_scaling_factor", ["fused:none/flashinfer_cutlass"])
+    assert row.verdict == ParamVerdict.DROPPED, row.rule
+    assert row.rule.startswith("its callers decide:") and "the worst nvfp4-w4a4-cutlass DROPPED" in row.rule
+    assert "alone: APPLIED" in row.rule
+    # the whole tree's audit gives the same row (the callers' rows computed once)
+    full = {r.path: r for r in audit_param(tree, "routed_scaling_factor")}
+    assert full["fused:none/flashinfer_cutlass"].verdict == ParamVerdict.DROPPED
+    assert full["nvfp4-w4a4-cutlass"].verdict == ParamVerdict.DROPPED
+
+
 NPU_TOPK = "sglang/srt/hardware_backend/npu/moe/topk.py"
 
 

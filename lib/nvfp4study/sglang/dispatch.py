@@ -50,7 +50,7 @@ from .code_index import (
 from .import_gates import gated_registrations, no_fused_func_raise
 from .platforms import PLATFORMS, module_platforms, reachable_on
 from .quant_methods import APPLY_NAMES, QUANT_REGISTRY, moe_methods, quant_configs
-from .runner_builds import core_never_built, held_runner, runner_switch, runs_on
+from .runner_builds import core_flag, core_never_built, held_runner, runner_switch, runs_on
 from .runner_steps import CORE_STEPS, RUNNER, SETUP_STEPS, add_held_runner, runner_steps
 
 BACKEND_ENUM = SRT + "layers/moe/utils.py"
@@ -385,6 +385,13 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
     preds, fused, cores = predicates(code), fused_registry(code), runner_cores(code)
     gated = {k[1]: f"{RUNNER[len(SRT):]}:{no_fused_func_raise(code)} MoeRunner raises for {k[1]!r} by default: {w}"
              for k, w in gated_registrations(code, fused).items() if k[0] == "none" and k[1] not in cores}
+    # a method path runs with LoRA off (the default): its runner steps leave out a core MoeRunner.__init__ builds
+    # only under its LoRA flag where a fused func is registered ("Marlin only supports fused path" without it,
+    # runner.py 110-116 in 0.5.20; MoeRunner.run calls the fused func unless lora_enabled, 187-188)
+    moe_runner = code.resolve(RUNNER, "MoeRunner")
+    init0 = next((f for f in funcs(moe_runner[1]) if f.name == "__init__"), None) if moe_runner else None
+    run_cores = {b: c for b, c in cores.items()
+                 if init0 is None or ("none", b) not in fused or core_flag(init0, facts_for(b, preds)) is None}
     out: list[DerivedPath] = []
     sites: dict[str, list] = {}
     holders: dict[str, tuple] = {}
@@ -407,7 +414,7 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
             p = DerivedPath(key=f"{name}/{b or 'direct'}", steps=setup + entries, assume=facts_for(b, preds),
                             trail=[how], lost=lost)
             if held is not None:  # its holder stores the runner on it: that runner's steps, key kept
-                add_held_runner(p, held, len(setup), fused, cores, code)
+                add_held_runner(p, held, len(setup), fused, run_cores, code)
             run = b
             if b is not None and (switch := runner_switch(code, rel, cls, b, facts_for(b, preds),
                                                          backend_values(code))) is not None:
@@ -415,7 +422,7 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
                 p.assume = facts_for(run, preds)
                 p.trail.append(f"{switch[1][len(SRT):]}:{switch[2]} create_moe_runner runs {b!r} as {run!r}")
             if b is not None:
-                steps, trail, why = runner_steps(run, fused, cores, code)
+                steps, trail, why = runner_steps(run, fused, run_cores, code)
                 p.runner_at = len(p.steps) if steps else None
                 p.steps += steps
                 p.trail += trail

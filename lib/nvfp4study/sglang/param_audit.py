@@ -107,23 +107,73 @@ def audit_param(tree: SGLangTree, name: str, path_ids: list[str] | None = None,
     clamp_rows = clamp_rows if clamp_rows is not None else audit_tree(tree, path_ids)
     specs = path_specs(tree)  # all of them: a runner-level path's callers are other paths
     by_id = {r.path: r for r in clamp_rows}
-    out = []
+    wanted = [sp for sp in specs if not path_ids or sp["id"] in path_ids]
     with cv_gc_off():
-        for spec in specs:
-            if path_ids and spec["id"] not in path_ids:
-                continue
-            row = by_id.get(spec["id"])
-            inherited = _inherited(spec, tree, param, row)
-            if inherited is not None:
-                out.append(inherited)
-            elif param.kind == "routing":
-                out.append(judge_routing(tree, spec, for_release(tree, param)))
-            elif param.kind != "scalar":
-                out.append(_result(spec, tree, param, ParamVerdict.UNDECIDED,
-                                   f"{param.kind} parameters are not followed by the interpreter yet"))
-            else:
-                out.append(judge_scalar(tree, spec, param, specs))
+        out = [_judge(tree, spec, param, specs, by_id) for spec in wanted]
+        if param.kind == "scalar":
+            callers = {sp["id"]: sp for w in wanted for sp in _callers(w, specs)}
+            have = {r.path: r for r in out}
+            missing = [i for i in callers if i not in have]
+            if missing and path_ids:  # the callers' own rows, as the whole tree's audit gives them
+                more = {r.path: r for r in audit_tree(tree, missing)}
+                have |= {i: _judge(tree, callers[i], param, specs, more) for i in missing}
+            out = [_callers_decide(r, [have[sp["id"]] for sp in _callers(w, specs) if sp["id"] in have])
+                   for w, r in zip(wanted, out, strict=True)]
     return out
+
+
+def _judge(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, specs: list[dict],
+           clamp_by_id: dict[str, PathResult]) -> ParamResult:
+    """One path's row (:func:`audit_param`), its clamp row in ``clamp_by_id`` (absent: not inherited)."""
+    inherited = _inherited(spec, tree, param, clamp_by_id.get(spec["id"]))
+    if inherited is not None:
+        return inherited
+    if param.kind == "routing":
+        return judge_routing(tree, spec, for_release(tree, param))
+    if param.kind != "scalar":
+        return _result(spec, tree, param, ParamVerdict.UNDECIDED,
+                       f"{param.kind} parameters are not followed by the interpreter yet")
+    return judge_scalar(tree, spec, param, specs)
+
+
+def _callers(spec: dict, specs: list[dict]) -> list[dict]:
+    """The method paths that run a runner-level path's backend (``Method/<runner>``, the same
+    all-to-all backend; not one whose facts make ``is_<runner>()`` false: it runs the backend as
+    another), as :func:`topk_fused` takes them; ``[]`` for a method path."""
+    key = spec.get("via", spec["id"])
+    if not path_keys.is_runner_level(key):
+        return []
+    backend, a2a = path_keys.runner(key), path_keys.a2a(key)
+    return [sp for sp in specs if "missing" not in sp and path_keys.method(k := sp.get("via", sp["id"]))
+            and path_keys.runner(k) == backend and path_keys.a2a(k) == a2a
+            and (sp.get("assume") or {}).get(f"is_{backend}") is not False]
+
+
+#: a runner-level row takes the first of these its callers give (a wrong count before a right one)
+_CALLER_ORDER = (ParamVerdict.DROPPED, ParamVerdict.DOUBLE, ParamVerdict.APPLIED)
+
+
+def _callers_decide(row: ParamResult, callers: list[ParamResult]) -> ParamResult:
+    """A runner-level row of a scalar factor whose count differs from its callers': the worst count
+    among them (DROPPED, DOUBLE, then APPLIED when every caller that counts applies it once), naming
+    that caller. The runner's product hinges on payload switches the methods set (flashinfer_cutlass's
+    ``_maybe_apply_routed_scaling_factor`` reads ``quant_info.apply_routed_scaling_factor``, which
+    CompressedTensorsW4A4Nvfp4MoE sets False, compressed_tensors_w4a4_nvfp4_moe.py 355-371 in 0.5.22),
+    and its runner input comes from them, as for the clamp (:func:`~nvfp4study.sglang.audit.
+    entries_decided_by_callers`). A row that cannot run (UNUSABLE, REFUSED, ABSENT) or without
+    counting callers is kept; so is it while some caller is UNDECIDED and none is wrong."""
+    counted = [c for c in callers if c.verdict in _CALLER_ORDER]
+    if row.verdict not in (*_CALLER_ORDER, ParamVerdict.UNDECIDED) or not counted:
+        return row
+    worst = min(counted, key=lambda c: _CALLER_ORDER.index(c.verdict))
+    undecided = any(c.verdict == ParamVerdict.UNDECIDED for c in callers)
+    if worst.verdict == row.verdict or (worst.verdict == ParamVerdict.APPLIED and undecided):
+        return row
+    rule = (f"its callers decide: {len(counted)} method path(s) run with this backend, the worst {worst.path} "
+            f"{worst.verdict.value} ({worst.rule[:120]}) | alone: {row.verdict.value}: {row.rule[:100]}")
+    return ParamResult(**{**asdict(row), "verdict": worst.verdict, "rule": rule, "file": worst.file,
+                          "line": worst.line, "evidence": [f"{worst.path}: {e}" for e in worst.evidence[:3]]
+                          + row.evidence})
 
 
 def cv_gc_off():
@@ -156,8 +206,8 @@ def judge_scalar(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, spec
     if stopped is not None:
         return stopped
     run_post_permute(tree, spec, run)
-    runner, r_ev, r_rule = runner_applications(run, param)
     topk, t_ev = topk_fused(tree, spec, param, specs)
+    runner, r_ev, r_rule = runner_applications(run, param, topk_folds=topk is True)
     model, m_ev = model_applies(tree, spec, param, topk)
     parts = {"top-k": None if topk is None else int(topk), "runner": runner,
              "model": None if model is None else int(model)}
@@ -235,9 +285,13 @@ def _deciding(verdict: ParamVerdict, evidence: list[str]) -> tuple[str | None, i
     return None, None
 
 
-def runner_applications(run: Any, param: moe_params.ParamSpec) -> tuple[int | None, list[str], str]:
+def runner_applications(run: Any, param: moe_params.ParamSpec,
+                        topk_folds: bool = False) -> tuple[int | None, list[str], str]:
     """``(1 applied / 0 not / None undecided, evidence, rule)`` for the runner: the sink calls the
-    run reached with the tracked value, the payload switches and the dead mentions."""
+    run reached with the tracked value, the payload switches and the dead mentions. ``topk_folds``:
+    top-k folds the factor into the routed weights on this path, so a sink whose table entry has
+    ``if_topk_folds`` does that form instead (fused_marlin_moe's plain sum for the top-k-scaled
+    MXFP4 weights)."""
     interp: Interp = run.interp
     applying, evidence, undecided = [], [], []
     for h in interp.hits:
@@ -251,8 +305,12 @@ def runner_applications(run: Any, param: moe_params.ParamSpec) -> tuple[int | No
             evidence.append(f"{where} {h.callee}() gets no {param.name} ({why})")
             continue
         opts = value.options if isinstance(value, cv.Multi) else (value,)
+        form = sink.get("if_topk_folds", sink["form"]) if topk_folds else sink["form"]
         if not all(cv.has_tracked(o) for o in opts):
             undecided.append(f"{where} {h.callee}() gets it on some branches only")
+        elif form != sink["form"]:
+            evidence.append(f"{where} {h.callee}() takes it and does not apply it: top-k folded it "
+                            f"({sink.get('source', '')[:160]})")
         elif sink["form"] == "applies":
             applying.append(f"{where} {h.callee}() applies it")
         elif sink["form"] == "unread":

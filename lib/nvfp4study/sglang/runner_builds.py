@@ -77,7 +77,7 @@ def _is_core_assign(node: ast.AST) -> bool:
         and isinstance(node.value, ast.Call)
 
 
-def _core_flag(init: ast.FunctionDef, facts: dict[str, bool]) -> tuple[str, int] | None:
+def core_flag(init: ast.FunctionDef, facts: dict[str, bool]) -> tuple[str, int] | None:
     """``(flag, line)`` when the first branch of ``MoeRunner.__init__`` taken for the backend builds
     its core only under ``if <flag>:``, a parameter of ``__init__``; None otherwise."""
     params = {a.arg for a in init.args.args + init.args.kwonlyargs}
@@ -110,10 +110,10 @@ def core_never_built(code: CodeIndex, runner_rel: str, init: ast.FunctionDef,
     """Why no runner core is ever built for the backend of ``facts``, or None when one may be.
 
     ``MoeRunner.__init__`` (``init``, in ``runner_rel``) builds the core under a flag parameter
-    (:func:`_core_flag`), and every ``MoeRunner(..., flag=True)`` call in the tree sits after a
+    (:func:`core_flag`), and every ``MoeRunner(..., flag=True)`` call in the tree sits after a
     top-level ``if`` of its function that returns for this backend (:func:`_site_skips`), or
     there is no such call."""
-    hit = _core_flag(init, facts)
+    hit = core_flag(init, facts)
     if hit is None:
         return None
     flag, line = hit
