@@ -379,19 +379,24 @@ def derive_paths(root: Path) -> list[DerivedPath]:
                         p.absent, p.gated, p.no_runner) for p in _derive(root, hash(stamp))]
 
 
+def _method_cores(code: CodeIndex, cores: dict, fused: dict, preds: dict[str, set[str]]) -> dict:
+    """The runner cores a method path runs (:func:`runner_cores` less some): a method path runs with LoRA
+    off (the default), so a core ``MoeRunner.__init__`` builds only under its LoRA flag is left out where a
+    fused func is registered for the backend ("Marlin only supports fused path" without it, runner.py
+    110-116 in 0.5.20; ``MoeRunner.run`` calls the fused func unless ``lora_enabled``, 187-188)."""
+    moe_runner = code.resolve(RUNNER, "MoeRunner")
+    init = next((f for f in funcs(moe_runner[1]) if f.name == "__init__"), None) if moe_runner else None
+    return {b: c for b, c in cores.items()
+            if init is None or ("none", b) not in fused or core_flag(init, facts_for(b, preds)) is None}
+
+
 @cache
 def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
     code = CodeIndex(root)
     preds, fused, cores = predicates(code), fused_registry(code), runner_cores(code)
     gated = {k[1]: f"{RUNNER[len(SRT):]}:{no_fused_func_raise(code)} MoeRunner raises for {k[1]!r} by default: {w}"
              for k, w in gated_registrations(code, fused).items() if k[0] == "none" and k[1] not in cores}
-    # a method path runs with LoRA off (the default): its runner steps leave out a core MoeRunner.__init__ builds
-    # only under its LoRA flag where a fused func is registered ("Marlin only supports fused path" without it,
-    # runner.py 110-116 in 0.5.20; MoeRunner.run calls the fused func unless lora_enabled, 187-188)
-    moe_runner = code.resolve(RUNNER, "MoeRunner")
-    init0 = next((f for f in funcs(moe_runner[1]) if f.name == "__init__"), None) if moe_runner else None
-    run_cores = {b: c for b, c in cores.items()
-                 if init0 is None or ("none", b) not in fused or core_flag(init0, facts_for(b, preds)) is None}
+    run_cores = _method_cores(code, cores, fused, preds)
     out: list[DerivedPath] = []
     sites: dict[str, list] = {}
     holders: dict[str, tuple] = {}
