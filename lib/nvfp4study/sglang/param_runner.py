@@ -21,6 +21,7 @@ from typing import Any
 from . import clamp_values as cv
 from . import path_keys
 from .audit_run import _short
+from .clamp_values import unparse
 from .source import SGLangTree
 
 
@@ -113,7 +114,7 @@ def _custom_ops(root: Any) -> dict[str, tuple[str, int, tuple[tuple[str, str], .
                     for d in node.decorator_list):
                 args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
                 out.setdefault(node.name, ("sglang/srt/" + str(f.relative_to(base)), node.lineno, tuple(
-                    (a.arg, ast.unparse(a.annotation) if a.annotation is not None else "") for a in args)))
+                    (a.arg, unparse(a.annotation) if a.annotation is not None else "") for a in args)))
     return out
 
 
