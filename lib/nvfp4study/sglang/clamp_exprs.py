@@ -43,6 +43,7 @@ from .clamp_values import (
     module_constant,
     relevant,
     truth,
+    unparse,
 )
 
 #: words in a called name that mark a kernel the interpreter cannot enter (a compiled op)
@@ -149,7 +150,7 @@ class ExprEval(Lookup):
         if isinstance(node, ast.Attribute):
             if node.attr in self.param.mentions:
                 self.live.add((frame.module.rel, node.lineno))
-            base_src = ast.unparse(node.value)
+            base_src = unparse(node.value)
             if base_src.endswith("ActivationType"):
                 return Act(node.attr)
             prop = self.property_value(node, frame)
@@ -193,7 +194,7 @@ class ExprEval(Lookup):
             return derived("derived", v)
         if isinstance(node, ast.BinOp):
             a, b = self.eval(node.left, frame), self.eval(node.right, frame)
-            return derived(ast.unparse(node)[:60], a, b)
+            return derived(unparse(node)[:60], a, b)
         if isinstance(node, ast.Compare):
             return self.compare(node, frame)
         if isinstance(node, ast.IfExp):
@@ -288,7 +289,7 @@ class ExprEval(Lookup):
             if self.none_attribute(n, frame):
                 return UNK
             n = n.value
-        if isinstance(f, ast.Attribute) and f.attr == "run" and ast.unparse(f.value).endswith("runner"):
+        if isinstance(f, ast.Attribute) and f.attr == "run" and unparse(f.value).endswith("runner"):
             # self.runner.run(...): MoeRunner.run (after the None check: a None runner raises first)
             self.runner_calls.append((frame.module.rel, node.lineno))
             qi = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "quant_info"), None)
@@ -339,11 +340,11 @@ class ExprEval(Lookup):
             v = self.attr_value(attr, args[0] if args else UNK)
             return v if v is not UNK or len(args) < 3 else UNK
         if name in _TENSOR_VIEWS and isinstance(f, ast.Attribute) and has_tracked(base := self.eval(f.value, frame)):
-            return derived(f"{ast.unparse(f.value)[:40]}.{name}()", base)
+            return derived(f"{unparse(f.value)[:40]}.{name}()", base)
         if (name == "setattr" or "param" in name) and len(args) >= 3 and isinstance(args[1], str):
             # setattr(layer, "x", v), copy_or_rebind_param(layer, "x", v), replace_parameter(...)
             self.attrs[args[1]] = args[2]
-            self.origin[args[1]] = (frame.module.rel, node.lineno, ast.unparse(node)[:60])
+            self.origin[args[1]] = (frame.module.rel, node.lineno, unparse(node)[:60])
             return UNK
         if name in ("float", "int") and len(args) == 1:
             # an enum member the parameter's name facts give (int(RoutingMethodType.DeepSeekV3)) stays itself
@@ -363,7 +364,7 @@ class ExprEval(Lookup):
             for v in [*args, *kwargs.values()]:
                 if isinstance(v, ConfigWith):
                     self.runner_overrides.update(dict(v.overrides))
-        if name == "getattr" and len(node.args) >= 2 and ast.unparse(node.args[0]).endswith("ActivationType") \
+        if name == "getattr" and len(node.args) >= 2 and unparse(node.args[0]).endswith("ActivationType") \
                 and isinstance(args[1], str):
             return Act(args[1])
         if name == "ActivationType" and len(args) == 1:
@@ -388,7 +389,7 @@ class ExprEval(Lookup):
                 kn = kw_nodes.get(k)
                 literal = isinstance(kn, ast.Constant) and kn.value is None
                 origin[k] = (frame.module.rel, getattr(kn, "lineno", node.lineno),
-                             f"literal {k}=None" if literal else ast.unparse(kn)[:60] if kn else k)
+                             f"literal {k}=None" if literal else unparse(kn)[:60] if kn else k)
             p = Payload(name, tuple(fields.items()), tuple(origin.items()))
             key = f"<payload:{name}>"
             self.attrs[key] = p
@@ -408,7 +409,7 @@ class ExprEval(Lookup):
                 return self.invoke(mod, fn, cls, args, kwargs, frame)
         vals = args + list(kwargs.values())
         if any(has_tracked(v) for v in vals):
-            text = ast.unparse(f)
+            text = unparse(f)
             # a call the interpreter cannot enter that looks like a kernel (a compiled op)
             if target is None and (text.startswith("torch.ops.") or any(k in name.lower() for k in _KERNEL_NAME_PARTS)):
                 self.opaque.append((name, frame.module.rel, node.lineno))
@@ -441,7 +442,7 @@ class ExprEval(Lookup):
     def filled(f: ast.expr, node: ast.Call, args: list) -> Filled | None:
         """``torch.full(shape, <number>)`` / ``torch.ones`` / ``torch.zeros`` (``Filled``), and
         ``Parameter(<Filled>)`` (the same constant); None for any other call."""
-        text = ast.unparse(f)
+        text = unparse(f)
         if text in ("torch.ones", "torch.zeros"):
             return Filled(1.0 if text == "torch.ones" else 0.0)
         if text == "torch.full":

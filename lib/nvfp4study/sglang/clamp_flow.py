@@ -42,6 +42,7 @@ from .clamp_values import (
     derived,
     join,
     truth,
+    unparse,
 )
 from .code_index import attribute_never_set, bound_in_module, class_methods, module_level, walk
 from .construction_sites import construction_args
@@ -64,6 +65,22 @@ def _isinstance_tests(fn: ast.AST) -> tuple[tuple[str, str], ...]:
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "isinstance"
             and len(n.args) == 2 and isinstance(n.args[0], ast.Name) and isinstance(n.args[1], ast.Name))
     return tests
+
+
+def _module_parts(tree: ast.Module, rel: str) -> tuple[dict, dict, dict]:
+    """``(functions, classes, imports)`` of the parsed module ``tree`` read as file ``rel`` (the
+    imports' package comes from it), kept on the node per ``rel``: a parsed tree is shared and never
+    changed, and every interpreter (one per path, parameter and device class) reads the same
+    modules. The dicts are shared between interpreters, which only read them."""
+    parts = getattr(tree, "_flow_parts", None)
+    if parts is None:
+        parts = tree._flow_parts = {}
+    if rel not in parts:
+        body = module_level(tree.body)
+        funcs = {n.name: n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        classes = {n.name: class_methods(n) for n in body if isinstance(n, ast.ClassDef)}
+        parts[rel] = (funcs, classes, _imports(body, rel[:-3].replace("/", ".")))
+    return parts[rel]
 
 
 class Interp(ExprEval):
@@ -113,7 +130,7 @@ class Interp(ExprEval):
         #: (file, qualname, raises reached) of each step that raises on every branch
         self.raising_steps: list[tuple[str, str, list[Refusal]]] = []
         self.class_defaults: dict[str, dict[str, Any]] = {}  # class -> {attr: None}, see none_default
-        self._mods: dict[str, ParsedModule] = {}
+        self._mods: dict[str, ParsedModule | None] = {}
 
     # --- modules ------------------------------------------------------------------------------
     def module(self, rel: str) -> ParsedModule | None:
@@ -121,13 +138,10 @@ class Interp(ExprEval):
             return self._mods[rel]
         path = self.root / rel
         if not path.is_file():
+            self._mods[rel] = None  # the tree does not change while one interpreter runs
             return None
         tree = _parse(path)
-        body = module_level(tree.body)
-        funcs = {n.name: n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        classes = {n.name: class_methods(n) for n in body if isinstance(n, ast.ClassDef)}
-        pkg = rel[:-3].replace("/", ".")
-        mod = ParsedModule(path, rel, tree, funcs, classes, _imports(body, pkg))
+        mod = ParsedModule(path, rel, tree, *_module_parts(tree, rel))
         self._mods[rel] = mod
         return mod
 
@@ -190,7 +204,7 @@ class Interp(ExprEval):
         for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=False):
             if d is not None:
                 dmap[a.arg] = d
-        ann = {a.arg: ast.unparse(a.annotation) for a in fn.args.posonlyargs + fn.args.args
+        ann = {a.arg: unparse(a.annotation) for a in fn.args.posonlyargs + fn.args.args
                + fn.args.kwonlyargs if a.annotation is not None}
         # A parameter annotated with a base class (``quant_info: MoeQuantInfo``) takes the payload
         # its body narrows it to with ``isinstance(quant_info, X)`` (a runner registry entry).
@@ -324,7 +338,7 @@ class Interp(ExprEval):
             frame.stopped = True
         elif isinstance(st, ast.If):
             t = truth(self.eval(st.test, frame))
-            text = ast.unparse(st.test)
+            text = unparse(st.test)
             if t is True:
                 frame.guards.append((text, True))
                 self.exec_body(st.body, frame)
@@ -379,7 +393,7 @@ class Interp(ExprEval):
             frame.locals[st.name] = LocalFunc(st)  # a nested function, called later by name
         elif isinstance(st, ast.Raise):
             self.refusals.append(Refusal(frame.module.rel, frame.qualname, st.lineno,
-                                         frame.guard_mentions(self.param.refusal_words), ast.unparse(st)[:160],
+                                         frame.guard_mentions(self.param.refusal_words), unparse(st)[:160],
                                          certain=all(d for _, d in frame.guards)))
             frame.stopped = frame.raised = True
         elif isinstance(st, ast.Assert):
@@ -387,7 +401,7 @@ class Interp(ExprEval):
             if t is None:
                 self.assert_platforms(st.test, frame)
             if t is False:
-                txt = ast.unparse(st.test)
+                txt = unparse(st.test)
                 about = any(w in txt for w in self.param.refusal_words)
                 self.refusals.append(Refusal(frame.module.rel, frame.qualname, st.lineno,
                                              about, "assert " + txt[:150],
@@ -421,7 +435,7 @@ class Interp(ExprEval):
             frame.locals[target.id] = v
         elif isinstance(target, ast.Attribute):
             self.attrs[target.attr] = v
-            self.origin[target.attr] = (frame.module.rel, target.lineno, ast.unparse(target))
+            self.origin[target.attr] = (frame.module.rel, target.lineno, unparse(target))
         elif (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)
               and isinstance(target.slice, ast.Constant) and isinstance(target.slice.value, str)
               and _dicts(frame.locals.get(target.value.id))):

@@ -13,7 +13,7 @@ import ast
 from typing import Any
 
 from . import moe_params
-from .clamp_values import Built, Frame, Instance, Refusal
+from .clamp_values import Built, Frame, Instance, Refusal, unparse
 from .import_gates import ENVIRON, env_default_in, env_read
 
 
@@ -56,7 +56,7 @@ class Lookup:
             return False
         self.refusals.append(Refusal(frame.module.rel, frame.qualname, node.lineno, False,
                                      f"AttributeError: self.{node.attr} is None here (class default "
-                                     f"{where[0][11:]}:{where[1]}): {ast.unparse(node)[:80]}",
+                                     f"{where[0][11:]}:{where[1]}): {unparse(node)[:80]}",
                                      certain=all(d for _, d in frame.guards)))
         frame.stopped = frame.raised = True
         return True
@@ -160,7 +160,7 @@ class Lookup:
                 or node.attr in self.attrs or node.attr in self.assume or frame.depth >= self.MAX_DEPTH:
             return None
         fn = frame.module.classes.get(frame.cls, {}).get(node.attr)
-        if fn is None or not any(ast.unparse(d).split(".")[-1] in ("property", "cached_property")
+        if fn is None or not any(unparse(d).split(".")[-1] in ("property", "cached_property")
                                  for d in fn.decorator_list):
             return None
         return self.invoke(frame.module, fn, frame.cls, [], {}, frame)

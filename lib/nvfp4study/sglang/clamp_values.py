@@ -368,9 +368,22 @@ class Frame:
 
 _TENSOR_VIEWS = {"data", "to", "float", "contiguous", "clone", "detach", "view", "expand",
                  "reshape", "cuda"}
+
+
+def unparse(node: ast.AST) -> str:
+    """``ast.unparse(node)`` (str), kept on the node in ``_src``: the parsed trees are shared and
+    never changed (:func:`_parse`), and the interpreter unparses the same tests, calls and
+    attribute bases on every path and parameter. A node copied and changed must drop ``_src``
+    (``code_index._renamed``)."""
+    src = getattr(node, "_src", None)
+    if src is None:
+        src = node._src = ast.unparse(node)
+    return src
+
+
 @cache
 def _relevant_src(fn: ast.AST, words: tuple[str, ...]) -> bool:
-    src = ast.unparse(fn)
+    src = unparse(fn)
     return any(t in src for t in words)
 
 

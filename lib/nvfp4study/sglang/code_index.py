@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .clamp_values import _imports, _parse
+from .clamp_values import _imports, _parse, unparse
 
 SRT = "sglang/srt/"
 
@@ -208,7 +208,7 @@ def _class_methods(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
             out[st.name] = st
         elif isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
             v = st.value
-            if isinstance(v, ast.Call) and ast.unparse(v.func).split(".")[-1] in ("property", "cached_property") \
+            if isinstance(v, ast.Call) and unparse(v.func).split(".")[-1] in ("property", "cached_property") \
                     and v.args:
                 v = v.args[0]
             if isinstance(v, ast.Name) and v.id in out:
@@ -234,6 +234,7 @@ def _renamed(fn: ast.FunctionDef, name: str) -> ast.FunctionDef:
     new = copy.copy(fn)
     new.name = name
     new.__dict__.pop("_walk", None)  # the kept walk starts with ``fn`` itself (see walk)
+    new.__dict__.pop("_src", None)  # its unparsed text names the old name (clamp_values.unparse)
     return new
 
 
@@ -245,17 +246,24 @@ def called_name(call: ast.Call) -> str | None:
 def py_files(root: Path) -> list[Path]:
     """Every ``*.py`` under ``root/sglang/srt``, sorted, following linked folders (a package moved
     and linked back is still part of the tree) but entering each real folder once (no loops)."""
+    return [Path(p) for p in _py_file_names(root)]
+
+
+def _py_file_names(root: Path) -> list[str]:
+    """:func:`py_files` as strings (pathlib's parsing was most of a tree stamp's time), in the
+    order of the paths: sorted by their parts, as ``PurePosixPath`` compares (``a/b.py`` before
+    ``a-c/x.py``, which plain string order reverses)."""
     import os
 
     seen, out = set(), []
-    for folder, dirs, files in os.walk(Path(root) / SRT, followlinks=True):
+    for folder, dirs, files in os.walk(str(Path(root) / SRT), followlinks=True):
         real = os.path.realpath(folder)
         if real in seen:
             dirs[:] = []
             continue
         seen.add(real)
-        out += [Path(folder) / f for f in files if f.endswith(".py")]
-    return sorted(out)
+        out += [f"{folder}/{f}" for f in files if f.endswith(".py")]
+    return sorted(out, key=lambda p: p.split("/"))
 
 
 def source_files(root: Path, unreadable: dict[str, str] | None = None) -> list[tuple[Path, str]]:
@@ -300,7 +308,16 @@ def tree_stamp(root: Path) -> tuple[tuple[str, int, int], ...]:
 
 
 def _tree_stamp(root: Path) -> tuple[tuple[str, int, int], ...]:
-    return files_stamp(py_files(root))
+    import os
+
+    out = []
+    for p in _py_file_names(root):  # files_stamp's rows, without building a Path per file
+        try:
+            st = os.stat(p)
+            out.append((p, st.st_size, st.st_mtime_ns))
+        except OSError:  # a dangling or looping link: part of the state all the same
+            out.append((p, -1, -1))
+    return tuple(out)
 
 
 def files_stamp(paths: Iterable[Path]) -> tuple[tuple[str, int, int], ...]:

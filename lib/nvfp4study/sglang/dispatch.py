@@ -33,7 +33,7 @@ from functools import cache
 from pathlib import Path
 
 from . import path_keys
-from .clamp_values import _imports
+from .clamp_values import _imports, unparse
 from .code_index import (
     SRT,
     CodeIndex,
@@ -168,10 +168,10 @@ def fused_registry(code: CodeIndex) -> dict[tuple[str, str], list[tuple[str, str
         # other names for the registrar (_reg = register_fused_func) and decorators built ahead
         # (_triton = register_fused_func("none", "triton"))
         names = {"register_fused_func"} | {t.id for st in body if isinstance(st, ast.Assign)
-                                           and ast.unparse(st.value).split(".")[-1] == "register_fused_func"
+                                           and unparse(st.value).split(".")[-1] == "register_fused_func"
                                            for t in st.targets if isinstance(t, ast.Name)}
         built = {t.id: st.value for st in body if isinstance(st, ast.Assign) and isinstance(st.value, ast.Call)
-                 and ast.unparse(st.value.func).split(".")[-1] in names for t in st.targets if isinstance(t, ast.Name)}
+                 and unparse(st.value.func).split(".")[-1] in names for t in st.targets if isinstance(t, ast.Name)}
         for n in body:
             regs = []
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -188,7 +188,7 @@ def fused_registry(code: CodeIndex) -> dict[tuple[str, str], list[tuple[str, str
 
 
 def _registration_key(d: ast.AST, consts: dict[str, str], names: set[str]) -> tuple[str, str] | None:
-    if not (isinstance(d, ast.Call) and ast.unparse(d.func).split(".")[-1] in names):
+    if not (isinstance(d, ast.Call) and unparse(d.func).split(".")[-1] in names):
         return None
     vals = list(d.args) + [k.value for k in d.keywords if k.arg]
     names = [v.value if isinstance(v, ast.Constant) else consts.get(v.id) if isinstance(v, ast.Name) else None
@@ -218,7 +218,7 @@ def runner_cores(code: CodeIndex) -> dict[str, tuple[str, str, int]]:
                   and isinstance(c.func, ast.Attribute) and c.func.attr in preds]
         for st in node.body:
             for a in walk(st):
-                if isinstance(a, ast.Assign) and any(ast.unparse(t) == "self.runner_core" for t in a.targets) \
+                if isinstance(a, ast.Assign) and any(unparse(t) == "self.runner_core" for t in a.targets) \
                         and isinstance(a.value, ast.Call) and (name := called_name(a.value)):
                     core = code.resolve(rel, name, local)
                     if core and isinstance(core[1], ast.ClassDef):
@@ -257,7 +257,7 @@ def method_backends(code: CodeIndex, rel: str, cls: ast.ClassDef) -> tuple[list[
                 else:
                     computed.add(st.targets[0].id)
         for c in walk(fn):
-            if not (isinstance(c, ast.Call) and ast.unparse(c.func).split(".")[-1] == "MoeRunner"):
+            if not (isinstance(c, ast.Call) and unparse(c.func).split(".")[-1] == "MoeRunner"):
                 continue
             arg = c.args[0] if c.args else next((k.value for k in c.keywords if k.arg == "runner_backend"), None)
             if arg is None:
@@ -268,7 +268,7 @@ def method_backends(code: CodeIndex, rel: str, cls: ast.ClassDef) -> tuple[list[
                 out += sorted(members)
             if not members or (isinstance(arg, ast.Name) and arg.id in computed):
                 runtime = True
-                lost = f"{frel[len(SRT):]}:{c.lineno} MoeRunner({ast.unparse(arg)}) (backend chosen at run time)"
+                lost = f"{frel[len(SRT):]}:{c.lineno} MoeRunner({unparse(arg)}) (backend chosen at run time)"
     if runtime:
         tested = {c.func.attr for _, fn in bodies for c in walk(fn) if isinstance(c, ast.Call)
                   and isinstance(c.func, ast.Attribute) and c.func.attr in preds}
@@ -279,7 +279,7 @@ def method_backends(code: CodeIndex, rel: str, cls: ast.ClassDef) -> tuple[list[
     if not out and not runtime:
         calls = [(frel, c.lineno) for frel, fn in bodies for c in walk(fn) if isinstance(c, ast.Call)
                  and isinstance(c.func, ast.Attribute) and c.func.attr == "run"
-                 and ast.unparse(c.func.value).endswith("runner")]
+                 and unparse(c.func.value).endswith("runner")]
         if calls and not built:
             frel, line = calls[0]
             return [None], (f"{frel[len(SRT):]}:{line} calls its runner, but where that MoeRunner is built "
@@ -328,7 +328,7 @@ def _runner_nodes(code: CodeIndex, rel: str, cls: ast.ClassDef) -> list[tuple[st
         for fn in (f for f in funcs(owner) if f.name == name):
             enum = _enum_names(code, m[0], fn)
             for c in walk(fn):
-                if isinstance(c, ast.Call) and ast.unparse(c.func).split(".")[-1] == "MoeRunner" and c.args:
+                if isinstance(c, ast.Call) and unparse(c.func).split(".")[-1] == "MoeRunner" and c.args:
                     out.append((m[0], c, _members(c.args[0], values, enum)))
                 elif isinstance(c, ast.Assign) and (members := _members(c.value, values, enum)):
                     out.append((m[0], c, members))  # backend = MoeRunnerBackend.X, then MoeRunner(backend)

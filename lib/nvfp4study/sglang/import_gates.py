@@ -52,7 +52,19 @@ _STMT_LISTS = ("body", "orelse", "finalbody", "handlers", "cases")
 
 def _imports_of(module: ast.Module, dotted: str) -> list[tuple[int, str | None]]:
     """``(line, flag)`` of each import of ``dotted`` in ``module``: the environment flag of the
-    innermost ``if`` around it, None when no such ``if`` guards it."""
+    innermost ``if`` around it, None when no such ``if`` guards it. Read once per parsed module
+    and name (kept on the node: a parsed tree is shared and never changed, and every audited tree
+    asks again, a copy with one file changed included); a new list each call."""
+    memo = getattr(module, "_imports_of", None)
+    if memo is None:
+        memo = module._imports_of = {}
+    if dotted not in memo:
+        memo[dotted] = tuple(_read_imports_of(module, dotted))
+    return list(memo[dotted])
+
+
+def _read_imports_of(module: ast.Module, dotted: str) -> list[tuple[int, str | None]]:
+    """The body of :func:`_imports_of`."""
     out: list[tuple[int, str | None]] = []
     pkg, _, last = dotted.rpartition(".")
 

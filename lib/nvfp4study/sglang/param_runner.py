@@ -21,6 +21,7 @@ from typing import Any
 from . import clamp_values as cv
 from . import path_keys
 from .audit_run import _short
+from .clamp_values import _parse, unparse
 from .source import SGLangTree
 
 
@@ -107,14 +108,29 @@ def _custom_ops(root: Any) -> dict[str, tuple[str, int, tuple[tuple[str, str], .
         text = f.read_text(encoding="utf-8", errors="replace")
         if "@register_custom_op" not in text:
             continue
-        for node in ast.walk(ast.parse(text)):
+        for node in ast.walk(_module_of(f, text)):
             if isinstance(node, ast.FunctionDef) and any(
                     (d.func if isinstance(d, ast.Call) else d).__dict__.get("id") == "register_custom_op"
                     for d in node.decorator_list):
                 args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
                 out.setdefault(node.name, ("sglang/srt/" + str(f.relative_to(base)), node.lineno, tuple(
-                    (a.arg, ast.unparse(a.annotation) if a.annotation is not None else "") for a in args)))
+                    (a.arg, unparse(a.annotation) if a.annotation is not None else "") for a in args)))
     return out
+
+
+def _module_of(path: Path, text: str) -> ast.Module:
+    """``ast.parse(text)`` of ``path``'s text (read with bad bytes replaced), taken from the audit's
+    parse cache (:func:`~nvfp4study.sglang.clamp_values._parse`, the same tree: shared by every
+    release and copy with the file's bytes) where the text is the file's strict UTF-8 with no BOM
+    and no coding line; parsed here otherwise, or when the cache's parse fails, so a file that does
+    not parse raises the SyntaxError it always did."""
+    head = "\n".join(text.split("\n", 2)[:2])
+    if "\ufffd" not in text and not text.startswith("\ufeff") and "coding" not in head:
+        try:
+            return _parse(path)
+        except SyntaxError:
+            pass
+    return ast.parse(text)
 
 
 __all__ = ["custom_op_rejects", "run_post_permute"]

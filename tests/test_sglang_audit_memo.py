@@ -1,0 +1,67 @@
+"""The audit's in-process memos (issue 33, ``make test`` within 10 minutes) give what the plain
+computation gives: the tree stamp lists files in pathlib's order, a node's kept unparsed text is
+dropped by a renamed copy, the interpreter's per-module parts follow a file edited in place, and
+the import guards read once come back as fresh lists."""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+from nvfp4study.sglang import code_index as ci
+from nvfp4study.sglang import import_gates as ig
+from nvfp4study.sglang.clamp_flow import Interp
+from nvfp4study.sglang.clamp_values import unparse
+
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        p = tmp_path / "sglang" / "srt" / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return tmp_path
+
+
+def test_tree_stamp_rows_and_order_are_pathlibs(tmp_path):
+    # "a-c" < "a/" as strings but "a" < "a-c" as path parts: the stamp keeps the parts' order
+    root = _tree(tmp_path, {"a/b.py": "x = 1\n", "a-c/x.py": "y = 22\n", "a.py": "", "a_b/y.py": "z = 3\n",
+                            "a/n.txt": "not python\n"})
+    (root / "sglang/srt/a/dangling.py").symlink_to(root / "sglang/srt/a/nowhere.py")
+    paths = sorted(p for p in (root / "sglang/srt").rglob("*.py"))
+    expected = tuple((p.as_posix(), *((p.stat().st_size, p.stat().st_mtime_ns) if p.exists() else (-1, -1)))
+                     for p in paths)
+    assert ci.tree_stamp(root) == expected
+    assert [p.as_posix() for p in ci.py_files(root)] == [p.as_posix() for p in paths]
+    assert [r[0].rsplit("/sglang/srt/", 1)[1] for r in expected] == \
+        ["a/b.py", "a/dangling.py", "a-c/x.py", "a.py", "a_b/y.py"]
+    assert ci.tree_stamp(Path(os.path.relpath(root))) == tuple(
+        (Path(os.path.relpath(p)).as_posix(), *r[1:]) for p, r in zip(paths, expected, strict=True))
+
+
+def test_a_renamed_copy_does_not_keep_the_old_text():
+    cls = ast.parse("class A:\n    def f(self):\n        return 1\n    g = f\n").body[0]
+    f = cls.body[0]
+    assert unparse(f) == ast.unparse(f) and unparse(f).startswith("def f(")
+    renamed = {fn.name: fn for fn in ci.funcs(cls)}["g"]
+    assert unparse(renamed) == ast.unparse(renamed) and unparse(renamed).startswith("def g(")
+    assert unparse(f).startswith("def f(")  # the original keeps its own
+
+
+def test_interpreter_modules_follow_a_file_edited_in_place(tmp_path):
+    rel = "sglang/srt/m.py"
+    root = _tree(tmp_path, {"m.py": "from os import path\n\ndef f():\n    return 1\n"})
+    one = Interp(root, set()).module(rel)
+    assert set(one.functions) == {"f"} and one.imports == {"path": ("os", "path")}
+    (root / rel).write_text("from os import sep\n\nclass C:\n    def g(self):\n        return 2\n\ndef h():\n    pass\n")
+    two = Interp(root, set()).module(rel)
+    assert set(two.functions) == {"h"} and set(two.classes) == {"C"} and two.imports == {"sep": ("os", "sep")}
+    assert Interp(root, set()).module("sglang/srt/absent.py") is None
+
+
+def test_import_guards_read_once_are_fresh_lists():
+    mod = ast.parse("import os\nif os.environ.get('X'):\n    from a.b import c\nelse:\n    import a.b.c\n")
+    first = ig._imports_of(mod, "a.b.c")
+    assert first == ig._read_imports_of(mod, "a.b.c") == [(3, None), (5, None)]
+    first.append((99, "mutated"))
+    assert ig._imports_of(mod, "a.b.c") == [(3, None), (5, None)]
