@@ -114,13 +114,24 @@ def env_read(node: ast.Call, default_of: Callable[[str], bool | None]) -> bool |
 def env_default_in(environ: ast.Module | None, flag: str) -> bool | None:
     """The default of ``envs.<flag>`` in a parsed ``environ.py`` (``FLAG = EnvBool(False)``); None if
     not found or not a constant bool."""
-    for n in ast.walk(environ) if environ is not None else ():
-        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == flag for t in n.targets) \
-                and isinstance(n.value, ast.Call) and ast.unparse(n.value.func).endswith("EnvBool") \
-                and n.value.args and isinstance(n.value.args[0], ast.Constant) \
-                and isinstance(n.value.args[0].value, bool):
-            return n.value.args[0].value
-    return None
+    return None if environ is None else _env_bools(environ).get(flag)
+
+
+def _env_bools(environ: ast.Module) -> dict[str, bool]:
+    # every FLAG = EnvBool(<bool>) of the module, the first in walk order per name, kept on the parsed
+    # tree (parse-cached by content): a path's environment reads asked for them one walk each
+    got = getattr(environ, "_env_bools", None)
+    if got is None:
+        got = {}
+        for n in ast.walk(environ):
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and n.value.args \
+                    and isinstance(n.value.args[0], ast.Constant) and isinstance(n.value.args[0].value, bool) \
+                    and ast.unparse(n.value.func).endswith("EnvBool"):
+                for t in n.targets:
+                    if isinstance(t, ast.Name):
+                        got.setdefault(t.id, n.value.args[0].value)
+        environ._env_bools = got  # type: ignore[attr-defined]
+    return got
 
 
 def no_fused_func_raise(code: CodeIndex) -> int | None:
