@@ -109,3 +109,45 @@ def test_env_reads_are_left_open_under_another_policy(monkeypatch):
     monkeypatch.setattr(moe_params, "shared", lambda: shared)
     (r,) = audit_tree(released("0.5.19"), ["Fp8MoEMethod/aiter"])
     assert r.verdict.value == "DROPPED"  # the aiter runner's fused_moe, as before the rule
+
+
+#: ``return AiterRunnerInput(..., quant_type=quant_info.quant_type)`` of pre_permute_standard_to_aiter
+#: (moe_runner/aiter.py, read by hand: the return statement's first line)
+AITER_PRE_PERMUTE_RETURN = {"0.5.19": 345, "0.5.20": 345, "0.5.21": 420, "0.5.22": 350, "0.5.23": 367}
+
+
+def test_a_payload_field_its_class_lacks_raises_in_the_pre_permute():
+    # Mxfp4MoEMethod.create_moe_runner builds MoeRunner(aiter) for --moe-runner-backend aiter; with
+    # SGLANG_USE_AITER off, apply hands it a TritonMoeQuantInfo (0.5.21 mxfp4.py 1439, 1723-1729), and
+    # MoeRunner.run's pre-permute reads quant_info.quant_type, which TritonMoeQuantInfo (triton.py 52-72)
+    # does not declare: AttributeError. Before, the audit skipped the pre-permute (UNDECIDED).
+    for v in VERSIONS:
+        (r,) = audit_tree(released(v), ["Mxfp4MoEMethod/aiter"])
+        assert r.verdict.value == "UNUSABLE", (v, r.rule)
+        assert (r.file, r.function, r.line) == (
+            "layers/moe/moe_runner/aiter.py", "pre_permute_standard_to_aiter", AITER_PRE_PERMUTE_RETURN[v]), v
+        assert "quant_info.quant_type (TritonMoeQuantInfo declares no quant_type)" in r.rule
+
+
+def test_a_method_that_builds_another_runner_skips_the_keys_pre_permute():
+    # UnquantizedFusedMoEMethod.create_moe_runner builds MoeRunner(MoeRunnerBackend.TRITON) when no other
+    # branch is taken (0.5.21 unquant.py 1002-1003); its aiter runner needs SGLANG_USE_AITER. The
+    # TritonMoeQuantInfo it hands goes to the Triton runner: no AttributeError from the aiter pre-permute
+    for v in VERSIONS:
+        (r,) = audit_tree(released(v), ["UnquantizedFusedMoEMethod/aiter"])
+        assert r.function != "pre_permute_standard_to_aiter" and "declares no" not in r.rule, (v, r.rule)
+
+
+def test_only_the_operands_python_always_evaluates_are_read():
+    from nvfp4study.sglang.clamp_flow import _always_evaluated
+    from nvfp4study.sglang.clamp_values import Payload
+
+    expr = ast.parse("a.x and not q.f or (b.y if c.z else d.w) + e.v", mode="eval").body
+    reads = {(n.value.id, n.attr) for n in _always_evaluated(expr) if isinstance(n, ast.Attribute)}
+    assert reads == {("a", "x")}  # `or`'s first operand is the `and`, whose first is a.x
+    expr = ast.parse("g(q.f, (b.y if c.z else d.w), [t.u for t in s])", mode="eval").body
+    reads = {(n.value.id, n.attr) for n in _always_evaluated(expr) if isinstance(n, ast.Attribute)}
+    assert reads == {("q", "f"), ("c", "z")}
+    p = Payload("P", (("w", 1),), (), frozenset({"w", "run"}))
+    assert p.lacks("quant_type") and not p.lacks("w") and not p.lacks("run") and not p.lacks("__class__")
+    assert not Payload("P", (("w", 1),)).lacks("quant_type")  # a class not found: nothing is known lacking

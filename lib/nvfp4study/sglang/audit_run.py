@@ -9,12 +9,17 @@
 
 from __future__ import annotations
 
+import ast
+import copy
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from . import moe_params, path_keys
 from .audit_sinks import ClampVerdict
 from .clamp_flow import Interp
+from .clamp_values import Backend, Multi
 from .platforms import PLATFORMS
 from .source import SGLangTree
 
@@ -86,6 +91,11 @@ def run_path(tree: SGLangTree, spec: dict, param: Any = None) -> PathRun:
             steps, skipped_runner = steps[:i], True
             break
         interp.in_runner = spec.get("runner_at") is not None and i >= spec["runner_at"]
+        if interp.in_runner and q.endswith("RunnerCore.run"):
+            _run_pre_permute(tree, spec, interp)  # MoeRunner.run hands the core what this returns
+            if interp.raising_steps:
+                steps = steps[:i]
+                break
         interp.run_step(r, q)
         if interp.raising_steps:  # the later steps never run
             steps = steps[:i + 1]
@@ -100,6 +110,52 @@ def run_path(tree: SGLangTree, spec: dict, param: Any = None) -> PathRun:
             ClampVerdict.UNDECIDED, f"trail lost: the code is too long to follow ({Interp.MAX_STEPS} statements run)",
             _short(r0) if r0 else None, q0, None))
     return PathRun(interp, steps, skipped_runner)
+
+
+def _run_pre_permute(tree: SGLangTree, spec: dict, interp: Interp) -> None:
+    """Run, as a step, the function the path's runner registers for ``(dispatch format, runner
+    backend)`` with ``@register_pre_permute`` (layers/moe/moe_runner/base.py): ``MoeRunner.run`` calls
+    it before ``runner_core.run`` (runner.py), handing it the method's quant info. A pre-permute that
+    reads a field the handed payload's class lacks raises AttributeError (0.5.21 aiter.py 424
+    ``quant_info.quant_type`` on the ``TritonMoeQuantInfo`` ``Mxfp4MoEMethod.apply`` hands, mxfp4.py
+    1723-1729)."""
+    key = spec.get("via", spec["id"])
+    a2a = key[len(path_keys.FUSED):].split("/")[0] if key.startswith(path_keys.FUSED) else "none"
+    runner = path_keys.runner(key)
+    found = registered_permutes(tree.root, "register_pre_permute").get(("standard" if a2a == "none" else a2a, runner))
+    found = found and (*found, runner)
+    built = [o for v in interp.runner_builds for o in (v.options if isinstance(v, Multi) else (v,))]
+    if found is None or (built and all(isinstance(b, Backend) and b.name.lower().rstrip("s") != found[3].rstrip("s")
+                                       for b in built)):
+        return  # the method builds its MoeRunner for another backend (unquant.py 1002 in 0.5.21: TRITON)
+    # read only for whether it raises: what it returns (and leaves in running_state) the core's
+    # steps get as unknown, as before, so a pre-permute that returns leaves the interpreter as it was
+    saved = {k: (copy.copy(v) if isinstance(v, (list, dict, set)) else v) for k, v in vars(interp).items()}
+    interp.in_pre_permute = True
+    interp.run_step(found[0], found[1])
+    interp.in_pre_permute = False
+    if not interp.raising_steps:
+        vars(interp).update(saved)
+
+
+@lru_cache(maxsize=16)
+def registered_permutes(root: Any, decorator: str) -> dict[tuple[str, str], tuple[str, str, int]]:
+    """``(first, second) -> (file, function, line)`` of every function a release's runners register
+    with ``@<decorator>("<first>", "<second>")`` (``register_pre_permute(format, runner)``,
+    ``register_post_permute(runner, format)``: layers/moe/moe_runner/base.py); the first wins."""
+    out: dict[tuple[str, str], tuple[str, str, int]] = {}
+    folder = Path(root) / "sglang/srt/layers/moe/moe_runner"
+    for f in sorted(folder.glob("*.py")) if folder.is_dir() else ():
+        text = f.read_text(encoding="utf-8", errors="replace")
+        if decorator not in text:
+            continue
+        for node in ast.parse(text).body:
+            for d in getattr(node, "decorator_list", []):
+                if isinstance(d, ast.Call) and getattr(d.func, "id", None) == decorator \
+                        and len(d.args) == 2 and all(isinstance(a, ast.Constant) for a in d.args):
+                    out.setdefault((d.args[0].value, d.args[1].value),
+                                   (f"sglang/srt/layers/moe/moe_runner/{f.name}", node.name, node.lineno))
+    return out
 
 
 def _gated_stop(spec: dict) -> tuple:

@@ -25,6 +25,7 @@ from .clamp_values import (
     UNK,
     AbstractDict,
     Act,
+    Backend,
     Built,
     ConfigWith,
     Filled,
@@ -67,8 +68,10 @@ class ExprEval(Lookup):
     opaque: list[tuple[str, str, int]]  # (callee, file, line): the limit passed where it cannot follow
     runner_calls: list[tuple[str, int]]  # (file, line) of each live ``...runner.run(...)``
     runner_payloads: list[Any]  # the quant info each live ``runner.run(dispatch_output, quant_info)`` hands
+    runner_builds: list[Any]  # the backend each live ``MoeRunner(backend, config)`` is built with (Backend, else unknown)
     runner_overrides: dict[str, Any]  # config fields a method replaced in the config its MoeRunner gets
     in_runner: bool  # running the runner's steps (fused func or core): they see runner_overrides
+    in_pre_permute: bool  # running a runner's pre-permute (audit_run._run_pre_permute)
     platforms: tuple[str, ...]  # the device classes the path runs on (platforms.PLATFORMS)
     sink_from: dict[str, list[str]]  # sink -> the modules it comes from (the sink table's ``from``)
     param: Any  # the followed parameter (moe_params.ParamSpec): its mentions, facts, entry words
@@ -153,6 +156,8 @@ class ExprEval(Lookup):
             base_src = unparse(node.value)
             if base_src.endswith("ActivationType"):
                 return Act(node.attr)
+            if base_src.endswith("MoeRunnerBackend") and node.attr.isupper():
+                return Backend(node.attr)
             prop = self.property_value(node, frame)
             if prop is not None:
                 return prop
@@ -360,6 +365,7 @@ class ExprEval(Lookup):
             old = dict(args[0].overrides) if isinstance(args[0], ConfigWith) else {}
             return ConfigWith(tuple({**old, **kwargs}.items()))
         if name == "MoeRunner":
+            self.runner_builds.append(args[0] if args else kwargs.get("runner_backend", UNK))
             # the config the runner is built with: its replaced fields hold in the runner's steps
             for v in [*args, *kwargs.values()]:
                 if isinstance(v, ConfigWith):
@@ -390,7 +396,7 @@ class ExprEval(Lookup):
                 literal = isinstance(kn, ast.Constant) and kn.value is None
                 origin[k] = (frame.module.rel, getattr(kn, "lineno", node.lineno),
                              f"literal {k}=None" if literal else unparse(kn)[:60] if kn else k)
-            p = Payload(name, tuple(fields.items()), tuple(origin.items()))
+            p = Payload(name, tuple(fields.items()), tuple(origin.items()), self.declared_names(name, frame))
             key = f"<payload:{name}>"
             self.attrs[key] = p
             return p
@@ -485,6 +491,15 @@ class ExprEval(Lookup):
         return {st.target.id: st.value.value for st in cls.body if isinstance(st, ast.AnnAssign)
                 and isinstance(st.target, ast.Name) and isinstance(st.value, ast.Constant)}
 
+    def declared_names(self, name: str, frame: Frame) -> frozenset | None:
+        """Every name class ``name`` (as the frame's code imports it) and its in-tree bases declare
+        in their bodies (annotated fields, assignments, methods); None where the class or a base
+        other than ``ABC``/``object`` is not found (its names are then not known). Kept on the class
+        node: it lives as long as its parsed tree."""
+        src = frame.imports.get(name) or frame.module.imports.get(name)
+        mod = self.module_for(src[0]) if src else frame.module
+        return _declared(self, mod, src[1] if src else name, 0)
+
     def sink_source_ok(self, f: ast.expr, name: str, frame: Frame) -> bool:
         """Whether a call ``name(...)`` is the sink of that name: a sink whose table entry says
         where it comes from (``from``: module prefixes) is that sink only when the name is
@@ -497,3 +512,39 @@ class ExprEval(Lookup):
         src = frame.imports.get(name) or (None if name in frame.module.functions else frame.module.imports.get(name))
         where = src[0] if src else frame.module.rel[:-3].replace("/", ".") if name in frame.module.functions else None
         return where is None or any(where == p or where.startswith(p + ".") for p in prefixes)
+
+
+#: bases that declare no names a payload's reader could want
+_NAMELESS_BASES = frozenset({"ABC", "object", "Generic", "Protocol"})
+
+
+def _declared(ev: ExprEval, mod: Any, cname: str, depth: int) -> frozenset | None:
+    """Names class ``cname`` of module ``mod`` and its bases declare (:meth:`ExprEval.declared_names`)."""
+    cls = next((n for n in (mod.tree.body if mod else []) if isinstance(n, ast.ClassDef) and n.name == cname), None)
+    if cls is None or depth > 8:
+        return None
+    memo = getattr(cls, "_declared_names", False)
+    if memo is not False:
+        return memo
+    names: set[str] | None = set()
+    for st in cls.body:
+        if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
+            names.add(st.target.id)
+        elif isinstance(st, ast.Assign):
+            names.update(t.id for t in st.targets if isinstance(t, ast.Name))
+        elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(st.name)
+    for b in cls.bases:
+        b = b.value if isinstance(b, ast.Subscript) else b
+        bname = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else None
+        if bname in _NAMELESS_BASES:
+            continue
+        src = mod.imports.get(bname) if isinstance(b, ast.Name) else None
+        other = ev.module_for(src[0]) if src else mod if isinstance(b, ast.Name) else None
+        got = None if other is None else _declared(ev, other, src[1] if src else bname, depth + 1)
+        if got is None:
+            names = None
+            break
+        names |= got
+    cls._declared_names = None if names is None else frozenset(names)
+    return cls._declared_names

@@ -120,11 +120,15 @@ class Interp(ExprEval):
         self.refusals: list[Refusal] = []
         self.runner_overrides: dict[str, Any] = {}
         self.in_runner = False
+        #: running a runner's pre-permute (audit_run._run_pre_permute): its quant-info parameter takes
+        #: the payload the method handed, whatever class it is annotated with
+        self.in_pre_permute = False
         self.live: set[tuple[str, int]] = set()
         self.opaque: list[tuple[str, str, int]] = []
         self.exhausted = False
         self.runner_calls: list[tuple[str, int]] = []
         self.runner_payloads: list[Any] = []
+        self.runner_builds: list[Any] = []
         self.steps_done = 0
         self.entry_names: set[str] = set()
         #: (file, qualname, raises reached) of each step that raises on every branch
@@ -227,6 +231,9 @@ class Interp(ExprEval):
                 frame.locals[p] = self.attrs[f"<payload:{ann[p].strip(chr(39) + chr(34))}>"]
             elif p in narrowed:
                 frame.locals[p] = narrowed[p]
+            elif handed is not None and self.in_pre_permute and ann.get(p, "").strip("'\"").endswith("QuantInfo"):
+                # a pre-permute gets what the method's runner.run handed, of whatever class
+                frame.locals[p] = handed
             elif p in dmap and (args or kwargs) and isinstance(dmap[p], ast.Constant):
                 frame.locals[p] = dmap[p].value
             else:
@@ -306,6 +313,31 @@ class Interp(ExprEval):
                 return f"self.{attr}"
         return None
 
+    def payload_lacks(self, st: ast.stmt, frame: Frame) -> str | None:
+        """``x.F`` read by an ``assert`` or ``if`` test, a ``return``, an assignment's value or an
+        expression statement where ``x`` holds a quant-info payload whose
+        class (and bases) declare no ``F`` (:meth:`Payload.lacks`): the read raises AttributeError.
+        0.5.21 ``Mxfp4MoEMethod.apply`` hands a ``TritonMoeQuantInfo`` to the aiter runner (mxfp4.py
+        1723-1729), whose pre-permute returns ``quant_type=quant_info.quant_type`` (moe_runner/aiter.py 424). None
+        when there is none."""
+        if isinstance(st, (ast.Assert, ast.If)):
+            top = st.test  # not its nested bodies
+        elif isinstance(st, (ast.Return, ast.Assign, ast.Expr)) and st.value is not None:
+            top = st.value
+        else:
+            return None
+        reads = getattr(st, "_name_reads", None)  # kept on the node: it lives as long as its tree
+        if reads is None:
+            reads = st._name_reads = tuple(dict.fromkeys(
+                (n.value.id, n.attr) for n in _always_evaluated(top) if isinstance(n, ast.Attribute)
+                and isinstance(n.ctx, ast.Load) and isinstance(n.value, ast.Name) and n.value.id != "self"))
+        for name, attr in reads:
+            v = frame.locals.get(name)
+            opts = v.options if isinstance(v, Multi) else (v,)
+            if opts and all(isinstance(o, Payload) and o.lacks(attr) for o in opts):
+                return f"{name}.{attr} ({'/'.join(sorted({o.cls for o in opts}))} declares no {attr})"
+        return None
+
     def exec_stmt(self, st: ast.stmt, frame: Frame) -> None:
         self.steps_done += 1
         if self.steps_done > self.MAX_STEPS:
@@ -313,9 +345,11 @@ class Interp(ExprEval):
             frame.stopped = True
             return
         unset = self.unset_attribute(st, frame)
-        if unset is not None:
+        lacking = None if unset is not None else self.payload_lacks(st, frame)
+        if unset is not None or lacking is not None:
             self.refusals.append(Refusal(frame.module.rel, frame.qualname, st.lineno, False,
-                                         f"AttributeError: {unset} is never set anywhere in the tree",
+                                         f"AttributeError: {unset} is never set anywhere in the tree"
+                                         if unset is not None else f"AttributeError: {lacking}",
                                          certain=all(d for _, d in frame.guards)))
             frame.stopped = frame.raised = True
             return
@@ -457,3 +491,21 @@ class Interp(ExprEval):
                 self.assign(t, p, frame)
 
     # --- expressions --------------------------------------------------------------------------
+
+
+def _always_evaluated(node: ast.AST) -> list[ast.AST]:
+    """The nodes of expression ``node`` Python evaluates whenever it evaluates ``node``: not the
+    operands after the first of ``and``/``or`` (short-circuit), not the branches of ``x if c else
+    y``, not the bodies of lambdas and comprehensions."""
+    out, todo = [], [node]
+    while todo:
+        n = todo.pop()
+        out.append(n)
+        if isinstance(n, ast.BoolOp):
+            todo.append(n.values[0])
+        elif isinstance(n, ast.IfExp):
+            todo.append(n.test)
+        elif not isinstance(n, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            todo.extend(ast.iter_child_nodes(n))
+    return out
+

@@ -66,6 +66,13 @@ class Act:
 
 
 @dataclass(frozen=True)
+class Backend:
+    """A ``MoeRunnerBackend`` member, by name (``"TRITON"``): what a method builds its MoeRunner with."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class ConfigWith:
     """The ``MoeRunnerConfig`` with some fields replaced (``dataclasses.replace(config,
     activation="swiglu")``): ``overrides`` are (field, value) pairs; other fields are Ling's."""
@@ -90,6 +97,14 @@ class Payload:
     cls: str
     fields: tuple  # ((name, value), ...)
     origin: tuple = ()
+    #: every name the class and its bases declare (fields, methods), or None where a base was not
+    #: found in the tree: a read of a name outside it raises AttributeError
+    declared: frozenset | None = field(default=None, compare=False, repr=False)
+
+    def lacks(self, name: str) -> bool:
+        """Whether reading ``name`` on this payload raises AttributeError (its class and every base
+        were found and none declares it)."""
+        return self.declared is not None and name not in self.declared and not name.startswith("__")
 
     def get(self, name: str) -> Any:
         for k, v in self.fields:
