@@ -22,7 +22,7 @@ import ast
 from nvfp4study.sglang import moe_params
 from nvfp4study.sglang.audit import audit_tree
 from nvfp4study.sglang.import_gates import _imports_of
-from sglang_fixtures import VERSIONS, released
+from sglang_fixtures import VERSIONS, copy23_fixture, released  # noqa: F401 - the copy23 fixture
 
 #: MoeRunner.__init__'s raise for a backend with neither runner core nor fused func (read by hand)
 RUNNER_RAISE = {"0.5.19": 163, "0.5.20": 170, "0.5.21": 178, "0.5.22": 178, "0.5.23": 178}
@@ -151,3 +151,27 @@ def test_only_the_operands_python_always_evaluates_are_read():
     p = Payload("P", (("w", 1),), (), frozenset({"w", "run"}))
     assert p.lacks("quant_type") and not p.lacks("w") and not p.lacks("run") and not p.lacks("__class__")
     assert not Payload("P", (("w", 1),)).lacks("quant_type")  # a class not found: nothing is known lacking
+
+
+#: ``if (self.is_fp4_experts and is_npu_arch35() and self.is_dsv4_fp4_experts)`` before
+#: ``return NPUW4A8MXFP4FusedMoEMethod(prefix=prefix)`` in Fp8Config.get_quant_method (fp8.py, by hand)
+DSV4_ONLY = {"0.5.21": 420, "0.5.22": 425, "0.5.23": 431}
+
+
+def test_a_method_selected_only_for_another_model_is_not_lings_path():
+    # model_loader/loader.py 222 (0.5.21): quant_config.is_dsv4_fp4_experts = is_deepseek_v4(hf_config), an
+    # architecture test without BailingMoeV3ForCausalLM (configs/model_config.py 275-280). Before: DROPPED
+    for v, line in DSV4_ONLY.items():
+        (r,) = audit_tree(released(v), ["NPUW4A8MXFP4FusedMoEMethod/ascend"])
+        assert r.verdict.value == "UNUSABLE", (v, r.rule)
+        assert (r.file, r.line) == ("layers/quantization/fp8.py", line), v
+        assert "selected only when self.is_dsv4_fp4_experts" in r.rule and "is_deepseek_v4(hf_config)" in r.rule
+    (r,) = audit_tree(released("0.5.20"), ["NPUW4A4Fp4MoEMethod/direct"])  # the same guard, fp8.py 414-426
+    assert (r.verdict.value, r.line) == ("UNUSABLE", 414), r.rule
+
+
+def test_a_model_test_that_admits_ling_selects_nothing_away(copy23):
+    f = copy23.root / "sglang/srt/configs/model_config.py"
+    f.write_text(f.read_text().replace('"DeepseekV4ForCausalLM",', '"DeepseekV4ForCausalLM", "BailingMoeV3ForCausalLM",', 1))
+    (r,) = audit_tree(copy23, ["NPUW4A8MXFP4FusedMoEMethod/ascend"])
+    assert r.verdict.value != "UNUSABLE" and "not Ling's path" not in r.rule, r.rule

@@ -55,6 +55,7 @@ from .code_index import (
 from .ctor_checks import constructor_raised
 from .dispatch import backend_values, derive_paths
 from .loader_checks import loader_refused
+from .model_guards import other_model_refused
 from .model_side import MODEL_FILE, ModelSide, model_side, no_model_line
 from .platforms import PLATFORMS, describe
 from .source import SGLangTree
@@ -412,6 +413,7 @@ def _audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[Pat
     out = [startup_refused(tree.root, sp.get("via", sp["id"]), r) for sp, r in zip(kept, out, strict=True)]
     out = [constructor_raised(tree.root, sp.get("via", sp["id"]), r) for sp, r in zip(kept, out, strict=True)]
     out = [loader_refused(tree.root, sp.get("via", sp["id"]), r) for sp, r in zip(kept, out, strict=True)]
+    out = [other_model_refused(tree.root, sp.get("via", sp["id"]), r) for sp, r in zip(kept, out, strict=True)]
     if not side.ok:
         out = [_model_dropped(r, side) for r in out]
     return out
