@@ -333,3 +333,23 @@ def test_branches_that_route_differently_give_the_worst_branch():
         assert row.verdict == verdict, (name, row.rule)
         assert (row.file, row.line) == ("layers/moe/moe_runner/flashinfer_trtllm.py", call), name
         assert "APPLIED" in row.rule.rsplit("(the worst of the branches: ", 1)[1], name  # the CUTLASS branch
+
+
+def test_a_combine_kernel_in_the_methods_own_call_applies_the_factor():
+    """Class: a factor handed to a combine/reorder kernel inside the function the method calls itself.
+    W4AFp8MoEMethod.apply calls cutlass_w4a8_moe(..., routed_scaling_factor=moe_runner_config.routed_scaling_factor
+    or 1.0), whose combine is post_reorder_for_cutlass_moe(..., routed_scaling_factor): the kernel's store is the
+    top-k weighted sum times the factor (kernels/ops/moe/ep_moe_kernels.py). Neither top-k nor the model apply
+    it: APPLIED once (fourth sample, T-readers; it was DROPPED)."""
+    for v in ("0.5.19", "0.5.22", "0.5.23"):
+        tree = released(v)
+        rel = "sglang/srt/layers/moe/cutlass_w4a8_moe.py"
+        call = _line(tree, rel, r"^\s+post_reorder_for_cutlass_moe\(", _line(tree, rel, r"^def cutlass_w4a8_moe\("))
+        kern = "sglang/kernels/ops/moe/ep_moe_kernels.py"
+        _line(tree, kern, r"sum_vec \*= routed_scaling_factor",
+              _line(tree, kern, r"^def post_reorder_triton_kernel_for_cutlass_moe\("))
+        for key in ("W4AFp8MoEMethod/direct", "CompressedTensorsW4AFP8MoE/direct"):
+            (row,) = audit_param(tree, "routed_scaling_factor", [key])
+            assert row.verdict == ParamVerdict.APPLIED, (v, key, row.rule)
+            assert row.parts == {"top-k": 0, "runner": 1, "model": 0}, (v, key)
+            assert (row.file, row.line) == ("layers/moe/cutlass_w4a8_moe.py", call), (v, key)
