@@ -175,3 +175,15 @@ def test_a_model_test_that_admits_ling_selects_nothing_away(copy23):
     f.write_text(f.read_text().replace('"DeepseekV4ForCausalLM",', '"DeepseekV4ForCausalLM", "BailingMoeV3ForCausalLM",', 1))
     (r,) = audit_tree(copy23, ["NPUW4A8MXFP4FusedMoEMethod/ascend"])
     assert r.verdict.value != "UNUSABLE" and "not Ling's path" not in r.rule, r.rule
+
+
+def test_a_core_built_only_under_lora_is_absent_for_the_cards_launch():
+    # runner.py 119-125 (0.5.23): the marlin branch builds MarlinLoraRunnerCore only `if lora_enabled`, else
+    # None ("Marlin only supports fused path"); the only MoeRunner(lora_enabled=True) is FusedMoEWithLoRA's
+    # (lora/layers.py 1124-1129), built for the LoRA manager under --enable-lora. Before: DROPPED
+    assert "lora_enabled" in moe_params.shared()["launch_off_flags"]
+    for v in VERSIONS:
+        rows = {r.path: r for r in audit_tree(released(v), ["core:marlin"])}
+        r = rows["core:marlin"]
+        assert r.verdict.value == "ABSENT", (v, r.rule)
+        assert "lora/layers.py:" in r.rule and "launch never sets" in r.rule, (v, r.rule)

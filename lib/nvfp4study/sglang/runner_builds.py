@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 
+from . import moe_params
 from .code_index import SRT, CodeIndex, funcs, local_imports, source_files, walk
 from .platforms import PLATFORMS, bound_on, unconditional_calls
 
@@ -112,12 +113,15 @@ def core_never_built(code: CodeIndex, runner_rel: str, init: ast.FunctionDef,
     ``MoeRunner.__init__`` (``init``, in ``runner_rel``) builds the core under a flag parameter
     (:func:`core_flag`), and every ``MoeRunner(..., flag=True)`` call in the tree sits after a
     top-level ``if`` of its function that returns for this backend (:func:`_site_skips`), or
-    there is no such call."""
+    there is no such call, or the flag is one the card's launch never sets (``moe_params.yaml``
+    ``shared.launch_off_flags``: ``lora_enabled``, whose only ``MoeRunner(lora_enabled=True)`` is built
+    for the LoRA manager under ``--enable-lora``; 0.5.23 runner.py 119-125 builds MarlinLoraRunnerCore only
+    then, "Marlin only supports fused path")."""
     hit = core_flag(init, facts)
     if hit is None:
         return None
     flag, line = hit
-    sites = []
+    sites, launched = [], []
     for path, text in source_files(code.root):
         if f"{flag}=True" not in text or "MoeRunner(" not in text:
             continue
@@ -130,10 +134,16 @@ def core_never_built(code: CodeIndex, runner_rel: str, init: ast.FunctionDef,
                         for k in c.keywords):
                     skip = _site_skips(fn, c, facts)
                     if skip is None:
-                        return None
-                    sites.append(f"{rel[len(SRT):]}:{c.lineno} (returns at {skip})")
+                        launched.append(f"{rel[len(SRT):]}:{c.lineno}")
+                    else:
+                        sites.append(f"{rel[len(SRT):]}:{c.lineno} (returns at {skip})")
+    if launched and flag not in (moe_params.shared().get("launch_off_flags") or ()):
+        return None
     where = f"every MoeRunner({flag}=True) returns before it for this backend: {', '.join(sites)}" if sites \
         else f"no MoeRunner({flag}=True) is built anywhere in the tree"
+    if launched:  # built for this backend only when the launch sets the flag, which the card's does not
+        where = (f"MoeRunner({flag}=True) is built for it only with {flag} on ({', '.join(launched)}), which the "
+                 f"card's launch never sets (moe_params.yaml shared.launch_off_flags)")
     return f"{runner_rel[len(SRT):]}:{line} MoeRunner.__init__ builds this backend's core only when {flag}; {where}"
 
 
