@@ -187,3 +187,23 @@ def test_a_core_built_only_under_lora_is_absent_for_the_cards_launch():
         r = rows["core:marlin"]
         assert r.verdict.value == "ABSENT", (v, r.rule)
         assert "lora/layers.py:" in r.rule and "launch never sets" in r.rule, (v, r.rule)
+
+
+def test_the_runner_a_method_builds_runs_not_the_one_its_key_names():
+    # SGLANG_USE_AITER off: QuarkW8A8FP8MoE.create_moe_runner builds MoeRunner(MoeRunnerBackend.AITER if
+    # use_aiter_runner else MoeRunnerBackend.TRITON) with use_aiter_runner false (0.5.23
+    # quark_w8a8_fp8_moe.py 269-278), UnquantizedFusedMoEMethod MoeRunner(MoeRunnerBackend.TRITON) (unquant.py):
+    # --moe-runner-backend aiter runs the Triton runner (fused_experts: post-SiLU clamp, EXACT; the top-k sum
+    # times the factor). Before: the aiter core's (DROPPED / UNDECIDED; the factor DROPPED)
+    from nvfp4study.sglang.param_audit import audit_param
+
+    for v, keys in (("0.5.19", ["UnquantizedFusedMoEMethod/aiter"]),
+                    ("0.5.23", ["QuarkW8A8FP8MoE/aiter", "UnquantizedFusedMoEMethod/aiter"])):
+        rows = {r.path: r for r in audit_tree(released(v), keys)}
+        for key in keys:
+            r = rows[key]
+            assert r.verdict.value == "EXACT", (v, key, r.rule)
+            assert r.file.startswith("layers/moe/moe_runner/triton"), (v, key, r.file)
+            assert "triton: alpha None -> post-SiLU clamp" in r.rule, (v, key, r.rule)
+            (p,) = audit_param(released(v), "routed_scaling_factor", [key])
+            assert p.verdict.value == "APPLIED" and p.parts["runner"] == 1, (v, key, p.rule)

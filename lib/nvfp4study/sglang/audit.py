@@ -120,7 +120,7 @@ def path_specs(tree: SGLangTree) -> list[dict]:
                     spec["unpinned_assume"] = p.assume
                 spec.update(steps=p.steps, assume={**p.assume, **entry.get("assume", {})},
                             found_by=p.trail, lost=p.lost, runner_at=p.runner_at, platforms=p.platforms,
-                            gated=p.gated, no_runner=p.no_runner)
+                            gated=p.gated, no_runner=p.no_runner, runner_alts=p.runner_alts)
         else:
             spec.update(steps=entry["entry"], found_by=["entered by name: the MoE dispatch does not reach it"])
         out.append(spec)
@@ -128,7 +128,7 @@ def path_specs(tree: SGLangTree) -> list[dict]:
         if key not in named:
             out.append({"id": key, "label": key, "catalogued": False, "steps": p.steps, "assume": p.assume,
                         "found_by": p.trail, "lost": p.lost, "runner_at": p.runner_at, "platforms": p.platforms,
-                        "gated": p.gated, "no_runner": p.no_runner})
+                        "gated": p.gated, "no_runner": p.no_runner, "runner_alts": p.runner_alts})
             if p.absent:  # the code is there but never runs: no path
                 out[-1]["missing"] = (ClampVerdict.ABSENT, p.absent)
     return out

@@ -85,6 +85,8 @@ def run_path(tree: SGLangTree, spec: dict, param: Any = None) -> PathRun:
         return PathRun(interp, steps, stop=_gated_stop(spec))  # the runner itself: never built by default
     skipped_runner = False
     for i, (r, q) in enumerate(steps):
+        if i == spec.get("runner_at") and (alt := _built_instead(spec, interp)) is not None:
+            steps[i:] = [_split(s) for s in alt]  # the runner the method built: its steps run instead
         if i == spec.get("runner_at") and not interp.runner_calls:
             # the method returns before MoeRunner.run on every branch Ling takes: its runner
             # (fused func or core) never runs on this path
@@ -110,6 +112,20 @@ def run_path(tree: SGLangTree, spec: dict, param: Any = None) -> PathRun:
             ClampVerdict.UNDECIDED, f"trail lost: the code is too long to follow ({Interp.MAX_STEPS} statements run)",
             _short(r0) if r0 else None, q0, None))
     return PathRun(interp, steps, skipped_runner)
+
+
+def _built_instead(spec: dict, interp: Interp) -> list[str] | None:
+    """The runner steps of the backend the method's setup built its MoeRunner with, where every live
+    ``MoeRunner(...)`` got one decided ``MoeRunnerBackend`` member other than the key's
+    (:attr:`~nvfp4study.sglang.dispatch.DerivedPath.runner_alts`): 0.5.23 QuarkW8A8FP8MoE builds
+    ``MoeRunner(MoeRunnerBackend.AITER if use_aiter_runner else MoeRunnerBackend.TRITON, ...)`` with
+    ``use_aiter_runner`` false while SGLANG_USE_AITER is off (quark_w8a8_fp8_moe.py 269-278). None otherwise."""
+    alts = spec.get("runner_alts") or {}
+    built = {o for v in interp.runner_builds for o in (v.options if isinstance(v, Multi) else (v,))}
+    if len(built) != 1 or not alts:
+        return None
+    (b,) = built
+    return alts.get(b.name) if isinstance(b, Backend) else None
 
 
 def _run_pre_permute(tree: SGLangTree, spec: dict, interp: Interp) -> None:

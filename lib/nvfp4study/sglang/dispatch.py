@@ -85,6 +85,10 @@ class DerivedPath:
     absent: str | None = None  # why the code exists but never runs (a runner core never built)
     gated: str | None = None  # MoeRunner raises by default: its fused func is registered only under an env flag
     no_runner: str | None = None  # the backend has no fused func and no runner core (MoeRunner would raise)
+    #: ``{MoeRunnerBackend member: runner steps}`` for each other backend the method's create_moe_runner
+    #: names (``MoeRunner(MoeRunnerBackend.AITER if use_aiter_runner else MoeRunnerBackend.TRITON, ...)``):
+    #: the steps run instead where the run decides the method builds that one (audit_run.run_path)
+    runner_alts: dict = field(default_factory=dict)
 
 
 # --- the runner backends ------------------------------------------------------------------------
@@ -376,7 +380,7 @@ def derive_paths(root: Path) -> list[DerivedPath]:
     root = Path(root).resolve()
     stamp = tree_stamp(root)
     return [DerivedPath(p.key, list(p.steps), dict(p.assume), list(p.trail), p.lost, p.runner_at, p.platforms,
-                        p.absent, p.gated, p.no_runner) for p in _derive(root, hash(stamp))]
+                        p.absent, p.gated, p.no_runner, dict(p.runner_alts)) for p in _derive(root, hash(stamp))]
 
 
 def _method_cores(code: CodeIndex, cores: dict, fused: dict, preds: dict[str, set[str]]) -> dict:
@@ -388,6 +392,27 @@ def _method_cores(code: CodeIndex, cores: dict, fused: dict, preds: dict[str, se
     init = next((f for f in funcs(moe_runner[1]) if f.name == "__init__"), None) if moe_runner else None
     return {b: c for b, c in cores.items()
             if init is None or ("none", b) not in fused or core_flag(init, facts_for(b, preds)) is None}
+
+
+def _runner_alts(code: CodeIndex, rel: str, cls: ast.ClassDef, run: str, fused: dict, cores: dict) -> dict:
+    """``{member: runner steps}`` for each ``MoeRunnerBackend.<member>`` (value other than ``run``) that
+    ``cls``'s ``create_moe_runner`` names, where it builds a ``MoeRunner(...)`` (:attr:`DerivedPath.runner_alts`)."""
+    where = code.method(rel, cls, "create_moe_runner")
+    owner = code.top(where[0], where[1].split(".")[0]) if where else None
+    meth = next((m for m in funcs(owner) if m.name == "create_moe_runner"), None) \
+        if isinstance(owner, ast.ClassDef) else None
+    values = backend_values(code)
+    out = {}
+    if meth is None or not any(isinstance(c, ast.Call) and ast.unparse(c.func).split(".")[-1] == "MoeRunner"
+                               for c in walk(meth)):
+        return out
+    for n in walk(meth):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "MoeRunnerBackend" \
+                and values.get(n.attr, run) != run and n.attr not in out:
+            steps = runner_steps(values[n.attr], fused, cores, code)[0]
+            if steps:
+                out[n.attr] = steps
+    return out
 
 
 @cache
@@ -427,6 +452,7 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
                 p.assume = facts_for(run, preds)
                 p.trail.append(f"{switch[1][len(SRT):]}:{switch[2]} create_moe_runner runs {b!r} as {run!r}")
             if b is not None:
+                p.runner_alts = _runner_alts(code, rel, cls, run, fused, run_cores)
                 steps, trail, why = runner_steps(run, fused, run_cores, code)
                 p.runner_at = len(p.steps) if steps else None
                 p.steps += steps
