@@ -134,10 +134,12 @@ def test_malformed_readings_are_named_errors(tmp_path, old, new, message):
     "issue 36's bar, not met: the fourth sample of parameter readings (30 paths drawn at 462e3cd, after the "
     "parameter audit's last change, read blind by T1 .. T4 with each named key's via and assume, seen by no one "
     "who changed the audit) agreed on 2026-12-06 for routed_scaling_factor on 24 of 30, norm_topk_prob 28, "
-    "correction_bias 27, grouped_topk 28, held out; the third (drawn at e94a230) agreed on 20 / 25 / 24 / 24 "
-    "held out, then guided the change (26 / 25 / 24 / 24 after it, not held-out evidence); "
-    "the second (drawn at 990a2a1: 21 / 19 / 19 / 20 held out) then guided the change and agrees on "
-    "26 / 24 / 24 / 25; the first (35, guiding) on 30 / 33 / 33 / 33; "
+    "correction_bias 27, grouped_topk 28, held out, then guided the change (combine kernels in a method's own "
+    "call, the runner a method builds, methods selected for another model, LoRA-only cores, pre-permute payload "
+    "reads: 27 / 28 / 27 / 28 after it, not held-out evidence); the third (drawn at e94a230) agreed on 20 / 25 / 24 / 24 "
+    "held out, then guided the change (26 / 25 / 24 / 24 after it, 27 / 26 / 25 / 25 after the fourth's, not held-out "
+    "evidence); the second (drawn at 990a2a1: 21 / 19 / 19 / 20 held out) then guided the change and agrees on "
+    "27 / 25 / 25 / 26; the first (35, guiding) on 29 / 31 / 31 / 31; "
     "strict: passing means every parameter reached the bar on the held-out sample, and this mark must go"))
 def test_the_audit_agrees_with_the_stored_readings():
     """>= 95 % per parameter over the held-out sample of blind readings (:data:`agreement.PARAM_HELD_OUT`,
