@@ -139,8 +139,8 @@ def test_a_method_that_builds_another_runner_skips_the_keys_pre_permute():
 
 
 def test_only_the_operands_python_always_evaluates_are_read():
-    from nvfp4study.sglang.clamp_flow import _always_evaluated
     from nvfp4study.sglang.clamp_values import Payload
+    from nvfp4study.sglang.code_index import always_evaluated as _always_evaluated
 
     expr = ast.parse("a.x and not q.f or (b.y if c.z else d.w) + e.v", mode="eval").body
     reads = {(n.value.id, n.attr) for n in _always_evaluated(expr) if isinstance(n, ast.Attribute)}

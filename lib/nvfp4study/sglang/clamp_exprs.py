@@ -46,6 +46,7 @@ from .clamp_values import (
     truth,
     unparse,
 )
+from .code_index import constant_defaults, declared_names
 
 #: words in a called name that mark a kernel the interpreter cannot enter (a compiled op)
 _KERNEL_NAME_PARTS = ("moe", "expert", "kernel", "gemm")
@@ -388,7 +389,9 @@ class ExprEval(Lookup):
             # defaulted fields of the data (moe_params.yaml shared.quant_info_defaults), then what
             # the call passes
             defaults = self.param.quant_info_defaults
-            fields = {**self.dataclass_defaults(name, frame), **defaults}
+            src = frame.imports.get(name) or frame.module.imports.get(name)
+            mod, cname = (self.module_for(src[0]), src[1]) if src else (frame.module, name)
+            fields = {**constant_defaults(mod, cname), **defaults}
             origin = {fld: (frame.module.rel, node.lineno, f"{name}() default") for fld in defaults}
             for k, v in kwargs.items():
                 fields[k] = v
@@ -396,7 +399,7 @@ class ExprEval(Lookup):
                 literal = isinstance(kn, ast.Constant) and kn.value is None
                 origin[k] = (frame.module.rel, getattr(kn, "lineno", node.lineno),
                              f"literal {k}=None" if literal else unparse(kn)[:60] if kn else k)
-            p = Payload(name, tuple(fields.items()), tuple(origin.items()), self.declared_names(name, frame))
+            p = Payload(name, tuple(fields.items()), tuple(origin.items()), declared_names(mod, cname, self.module_for))
             key = f"<payload:{name}>"
             self.attrs[key] = p
             return p
@@ -479,27 +482,6 @@ class ExprEval(Lookup):
             out = join(out, r)
         return out
 
-    def dataclass_defaults(self, name: str, frame: Frame) -> dict[str, Any]:
-        """``{field: constant}`` for the fields of class ``name`` (as imported where the frame's
-        code sees it) declared with a constant default; ``{}`` when the class is not found."""
-        src = frame.imports.get(name) or frame.module.imports.get(name)
-        mod = self.module_for(src[0]) if src else frame.module
-        cname = src[1] if src else name
-        cls = next((n for n in (mod.tree.body if mod else []) if isinstance(n, ast.ClassDef) and n.name == cname), None)
-        if cls is None:
-            return {}
-        return {st.target.id: st.value.value for st in cls.body if isinstance(st, ast.AnnAssign)
-                and isinstance(st.target, ast.Name) and isinstance(st.value, ast.Constant)}
-
-    def declared_names(self, name: str, frame: Frame) -> frozenset | None:
-        """Every name class ``name`` (as the frame's code imports it) and its in-tree bases declare
-        in their bodies (annotated fields, assignments, methods); None where the class or a base
-        other than ``ABC``/``object`` is not found (its names are then not known). Kept on the class
-        node: it lives as long as its parsed tree."""
-        src = frame.imports.get(name) or frame.module.imports.get(name)
-        mod = self.module_for(src[0]) if src else frame.module
-        return _declared(self, mod, src[1] if src else name, 0)
-
     def sink_source_ok(self, f: ast.expr, name: str, frame: Frame) -> bool:
         """Whether a call ``name(...)`` is the sink of that name: a sink whose table entry says
         where it comes from (``from``: module prefixes) is that sink only when the name is
@@ -512,39 +494,3 @@ class ExprEval(Lookup):
         src = frame.imports.get(name) or (None if name in frame.module.functions else frame.module.imports.get(name))
         where = src[0] if src else frame.module.rel[:-3].replace("/", ".") if name in frame.module.functions else None
         return where is None or any(where == p or where.startswith(p + ".") for p in prefixes)
-
-
-#: bases that declare no names a payload's reader could want
-_NAMELESS_BASES = frozenset({"ABC", "object", "Generic", "Protocol"})
-
-
-def _declared(ev: ExprEval, mod: Any, cname: str, depth: int) -> frozenset | None:
-    """Names class ``cname`` of module ``mod`` and its bases declare (:meth:`ExprEval.declared_names`)."""
-    cls = next((n for n in (mod.tree.body if mod else []) if isinstance(n, ast.ClassDef) and n.name == cname), None)
-    if cls is None or depth > 8:
-        return None
-    memo = getattr(cls, "_declared_names", False)
-    if memo is not False:
-        return memo
-    names: set[str] | None = set()
-    for st in cls.body:
-        if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
-            names.add(st.target.id)
-        elif isinstance(st, ast.Assign):
-            names.update(t.id for t in st.targets if isinstance(t, ast.Name))
-        elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(st.name)
-    for b in cls.bases:
-        b = b.value if isinstance(b, ast.Subscript) else b
-        bname = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else None
-        if bname in _NAMELESS_BASES:
-            continue
-        src = mod.imports.get(bname) if isinstance(b, ast.Name) else None
-        other = ev.module_for(src[0]) if src else mod if isinstance(b, ast.Name) else None
-        got = None if other is None else _declared(ev, other, src[1] if src else bname, depth + 1)
-        if got is None:
-            names = None
-            break
-        names |= got
-    cls._declared_names = None if names is None else frozenset(names)
-    return cls._declared_names

@@ -44,7 +44,14 @@ from .clamp_values import (
     truth,
     unparse,
 )
-from .code_index import attribute_never_set, bound_in_module, class_methods, module_level, walk
+from .code_index import (
+    always_evaluated,
+    attribute_never_set,
+    bound_in_module,
+    class_methods,
+    module_level,
+    walk,
+)
 from .construction_sites import construction_args
 from .platforms import PLATFORMS, true_on
 
@@ -329,7 +336,7 @@ class Interp(ExprEval):
         reads = getattr(st, "_name_reads", None)  # kept on the node: it lives as long as its tree
         if reads is None:
             reads = st._name_reads = tuple(dict.fromkeys(
-                (n.value.id, n.attr) for n in _always_evaluated(top) if isinstance(n, ast.Attribute)
+                (n.value.id, n.attr) for n in always_evaluated(top) if isinstance(n, ast.Attribute)
                 and isinstance(n.ctx, ast.Load) and isinstance(n.value, ast.Name) and n.value.id != "self"))
         for name, attr in reads:
             v = frame.locals.get(name)
@@ -491,21 +498,3 @@ class Interp(ExprEval):
                 self.assign(t, p, frame)
 
     # --- expressions --------------------------------------------------------------------------
-
-
-def _always_evaluated(node: ast.AST) -> list[ast.AST]:
-    """The nodes of expression ``node`` Python evaluates whenever it evaluates ``node``: not the
-    operands after the first of ``and``/``or`` (short-circuit), not the branches of ``x if c else
-    y``, not the bodies of lambdas and comprehensions."""
-    out, todo = [], [node]
-    while todo:
-        n = todo.pop()
-        out.append(n)
-        if isinstance(n, ast.BoolOp):
-            todo.append(n.values[0])
-        elif isinstance(n, ast.IfExp):
-            todo.append(n.test)
-        elif not isinstance(n, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            todo.extend(ast.iter_child_nodes(n))
-    return out
-

@@ -429,7 +429,72 @@ def attribute_never_set(root: Path, name: str) -> bool:
     return _NEVER_SET[key]
 
 
+#: bases that declare no names a payload's reader could want
+_NAMELESS_BASES = frozenset({"ABC", "object", "Generic", "Protocol"})
 
-__all__ = ["SRT", "CodeIndex", "alias_target", "attribute_never_set", "bound_in_module", "called_name", "forget_settable",
+
+def declared_names(mod: Any, cname: str, module_for: Any, depth: int = 0) -> frozenset | None:
+    """Every name class ``cname`` of parsed module ``mod`` (``.tree``, ``.imports``) and its in-tree bases
+    declare in their bodies (annotated fields, assignments, methods, nested classes); None where the class
+    or a base other than ``ABC``/``object``/``Generic``/``Protocol`` is not found (``module_for``: dotted
+    module -> parsed module or None). Kept on the class node: it lives as long as its parsed tree."""
+    cls = next((n for n in (mod.tree.body if mod else []) if isinstance(n, ast.ClassDef) and n.name == cname), None)
+    if cls is None or depth > 8:
+        return None
+    memo = getattr(cls, "_declared_names", False)
+    if memo is not False:
+        return memo
+    names: set[str] | None = set()
+    for st in cls.body:
+        if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
+            names.add(st.target.id)
+        elif isinstance(st, ast.Assign):
+            names.update(t.id for t in st.targets if isinstance(t, ast.Name))
+        elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(st.name)
+    for b in cls.bases:
+        b = b.value if isinstance(b, ast.Subscript) else b
+        bname = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else None
+        if bname in _NAMELESS_BASES:
+            continue
+        src = mod.imports.get(bname) if isinstance(b, ast.Name) else None
+        other = module_for(src[0]) if src else mod if isinstance(b, ast.Name) else None
+        got = None if other is None else declared_names(other, src[1] if src else bname, module_for, depth + 1)
+        if got is None:
+            names = None
+            break
+        names |= got
+    cls._declared_names = None if names is None else frozenset(names)
+    return cls._declared_names
+
+
+def always_evaluated(node: ast.AST) -> list[ast.AST]:
+    """The nodes of expression ``node`` Python evaluates whenever it evaluates ``node``: not the
+    operands after the first of ``and``/``or`` (short-circuit), not the branches of ``x if c else
+    y``, not the bodies of lambdas and comprehensions."""
+    out, todo = [], [node]
+    while todo:
+        n = todo.pop()
+        out.append(n)
+        if isinstance(n, ast.BoolOp):
+            todo.append(n.values[0])
+        elif isinstance(n, ast.IfExp):
+            todo.append(n.test)
+        elif not isinstance(n, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            todo.extend(ast.iter_child_nodes(n))
+    return out
+
+
+def constant_defaults(mod: Any, cname: str) -> dict[str, Any]:
+    """``{field: constant}`` for the fields of class ``cname`` of parsed module ``mod`` declared with a
+    constant default (``use_mxfp8: bool = False``); ``{}`` when the class is not found."""
+    cls = next((n for n in (mod.tree.body if mod else []) if isinstance(n, ast.ClassDef) and n.name == cname), None)
+    if cls is None:
+        return {}
+    return {st.target.id: st.value.value for st in cls.body if isinstance(st, ast.AnnAssign)
+            and isinstance(st.target, ast.Name) and isinstance(st.value, ast.Constant)}
+
+
+__all__ = ["SRT", "CodeIndex", "alias_target", "always_evaluated", "attribute_never_set", "bound_in_module", "called_name", "constant_defaults", "declared_names", "forget_settable",
            "class_defined", "class_methods", "funcs", "local_imports", "module_level", "module_name",
            "files_stamp", "py_files", "source_files", "step_name", "tree_stamp"]
