@@ -50,10 +50,11 @@ ORDER = ["EXACT", "APPROX", "DROPPED", "REFUSED", "UNUSABLE", "UNDECIDED", "ABSE
 NOT_LISTED = "NOT LISTED"
 #: the sample no one who changed the audit has seen (data/hand_readings.yaml header): its
 #: agreement is the held-out measurement of the latest change; the earlier samples guided it
-HELD_OUT = "ninth"
+HELD_OUT = "tenth"
 #: the ``method`` keys of the samples, in the order they were drawn
 SAMPLE_KEYS = ("sample", "second_sample", "third_sample", "fourth_sample", "fifth_sample", "sixth_sample",
-               "seventh_sample", "eighth_sample", "ninth_sample")
+               "seventh_sample", "eighth_sample", "ninth_sample",
+               "tenth_sample")
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ class Reading:
     deciding: tuple[str, ...]
     reason: str
     reader: str
-    sample: str = "first"  # "second" ... "ninth" (:data:`HELD_OUT`; data/hand_readings.yaml header)
+    sample: str = "first"  # "second" ... "tenth" (:data:`HELD_OUT`; data/hand_readings.yaml header)
     #: why the reading is left out of the comparison (added by the study, never by the reader: it
     #: answers another question than the audit's row); "" when it is compared
     not_compared: str = ""
@@ -130,7 +131,7 @@ class Agreement:
     not_audited: list[str] = field(default_factory=list)  # "release path" of readings left out
     not_compared: list[str] = field(default_factory=list)  # "release path: why" (Reading.not_compared)
     trusted_kinds: list[str] = field(default_factory=list)
-    by_sample: dict[str, dict[str, Any]] = field(default_factory=dict)  # "first" ... "ninth"
+    by_sample: dict[str, dict[str, Any]] = field(default_factory=dict)  # "first" ... "tenth"
 
     def as_json(self) -> dict[str, Any]:
         return {"overall": self.overall, "by_kind": self.by_kind, "by_release": self.by_release,
@@ -321,7 +322,7 @@ def tables(agreement: Agreement, counted: list[dict[str, Any]]) -> dict[str, Any
 PARAM_READINGS = "data/param_hand_readings.yaml"
 #: the parameter sample no one who changed the parameter audit has seen (the file's header): drawn
 #: after the audit's last change, its agreement is the held-out measurement; the first guided changes
-PARAM_HELD_OUT = "fourth"
+PARAM_HELD_OUT = "fifth"
 
 
 def param_hand_readings(path: Path | None = None) -> tuple[dict[str, Any], dict[str, tuple[Reading, ...]]]:
