@@ -131,41 +131,22 @@ def test_the_readings_are_the_documented_samples_none_dropped(doc, rows):
     assert p6 == s6["pairs"] and not {tuple(x) for x in p1 + p2 + p3 + p4 + p5} & {tuple(x) for x in p6}
     for i in range(1, 6):
         assert [[r["release"], r["path"]] for r in sixth if r["reader"] == f"S{i}"] == p6[i - 1::5]
-    # the seventh: drawn after the audit's last change (issue 36's fifth round), readers G1 .. G4, every
-    # fourth pair, under the sixth's rules plus the compiled kernels' forms (instructions K)
-    s7 = doc["method"]["seventh_sample"]
-    assert Counter(r["release"] for r in seventh) == {v: s7["per_release"] for v in s7["releases"]}
-    assert Counter(r["reader"] for r in seventh) == {"G1": 8, "G2": 8, "G3": 7, "G4": 7}
-    p7 = _redraw(s7, rows, p1 + p2 + p3 + p4 + p5 + p6)
-    assert p7 == s7["pairs"] and not {tuple(x) for x in p1 + p2 + p3 + p4 + p5 + p6} & {tuple(x) for x in p7}
-    for i in range(1, 5):
-        assert sorted([r["release"], r["path"]] for r in seventh if r["reader"] == f"G{i}") == sorted(p7[i - 1::4])
-    # the eighth: drawn after the changes the seventh guided, readers H1 .. H4, every fourth pair, under the
-    # seventh's rules with the default environment stated and SGLang's own kernels (sglang/kernels) readable
-    s8, before = doc["method"]["eighth_sample"], p1 + p2 + p3 + p4 + p5 + p6 + p7
-    assert Counter(r["release"] for r in eighth) == {v: s8["per_release"] for v in s8["releases"]}
-    assert Counter(r["reader"] for r in eighth) == {"H1": 8, "H2": 8, "H3": 7, "H4": 7}
-    p8 = _redraw(s8, rows, before)
-    assert p8 == s8["pairs"] and not {tuple(x) for x in before} & {tuple(x) for x in p8}
-    for i in range(1, 5):
-        assert sorted([r["release"], r["path"]] for r in eighth if r["reader"] == f"H{i}") == sorted(p8[i - 1::4])
-    # the ninth: drawn after the changes the eighth guided, readers J1 .. J4, every fourth pair, under the
-    # eighth's rules plus the line defining Method/native keys
-    s9, before = doc["method"]["ninth_sample"], before + p8
-    assert Counter(r["release"] for r in ninth) == {v: s9["per_release"] for v in s9["releases"]}
-    assert Counter(r["reader"] for r in ninth) == {"J1": 8, "J2": 8, "J3": 7, "J4": 7}
-    p9 = _redraw(s9, rows, before)
-    assert p9 == s9["pairs"] and not {tuple(x) for x in before} & {tuple(x) for x in p9}
-    for i in range(1, 5):
-        assert sorted([r["release"], r["path"]] for r in ninth if r["reader"] == f"J{i}") == sorted(p9[i - 1::4])
-    # the tenth: drawn after the changes the ninth guided, readers L1 .. L4, every fourth pair, the ninth's rules
-    s10, before = doc["method"]["tenth_sample"], before + p9
-    assert Counter(r["release"] for r in tenth) == {v: s10["per_release"] for v in s10["releases"]}
-    assert Counter(r["reader"] for r in tenth) == {"L1": 8, "L2": 8, "L3": 7, "L4": 7}
-    p10 = _redraw(s10, rows, before)
-    assert p10 == s10["pairs"] and not {tuple(x) for x in before} & {tuple(x) for x in p10}
-    for i in range(1, 5):
-        assert sorted([r["release"], r["path"]] for r in tenth if r["reader"] == f"L{i}") == sorted(p10[i - 1::4])
+    # the seventh to tenth, each drawn after the changes the one before guided, four readers each getting every
+    # fourth pair: the seventh (G) under the sixth's rules plus the compiled kernels' forms (instructions K); the
+    # eighth (H) with the default environment stated and SGLang's own kernels readable; the ninth (J) plus the
+    # line defining Method/native keys; the tenth (L) under the ninth's rules
+    before = p1 + p2 + p3 + p4 + p5 + p6
+    for name, got, reader in (("seventh", seventh, "G"), ("eighth", eighth, "H"), ("ninth", ninth, "J"),
+                              ("tenth", tenth, "L")):
+        sm = doc["method"][f"{name}_sample"]
+        assert Counter(r["release"] for r in got) == {v: sm["per_release"] for v in sm["releases"]}, name
+        assert Counter(r["reader"] for r in got) == {f"{reader}1": 8, f"{reader}2": 8, f"{reader}3": 7, f"{reader}4": 7}
+        drawn = _redraw(sm, rows, before)
+        assert drawn == sm["pairs"] and not {tuple(x) for x in before} & {tuple(x) for x in drawn}, name
+        for i in range(1, 5):
+            assert sorted([r["release"], r["path"]] for r in got if r["reader"] == f"{reader}{i}") == sorted(
+                drawn[i - 1::4]), (name, i)
+        before = before + drawn
     assert all(r["verdict"] in doc["verdicts"] and r["deciding"] and r["reason"] for r in rd)
 
 
