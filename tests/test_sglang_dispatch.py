@@ -161,12 +161,14 @@ def test_runner_core_never_built_is_absent(version, skip_line, site_line):
     # MoeRunner builds MarlinLoraRunnerCore only when lora_enabled (runner.py 118-124), and the one
     # MoeRunner(lora_enabled=True) (lora/layers.py) comes after FusedMoEWithLoRA returns into the
     # experimental dispatch for experimental_sgl_marlin (issue 23, hand readings part5, part6);
-    # plain marlin reaches it
+    # plain marlin reaches it, but only under --enable-lora, which the card's launch never sets
+    # (moe_params.yaml shared.launch_off_flags; issue 36's ninth sample, J2): ABSENT as well, by that rule
     rows = {r.path: r for r in sa.audit_tree(released(version), ["core:experimental_sgl_marlin", "core:marlin"])}
     absent = rows["core:experimental_sgl_marlin"]
     assert absent.verdict.value == "ABSENT"
     assert f"lora/layers.py:{site_line} (returns at {skip_line})" in absent.rule
-    assert rows["core:marlin"].verdict.value == "DROPPED"
+    marlin = rows["core:marlin"]
+    assert marlin.verdict.value == "ABSENT" and "lora_enabled" in marlin.rule and "launch_off_flags" in marlin.rule
 
 
 @pytest.mark.parametrize("version, line", [("0.5.20", 2524), ("0.5.23", 2984)])
