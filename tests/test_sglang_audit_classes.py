@@ -207,3 +207,16 @@ def test_the_runner_a_method_builds_runs_not_the_one_its_key_names():
             assert "triton: alpha None -> post-SiLU clamp" in r.rule, (v, key, r.rule)
             (p,) = audit_param(released(v), "routed_scaling_factor", [key])
             assert p.verdict.value == "APPLIED" and p.parts["runner"] == 1, (v, key, p.rule)
+
+
+def test_a_file_that_does_not_parse_leaves_the_model_guard_rule_to_the_others(copy23):
+    # a hostile tree: a source file that mentions the DeepSeek-V4 flag and does not parse (and a loader
+    # that does not parse, below) is read as selecting nothing; the audit goes on (it raised SyntaxError)
+    bad = copy23.root / "sglang/srt/layers/quantization/zz_broken.py"
+    bad.write_text("if self.is_dsv4_fp4_experts:\n    x = (\n")
+    (r,) = audit_tree(copy23, ["NPUW4A8MXFP4FusedMoEMethod/ascend"])
+    assert r.verdict.value == "UNUSABLE" and "is_dsv4_fp4_experts" in r.rule  # the parsable files still decide
+    loader = copy23.root / "sglang/srt/model_loader/loader.py"
+    loader.write_text(loader.read_text() + "\ndef broken(:\n")
+    (r,) = audit_tree(copy23, ["NPUW4A8MXFP4FusedMoEMethod/ascend"])
+    assert "not Ling's path" not in r.rule  # no flag is known: the path keeps its own verdict

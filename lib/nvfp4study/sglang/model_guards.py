@@ -34,12 +34,25 @@ Row = TypeVar("Row")  # audit.PathResult (not imported: audit imports this modul
 LOADER_FILE = SRT + "model_loader/loader.py"
 
 
-def _function_def(root: Path, module: str, name: str) -> ast.FunctionDef | None:
-    path = Path(root) / (module.replace(".", "/") + ".py")
-    if not path.is_file():
+def _parsed(text: str) -> ast.Module | None:
+    # a file that does not parse cannot be imported: it selects nothing, and the rule stays off for
+    # what it would have decided (the path keeps its own verdict) rather than stopping the audit
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
-    return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+
+
+def _read(path: Path) -> ast.Module | None:
+    try:
+        return _parsed(path.read_text(encoding="utf-8", errors="replace")) if path.is_file() else None
+    except OSError:
+        return None
+
+
+def _function_def(root: Path, module: str, name: str) -> ast.FunctionDef | None:
+    tree = _read(Path(root) / (module.replace(".", "/") + ".py"))
+    return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None) if tree else None
 
 
 @lru_cache(maxsize=8)
@@ -47,10 +60,9 @@ def other_model_flags(root: Path, _stamp: int) -> dict[str, tuple[int, str, tupl
     """``{flag: (loader line, function, architectures)}``: each ``x.<flag> = f(<...>.hf_config)`` of
     model_loader/loader.py where ``f`` (imported from an in-tree module) has only architecture names
     (``...For...``) as string constants, none of them Ling's (:data:`LING_ARCH`)."""
-    path = Path(root) / LOADER_FILE
-    if not path.is_file():
+    tree = _read(Path(root) / LOADER_FILE)
+    if tree is None:
         return {}
-    tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
     imports = {a.asname or a.name: n.module for n in walk(tree) if isinstance(n, ast.ImportFrom) and n.module
                and n.module.startswith("sglang.") for a in n.names}
     out = {}
@@ -89,7 +101,7 @@ def other_model_methods(root: Path, _stamp: int) -> dict[str, tuple[str, int, st
     for path, text in files:
         if not any(f in text for f in flags):
             continue
-        for node in walk(ast.parse(text)):
+        for node in walk(_parsed(text) or ast.Module(body=[], type_ignores=[])):
             if not isinstance(node, ast.If):
                 continue
             flag = next((f for f in flags if _requires(node.test, f)), None)
