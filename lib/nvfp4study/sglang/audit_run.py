@@ -135,10 +135,8 @@ def _run_pre_permute(tree: SGLangTree, spec: dict, interp: Interp) -> None:
     reads a field the handed payload's class lacks raises AttributeError (0.5.21 aiter.py 424
     ``quant_info.quant_type`` on the ``TritonMoeQuantInfo`` ``Mxfp4MoEMethod.apply`` hands, mxfp4.py
     1723-1729)."""
-    key = spec.get("via", spec["id"])
-    a2a = key[len(path_keys.FUSED):].split("/")[0] if key.startswith(path_keys.FUSED) else "none"
-    runner = path_keys.runner(key)
-    found = registered_permutes(tree.root, "register_pre_permute").get(("standard" if a2a == "none" else a2a, runner))
+    runner, fmt = runner_and_format(spec)
+    found = registered_permutes(tree.root, "register_pre_permute").get((fmt, runner))
     found = found and (*found, runner)
     built = [o for v in interp.runner_builds for o in (v.options if isinstance(v, Multi) else (v,))]
     if found is None or (built and all(isinstance(b, Backend) and b.name.lower().rstrip("s") != found[3].rstrip("s")
@@ -154,23 +152,43 @@ def _run_pre_permute(tree: SGLangTree, spec: dict, interp: Interp) -> None:
         vars(interp).update(saved)
 
 
-@lru_cache(maxsize=16)
+def runner_and_format(spec: dict) -> tuple[str, str]:
+    """``(runner backend, dispatch format)`` of a path: the key's runner, and the all-to-all backend a
+    ``fused:<a2a>/<backend>`` key names (``standard`` for ``none`` and every other key), the pair the
+    permute registries are keyed by (layers/moe/moe_runner/base.py)."""
+    key = spec.get("via", spec["id"])
+    a2a = key[len(path_keys.FUSED):].split("/")[0] if key.startswith(path_keys.FUSED) else "none"
+    return path_keys.runner(key), "standard" if a2a == "none" else a2a
+
+
 def registered_permutes(root: Any, decorator: str) -> dict[tuple[str, str], tuple[str, str, int]]:
     """``(first, second) -> (file, function, line)`` of every function a release's runners register
     with ``@<decorator>("<first>", "<second>")`` (``register_pre_permute(format, runner)``,
     ``register_post_permute(runner, format)``: layers/moe/moe_runner/base.py); the first wins."""
-    out: dict[tuple[str, str], tuple[str, str, int]] = {}
+    return _permute_registries(root).get(decorator, {})
+
+
+@lru_cache(maxsize=8)
+def _permute_registries(root: Any) -> dict[str, dict[tuple[str, str], tuple[str, str, int]]]:
+    # both registries from one read of the runners' folder; a file that does not parse registers nothing
+    out: dict[str, dict[tuple[str, str], tuple[str, str, int]]] = {}
     folder = Path(root) / "sglang/srt/layers/moe/moe_runner"
     for f in sorted(folder.glob("*.py")) if folder.is_dir() else ():
         text = f.read_text(encoding="utf-8", errors="replace")
-        if decorator not in text:
+        if "_permute" not in text:
             continue
-        for node in ast.parse(text).body:
+        try:
+            body = ast.parse(text).body
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+        for node in body:
             for d in getattr(node, "decorator_list", []):
-                if isinstance(d, ast.Call) and getattr(d.func, "id", None) == decorator \
-                        and len(d.args) == 2 and all(isinstance(a, ast.Constant) for a in d.args):
-                    out.setdefault((d.args[0].value, d.args[1].value),
-                                   (f"sglang/srt/layers/moe/moe_runner/{f.name}", node.name, node.lineno))
+                name = getattr(d.func, "id", None) if isinstance(d, ast.Call) else None
+                if name in ("register_pre_permute", "register_post_permute") and len(d.args) == 2 \
+                        and all(isinstance(a, ast.Constant) for a in d.args):
+                    out.setdefault(name, {}).setdefault(
+                        (d.args[0].value, d.args[1].value),
+                        (f"sglang/srt/layers/moe/moe_runner/{f.name}", node.name, node.lineno))
     return out
 
 

@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import clamp_values as cv
-from . import path_keys
-from .audit_run import _short
+from .audit_run import _short, registered_permutes, runner_and_format
 from .clamp_values import _parse, unparse
 from .source import SGLangTree
 
@@ -36,33 +35,12 @@ def run_post_permute(tree: SGLangTree, spec: dict, run: Any) -> str | None:
     fused function, not a method that returns before its runner). Returns ``"file:line name"`` run, or None."""
     if run.interp is None or run.skipped_runner or not any(q.endswith("RunnerCore.run") for _, q in run.steps):
         return None
-    key = spec.get("via", spec["id"])
-    a2a = key[len(path_keys.FUSED):].split("/")[0] if key.startswith(path_keys.FUSED) else "none"
-    found = _post_permutes(tree.root).get((path_keys.runner(key), "standard" if a2a == "none" else a2a))
+    found = registered_permutes(tree.root, "register_post_permute").get(runner_and_format(spec))
     if found is None:
         return None
     rel, name, line = found
     run.interp.run_function(rel, name, [], {})
     return f"{_short(rel)}:{line} {name}"
-
-
-@lru_cache(maxsize=8)
-def _post_permutes(root: Any) -> dict[tuple[str, str], tuple[str, str, int]]:
-    """``(runner backend, dispatch format) -> (file, function, line)`` of every function a release's
-    runners register with ``@register_post_permute("<runner>", "<format>")``."""
-    out = {}
-    folder = Path(root) / "sglang/srt/layers/moe/moe_runner"
-    for f in sorted(folder.glob("*.py")) if folder.is_dir() else ():
-        text = f.read_text(encoding="utf-8", errors="replace")
-        if "register_post_permute" not in text:
-            continue
-        for node in ast.parse(text).body:
-            for d in getattr(node, "decorator_list", []):
-                if isinstance(d, ast.Call) and getattr(d.func, "id", None) == "register_post_permute" \
-                        and len(d.args) == 2 and all(isinstance(a, ast.Constant) for a in d.args):
-                    out.setdefault((d.args[0].value, d.args[1].value),
-                                   (f"sglang/srt/layers/moe/moe_runner/{f.name}", node.name, node.lineno))
-    return out
 
 
 def custom_op_rejects(tree: SGLangTree, run: Any) -> tuple[str, int, str] | None:
