@@ -247,6 +247,8 @@ class ExprEval(Lookup):
 
     def call(self, node: ast.Call, frame: Frame) -> Any:
         f = node.func
+        if self.unbound_call(node, frame):  # NameError: its name is imported only where false
+            return UNK
         name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
         bound = None
         if isinstance(f, ast.Call):  # functools.partial(sink, ...)(...) called at once

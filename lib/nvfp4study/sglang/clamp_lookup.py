@@ -13,8 +13,8 @@ import ast
 from typing import Any
 
 from . import moe_params
-from .clamp_values import Built, Frame, Instance, Refusal, unparse
-from .import_gates import ENVIRON, env_default_in, env_read
+from .clamp_values import Built, Frame, Instance, Refusal, truth, unparse
+from .import_gates import ENVIRON, conditional_imports, env_default_in, env_read
 
 
 class Lookup:
@@ -42,6 +42,37 @@ class Lookup:
             return self._flags[key]
 
         return env_read(node, default_of)
+
+    def unbound_call(self, node: ast.Call, frame: Frame) -> bool:
+        """A call through a name (``f(...)``, ``f.g(...)``) that ``frame``'s module binds only by
+        imports under module-level ``if``s (:func:`~nvfp4study.sglang.import_gates.conditional_imports`)
+        each of which the path's facts make false (the default environment: ``_use_aiter =
+        get_bool_env_var("SGLANG_USE_AITER") and _is_hip`` is False, :meth:`env_value`; the path's
+        platforms): the name is unbound and the call raises NameError. Records the raise (a
+        :class:`Refusal` not about the parameter, naming the import's and the call's lines) and
+        stops the frame; False otherwise (a local binding, a test not decided, a true one)."""
+        root = node.func
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if not isinstance(root, ast.Name) or root.id in frame.locals or root.id in frame.imports:
+            return False
+        gated = conditional_imports(frame.module.tree).get(root.id)
+        if not gated:
+            return False
+        top = Frame(frame.module, None, "<module>")
+        for _line, conds in gated:  # each import is skipped: one of its tests has the other truth
+            if not any(truth(self.eval(test, top)) is (not want) for test, want in conds):
+                return False
+        line, conds = gated[0]
+        test = next(unparse(t) if want else f"not ({unparse(t)})" for t, want in conds
+                    if truth(self.eval(t, top)) is (not want))
+        self.refusals.append(Refusal(frame.module.rel, frame.qualname, node.lineno, False,
+                                     f"NameError: {root.id} is bound only by the import at "
+                                     f"{frame.module.rel[11:]}:{line}, under `if {test[:60]}`, false here (default "
+                                     f"environment, the path's platforms); called at {frame.module.rel[11:]}:{node.lineno}",
+                                     certain=all(d for _, d in frame.guards)))
+        frame.stopped = frame.raised = True
+        return True
 
     def none_attribute(self, node: ast.expr, frame: Frame) -> bool:
         """``self.x.y`` where nothing on this path set ``self.x`` and the class (or an in-tree

@@ -186,4 +186,61 @@ def gated_registrations(code: CodeIndex, fused: dict) -> dict[tuple[str, str], s
     return out
 
 
-__all__ = ["env_default_in", "env_read", "gated_registrations", "no_fused_func_raise"]
+#: ``(line of the import, ((test, the truth it needs), ...))`` of one conditional import of a name
+GatedImport = tuple[int, tuple[tuple[ast.expr, bool], ...]]
+
+
+def conditional_imports(module: ast.Module) -> dict[str, tuple[GatedImport, ...]]:
+    """``{name: imports}`` for each name ``module`` binds only by imports under module-level
+    ``if``s (nested ones included; an import in an ``else`` needs its test false): no other
+    statement of the module binds it (an assignment, a ``def``, an unconditional or ``try``
+    import, a function's own binding, a parameter, ``global``). Where every such ``if`` is false,
+    the name is unbound and a call through it raises NameError: 0.5.19
+    ``quark_w4a4_mxfp4_moe.py`` 46-49 ``_use_aiter = get_bool_env_var("SGLANG_USE_AITER") and
+    _is_hip`` / ``if _use_aiter: from aiter.utility.fp4_utils import e8m0_shuffle``, called at 853.
+    Empty for a module with ``from x import *`` (anything may be bound). Read once per parsed
+    module (kept on the node: a parsed tree is shared and never changed)."""
+    memo = getattr(module, "_conditional_imports", None)
+    if memo is None:
+        memo = module._conditional_imports = _read_conditional_imports(module)  # type: ignore[attr-defined]
+    return memo
+
+
+def _read_conditional_imports(module: ast.Module) -> dict[str, tuple[GatedImport, ...]]:
+    """The body of :func:`conditional_imports`."""
+    gated: dict[str, list[GatedImport]] = {}
+    gated_nodes: set[int] = set()
+
+    def visit(body: list[ast.stmt], conds: tuple[tuple[ast.expr, bool], ...]) -> None:
+        for st in body:
+            if isinstance(st, ast.If):
+                visit(st.body, (*conds, (st.test, True)))
+                visit(st.orelse, (*conds, (st.test, False)))
+            elif isinstance(st, (ast.Import, ast.ImportFrom)) and conds:
+                gated_nodes.add(id(st))
+                for a in st.names:
+                    gated.setdefault((a.asname or a.name).split(".")[0], []).append((st.lineno, conds))
+
+    visit(module.body, ())
+    other: set[str] = set()
+    for n in ast.walk(module):
+        if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in gated_nodes:
+            if any(a.name == "*" for a in n.names):
+                return {}
+            other.update((a.asname or a.name).split(".")[0] for a in n.names)
+        elif isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            other.add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            other.add(n.name)
+        elif isinstance(n, ast.arg):
+            other.add(n.arg)
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            other.update(n.names)
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            other.add(n.name)
+        elif isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name:
+            other.add(n.name)
+    return {k: tuple(v) for k, v in gated.items() if k not in other}
+
+
+__all__ = ["conditional_imports", "env_default_in", "env_read", "gated_registrations", "no_fused_func_raise"]
