@@ -50,7 +50,14 @@ from .code_index import (
 from .import_gates import gated_registrations, no_fused_func_raise
 from .platforms import PLATFORMS, module_platforms, reachable_on
 from .quant_methods import APPLY_NAMES, QUANT_REGISTRY, moe_methods, quant_configs
-from .runner_builds import core_flag, core_never_built, held_runner, runner_switch, runs_on
+from .runner_builds import (
+    core_flag,
+    core_never_built,
+    held_runner,
+    native_never_runs,
+    runner_switch,
+    runs_on,
+)
 from .runner_steps import CORE_STEPS, RUNNER, SETUP_STEPS, add_held_runner, runner_steps
 
 BACKEND_ENUM = SRT + "layers/moe/utils.py"
@@ -438,6 +445,8 @@ def _derive(root: Path, _stamp: int) -> tuple[DerivedPath, ...]:
         if native and entries and entries[0].endswith(".forward_cuda"):
             out.append(DerivedPath(key=f"{name}/native", steps=setup + [step_name(native)],
                                    trail=[how, f"{native[0][len(SRT):]} {native[1]} (CustomOp off CUDA)"]))
+            built_on = path_platforms(code, out[-1].steps, sites.get(name, []), runner_at=None)
+            out[-1].absent = native_never_runs(code, rel, cls, native, built_on)
         held = held_runner(code, rel, cls, holders.get(name), backend_values(code)) \
             if backends == [None] and lost and entries else None
         for b in backends:

@@ -17,6 +17,12 @@ And one fact that gives a class a runner it never builds itself:
   ``MoeRunner`` on it during startup (``self.kernel.runner = MoeRunner(MoeRunnerBackend.MARLIN,
   ...)`` in ``AWQMoEScheme.create_moe_runner``, layers/quantization/awq/schemes/awq_moe.py 129-134
   in 0.5.19-0.5.23), which the class's ``apply`` then runs (``self.runner.run``, awq_kernels.py 252).
+
+And one fact that keeps a method's ``/native`` path from running at all:
+
+- :func:`native_never_runs`: every platform the method is built on runs another forward of the
+  class (``NPUMXFP8OnlineMoEMethod``, built only under ``is_npu()``, fp8.py 410-415 in 0.5.22, runs
+  its inherited ``forward_npu``, unquant.py 1298, never the ``forward_cpu`` a ``/native`` key runs).
 """
 
 from __future__ import annotations
@@ -231,3 +237,45 @@ def _runs_on(code: CodeIndex, rel: str, fn: ast.FunctionDef | ast.AsyncFunctionD
         if hit is not None and isinstance(hit[1], (ast.FunctionDef, ast.AsyncFunctionDef)) and hit[1] is not fn:
             out &= runs_on(code, hit[0], hit[1], depth - 1)
     return out
+
+
+#: the CustomOp forwards each platform runs, the first the class has (sglang/kernels/fused_op.py
+#: ``_PLATFORM_METHODS`` 150-157 in 0.5.22: "hip" tries forward_hip then forward_cuda; the older
+#: ``MultiPlatformOp``'s defaults hand forward_npu / forward_xpu / forward_cpu to forward_native)
+_PLATFORM_FORWARDS = {"CUDA": ("forward_cuda",), "ROCm": ("forward_hip", "forward_cuda"),
+                      "XPU": ("forward_xpu",), "NPU": ("forward_npu",), "CPU": ("forward_cpu",)}
+
+
+def _method_def(code: CodeIndex, where: tuple[str, str]) -> ast.FunctionDef | None:
+    """The definition of the method at ``where`` (``(file, "Class.name")``), None if not found."""
+    owner = code.top(where[0], where[1].split(".")[0])
+    return next((f for f in funcs(owner) if f.name == where[1].split(".")[-1]), None) \
+        if isinstance(owner, ast.ClassDef) else None
+
+
+def _delegates_to_native(code: CodeIndex, where: tuple[str, str]) -> bool:
+    """Whether the method at ``where`` (``(file, "Class.name")``) only hands its call to
+    ``self.forward_native`` (a CustomOp base's default platform forward)."""
+    fn = _method_def(code, where)
+    body = [st for st in fn.body if not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant))] \
+        if fn is not None else []
+    return len(body) == 1 and isinstance(body[0], (ast.Return, ast.Expr)) and isinstance(body[0].value, ast.Call) \
+        and ast.unparse(body[0].value.func) == "self.forward_native"
+
+
+def native_never_runs(code: CodeIndex, rel: str, cls: ast.ClassDef, native: tuple[str, str],
+                      built_on: tuple[str, ...]) -> str | None:
+    """Why ``cls``'s ``/native`` path never runs: on each platform of ``built_on`` (where its method
+    is built) the CustomOp dispatch runs another forward the class (or an in-tree base) defines
+    (:data:`_PLATFORM_FORWARDS`), neither ``native`` (``(file, "Class.method")``: its forward_cpu,
+    else forward_native) nor a default that hands on to forward_native. None when some platform of
+    ``built_on`` runs it."""
+    other = []
+    for p in built_on:
+        where = next((w for n in _PLATFORM_FORWARDS.get(p, ()) if (w := code.method(rel, cls, n))), None)
+        if where is None or where == native or _delegates_to_native(code, where):
+            return None
+        fn = _method_def(code, where)
+        other.append(f"{p} runs {where[1]} ({where[0][len(SRT):]}:{fn.lineno if fn else '?'})")
+    return (f"{cls.name} is built only on {', '.join(built_on)}, where the CustomOp runs another forward: "
+            + "; ".join(other)) if other else None
