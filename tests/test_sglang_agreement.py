@@ -199,7 +199,7 @@ def test_agreement_counted_by_hand(doc, rows, monkeypatch):
     # audit verdict depends on environment reads taking their defaults (moe_params.yaml env_flags:
     # _use_aiter = SGLANG_USE_AITER and _is_hip): those readers judged the aiter branches taken
     env = [r for r in apart if "SGLANG_USE_AITER" in r["not_compared"]]
-    assert {(r["release"], r["path"]) for r in env} == _env_dependent(doc, monkeypatch) and len(env) == 11
+    assert {(r["release"], r["path"]) for r in env} == _env_dependent(doc, monkeypatch) and len(env) == 12
     # ... and every reading of a method this release selects only under another model's architecture test
     # (sglang/model_guards.py: UNUSABLE for Ling) whose reason records what the path does "if it is reached"
     guarded = {(v, c) for v in VERSIONS
@@ -208,7 +208,7 @@ def test_agreement_counted_by_hand(doc, rows, monkeypatch):
              and "if it is reached" in r["reason"] and r["verdict"] != "UNUSABLE"]
     assert [r for r in apart if "judged as if reached" in r["not_compared"]] == reach and len(reach) == 1
     assert {(r["release"], r["path"]) for r in apart if r not in a2a and r not in env and r not in reach} == {
-        (r["release"], r["path"]) for r in gated + auto if r["verdict"] != "UNUSABLE"} and len(apart) == 21
+        (r["release"], r["path"]) for r in gated + auto if r["verdict"] != "UNUSABLE"} and len(apart) == 22
     assert moe_params.shared()["env_gated_fused_func"] == "unusable"
     assert moe_params.shared()["env_flags"] == "default"
     # issue 23's bar: at least 95 % over the readings of its three samples, the held-out third too
