@@ -169,8 +169,30 @@ def test_mxfp4_marlin_sums_the_topk_scaled_weights_plainly():
         assert r.verdict == ParamVerdict.APPLIED and r.parts == {"top-k": 1, "runner": 0, "model": 0}, (v, r.rule)
         assert not any("lora_moe_runner_marlin" in e for e in r.evidence), r.evidence
         assert any("fused_marlin_moe() takes it and does not apply it: top-k folded it" in e for e in r.evidence)
-        r = rows["marlin"]  # the card's Marlin row: top-k does not fold it, the kernel's sum applies it
-        assert r.verdict == ParamVerdict.APPLIED and r.parts == {"top-k": 0, "runner": 1, "model": 0}, (v, r.rule)
+        # the Marlin runner's row takes its worst caller (issue 36): Mxfp4MoEMethod/marlin, whose E8M0 layer the
+        # kernel sums plainly while top-k does not fold the factor (test_an_e8m0_layer_on_marlin_drops_the_factor)
+        r = rows["marlin"]
+        assert r.verdict == ParamVerdict.DROPPED and "the worst Mxfp4MoEMethod/marlin DROPPED" in r.rule, (v, r.rule)
+
+
+def test_an_e8m0_layer_on_marlin_drops_the_factor():
+    """Class (issue 36, 0.5.20 Mxfp4MoEMethod/marlin: the reader's DROPPED, the audit's APPLIED): fused_marlin_moe
+    tests the scales' dtype (is_mxfp4_marlin: E8M0, fused_marlin_moe.py 204-210) and sums that branch plainly
+    (401-417), whatever top-k did; the audit read the plain sum only where top-k folds the factor
+    (if_topk_folds). Mxfp4MoEMethod's Marlin branch prepares the same E8M0 layer (prepare_moe_mxfp4_layer_for_marlin
+    -> mxfp4_marlin_process_scales: .to(torch.float8_e8m0fnu), marlin_utils_fp4.py 224) and its top-k does not
+    fold the factor: nothing applies it (moe_param_sinks.yaml fused_marlin_moe.if_scales_e8m0). An NVFP4 Marlin
+    layer (E4M3 scales) keeps the kernel's scaled sum."""
+    tree = released("0.5.20")
+    lines = (tree.root / "sglang/srt/layers/quantization/marlin_utils_fp4.py").read_text().splitlines()
+    assert any(".to(torch.float8_e8m0fnu)" in ln for ln in lines)
+    rows = {r.path: r for r in audit_param(tree, "routed_scaling_factor", ["Mxfp4MoEMethod/marlin", "modelopt-nvfp4-marlin"])}
+    r = rows["Mxfp4MoEMethod/marlin"]
+    assert r.verdict == ParamVerdict.DROPPED and r.parts == {"top-k": 0, "runner": 0, "model": 0}, r.rule
+    assert any("the expert scales are E8M0 (layers/quantization/mxfp4.py:" in e
+               and "prepare_moe_mxfp4_layer_for_marlin() casts them" in e for e in r.evidence), r.evidence
+    r = rows["modelopt-nvfp4-marlin"]
+    assert r.verdict == ParamVerdict.APPLIED and r.parts == {"top-k": 0, "runner": 1, "model": 0}, r.rule
 
 
 def test_a_runner_level_row_takes_its_worst_caller():

@@ -249,6 +249,8 @@ class ExprEval(Lookup):
         f = node.func
         if self.unbound_call(node, frame):  # NameError: its name is imported only where false
             return UNK
+        if isinstance(f, ast.Name):  # what the path calls by name (param_runner.e8m0_scales reads them)
+            self.named_calls.append((frame.module, frame.imports, f))
         name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
         bound = None
         if isinstance(f, ast.Call):  # functools.partial(sink, ...)(...) called at once

@@ -136,6 +136,7 @@ class Interp(ExprEval):
         self.runner_calls: list[tuple[str, int]] = []
         self.runner_payloads: list[Any] = []
         self.runner_builds: list[Any] = []
+        self.named_calls: list[tuple[Any, dict, ast.Name]] = []  # (module, frame imports, callee) of each call run
         self.steps_done = 0
         self.entry_names: set[str] = set()
         #: (file, qualname, raises reached) of each step that raises on every branch

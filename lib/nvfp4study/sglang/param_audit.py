@@ -38,7 +38,7 @@ from .audit_sinks import ClampVerdict, _arg
 from .clamp_flow import Interp
 from .param_routing import backend_instance as _backend_instance
 from .param_routing import for_release, routing_verdict, topk_format_facts
-from .param_runner import custom_op_rejects, run_post_permute
+from .param_runner import custom_op_rejects, e8m0_scales, run_post_permute
 from .platforms import PLATFORMS, describe
 from .source import SGLangTree
 
@@ -291,7 +291,9 @@ def runner_applications(run: Any, param: moe_params.ParamSpec,
     run reached with the tracked value, the payload switches and the dead mentions. ``topk_folds``:
     top-k folds the factor into the routed weights on this path, so a sink whose table entry has
     ``if_topk_folds`` does that form instead (fused_marlin_moe's plain sum for the top-k-scaled
-    MXFP4 weights)."""
+    MXFP4 weights); so does one whose entry has ``if_scales_e8m0`` where the path ran a cast of the
+    expert scales to E8M0 (:func:`~nvfp4study.sglang.param_runner.e8m0_scales`: fused_marlin_moe's
+    MXFP4 branch sums plainly whether or not top-k folded the factor)."""
     interp: Interp = run.interp
     applying, evidence, undecided = [], [], []
     for h in interp.hits:
@@ -306,8 +308,12 @@ def runner_applications(run: Any, param: moe_params.ParamSpec,
             continue
         opts = value.options if isinstance(value, cv.Multi) else (value,)
         form = sink.get("if_topk_folds", sink["form"]) if topk_folds else sink["form"]
+        e8m0 = e8m0_scales(interp) if "if_scales_e8m0" in sink and form == sink["form"] else None
         if not all(cv.has_tracked(o) for o in opts):
             undecided.append(f"{where} {h.callee}() gets it on some branches only")
+        elif e8m0 is not None and sink["if_scales_e8m0"] != sink["form"]:
+            evidence.append(f"{where} {h.callee}() takes it and does not apply it: the expert scales are E8M0 "
+                            f"({e8m0} casts them), its MXFP4 branch sums plainly")
         elif form != sink["form"]:
             evidence.append(f"{where} {h.callee}() takes it and does not apply it: top-k folded it "
                             f"({sink.get('source', '')[:160]})")

@@ -9,6 +9,9 @@ Two readings of SGLang's source that the parameter audit adds to a path's run
 - **registered custom ops**: a function decorated ``@register_custom_op`` is called through
   ``torch.ops.sglang.<name>``, whose schema comes from its annotations: a call handing it None where the
   schema takes an int raises (:func:`custom_op_rejects`).
+
+And one fact of the weights a runner kernel gets, read from what the path ran: :func:`e8m0_scales`, the
+expert scales cast to E8M0 (``fused_marlin_moe`` sums an E8M0-scale MXFP4 layer's experts plainly).
 """
 
 from __future__ import annotations
@@ -112,3 +115,40 @@ def _module_of(path: Path, text: str) -> ast.Module:
 
 
 __all__ = ["custom_op_rejects", "run_post_permute"]
+
+
+#: the dtype ``fused_marlin_moe`` tests for its MXFP4 branch (``is_mxfp4_marlin``: ``w1_scale.dtype ==
+#: torch.float8_e8m0fnu``, fused_moe_triton/fused_marlin_moe.py 204-210 in 0.5.20)
+E8M0 = "float8_e8m0fnu"
+
+
+def _casts_to_e8m0(mod: Any, fn: ast.AST, depth: int = 2) -> bool:
+    """Whether ``fn`` (of parsed module ``mod``) or a module-level function of ``mod`` it calls (as far
+    as ``depth`` calls down) holds ``x.to(torch.float8_e8m0fnu)``."""
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "to" \
+                and any(unparse(a).endswith(E8M0) for a in n.args):
+            return True
+    if depth == 0:
+        return False
+    callees = {n.func.id for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    return any(_casts_to_e8m0(mod, mod.functions[c], depth - 1) for c in sorted(callees) if c in mod.functions)
+
+
+def e8m0_scales(interp: Any) -> str | None:
+    """``file:line name()`` of the first call the path ran (``interp.named_calls``, on the branches it took)
+    to an in-tree function that casts to E8M0 (:func:`_casts_to_e8m0`): 0.5.20 ``Mxfp4MoEMethod.
+    process_weights_after_loading`` calls ``prepare_moe_mxfp4_layer_for_marlin(layer)`` on its Marlin branch
+    (mxfp4.py 618-643), whose scales go through ``mxfp4_marlin_process_scales``: ``.to(torch.float8_e8m0fnu)``
+    (marlin_utils_fp4.py 224). None when no such call ran."""
+    seen: set[int] = set()
+    for mod, imports, name in interp.named_calls:
+        if id(name) in seen:
+            continue
+        seen.add(id(name))
+        src = imports.get(name.id) or mod.imports.get(name.id)
+        target = interp.module_for(src[0]) if src else mod
+        fn = target.functions.get(src[1] if src else name.id) if target is not None else None
+        if fn is not None and _casts_to_e8m0(target, fn):
+            return f"{_short(mod.rel)}:{name.lineno} {name.id}()"
+    return None
