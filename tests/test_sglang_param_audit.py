@@ -14,8 +14,11 @@ Hand readings (SGLang 0.5.23; the other releases' lines in the tables):
   fused_moe.py 357 / 392 hand moe_runner_config.routed_scaling_factor to in/outplace_fused_experts ->
   _moe_sum_reduce 976-1067 (moe_sum_reduce(..., routed_scaling_factor)); top-k folds it for none of
   the methods that run Triton.
-- marlin: APPLIED. marlin.py:204 routed_scaling_factor=runner_config.routed_scaling_factor (199 in
-  0.5.19-0.5.22) -> fused_marlin_moe.py 436-443 moe_sum_reduce(..., routed_scaling_factor).
+- marlin (the runner-level row: its worst caller decides): DROPPED. marlin.py:204
+  routed_scaling_factor=runner_config.routed_scaling_factor (199 in 0.5.19-0.5.22) -> fused_marlin_moe.py
+  436-443 moe_sum_reduce(..., routed_scaling_factor) for an NVFP4 / INT layer (APPLIED alone); but the
+  kernel's MXFP4 branch (E8M0 scales, fused_marlin_moe.py 204-210) sums plainly (401-417 in 0.5.20), and
+  Mxfp4MoEMethod/marlin hands an E8M0 layer without top-k folding the factor (issue 36; APPLIED before).
 - nvfp4-w4a16-marlin: APPLIED where the class exists (0.5.22, 0.5.23), by the same Marlin call.
 - nvfp4-w4a4-cutlass with the study's ``exact`` patch set: APPLIED, once, by the runner. The patched
   scheme sets apply_routed_scaling_factor=(not layer.should_fuse_routed_scaling_factor_in_topk and
@@ -50,7 +53,7 @@ EXPECTED = {
     "nvfp4-w4a4-cutlass": {"0.5.19": (D, CT, 361), "0.5.20": (D, CT, 360), "0.5.21": (D, CT, 375),
                            "0.5.22": (D, CT, 371), "0.5.23": (D, CT, 375)},
     "triton": {v: (A, "layers/moe/moe_runner/triton.py", None) for v in VERSIONS},
-    "marlin": {v: (A, "layers/moe/moe_runner/marlin.py", None) for v in VERSIONS},
+    "marlin": {v: (D, None, None) for v in VERSIONS},
     "nvfp4-w4a16-marlin": {"0.5.19": (X, None, None), "0.5.20": (X, None, None), "0.5.21": (X, None, None),
                            "0.5.22": (A, "layers/moe/moe_runner/marlin.py", None),
                            "0.5.23": (A, "layers/moe/moe_runner/marlin.py", None)},
@@ -107,7 +110,7 @@ def test_cli_param_json_gives_the_card_path_dropped(capsys):
     card = next(r for r in rows if r["path"] == "nvfp4-w4a4-cutlass")
     assert (card["verdict"], card["file"], card["line"]) == ("DROPPED", CT, 375)
     assert {r["path"]: r["verdict"] for r in rows if r["path"] in ("triton", "marlin")} == \
-        {"triton": "APPLIED", "marlin": "APPLIED"}
+        {"triton": "APPLIED", "marlin": "DROPPED"}  # marlin: its worst caller, Mxfp4MoEMethod/marlin (E8M0)
     assert all(r["param"] == "routed_scaling_factor" for r in rows)
 
 
