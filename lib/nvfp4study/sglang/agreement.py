@@ -22,7 +22,7 @@ Audit rows are :class:`~nvfp4study.sglang.audit.PathResult` or their JSON form (
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -72,6 +72,10 @@ class Reading:
     #: why the reading is left out of the comparison (added by the study, never by the reader: it
     #: answers another question than the audit's row); "" when it is compared
     not_compared: str = ""
+    #: (reader, verdict) of each of two blind readers where the pair was read twice (:func:`double_reading`);
+    #: ``verdict`` is then theirs when they agree, else :attr:`adjudicator`'s
+    readers: tuple[tuple[str, str], ...] = ()
+    adjudicator: str = ""  # the blind reader who decided between two disagreeing readings
 
 
 @cache
@@ -83,7 +87,16 @@ def hand_readings() -> tuple[dict[str, Any], tuple[Reading, ...]]:
         HandReadingsError: a reading lacks a field, repeats a (release, path) or has an
             undefined verdict.
     """
-    doc = yaml.safe_load(resources.files(__package__).joinpath("data/hand_readings.yaml").read_text())
+    return clamp_readings(yaml.safe_load(resources.files(__package__).joinpath("data/hand_readings.yaml").read_text()))
+
+
+def clamp_readings(doc: dict[str, Any]) -> tuple[dict[str, Any], tuple[Reading, ...]]:
+    """:func:`hand_readings` of a parsed document (``{"method", "verdicts", "readings"}``).
+
+    Raises:
+        HandReadingsError: as :func:`hand_readings`, and a pair read twice whose verdicts do not
+            follow :func:`double_reading`.
+    """
     verdicts = doc.get("verdicts") or {}
     out, seen = [], set()
     for i, r in enumerate(doc.get("readings") or []):
@@ -92,6 +105,10 @@ def hand_readings() -> tuple[dict[str, Any], tuple[Reading, ...]]:
                          r["reason"], r["reader"], str(r.get("sample", "first")), str(r.get("not_compared") or ""))
         except (KeyError, TypeError) as exc:
             raise HandReadingsError(f"hand reading #{i} lacks {exc}") from exc
+        if "double" in r:
+            readers, adj = double_reading(f"hand reading {rd.release} {rd.path}", rd.verdict,
+                                          [_verdict_of(x) for x in _two(r["double"], f"hand reading {rd.release} {rd.path}")], r.get("adjudication"))
+            rd = replace(rd, readers=readers, adjudicator=adj)
         if rd.verdict not in verdicts:
             raise HandReadingsError(f"hand reading {rd.release} {rd.path}: verdict {rd.verdict!r} is not defined")
         if (rd.release, rd.path) in seen:
@@ -99,6 +116,70 @@ def hand_readings() -> tuple[dict[str, Any], tuple[Reading, ...]]:
         seen.add((rd.release, rd.path))
         out.append(rd)
     return {**doc.get("method", {}), "verdicts": verdicts}, tuple(out)
+
+
+def _two(double: Any, where: Any) -> list[Any]:
+    if not isinstance(double, list) or len(double) != 2 or not all(isinstance(x, dict) for x in double):
+        raise HandReadingsError(f"{where}: `double` must list the two readers' readings")
+    return double
+
+
+def _verdict_of(x: dict[str, Any]) -> tuple[str, str]:
+    try:
+        return str(x["reader"]), str(x["verdict"])
+    except KeyError as exc:
+        raise HandReadingsError(f"a double reading lacks {exc}") from exc
+
+
+def double_reading(where: str, verdict: str, readings: list[tuple[str, str]],
+                   adjudication: Any) -> tuple[tuple[tuple[str, str], ...], str]:
+    """Check a pair read by two blind readers and return ``((reader, verdict), (reader, verdict))`` and
+    the adjudicator (``""`` when the readers agreed).
+
+    The protocol (``docs/blind-readings/A.md``): two readers read the pair independently; when their
+    verdicts agree, that is the pair's verdict; when not, a third blind reader, given both readings
+    unnamed, decides (``adjudication: {reader, verdict, chose, deciding, reason}``) and that is the
+    verdict. ``verdict`` is the stored verdict the audit is compared with.
+
+    Raises:
+        HandReadingsError: not two readings from two readers; agreeing readers with a stored verdict
+            not theirs, or with an adjudication; disagreeing readers without an adjudication, or with
+            a stored verdict not the adjudicator's.
+    """
+    pair = tuple(readings)
+    if len(pair) != 2 or pair[0][0] == pair[1][0]:
+        raise HandReadingsError(f"{where}: a double reading needs two readings by two readers, got {pair}")
+    if pair[0][1] == pair[1][1]:
+        if verdict != pair[0][1] or adjudication:
+            raise HandReadingsError(f"{where}: both readers read {pair[0][1]}: the verdict must be theirs "
+                                    f"(stored {verdict}) and nothing adjudicated")
+        return pair, ""
+    if not isinstance(adjudication, dict) or not adjudication.get("reader") or adjudication.get("verdict") != verdict:
+        raise HandReadingsError(f"{where}: the readers disagree ({pair[0][1]} / {pair[1][1]}): the verdict must be "
+                                f"an adjudicator's (adjudication: {{reader, verdict}}), stored {verdict}")
+    return pair, str(adjudication["reader"])
+
+
+def between_readers(readings: tuple[Reading, ...] | list[Reading]) -> dict[str, dict[str, Any]]:
+    """Per sample, how often the two blind readers of a pair read twice agreed with each other before
+    adjudication: ``{sample: {agree, n, rate, wilson95}}`` over the readings with :attr:`Reading.readers`
+    (samples read once are left out). A measured error rate of the reference itself: where the readers
+    disagree, at least one of them is wrong."""
+    n, k = Counter(), Counter()
+    for rd in readings:
+        if rd.readers:
+            n[rd.sample] += 1
+            k[rd.sample] += rd.readers[0][1] == rd.readers[1][1]
+    return {s: _rate(k[s], n[s]) for s in sorted(n)}
+
+
+def readers_of(readings: tuple[Reading, ...] | list[Reading]) -> set[str]:
+    """Every blind reader behind ``readings``: the reader of a pair read once; both readers and the
+    adjudicator (if any) of a pair read twice."""
+    out: set[str] = set()
+    for rd in readings:
+        out |= {r for r, _ in rd.readers} | ({rd.adjudicator} - {""}) if rd.readers else {rd.reader}
+    return out
 
 
 def _row(r: Any) -> dict[str, Any]:
@@ -118,6 +199,13 @@ def _rate(k: int, n: int) -> dict[str, Any]:
             "wilson95": [lo, hi] if n else None}
 
 
+def _readers_clause(x: dict[str, Any] | None) -> str:
+    """`` (each pair read by two blind readers, who agreed with each other on k of n before
+    adjudication)``, or ``""`` for a sample read once."""
+    return (f" (each pair read by two blind readers, who agreed with each other on {x['agree']} of {x['n']} "
+            f"before adjudication)") if x and x["n"] else ""
+
+
 @dataclass
 class Agreement:
     """The comparison (:func:`compare`). Rates are fractions in [0, 1]; ``wilson95`` is the
@@ -132,12 +220,14 @@ class Agreement:
     not_compared: list[str] = field(default_factory=list)  # "release path: why" (Reading.not_compared)
     trusted_kinds: list[str] = field(default_factory=list)
     by_sample: dict[str, dict[str, Any]] = field(default_factory=dict)  # "first" ... "tenth"
+    #: per sample read twice, the two blind readers' agreement with each other (:func:`between_readers`)
+    between_readers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         return {"overall": self.overall, "by_kind": self.by_kind, "by_release": self.by_release,
                 "confusion": self.confusion, "trusted_kinds": self.trusted_kinds,
                 "not_audited": self.not_audited, "not_compared": self.not_compared, "rule": RULE, "by_sample": self.by_sample,
-                "pairs": self.pairs}
+                "between_readers": self.between_readers, "pairs": self.pairs}
 
     def sentence(self) -> str:
         """E.g. "18 of 45 sampled derived paths (40.0 %, Wilson 95 % 27.0-54.5 %) ..."."""
@@ -147,10 +237,11 @@ class Agreement:
         lo, hi = o["wilson95"]
         kinds = ", ".join(f"`{k}`" for k in self.trusted_kinds) or "none"
         held = self.by_sample.get(HELD_OUT)
-        held_s = (f" On the {HELD_OUT} sample alone, drawn and read blind while the audit was being changed "
-                  f"and never seen by whoever changed it (a held-out measurement of that change), {held['agree']} of "
-                  f"{held['n']} ({pct(held['rate'])}, Wilson 95 % {pct(held['wilson95'][0])} to "
-                  f"{pct(held['wilson95'][1])}).") if held and held["n"] else ""
+        held_s = ((f" On the {HELD_OUT} sample alone, drawn and read blind while the audit was being changed "
+                   f"and never seen by whoever changed it (a held-out measurement of that change), {held['agree']} of "
+                   f"{held['n']} ({pct(held['rate'])}, Wilson 95 % {pct(held['wilson95'][0])} to "
+                   f"{pct(held['wilson95'][1])})" + _readers_clause(self.between_readers.get(HELD_OUT)) + ".")
+                  if held and held["n"] else "")
         return (f"The audit's verdict agreed with a blind hand reading on {o['agree']} of {o['n']} "
                 f"sampled derived paths ({pct(o['rate'])}, Wilson 95 % {pct(lo)} to {pct(hi)}); path "
                 f"kinds trusted (>= {MIN_AGREEMENT * 100:.0f} % over >= {MIN_READINGS} readings): {kinds}."
@@ -167,7 +258,7 @@ def compare(rows: list[Any], readings: tuple[Reading, ...] | None = None) -> Agr
     readings = hand_readings()[1] if readings is None else readings
     audit = {(x["release"], x["path"]): x["verdict"] for x in map(_row, rows)}
     covered = {rel for rel, _ in audit}
-    pairs, left, apart = [], [], []
+    pairs, left, apart, compared = [], [], [], []
     for rd in readings:
         if rd.not_compared:
             apart.append(f"{rd.release} {rd.path}: {rd.not_compared}")
@@ -178,7 +269,8 @@ def compare(rows: list[Any], readings: tuple[Reading, ...] | None = None) -> Agr
         got = audit.get((rd.release, rd.path), NOT_LISTED)
         pairs.append({"release": rd.release, "path": rd.path, "kind": path_keys.kind(rd.path),
                       "hand": rd.verdict, "audit": got, "agree": got == rd.verdict, "reader": rd.reader,
-                      "sample": rd.sample})
+                      "sample": rd.sample, "readers": [list(x) for x in rd.readers], "adjudicator": rd.adjudicator})
+        compared.append(rd)
 
     def group(key: str) -> dict[str, dict[str, Any]]:
         n, k = Counter(p[key] for p in pairs), Counter(p[key] for p in pairs if p["agree"])
@@ -191,7 +283,7 @@ def compare(rows: list[Any], readings: tuple[Reading, ...] | None = None) -> Agr
         row[p["audit"]] = row.get(p["audit"], 0) + 1
     trusted = [g for g, x in by_kind.items() if x["n"] >= MIN_READINGS and x["rate"] >= MIN_AGREEMENT]
     return Agreement(_rate(sum(p["agree"] for p in pairs), len(pairs)), by_kind, group("release"),
-                     confusion, pairs, left, apart, trusted, group("sample"))
+                     confusion, pairs, left, apart, trusted, group("sample"), between_readers(compared))
 
 
 def counted_verdicts(rows: list[Any], agreement: Agreement,
@@ -280,7 +372,7 @@ def finding(res: dict[str, Any], main_rows: list[Any], version: str) -> dict[str
     method = hand_readings()[0]
     samples = [method[k] for k in SAMPLE_KEYS if method.get(k)]
     drawn = " and ".join(f"{x['per_release']} per release, seed {x['seed']}" for x in samples)
-    readers = len({rd.reader for rd in hand_readings()[1]})
+    readers = len(readers_of(hand_readings()[1]))
     return dict(
         measured=ledger_measured(a, res["counted"], stage_counts(main_rows, a, version)),
         verdict=(Verdict.NOT_RUN if not o["n"] else Verdict.REPRODUCED if o["rate"] >= MIN_AGREEMENT
@@ -359,6 +451,8 @@ def param_hand_readings(path: Path | None = None) -> tuple[dict[str, Any], dict[
                              str(e.get("sample", "first")))
             except (KeyError, TypeError) as exc:
                 raise HandReadingsError(f"parameter hand reading #{i} ({name}) lacks {exc}") from exc
+            if "double" in e:
+                rd = _param_double(rd, name, e)
             if rd.verdict not in moe_params.verdicts(name):
                 raise HandReadingsError(f"parameter hand reading {release} {p} {name}: verdict {rd.verdict!r} "
                                         f"is not one of {', '.join(moe_params.verdicts(name))}")
@@ -368,6 +462,19 @@ def param_hand_readings(path: Path | None = None) -> tuple[dict[str, Any], dict[
             out.setdefault(name, []).append(rd)
     method = doc.get("method", {}) if isinstance(doc, dict) else {}
     return method, {k: tuple(v) for k, v in out.items()}
+
+
+def _param_double(rd: Reading, name: str, e: dict[str, Any]) -> Reading:
+    """``rd`` with the two readers' verdicts of ``name`` (``e["double"]``: their whole entries) and the
+    adjudicator (``e["adjudication"][name]``) checked by :func:`double_reading`."""
+    where = f"parameter hand reading {rd.release} {rd.path} {name}"
+    try:
+        pair = [(str(x["reader"]), str(x["readings"][name]["verdict"])) for x in _two(e["double"], where)]
+    except (KeyError, TypeError) as exc:
+        raise HandReadingsError(f"{where}: a double reading lacks {exc}") from exc
+    adj = (e.get("adjudication") or {}).get(name) if isinstance(e.get("adjudication") or {}, dict) else None
+    readers, by = double_reading(where, rd.verdict, pair, adj)
+    return replace(rd, readers=readers, adjudicator=by)
 
 
 def param_agreement(rows_by_param: dict[str, list[Any]],
@@ -392,9 +499,11 @@ def param_agreement(rows_by_param: dict[str, list[Any]],
                        if o["n"] else " (no reading on an audited release)")
                     + (f"; on the {PARAM_HELD_OUT} sample alone (drawn after the audit's last change, held out) "
                        f"{held['agree']} of {held['n']} ({pct(held['rate'])}, Wilson 95 % {pct(held['wilson95'][0])} "
-                       f"to {pct(held['wilson95'][1])})" if held and held["n"] and len(a.by_sample) > 1 else ""))
+                       f"to {pct(held['wilson95'][1])})" + _readers_clause(a.between_readers.get(PARAM_HELD_OUT))
+                       if held and held["n"] and len(a.by_sample) > 1 else ""))
         out[name] = {"overall": o, "by_release": a.by_release, "by_sample": a.by_sample, "confusion": a.confusion,
-                     "pairs": a.pairs, "not_audited": a.not_audited, "sentence": sentence}
+                     "pairs": a.pairs, "not_audited": a.not_audited, "between_readers": a.between_readers,
+                     "sentence": sentence}
     return out
 
 
@@ -405,6 +514,6 @@ def param_agreement_sentence(result: dict[str, dict[str, Any]]) -> str:
     return " ".join(x.get("sentence") or f"{k}: agreement not run ({x['not_run']})." for k, x in result.items())
 
 
-__all__ = ["PARAM_HELD_OUT", "PARAM_READINGS", "param_agreement", "param_agreement_sentence", "param_hand_readings", "CLAIM", "MIN_AGREEMENT", "MIN_READINGS", "NOT_LISTED", "ORDER", "RULE", "Agreement",
+__all__ = ["between_readers", "readers_of", "clamp_readings", "double_reading", "PARAM_HELD_OUT", "PARAM_READINGS", "param_agreement", "param_agreement_sentence", "param_hand_readings", "CLAIM", "MIN_AGREEMENT", "MIN_READINGS", "NOT_LISTED", "ORDER", "RULE", "Agreement",
            "HandReadingsError", "Reading", "compare", "counted_verdicts", "finding", "hand_readings",
            "ledger_measured", "pct", "release_counts", "stage_counts", "tables", "write"]
