@@ -8,7 +8,8 @@ and counts where it is applied:
 - **top-k**: the FusedMoE helper that makes TopK fold the factor into the routed weights, run with
   the path's method object and backend (its file and function are data: ``applications.topk``);
 - **runner**: a kernel call or product the runner reaches with the tracked value (the sink table
-  ``data/moe_param_sinks.yaml``: ``applies`` / ``none`` / ``unread``), its registered post-permute run too
+  ``data/moe_param_sinks.yaml``: ``applies`` / ``none`` / ``unread``, or ``by-method``: the TRT-LLM
+  routing method's column ``needs`` of ``applications.routing_methods``), its registered post-permute run too
   (:mod:`nvfp4study.sglang.param_runner`, which also finds a registered custom op the path hands None
   where its schema takes an int: UNUSABLE);
 - **model**: BailingMoeV3's own product (``applications.model``: on the all-to-all paths only).
@@ -37,7 +38,7 @@ from .audit_run import _short, run_path
 from .audit_sinks import ClampVerdict, _arg
 from .clamp_flow import Interp
 from .param_routing import backend_instance as _backend_instance
-from .param_routing import for_release, routing_verdict, topk_format_facts
+from .param_routing import for_release, method_column, routing_verdict, topk_format_facts
 from .param_runner import custom_op_rejects, e8m0_scales, run_post_permute
 from .platforms import PLATFORMS, describe
 from .source import SGLangTree
@@ -291,9 +292,10 @@ def runner_applications(run: Any, param: moe_params.ParamSpec,
     run reached with the tracked value, the payload switches and the dead mentions. ``topk_folds``:
     top-k folds the factor into the routed weights on this path, so a sink whose table entry has
     ``if_topk_folds`` does that form instead (fused_marlin_moe's plain sum for the top-k-scaled
-    MXFP4 weights); so does one whose entry has ``if_scales_e8m0`` where the path ran a cast of the
-    expert scales to E8M0 (:func:`~nvfp4study.sglang.param_runner.e8m0_scales`: fused_marlin_moe's
-    MXFP4 branch sums plainly whether or not top-k folded the factor)."""
+    MXFP4 weights; ``unread``, with ``why_topk_folds``: not decided there); so does one whose entry has
+    ``if_scales_e8m0`` where the path ran a cast of the expert scales to E8M0
+    (:func:`~nvfp4study.sglang.param_runner.e8m0_scales`: fused_marlin_moe's MXFP4 branch sums plainly
+    whether or not top-k folded the factor)."""
     interp: Interp = run.interp
     applying, evidence, undecided = [], [], []
     for h in interp.hits:
@@ -314,6 +316,8 @@ def runner_applications(run: Any, param: moe_params.ParamSpec,
         elif e8m0 is not None and sink["if_scales_e8m0"] != sink["form"]:
             evidence.append(f"{where} {h.callee}() takes it and does not apply it: the expert scales are E8M0 "
                             f"({e8m0} casts them), its MXFP4 branch sums plainly")
+        elif form != sink["form"] and form == "unread":  # folded by top-k, and this kernel's own use not decided
+            undecided.append(f"{where} {h.callee}() takes it while top-k folds it: {sink.get('why_topk_folds', '')}")
         elif form != sink["form"]:
             evidence.append(f"{where} {h.callee}() takes it and does not apply it: top-k folded it "
                             f"({sink.get('source', '')[:160]})")
@@ -321,6 +325,14 @@ def runner_applications(run: Any, param: moe_params.ParamSpec,
             applying.append(f"{where} {h.callee}() applies it")
         elif sink["form"] == "unread":
             undecided.append(f"{where} {h.callee}() takes it, its use not read ({sink.get('source', '')[:80]})")
+        elif sink["form"] == "by-method":  # a TRT-LLM routing kernel: its routing method decides
+            does, how = method_column(h, sink, param)
+            if does is None:
+                undecided.append(f"{where} {h.callee}() takes it, {how}")
+            elif does:
+                applying.append(f"{where} {h.callee}() applies it ({how})")
+            else:
+                evidence.append(f"{where} {h.callee}() takes it and does not apply it ({how})")
         else:
             evidence.append(f"{where} {h.callee}() takes it and does not apply it")
     evidence = _switches(interp, param) + _dead(run, param) + evidence  # what turns it off first

@@ -181,10 +181,34 @@ def _method(hit: cv.SinkHit, sink: dict, methods: dict, facts: dict) -> list[str
     return list(dict.fromkeys(out))
 
 
-def judge_hit(hit: cv.SinkHit, param: moe_params.ParamSpec) -> tuple[str, str]:
-    """``(verdict word or "RUNNER", evidence)`` for one routing function reached."""
+def method_column(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec) -> tuple[bool | None, str]:
+    """What the TRT-LLM routing method(s) a kernel call gets do with a value it takes, as one column of
+    ``applications.routing_methods`` (the sink's ``needs``: e.g. whether the routing kernel multiplies
+    the top-k weights by its scale, read from FlashInfer's routing runner; docs/blind-readings/KP.md).
+
+    Returns ``(True, names)`` where every method the call can get has the column true, ``(False, names)``
+    where none has, ``(None, why)`` where the method is not read or the methods differ. Raises KeyError
+    when the sink names no ``needs`` (a data error: the table entry is incomplete)."""
+    methods = param.applications.get("routing_methods", {})
+    names = _method(hit, sink, methods, param.facts)
+    if not names:
+        return None, "its routing method is not read"
+    got = {bool(methods[m].get(sink["needs"])) for m in names}
+    if len(got) != 1:
+        return None, f"its routing methods {', '.join(names)} differ"
+    return got.pop(), f"routing method {', '.join(names)}"
+
+
+def judge_hit(hit: cv.SinkHit, param: moe_params.ParamSpec, platform: str | None = None) -> tuple[str, str]:
+    """``(verdict word or "RUNNER", evidence)`` for one routing function reached on ``platform`` (None:
+    several). A sink whose name a module binds to another function on a device class (``bound_on``:
+    {platform: sink}, e.g. topk.py's ``biased_grouped_topk = biased_grouped_topk_cpu`` on an AMX CPU) is
+    judged as that function there."""
     sink = param.sinks[hit.callee]
     where = f"{_short(hit.file)}:{hit.line} {hit.callee}()"
+    bound = sink.get("bound_on", {}).get(platform)
+    if bound is not None:
+        sink, where = param.sinks[bound], f"{where} ({bound} on {platform})"
     form = sink["form"]
     if form == "runner":
         return "RUNNER", f"{where} hands the router logits to the runner, which routes"
@@ -322,12 +346,13 @@ def dispatcher_materializes(tree: SGLangTree, spec: dict, param: moe_params.Para
 
 
 def _hits(interp: Interp, param: moe_params.ParamSpec) -> list[tuple[str, str]]:
-    """The routing functions reached, judged (each call once)."""
+    """The routing functions reached, judged (each call once) on the interpreter's device class."""
     seen, out = set(), []
+    platform = interp.platforms[0] if len(interp.platforms) == 1 else None
     for h in interp.hits:
         if h.callee in param.sinks and (h.file, h.line, h.callee) not in seen:
             seen.add((h.file, h.line, h.callee))
-            out.append(judge_hit(h, param))
+            out.append(judge_hit(h, param, platform))
     return out
 
 
