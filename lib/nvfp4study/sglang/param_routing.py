@@ -159,14 +159,15 @@ def _value(hit: cv.SinkHit, specs: list[str], facts: dict) -> tuple[bool, Any, a
     return False, None, None
 
 
-def _method(hit: cv.SinkHit, sink: dict, methods: dict, facts: dict) -> list[str] | None:
-    """The routing method(s) a TRT-LLM kernel call gets (names of ``routing_methods``); None when
-    not read: a name, an int value, or the one member its argument's source names."""
+def _method_options(hit: cv.SinkHit, sink: dict, methods: dict, facts: dict) -> list[str | None] | None:
+    """Each value the ``method`` argument of a TRT-LLM kernel call may take, as a name of ``routing_methods``
+    (None for one not read: not a name, an int value, or the one member its argument's source names); None
+    when the call has no such argument."""
     present, v, node = _value(hit, sink.get("method", []), facts)
     if not present:
         return None
     by_value = {row["value"]: name for name, row in methods.items()}
-    out = []
+    out: list[str | None] = []
     for o in v.options if isinstance(v, cv.Multi) else (v,):
         if isinstance(o, str) and o in methods:
             out.append(o)
@@ -175,10 +176,80 @@ def _method(hit: cv.SinkHit, sink: dict, methods: dict, facts: dict) -> list[str
         else:
             named = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)} & set(methods) \
                 if node is not None else set()
-            if len(named) != 1:
-                return None
-            out.append(named.pop())
+            out.append(named.pop() if len(named) == 1 else None)
     return list(dict.fromkeys(out))
+
+
+def _method(hit: cv.SinkHit, sink: dict, methods: dict, facts: dict) -> list[str] | None:
+    """The routing method(s) a TRT-LLM kernel call gets (names of ``routing_methods``); None when
+    any is not read (:func:`_method_options`)."""
+    opts = _method_options(hit, sink, methods, facts)
+    return None if opts is None or None in opts else [o for o in opts if o is not None]
+
+
+def _n_group(hit: cv.SinkHit, specs: list[str]) -> int | None:
+    """The n_group a TRT-LLM call gets (its ``groups`` argument): an int, Ling's number where it carries the
+    followed value, or, where not known, the TopKConfig field its argument reads (``topk_config.num_expert_group``)
+    as Ling's routing parameters hold it (the first routing parameter's facts); None otherwise (branches, unknown)."""
+    for s in specs:
+        present, v, node = _arg(hit, s)
+        if not present:
+            continue
+        if isinstance(v, cv.Multi):
+            return None
+        t = cv.tracked_in(v)
+        if t is not None:
+            v = int(t.value) if t.value is not None else cv.UNK
+        if v is cv.UNK and isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            routing = next((moe_params.param(n) for n in moe_params.names() if moe_params.param(n).kind == "routing"),
+                           None)
+            if routing is not None and node.value.id in routing.config_names:
+                v = routing.facts.get(node.attr, cv.UNK)
+                v = int(v.value) if isinstance(v, cv.Tracked) and v.value is not None else v
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+    return None
+
+
+def grouped_check(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec, names: list[str]) -> str | None:
+    """What a TRT-LLM call routing from the logits with routing method(s) ``names`` meets in the grouped
+    routing kernel, where it fails for Ling: ``"routes from the router logits with routing method DeepSeekV3 and
+    n_group 8: ... 64 experts per group > 32"``; None where a method has no ``checks_groups``, the n_group
+    is not decided > 1 (routingDeepSeek's checks sit under ``mNumExpertGroups > 1``), or Ling's shape passes.
+
+    Ling's shape: :class:`~nvfp4study.core.params.LingShape` defaults (512 experts, topk_group 4, top-k 8)
+    with the call's n_group, judged by the study's check :func:`~nvfp4study.checkpoint.quant_rules.check_routing`
+    against ``WARP_SIZE`` (32, FlashInfer's ``WarpSize``)."""
+    from ..checkpoint import quant_rules as qr
+    from ..core.params import LingShape
+
+    methods = param.applications.get("routing_methods", {})
+    n_group = _n_group(hit, sink.get("groups", []))
+    if not names or not all(methods[m].get("checks_groups") for m in names) or n_group is None or n_group <= 1:
+        return None
+    shape = LingShape()
+    rc = qr.check_routing(shape.num_experts, n_group, shape.topk_group, shape.num_experts_per_tok)
+    if rc.experts_per_group <= qr.WARP_SIZE:
+        return None
+    return (f"routes from the router logits with routing method {', '.join(names)} and n_group {n_group}: FlashInfer's "
+            f"grouped routing kernel raises for Ling's {shape.num_experts} experts / {n_group} groups = "
+            f"{rc.experts_per_group:g} experts per group > {qr.WARP_SIZE}")
+
+
+def raise_note(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec) -> str:
+    """``"; its DeepSeekV3 branch raises for Ling (...)"`` where a call's routing method is not decided but one
+    it may take fails Ling's shape in the grouped routing kernel (:func:`grouped_check`); "" otherwise."""
+    opts = _method_options(hit, sink, param.applications.get("routing_methods", {}), param.facts) or []
+    for m in (o for o in opts if o is not None):
+        fails = grouped_check(hit, sink, param, [m])
+        if fails is not None:
+            return f"; its {m} branch would raise: it {fails}"
+    return ""
+
+
+def routing_methods_of(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec) -> list[str] | None:
+    """The names of ``applications.routing_methods`` a TRT-LLM kernel call can get (the sink's ``method``
+    argument); None when not read."""
+    return _method(hit, sink, param.applications.get("routing_methods", {}), param.facts)
 
 
 def method_column(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec) -> tuple[bool | None, str]:
@@ -192,7 +263,7 @@ def method_column(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec) -> t
     methods = param.applications.get("routing_methods", {})
     names = _method(hit, sink, methods, param.facts)
     if not names:
-        return None, "its routing method is not read"
+        return None, "its routing method is not read" + raise_note(hit, sink, param)
     got = {bool(methods[m].get(sink["needs"])) for m in names}
     if len(got) != 1:
         return None, f"its routing methods {', '.join(names)} differ"
@@ -267,7 +338,7 @@ def _by_method(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec, where: 
         present, v, _ = _value(hit, sink.get("method", []), param.facts)
         what = "None, no routing method (the kernel's handling of it not read)" if present and v is None \
             else "not read"
-        return "UNDECIDED", f"{where} routing method {what}"
+        return "UNDECIDED", f"{where} routing method {what}{raise_note(hit, sink, param)}"
     words = set()
     for m in names:
         row = methods[m]
@@ -415,5 +486,5 @@ def routing_verdict(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec) -
     return "UNDECIDED", f"the device classes differ ({rule})", ev, run
 
 
-__all__ = ["backend_instance", "for_release", "judge_hit", "routing_backend", "routing_verdict", "topk_format_facts",
+__all__ = ["backend_instance", "for_release", "grouped_check", "judge_hit", "raise_note", "routing_methods_of", "routing_backend", "routing_verdict", "topk_format_facts",
            "topk_interp"]
