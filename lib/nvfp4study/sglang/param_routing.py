@@ -36,6 +36,7 @@ from .audit_run import _short, run_path
 from .audit_sinks import _arg
 from .clamp_flow import Interp
 from .platforms import PLATFORMS
+from .routing_shape import kernel_shape_fails
 from .source import SGLangTree
 
 #: the verdict words a routing sink hit can give (the forms of the sink table)
@@ -187,60 +188,13 @@ def _method(hit: cv.SinkHit, sink: dict, methods: dict, facts: dict) -> list[str
     return None if opts is None or None in opts else [o for o in opts if o is not None]
 
 
-def _n_group(hit: cv.SinkHit, specs: list[str]) -> int | None:
-    """The n_group a TRT-LLM call gets (its ``groups`` argument): an int, Ling's number where it carries the
-    followed value, or, where not known, the TopKConfig field its argument reads (``topk_config.num_expert_group``)
-    as Ling's routing parameters hold it (the first routing parameter's facts); None otherwise (branches, unknown)."""
-    for s in specs:
-        present, v, node = _arg(hit, s)
-        if not present:
-            continue
-        if isinstance(v, cv.Multi):
-            return None
-        t = cv.tracked_in(v)
-        if t is not None:
-            v = int(t.value) if t.value is not None else cv.UNK
-        if v is cv.UNK and isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            routing = next((moe_params.param(n) for n in moe_params.names() if moe_params.param(n).kind == "routing"),
-                           None)
-            if routing is not None and node.value.id in routing.config_names:
-                v = routing.facts.get(node.attr, cv.UNK)
-                v = int(v.value) if isinstance(v, cv.Tracked) and v.value is not None else v
-        return v if isinstance(v, int) and not isinstance(v, bool) else None
-    return None
-
-
-def grouped_check(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec, names: list[str]) -> str | None:
-    """What a TRT-LLM call routing from the logits with routing method(s) ``names`` meets in the grouped
-    routing kernel, where it fails for Ling: ``"routes from the router logits with routing method DeepSeekV3 and
-    n_group 8: ... 64 experts per group > 32"``; None where a method has no ``checks_groups``, the n_group
-    is not decided > 1 (routingDeepSeek's checks sit under ``mNumExpertGroups > 1``), or Ling's shape passes.
-
-    Ling's shape: :class:`~nvfp4study.core.params.LingShape` defaults (512 experts, topk_group 4, top-k 8)
-    with the call's n_group, judged by the study's check :func:`~nvfp4study.checkpoint.quant_rules.check_routing`
-    against ``WARP_SIZE`` (32, FlashInfer's ``WarpSize``)."""
-    from ..checkpoint import quant_rules as qr
-    from ..core.params import LingShape
-
-    methods = param.applications.get("routing_methods", {})
-    n_group = _n_group(hit, sink.get("groups", []))
-    if not names or not all(methods[m].get("checks_groups") for m in names) or n_group is None or n_group <= 1:
-        return None
-    shape = LingShape()
-    rc = qr.check_routing(shape.num_experts, n_group, shape.topk_group, shape.num_experts_per_tok)
-    if rc.experts_per_group <= qr.WARP_SIZE:
-        return None
-    return (f"routes from the router logits with routing method {', '.join(names)} and n_group {n_group}: FlashInfer's "
-            f"grouped routing kernel raises for Ling's {shape.num_experts} experts / {n_group} groups = "
-            f"{rc.experts_per_group:g} experts per group > {qr.WARP_SIZE}")
-
-
 def raise_note(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec) -> str:
-    """``"; its DeepSeekV3 branch raises for Ling (...)"`` where a call's routing method is not decided but one
-    it may take fails Ling's shape in the grouped routing kernel (:func:`grouped_check`); "" otherwise."""
+    """``"; its DeepSeekV3 branch would raise: ..."`` where a call's routing method is not decided but one it may
+    take fails Ling's shape in FlashInfer's routing kernel (:func:`~nvfp4study.sglang.routing_shape.kernel_shape_fails`);
+    "" otherwise."""
     opts = _method_options(hit, sink, param.applications.get("routing_methods", {}), param.facts) or []
     for m in (o for o in opts if o is not None):
-        fails = grouped_check(hit, sink, param, [m])
+        fails = kernel_shape_fails(hit, sink, param, [m])
         if fails is not None:
             return f"; its {m} branch would raise: it {fails}"
     return ""
@@ -486,5 +440,5 @@ def routing_verdict(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec) -
     return "UNDECIDED", f"the device classes differ ({rule})", ev, run
 
 
-__all__ = ["backend_instance", "for_release", "grouped_check", "judge_hit", "raise_note", "routing_methods_of", "routing_backend", "routing_verdict", "topk_format_facts",
+__all__ = ["backend_instance", "for_release", "judge_hit", "raise_note", "routing_methods_of", "routing_backend", "routing_verdict", "topk_format_facts",
            "topk_interp"]

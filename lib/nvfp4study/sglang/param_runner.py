@@ -25,7 +25,8 @@ from typing import Any
 from . import clamp_values as cv
 from .audit_run import _short, registered_permutes, runner_and_format
 from .clamp_values import _parse, unparse
-from .param_routing import grouped_check, routing_methods_of
+from .param_routing import routing_methods_of
+from .routing_shape import kernel_shape_fails
 from .source import SGLangTree
 
 
@@ -90,7 +91,7 @@ def routing_kernel_rejects(run: Any, param: Any, pin: str | None) -> tuple[str, 
     A sink with ``groups`` (the argument holding n_group; the ops that route from ``routing_logits``, not the
     ``*_routed_moe`` variants) whose routing method(s) all have ``checks_groups`` for ``pin`` (DeepSeekV3:
     FlashInfer's routingDeepSeek runs for n_group > 1 and checks ``mNumExperts / mNumExpertGroups <= WarpSize``)
-    raises where Ling's shape fails that check (:func:`~nvfp4study.sglang.param_routing.grouped_check`). Only
+    raises where Ling's shape fails that check (:func:`~nvfp4study.sglang.routing_shape.kernel_shape_fails`). Only
     when every sink call the run reached (of the parameter's table) is such a raising call: a branch reaching
     another kernel, a routed variant included, runs."""
     methods = param.applications.get("routing_methods", {})
@@ -102,7 +103,7 @@ def routing_kernel_rejects(run: Any, param: Any, pin: str | None) -> tuple[str, 
         names = routing_methods_of(h, sink, param) if sink.get("groups") else None
         bad = None  # another kernel (a routed variant, TopK's own routing ...): a branch that runs
         if names and all(pin in methods[m].get("checks_groups", {}) for m in names):
-            fails = grouped_check(h, sink, param, names)
+            fails = kernel_shape_fails(h, sink, param, names)
             if fails is not None:
                 bad = (_short(h.file), h.line, f"{h.callee}() {fails} (flashinfer-python {pin} "
                        f"{methods[names[0]]['checks_groups'][pin]}: FLASHINFER_CHECK(mNumExperts / mNumExpertGroups "
