@@ -273,8 +273,11 @@ def test_a_custom_op_that_takes_no_none_makes_the_path_unusable():
         assert (row.file, row.line) == ("layers/moe/moe_runner/flashinfer_trtllm.py", call), name
         assert "routing_method_type=None" in row.rule
     # Fp8MoEMethod (fp8-trtllm) defaults the None to DeepSeekV3 before the same call (fp8.py): not this class
+    # (the custom op takes its int); that path is UNUSABLE for another reason, FlashInfer's grouped routing
+    # kernel's 32-experts-per-group check (F-05, test_sglang_param_routing_shape.py)
     (row,) = audit_param(tree, "correction_bias", ["fp8-trtllm"])
-    assert row.verdict == ParamVerdict.APPLIED, row.rule
+    assert row.verdict == ParamVerdict.UNUSABLE, row.rule
+    assert "routing_method_type=None" not in row.rule and "64 experts per group > 32" in row.rule
 
 
 def test_a_dispatcher_that_materialises_topk_routes_with_select_experts():

@@ -47,6 +47,7 @@ __all__ = [
     "quant_methods",
     "releases",
     "runner_builds",
+    "routing_shape",
     "runner_steps",
     "source",
     "startup_checks",

@@ -35,11 +35,11 @@ from . import clamp_values as cv
 from . import moe_params, path_keys
 from .audit import PathResult, audit_tree, path_specs
 from .audit_run import _short, run_path
-from .audit_sinks import ClampVerdict, _arg
+from .audit_sinks import ClampVerdict, _arg, flashinfer_pin
 from .clamp_flow import Interp
 from .param_routing import backend_instance as _backend_instance
 from .param_routing import for_release, method_column, routing_verdict, topk_format_facts
-from .param_runner import custom_op_rejects, e8m0_scales, run_post_permute
+from .param_runner import custom_op_rejects, e8m0_scales, routing_kernel_rejects, run_post_permute
 from .platforms import PLATFORMS, describe
 from .source import SGLangTree
 
@@ -229,7 +229,10 @@ def judge_scalar(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, spec
 def _run_stop(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, run: Any) -> ParamResult | None:
     """The row a path's run settles before any part is counted: a step raising on every branch
     (REFUSED when about the parameter, else UNUSABLE), a stop of the run (missing, lost, too long),
-    a certain raise about the parameter (REFUSED); None when the run goes through."""
+    a registered custom op or a TRT-LLM routing kernel that raises for Ling whatever the parameter
+    (UNUSABLE: :func:`~nvfp4study.sglang.param_runner.routing_kernel_rejects`, the grouped DeepSeekV3
+    routing kernel's experts-per-group check), a certain raise about the parameter (REFUSED); None when
+    the run goes through."""
     if run.stop == "raising" or (run.interp is not None and run.interp.raising_steps):
         rel, qual, raises = run.interp.raising_steps[0]
         x = next((r for r in raises if r.about_param), raises[0] if raises else None)
@@ -240,6 +243,7 @@ def _run_stop(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, run: An
         verdict, rule, file, _fn, line = run.stop
         return _result(spec, tree, param, ParamVerdict(verdict.value), rule, file, line)
     raised = custom_op_rejects(tree, run) if path_keys.method(spec.get("via", spec["id"])) else None
+    raised = raised or routing_kernel_rejects(run, param, flashinfer_pin(tree))  # the TRT-LLM routing kernel's shape check
     if raised is not None:
         file, line, text = raised
         return _result(spec, tree, param, ParamVerdict.UNUSABLE, f"the path raises for Ling whatever this parameter is: "

@@ -36,6 +36,7 @@ from .audit_run import _short, run_path
 from .audit_sinks import _arg
 from .clamp_flow import Interp
 from .platforms import PLATFORMS
+from .routing_shape import kernel_shape_fails
 from .source import SGLangTree
 
 #: the verdict words a routing sink hit can give (the forms of the sink table)
@@ -159,14 +160,15 @@ def _value(hit: cv.SinkHit, specs: list[str], facts: dict) -> tuple[bool, Any, a
     return False, None, None
 
 
-def _method(hit: cv.SinkHit, sink: dict, methods: dict, facts: dict) -> list[str] | None:
-    """The routing method(s) a TRT-LLM kernel call gets (names of ``routing_methods``); None when
-    not read: a name, an int value, or the one member its argument's source names."""
+def _method_options(hit: cv.SinkHit, sink: dict, methods: dict, facts: dict) -> list[str | None] | None:
+    """Each value the ``method`` argument of a TRT-LLM kernel call may take, as a name of ``routing_methods``
+    (None for one not read: not a name, an int value, or the one member its argument's source names); None
+    when the call has no such argument."""
     present, v, node = _value(hit, sink.get("method", []), facts)
     if not present:
         return None
     by_value = {row["value"]: name for name, row in methods.items()}
-    out = []
+    out: list[str | None] = []
     for o in v.options if isinstance(v, cv.Multi) else (v,):
         if isinstance(o, str) and o in methods:
             out.append(o)
@@ -175,10 +177,33 @@ def _method(hit: cv.SinkHit, sink: dict, methods: dict, facts: dict) -> list[str
         else:
             named = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)} & set(methods) \
                 if node is not None else set()
-            if len(named) != 1:
-                return None
-            out.append(named.pop())
+            out.append(named.pop() if len(named) == 1 else None)
     return list(dict.fromkeys(out))
+
+
+def _method(hit: cv.SinkHit, sink: dict, methods: dict, facts: dict) -> list[str] | None:
+    """The routing method(s) a TRT-LLM kernel call gets (names of ``routing_methods``); None when
+    any is not read (:func:`_method_options`)."""
+    opts = _method_options(hit, sink, methods, facts)
+    return None if opts is None or None in opts else [o for o in opts if o is not None]
+
+
+def raise_note(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec) -> str:
+    """``"; its DeepSeekV3 branch would raise: ..."`` where a call's routing method is not decided but one it may
+    take fails Ling's shape in FlashInfer's routing kernel (:func:`~nvfp4study.sglang.routing_shape.kernel_shape_fails`);
+    "" otherwise."""
+    opts = _method_options(hit, sink, param.applications.get("routing_methods", {}), param.facts) or []
+    for m in (o for o in opts if o is not None):
+        fails = kernel_shape_fails(hit, sink, param, [m])
+        if fails is not None:
+            return f"; its {m} branch would raise: it {fails}"
+    return ""
+
+
+def routing_methods_of(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec) -> list[str] | None:
+    """The names of ``applications.routing_methods`` a TRT-LLM kernel call can get (the sink's ``method``
+    argument); None when not read."""
+    return _method(hit, sink, param.applications.get("routing_methods", {}), param.facts)
 
 
 def method_column(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec) -> tuple[bool | None, str]:
@@ -192,7 +217,7 @@ def method_column(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec) -> t
     methods = param.applications.get("routing_methods", {})
     names = _method(hit, sink, methods, param.facts)
     if not names:
-        return None, "its routing method is not read"
+        return None, "its routing method is not read" + raise_note(hit, sink, param)
     got = {bool(methods[m].get(sink["needs"])) for m in names}
     if len(got) != 1:
         return None, f"its routing methods {', '.join(names)} differ"
@@ -267,7 +292,7 @@ def _by_method(hit: cv.SinkHit, sink: dict, param: moe_params.ParamSpec, where: 
         present, v, _ = _value(hit, sink.get("method", []), param.facts)
         what = "None, no routing method (the kernel's handling of it not read)" if present and v is None \
             else "not read"
-        return "UNDECIDED", f"{where} routing method {what}"
+        return "UNDECIDED", f"{where} routing method {what}{raise_note(hit, sink, param)}"
     words = set()
     for m in names:
         row = methods[m]
@@ -415,5 +440,5 @@ def routing_verdict(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec) -
     return "UNDECIDED", f"the device classes differ ({rule})", ev, run
 
 
-__all__ = ["backend_instance", "for_release", "judge_hit", "routing_backend", "routing_verdict", "topk_format_facts",
+__all__ = ["backend_instance", "for_release", "judge_hit", "raise_note", "routing_methods_of", "routing_backend", "routing_verdict", "topk_format_facts",
            "topk_interp"]

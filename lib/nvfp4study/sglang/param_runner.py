@@ -8,7 +8,11 @@ Two readings of SGLang's source that the parameter audit adds to a path's run
   triton_kernels apply the routed scaling factor (:func:`run_post_permute`);
 - **registered custom ops**: a function decorated ``@register_custom_op`` is called through
   ``torch.ops.sglang.<name>``, whose schema comes from its annotations: a call handing it None where the
-  schema takes an int raises (:func:`custom_op_rejects`).
+  schema takes an int raises (:func:`custom_op_rejects`);
+- **the TRT-LLM routing kernel's shape checks**: a FlashInfer TRT-LLM-Gen kernel that routes from the
+  router logits with a routing method whose grouped kernel checks the routing shape (``checks_groups`` of
+  ``applications.routing_methods``: DeepSeekV3 with n_group > 1) raises for Ling's shape
+  (:func:`routing_kernel_rejects`, the study's own check :func:`~nvfp4study.checkpoint.quant_rules.check_routing`).
 
 And one fact of the weights a runner kernel gets, read from what the path ran: :func:`e8m0_scales`, the
 expert scales cast to E8M0 (``fused_marlin_moe`` sums an E8M0-scale MXFP4 layer's experts plainly).
@@ -24,6 +28,8 @@ from typing import Any
 from . import clamp_values as cv
 from .audit_run import _short, registered_permutes, runner_and_format
 from .clamp_values import _parse, unparse
+from .param_routing import routing_methods_of
+from .routing_shape import kernel_shape_fails
 from .source import SGLangTree
 
 
@@ -79,6 +85,36 @@ def custom_op_rejects(tree: SGLangTree, run: Any) -> tuple[str, int, str] | None
     return found[0] if found and all(found) else None
 
 
+def routing_kernel_rejects(run: Any, param: Any, pin: str | None) -> tuple[str, int, str] | None:
+    """``(file, line, what)`` of a TRT-LLM routing kernel call the run reached that raises for Ling's
+    routing shape; None when there is none, or when some such call the run reached does not raise. ``pin``: the
+    flashinfer-python version the release pins (:func:`~nvfp4study.sglang.audit_sinks.flashinfer_pin`): a check
+    read from another version decides nothing.
+
+    A sink with ``groups`` (the argument holding n_group; the ops that route from ``routing_logits``, not the
+    ``*_routed_moe`` variants) whose routing method(s) all have ``checks_groups`` for ``pin`` (DeepSeekV3:
+    FlashInfer's routingDeepSeek runs for n_group > 1 and checks ``mNumExperts / mNumExpertGroups <= WarpSize``)
+    raises where Ling's shape fails that check (:func:`~nvfp4study.sglang.routing_shape.kernel_shape_fails`). Only
+    when every sink call the run reached (of the parameter's table) is such a raising call: a branch reaching
+    another kernel, a routed variant included, runs."""
+    methods = param.applications.get("routing_methods", {})
+    found: dict = {}
+    for h in run.interp.hits if run.interp is not None else ():
+        sink = param.sinks.get(h.callee)
+        if sink is None or (h.file, h.line, h.callee) in found:
+            continue
+        names = routing_methods_of(h, sink, param) if sink.get("groups") else None
+        bad = None  # another kernel (a routed variant, TopK's own routing ...): a branch that runs
+        if names and all(pin in methods[m].get("checks_groups", {}) for m in names):
+            fails = kernel_shape_fails(h, sink, param, names)
+            if fails is not None:
+                bad = (_short(h.file), h.line, f"{h.callee}() {fails} (flashinfer-python {pin} "
+                       f"{methods[names[0]]['checks_groups'][pin]}: FLASHINFER_CHECK(mNumExperts / mNumExpertGroups "
+                       "<= WarpSize))")
+        found[(h.file, h.line, h.callee)] = bad
+    return next(iter(found.values())) if found and all(found.values()) else None
+
+
 @lru_cache(maxsize=8)
 def _custom_ops(root: Any) -> dict[str, tuple[str, int, tuple[tuple[str, str], ...]]]:
     """``name -> (file, line, ((parameter, annotation), ...))`` of every function of ``sglang/srt``
@@ -114,7 +150,7 @@ def _module_of(path: Path, text: str) -> ast.Module:
     return ast.parse(text)
 
 
-__all__ = ["custom_op_rejects", "run_post_permute"]
+__all__ = ["custom_op_rejects", "e8m0_scales", "routing_kernel_rejects", "run_post_permute"]
 
 
 #: the dtype ``fused_marlin_moe`` tests for its MXFP4 branch (``is_mxfp4_marlin``: ``w1_scale.dtype ==
