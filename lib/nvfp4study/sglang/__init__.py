@@ -31,6 +31,7 @@ __all__ = [
     "construction_sites",
     "ctor_checks",
     "dispatch",
+    "double_reading",
     "flags",
     "import_gates",
     "model_side",

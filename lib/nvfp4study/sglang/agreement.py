@@ -35,6 +35,14 @@ from ..core.errors import HandReadingsError
 from ..core.files import write_json
 from ..core.ledger import Verdict
 from . import path_keys
+from .double_reading import (
+    _two,
+    _verdict_of,
+    between_readers,
+    double_reading,
+    readers_clause,
+    readers_of,
+)
 
 #: a derived kind's verdicts are counted when its sampled agreement is at least this ...
 MIN_AGREEMENT = 0.95
@@ -118,70 +126,6 @@ def clamp_readings(doc: dict[str, Any]) -> tuple[dict[str, Any], tuple[Reading, 
     return {**doc.get("method", {}), "verdicts": verdicts}, tuple(out)
 
 
-def _two(double: Any, where: Any) -> list[Any]:
-    if not isinstance(double, list) or len(double) != 2 or not all(isinstance(x, dict) for x in double):
-        raise HandReadingsError(f"{where}: `double` must list the two readers' readings")
-    return double
-
-
-def _verdict_of(x: dict[str, Any]) -> tuple[str, str]:
-    try:
-        return str(x["reader"]), str(x["verdict"])
-    except KeyError as exc:
-        raise HandReadingsError(f"a double reading lacks {exc}") from exc
-
-
-def double_reading(where: str, verdict: str, readings: list[tuple[str, str]],
-                   adjudication: Any) -> tuple[tuple[tuple[str, str], ...], str]:
-    """Check a pair read by two blind readers and return ``((reader, verdict), (reader, verdict))`` and
-    the adjudicator (``""`` when the readers agreed).
-
-    The protocol (``docs/blind-readings/A.md``): two readers read the pair independently; when their
-    verdicts agree, that is the pair's verdict; when not, a third blind reader, given both readings
-    unnamed, decides (``adjudication: {reader, verdict, chose, deciding, reason}``) and that is the
-    verdict. ``verdict`` is the stored verdict the audit is compared with.
-
-    Raises:
-        HandReadingsError: not two readings from two readers; agreeing readers with a stored verdict
-            not theirs, or with an adjudication; disagreeing readers without an adjudication, or with
-            a stored verdict not the adjudicator's.
-    """
-    pair = tuple(readings)
-    if len(pair) != 2 or pair[0][0] == pair[1][0]:
-        raise HandReadingsError(f"{where}: a double reading needs two readings by two readers, got {pair}")
-    if pair[0][1] == pair[1][1]:
-        if verdict != pair[0][1] or adjudication:
-            raise HandReadingsError(f"{where}: both readers read {pair[0][1]}: the verdict must be theirs "
-                                    f"(stored {verdict}) and nothing adjudicated")
-        return pair, ""
-    if not isinstance(adjudication, dict) or not adjudication.get("reader") or adjudication.get("verdict") != verdict:
-        raise HandReadingsError(f"{where}: the readers disagree ({pair[0][1]} / {pair[1][1]}): the verdict must be "
-                                f"an adjudicator's (adjudication: {{reader, verdict}}), stored {verdict}")
-    return pair, str(adjudication["reader"])
-
-
-def between_readers(readings: tuple[Reading, ...] | list[Reading]) -> dict[str, dict[str, Any]]:
-    """Per sample, how often the two blind readers of a pair read twice agreed with each other before
-    adjudication: ``{sample: {agree, n, rate, wilson95}}`` over the readings with :attr:`Reading.readers`
-    (samples read once are left out). A measured error rate of the reference itself: where the readers
-    disagree, at least one of them is wrong."""
-    n, k = Counter(), Counter()
-    for rd in readings:
-        if rd.readers:
-            n[rd.sample] += 1
-            k[rd.sample] += rd.readers[0][1] == rd.readers[1][1]
-    return {s: _rate(k[s], n[s]) for s in sorted(n)}
-
-
-def readers_of(readings: tuple[Reading, ...] | list[Reading]) -> set[str]:
-    """Every blind reader behind ``readings``: the reader of a pair read once; both readers and the
-    adjudicator (if any) of a pair read twice."""
-    out: set[str] = set()
-    for rd in readings:
-        out |= {r for r, _ in rd.readers} | ({rd.adjudicator} - {""}) if rd.readers else {rd.reader}
-    return out
-
-
 def _row(r: Any) -> dict[str, Any]:
     d = r.as_json() if hasattr(r, "as_json") else r
     return {"path": d["path"], "verdict": d["verdict"], "release": d["sglang_version"],
@@ -197,13 +141,6 @@ def _rate(k: int, n: int) -> dict[str, Any]:
     lo, hi = wilson_interval(k, n)
     return {"agree": k, "n": n, "rate": k / n if n else None,
             "wilson95": [lo, hi] if n else None}
-
-
-def _readers_clause(x: dict[str, Any] | None) -> str:
-    """`` (each pair read by two blind readers, who agreed with each other on k of n before
-    adjudication)``, or ``""`` for a sample read once."""
-    return (f" (each pair read by two blind readers, who agreed with each other on {x['agree']} of {x['n']} "
-            f"before adjudication)") if x and x["n"] else ""
 
 
 @dataclass
@@ -240,7 +177,7 @@ class Agreement:
         held_s = ((f" On the {HELD_OUT} sample alone, drawn and read blind while the audit was being changed "
                    f"and never seen by whoever changed it (a held-out measurement of that change), {held['agree']} of "
                    f"{held['n']} ({pct(held['rate'])}, Wilson 95 % {pct(held['wilson95'][0])} to "
-                   f"{pct(held['wilson95'][1])})" + _readers_clause(self.between_readers.get(HELD_OUT)) + ".")
+                   f"{pct(held['wilson95'][1])})" + readers_clause(self.between_readers.get(HELD_OUT)) + ".")
                   if held and held["n"] else "")
         return (f"The audit's verdict agreed with a blind hand reading on {o['agree']} of {o['n']} "
                 f"sampled derived paths ({pct(o['rate'])}, Wilson 95 % {pct(lo)} to {pct(hi)}); path "
@@ -499,7 +436,7 @@ def param_agreement(rows_by_param: dict[str, list[Any]],
                        if o["n"] else " (no reading on an audited release)")
                     + (f"; on the {PARAM_HELD_OUT} sample alone (drawn after the audit's last change, held out) "
                        f"{held['agree']} of {held['n']} ({pct(held['rate'])}, Wilson 95 % {pct(held['wilson95'][0])} "
-                       f"to {pct(held['wilson95'][1])})" + _readers_clause(a.between_readers.get(PARAM_HELD_OUT))
+                       f"to {pct(held['wilson95'][1])})" + readers_clause(a.between_readers.get(PARAM_HELD_OUT))
                        if held and held["n"] and len(a.by_sample) > 1 else ""))
         out[name] = {"overall": o, "by_release": a.by_release, "by_sample": a.by_sample, "confusion": a.confusion,
                      "pairs": a.pairs, "not_audited": a.not_audited, "between_readers": a.between_readers,
