@@ -519,8 +519,8 @@ def rsf(v: str, path: str, verdict: str, line: int = 375) -> dict:
 
 
 RSF_ROWS = [rsf("0.5.21", "nvfp4-w4a4-cutlass", "DROPPED", 361), rsf(V, "nvfp4-w4a4-cutlass", "DROPPED"),
-            rsf("0.5.21", "triton", "APPLIED", 5), rsf(V, "triton", "APPLIED", 6), rsf(V, "marlin", "APPLIED", 7),
-            rsf(V, "other", "DOUBLE", 8)]
+            rsf("0.5.21", "triton", "APPLIED", 5), rsf(V, "triton", "APPLIED", 6), rsf(V, "marlin", "DROPPED", 7),
+            rsf(V, "nvfp4-w4a16-marlin", "APPLIED", 9), rsf(V, "other", "DOUBLE", 8)]
 
 
 def agreement(agree: int, n: int) -> dict:
@@ -534,11 +534,13 @@ def test_routed_scaling_dropped_row_in_full(mk):
     assert row.verdict == "reproduced"  # 34 / 35 = 97.1 % >= 95 %
     assert row.measured == {"card_path": {"0.5.21": "DROPPED", V: "DROPPED"},
                             "card_path_at": {"0.5.21": "cts.py:361", V: "cts.py:375"},
-                            "triton": {"0.5.21": "APPLIED", V: "APPLIED"}, "marlin": {V: "APPLIED"},
+                            "triton": {"0.5.21": "APPLIED", V: "APPLIED"}, "marlin": {V: "DROPPED"},
+                            "marlin_nvfp4": {V: "APPLIED"},
                             "agreement": {"agree": 34, "n": 35, "rate": 34 / 35, "wilson95": [0.5, 0.99]}}
     assert row.note == (
         "audit-sglang --param routed_scaling_factor on the card's path (nvfp4-w4a4-cutlass): 0.5.21 DROPPED at "
-        "cts.py:361, 0.5.23 DROPPED at cts.py:375; triton: 0.5.21 APPLIED, 0.5.23 APPLIED; marlin: 0.5.23 APPLIED; "
+        "cts.py:361, 0.5.23 DROPPED at cts.py:375; triton: 0.5.21 APPLIED, 0.5.23 APPLIED; marlin: 0.5.23 DROPPED; "
+        "nvfp4-w4a16-marlin: 0.5.23 APPLIED; "
         "the audit agreed with a blind hand reading of this parameter on 34 of 35 paths (97.1 %, Wilson 95 % "
         "50.0 % to 99.0 %; the bar is 95.0 %). A static reading of the source; stage 04 measures the native path "
         "the CPU engine runs (audit.cpu-routed-scaling), and the exact patch set applies the factor on the card's "

@@ -123,7 +123,9 @@ def _routed_scaling(r: dict) -> tuple[str, str]:
                     for i, w in enumerate(m["card_path_at"].values()))
     s = (f"Ling's routed_scaling_factor (2.5) on the card's path (compressed-tensors W4A4 NVFP4, FlashInfer CUTLASS), "
          f"read from SGLang's source: {said(m['card_path'])} ({at}); the Triton runner: {said(m['triton'])}; "
-         f"Marlin: {said(m['marlin'])}. ")
+         f"the Marlin runner (its row takes the worst method that runs it): {said(m['marlin'])}"
+         + (f"; NVFP4 on Marlin (compressed-tensors W4A16, the pre-Blackwell fallback): {said(m['marlin_nvfp4'])}"
+            if m.get("marlin_nvfp4") else "") + ". ")
     agr = m.get("agreement")
     s += (f"Blind hand readings of this parameter agreed with the audit on {agr['agree']} of {agr['n']} paths "
           f"({pct(agr['rate'])}), below the {pct(MIN_AGREEMENT)} bar, so it is a machine reading"

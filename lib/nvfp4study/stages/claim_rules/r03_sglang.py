@@ -419,8 +419,10 @@ def approx_size(x: SGLangMeasurements) -> Row:
                + (f"; does not hold for {', '.join(bad)}" if bad else "") + ".", "CPU float64")
 
 
-#: the routed-scaling finding's paths: the card's, and the runners the README names as applying it
-RSF_PATHS = {"card": "nvfp4-w4a4-cutlass", "triton": "triton", "marlin": "marlin"}
+#: the routed-scaling finding's paths: the card's, the Triton and Marlin runners (a runner's row takes the worst
+#: method that runs it), and NVFP4 on Marlin (compressed-tensors W4A16, the pre-Blackwell fallback for W4A4)
+RSF_PATHS = {"card": "nvfp4-w4a4-cutlass", "triton": "triton", "marlin": "marlin",
+             "marlin_nvfp4": "nvfp4-w4a16-marlin"}
 RSF_CLAIM = ("SGLang's compressed-tensors W4A4 NVFP4 MoE path with the FlashInfer CUTLASS runner (the card's) applies "
              "Ling's routed_scaling_factor (2.5) nowhere, on every audited release: the routed experts run at 1/2.5 "
              "of their trained weight against the shared expert, with or without the clamp patch.")
@@ -454,10 +456,10 @@ def routed_scaling_dropped(x: SGLangMeasurements) -> Row:
               f"paths ({ag.pct(agr['rate'])}, Wilson 95 % {ag.pct(agr['wilson95'][0])} to "
               f"{ag.pct(agr['wilson95'][1])}; the bar is {ag.pct(ag.MIN_AGREEMENT)})" if agr and agr["n"]
               else "its agreement with blind hand readings was not run")
-    others = "; ".join(f"{k}: " + ", ".join(f"{v} {vd}" for v, vd in got[k].items()) for k in ("triton", "marlin")
-                       if got[k])
+    others = "; ".join(f"{RSF_PATHS[k]}: " + ", ".join(f"{v} {vd}" for v, vd in got[k].items())
+                       for k in ("triton", "marlin", "marlin_nvfp4") if got[k])
     return Row({"card_path": got["card"], "card_path_at": at, "triton": got["triton"], "marlin": got["marlin"],
-                "agreement": agr},
+                "marlin_nvfp4": got["marlin_nvfp4"], "agreement": agr},
                verdict, [x.d("sglang_param_audit"), x.d("sglang_param_agreement")],
                f"audit-sglang --param routed_scaling_factor on the card's path ({RSF_PATHS['card']}): {releases}; "
                f"{others}; {agreed}. A static reading of the source; stage 04 measures the native path the CPU "
