@@ -41,7 +41,7 @@ import yaml
 from ..core.errors import AuditError, NoBailingMoeV3
 from . import clamp_values as cv
 from . import path_keys
-from .audit_run import PathRun, _short, run_path
+from .audit_run import PathRun, _short, entry_steps, run_path
 from .audit_sinks import ClampVerdict, flashinfer_check, judge_hit
 from .clamp_flow import Interp
 from .code_index import (
@@ -122,7 +122,7 @@ def path_specs(tree: SGLangTree) -> list[dict]:
                             found_by=p.trail, lost=p.lost, runner_at=p.runner_at, platforms=p.platforms,
                             gated=p.gated, no_runner=p.no_runner, runner_alts=p.runner_alts)
         else:
-            spec.update(steps=entry["entry"], found_by=["entered by name: the MoE dispatch does not reach it"])
+            spec.update(steps=entry_steps(tree.root, entry["entry"]), found_by=["entered by name: the MoE dispatch does not reach it"])
         out.append(spec)
     for key, p in derived.items():
         if key not in named:

@@ -20,6 +20,7 @@ from . import moe_params, path_keys
 from .audit_sinks import ClampVerdict
 from .clamp_flow import Interp
 from .clamp_values import Backend, Multi
+from .code_index import CodeIndex
 from .platforms import PLATFORMS
 from .source import SGLangTree
 
@@ -49,6 +50,22 @@ class PathRun:
     steps: list[tuple[str, str]]
     skipped_runner: bool = False
     stop: tuple | str | None = None
+
+
+def entry_steps(root: Path, entry: list) -> list[str]:
+    """The steps a catalogue ``entry`` starts from in the tree at ``root``: ``entry`` is a list of
+    steps (``"lora/x.py::Class.method"``, as :func:`_split` reads them), or a list of such lists,
+    the layouts of different releases (the MoE LoRA runner: ``lora/moe/runner.py::MoeLoraRunner``
+    in 0.5.23, ``lora/layers.py::FusedMoEWithLoRA`` before): the first whose first step's file
+    defines the class (or function) it names at module level; when none does, the first (its run
+    finds it absent: "not in this version")."""
+    alts = entry if entry and isinstance(entry[0], list) else [entry]
+    code = CodeIndex(root)
+    for alt in alts:
+        rel, qual = _split(alt[0])
+        if code.top(rel, qual.split(".")[0]) is not None:
+            return list(alt)
+    return list(alts[0])
 
 
 def run_path(tree: SGLangTree, spec: dict, param: Any = None) -> PathRun:
