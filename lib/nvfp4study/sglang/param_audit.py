@@ -41,6 +41,7 @@ from .param_routing import backend_instance as _backend_instance
 from .param_routing import for_release, method_column, routing_verdict, topk_format_facts
 from .param_routing import topk_folding as _topk_folding
 from .param_runner import custom_op_rejects, e8m0_scales, routing_kernel_rejects, run_post_permute
+from .param_runner import runnable_callers as _runnable_callers
 from .platforms import PLATFORMS, describe
 from .source import SGLangTree
 
@@ -135,9 +136,7 @@ def _judge(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, specs: lis
     if param.kind != "scalar":
         return _result(spec, tree, param, ParamVerdict.UNDECIDED,
                        f"{param.kind} parameters are not followed by the interpreter yet")
-    # a method path that cannot run Ling (its clamp row ABSENT, UNUSABLE, REFUSED: 0.5.22 flashinfer_trtllm.py:1764)
-    # is no caller whose top-k decides a runner-level path's
-    return judge_scalar(tree, spec, param, [s for s in specs if _inherited(s, tree, param, clamp_by_id.get(s["id"])) is None])
+    return judge_scalar(tree, spec, param, _runnable_callers(tree, spec, specs, clamp_by_id))  # callers that run Ling
 
 
 def _callers(spec: dict, specs: list[dict]) -> list[dict]:
