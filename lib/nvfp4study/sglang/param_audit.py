@@ -39,7 +39,9 @@ from .audit_sinks import ClampVerdict, _arg, flashinfer_pin
 from .clamp_flow import Interp
 from .param_routing import backend_instance as _backend_instance
 from .param_routing import for_release, method_column, routing_verdict, topk_format_facts
+from .param_routing import topk_folding as _topk_folding
 from .param_runner import custom_op_rejects, e8m0_scales, routing_kernel_rejects, run_post_permute
+from .param_runner import runnable_callers as _runnable_callers
 from .platforms import PLATFORMS, describe
 from .source import SGLangTree
 
@@ -134,7 +136,7 @@ def _judge(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, specs: lis
     if param.kind != "scalar":
         return _result(spec, tree, param, ParamVerdict.UNDECIDED,
                        f"{param.kind} parameters are not followed by the interpreter yet")
-    return judge_scalar(tree, spec, param, specs)
+    return judge_scalar(tree, spec, param, _runnable_callers(tree, spec, specs, clamp_by_id))  # callers that run Ling
 
 
 def _callers(spec: dict, specs: list[dict]) -> list[dict]:
@@ -207,18 +209,15 @@ def judge_scalar(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, spec
     if stopped is not None:
         return stopped
     run_post_permute(tree, spec, run)
-    topk, t_ev = topk_fused(tree, spec, param, specs)
+    flag, t_ev = topk_fused(tree, spec, param, specs)
+    topk, t_ev = _topk_folding(tree, spec, facts, flag, t_ev)  # the flag set, but TopK may never route
     runner, r_ev, r_rule = runner_applications(run, param, topk_folds=topk is True)
-    model, m_ev = model_applies(tree, spec, param, topk)
+    model, m_ev = model_applies(tree, spec, param, flag)  # the model's switch reads the flag
     parts = {"top-k": None if topk is None else int(topk), "runner": runner,
              "model": None if model is None else int(model)}
     known = sum(v for v in parts.values() if v is not None)
-    if known >= 2:
-        verdict = ParamVerdict.DOUBLE
-    elif None in parts.values():
-        verdict = ParamVerdict.UNDECIDED
-    else:
-        verdict = ParamVerdict.APPLIED if known == 1 else ParamVerdict.DROPPED
+    verdict = (ParamVerdict.DOUBLE if known >= 2 else ParamVerdict.UNDECIDED if None in parts.values()
+               else ParamVerdict.APPLIED if known == 1 else ParamVerdict.DROPPED)
     evidence = r_ev + t_ev + m_ev
     rule = (f"top-k {_word(parts['top-k'])}; runner {_word(runner)} ({r_rule}); model {_word(parts['model'])}"
             + ("" if verdict != ParamVerdict.DROPPED else f": the routed experts run at 1/{param.ling or '?'}"))

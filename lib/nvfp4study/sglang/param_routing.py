@@ -335,6 +335,46 @@ def topk_format_facts(tree: SGLangTree, spec: dict) -> dict[str, bool]:
     return dict(rule.get("runner_facts" if got == {"runner"} else "standard_facts", {}))
 
 
+def topk_never_routes(tree: SGLangTree, spec: dict, facts: dict[str, bool]) -> str | None:
+    """Why TopK's own routing (and so any fold of a factor into its top-k weights) never runs on this path, or
+    None where it may: ``facts`` (:func:`topk_format_facts`) are the first routing parameter's ``runner_facts``
+    (TopK hands the router logits on: its bypassed format) and neither the path's all-to-all dispatcher
+    (:func:`dispatcher_materializes`) nor its runner (a sink of form ``topk``, ``to_standard``, reached by the
+    path's run under those facts) materialises TopK's routing with ``select_experts``. 0.5.20
+    ModelOptNvFp4FusedMoEMethod on flashinfer_trtllm: TopK returns a BypassedTopKOutput (topk.py 670-690) whatever
+    its ``apply_routed_scaling_factor_on_output``, and the runner's trtllm_fp4_block_scale_moe routes from the
+    logits (flashinfer_trtllm.py 1446-1493)."""
+    name = next((n for n in moe_params.names() if moe_params.param(n).kind == "routing"), None)
+    if name is None or not facts:
+        return None
+    rparam = for_release(tree, moe_params.param(name))
+    rule = rparam.applications["routing"]
+    if facts != rule.get("runner_facts"):
+        return None
+    own = tuple(spec.get("platforms", PLATFORMS))
+    for platform in tuple(p for p in own if p in rule.get("devices", own)) or own:
+        if dispatcher_materializes(tree, spec, rparam, platform) is not None:
+            return None
+    run = run_path(tree, {**spec, "assume": {**(spec.get("assume") or {}), **facts}}, rparam)
+    hits = run.interp.hits if run.interp is not None else []
+    if run.interp is None or any(rparam.sinks.get(h.callee, {}).get("form") == "topk" for h in hits):
+        return None
+    return ("TopK hands the router logits to the runner (its bypassed format) and nothing on the path materialises "
+            "its routing: its fold into the top-k weights never runs")
+
+
+def topk_folding(tree: SGLangTree, spec: dict, facts: dict[str, bool], flag: bool | None,
+                 evidence: list[str]) -> tuple[bool | None, list[str]]:
+    """Whether top-k folds a factor on this path, given ``flag`` (the FusedMoE helper's answer, with its
+    ``evidence``): False, the evidence saying why, where the flag is not False but TopK never routes
+    (:func:`topk_never_routes`); ``(flag, evidence)`` otherwise."""
+    idle = topk_never_routes(tree, spec, facts) if flag is not False else None
+    if idle is None:
+        return flag, evidence
+    first = evidence[0].replace(" (top-k applies it)", "") if evidence else "top-k"
+    return False, [f"{first}: the flag is set, but {idle}", *evidence[1:]]
+
+
 def materialized(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, platform: str) -> list[tuple[str, str]]:
     """TopK's standard routing run from the runner (``applications.routing.materialize``, e.g.
     ``select_experts``) with Ling's TopKConfig: the routing functions it reaches, judged."""
@@ -441,4 +481,4 @@ def routing_verdict(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec) -
 
 
 __all__ = ["backend_instance", "for_release", "judge_hit", "raise_note", "routing_methods_of", "routing_backend", "routing_verdict", "topk_format_facts",
-           "topk_interp"]
+           "topk_folding", "topk_interp", "topk_never_routes"]

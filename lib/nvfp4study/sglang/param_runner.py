@@ -115,6 +115,30 @@ def routing_kernel_rejects(run: Any, param: Any, pin: str | None) -> tuple[str, 
     return next(iter(found.values())) if found and all(found.values()) else None
 
 
+def runnable_callers(tree: SGLangTree, spec: dict, specs: list[dict], clamp_by_id: dict[str, Any]) -> list[dict]:
+    """``specs`` less the method paths that run a runner-level ``spec``'s backend but cannot run Ling: their
+    clamp row (``clamp_by_id``, audited here where absent: an audit of some paths only) ABSENT, UNUSABLE or
+    REFUSED. Such a method is no caller whose top-k decides the runner-level path's
+    (:func:`~nvfp4study.sglang.param_audit.topk_fused`): 0.5.22 CompressedTensorsW8A8Fp8MoE reaches the routed
+    TRT-LLM fused function with a quant info it raises a TypeError for (flashinfer_trtllm.py 1738-1766).
+    ``specs`` unchanged for a method path."""
+    from . import path_keys
+    from .audit import audit_tree
+    from .audit_sinks import ClampVerdict
+
+    key = spec.get("via", spec["id"])
+    if path_keys.method(key) is not None:
+        return specs
+    mine = [s["id"] for s in specs if "missing" not in s and path_keys.method(k := s.get("via", s["id"]))
+            and path_keys.runner(k) == path_keys.runner(key)]
+    rows = dict(clamp_by_id)
+    todo = [i for i in mine if i not in rows]
+    rows.update({r.path: r for r in audit_tree(tree, todo)} if todo else {})
+    bad = {i for i in mine if getattr(rows.get(i), "verdict", None) in
+           (ClampVerdict.ABSENT, ClampVerdict.UNUSABLE, ClampVerdict.REFUSED)}
+    return [s for s in specs if s["id"] not in bad]
+
+
 @lru_cache(maxsize=8)
 def _custom_ops(root: Any) -> dict[str, tuple[str, int, tuple[tuple[str, str], ...]]]:
     """``name -> (file, line, ((parameter, annotation), ...))`` of every function of ``sglang/srt``
@@ -150,7 +174,7 @@ def _module_of(path: Path, text: str) -> ast.Module:
     return ast.parse(text)
 
 
-__all__ = ["custom_op_rejects", "e8m0_scales", "routing_kernel_rejects", "run_post_permute"]
+__all__ = ["custom_op_rejects", "e8m0_scales", "routing_kernel_rejects", "run_post_permute", "runnable_callers"]
 
 
 #: the dtype ``fused_marlin_moe`` tests for its MXFP4 branch (``is_mxfp4_marlin``: ``w1_scale.dtype ==
