@@ -75,6 +75,11 @@ def test_a_sample_read_once_has_no_reader_agreement():
     (lambda e: e["double"][1].update(reader="M1"), "two readings by two readers"),
     (lambda e: e["double"][1].pop("verdict"), "lacks 'verdict'"),
     (lambda e: e.update(double="M1, M2"), "two readers' readings"),
+    (lambda e: e.update(adjudication={}), "nothing adjudicated"),              # even an empty one
+    (lambda e: e["double"][0].update(reader=None), "reader must be a non-empty string"),
+    (lambda e: e["double"][1].update(verdict=["DROPPED"]), "verdict must be a non-empty string"),
+    (lambda e: e.update(verdict=["DROPPED"]), "must be non-empty strings"),
+    (lambda e: e.update(path=["A/x"]), "must be non-empty strings"),
 ])
 def test_an_agreeing_pair_that_breaks_the_protocol_is_a_named_error(edit, message):
     e = _entry("A/x", "DROPPED", "DROPPED")
@@ -88,12 +93,20 @@ def test_an_agreeing_pair_that_breaks_the_protocol_is_a_named_error(edit, messag
     lambda e: e.update(verdict="APPROX"),                      # not the adjudicator's
     lambda e: e["adjudication"].pop("reader"),
     lambda e: e.update(adjudication="EXACT"),
+    lambda e: e["adjudication"].update(reader=["X1"]),          # not a name
+    lambda e: e["adjudication"].update(reader="M2"),            # one of the pair's readers
 ])
 def test_a_disagreeing_pair_needs_the_adjudicators_verdict(edit):
     e = _entry("B/x", "EXACT", "APPROX", "EXACT")
     edit(e)
-    with pytest.raises(HandReadingsError, match="readers disagree"):
+    with pytest.raises(HandReadingsError, match="readers disagree|a third reader's"):
         ag.clamp_readings(_doc(e))
+
+
+@pytest.mark.parametrize("doc", [None, [], "x", {"readings": "x"}])
+def test_a_document_that_is_not_a_mapping_of_readings_is_a_named_error(doc):
+    with pytest.raises(HandReadingsError, match="expected a mapping"):
+        ag.clamp_readings(doc)
 
 
 def _param_entry(a: dict, b: dict, adjudication: dict | None, stored: dict) -> dict:
@@ -126,6 +139,11 @@ def test_parameter_pairs_read_twice(tmp_path):
     bad = _param_entry(a, b, None, a)
     f.write_text(yaml.safe_dump({"method": {}, "readings": [bad]}))
     with pytest.raises(HandReadingsError, match="routed_scaling_factor: the readers disagree"):
+        ag.param_hand_readings(f)
+    garbage = _param_entry(a, a, None, a)
+    garbage["adjudication"] = "garbage"
+    f.write_text(yaml.safe_dump({"method": {}, "readings": [garbage]}))
+    with pytest.raises(HandReadingsError, match="must map a parameter"):
         ag.param_hand_readings(f)
     broken = copy.deepcopy(bad)
     del broken["double"][0]["readings"]["norm_topk_prob"]

@@ -36,6 +36,7 @@ from ..core.files import write_json
 from ..core.ledger import Verdict
 from . import path_keys
 from .double_reading import (
+    _named,
     _two,
     _verdict_of,
     between_readers,
@@ -105,6 +106,8 @@ def clamp_readings(doc: dict[str, Any]) -> tuple[dict[str, Any], tuple[Reading, 
         HandReadingsError: as :func:`hand_readings`, and a pair read twice whose verdicts do not
             follow :func:`double_reading`.
     """
+    if not isinstance(doc, dict) or not isinstance(doc.get("readings") or [], list):
+        raise HandReadingsError(f"hand readings: expected a mapping with a `readings` list, got {type(doc).__name__}")
     verdicts = doc.get("verdicts") or {}
     out, seen = [], set()
     for i, r in enumerate(doc.get("readings") or []):
@@ -113,6 +116,8 @@ def clamp_readings(doc: dict[str, Any]) -> tuple[dict[str, Any], tuple[Reading, 
                          r["reason"], r["reader"], str(r.get("sample", "first")), str(r.get("not_compared") or ""))
         except (KeyError, TypeError) as exc:
             raise HandReadingsError(f"hand reading #{i} lacks {exc}") from exc
+        if not all(isinstance(x, str) and x for x in (rd.path, rd.verdict, rd.reader)):
+            raise HandReadingsError(f"hand reading #{i}: path, verdict and reader must be non-empty strings")
         if "double" in r:
             readers, adj = double_reading(f"hand reading {rd.release} {rd.path}", rd.verdict,
                                           [_verdict_of(x) for x in _two(r["double"], f"hand reading {rd.release} {rd.path}")], r.get("adjudication"))
@@ -406,11 +411,14 @@ def _param_double(rd: Reading, name: str, e: dict[str, Any]) -> Reading:
     adjudicator (``e["adjudication"][name]``) checked by :func:`double_reading`."""
     where = f"parameter hand reading {rd.release} {rd.path} {name}"
     try:
-        pair = [(str(x["reader"]), str(x["readings"][name]["verdict"])) for x in _two(e["double"], where)]
+        pair = [(_named(x["reader"], f"{where}: a reader"), _named(x["readings"][name]["verdict"], f"{where}: a verdict"))
+                for x in _two(e["double"], where)]
     except (KeyError, TypeError) as exc:
         raise HandReadingsError(f"{where}: a double reading lacks {exc}") from exc
-    adj = (e.get("adjudication") or {}).get(name) if isinstance(e.get("adjudication") or {}, dict) else None
-    readers, by = double_reading(where, rd.verdict, pair, adj)
+    adjs = e.get("adjudication")
+    if adjs is not None and not isinstance(adjs, dict):
+        raise HandReadingsError(f"{where}: `adjudication` must map a parameter to its decision, got {adjs!r}")
+    readers, by = double_reading(where, rd.verdict, pair, (adjs or {}).get(name))
     return replace(rd, readers=readers, adjudicator=by)
 
 

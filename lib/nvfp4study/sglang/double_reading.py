@@ -30,9 +30,17 @@ def _two(double: Any, where: Any) -> list[Any]:
     return double
 
 
+def _named(value: Any, what: str) -> str:
+    """``value`` if it is a non-empty string (a reader's code name, a verdict), else a named error: a
+    reader ``null`` or ``[c]`` must not become the reader ``"None"`` or ``"['c']"``."""
+    if not isinstance(value, str) or not value:
+        raise HandReadingsError(f"{what} must be a non-empty string, got {value!r}")
+    return value
+
+
 def _verdict_of(x: dict[str, Any]) -> tuple[str, str]:
     try:
-        return str(x["reader"]), str(x["verdict"])
+        return _named(x["reader"], "a double reading's reader"), _named(x["verdict"], "a double reading's verdict")
     except KeyError as exc:
         raise HandReadingsError(f"a double reading lacks {exc}") from exc
 
@@ -49,21 +57,25 @@ def double_reading(where: str, verdict: str, readings: list[tuple[str, str]],
 
     Raises:
         HandReadingsError: not two readings from two readers; agreeing readers with a stored verdict
-            not theirs, or with an adjudication; disagreeing readers without an adjudication, or with
-            a stored verdict not the adjudicator's.
+            not theirs, or with an adjudication (even an empty one); disagreeing readers without an
+            adjudication, with a stored verdict not the adjudicator's, or decided by one of themselves.
     """
     pair = tuple(readings)
     if len(pair) != 2 or pair[0][0] == pair[1][0]:
         raise HandReadingsError(f"{where}: a double reading needs two readings by two readers, got {pair}")
     if pair[0][1] == pair[1][1]:
-        if verdict != pair[0][1] or adjudication:
+        if verdict != pair[0][1] or adjudication is not None:
             raise HandReadingsError(f"{where}: both readers read {pair[0][1]}: the verdict must be theirs "
-                                    f"(stored {verdict}) and nothing adjudicated")
+                                    f"(stored {verdict!r}) and nothing adjudicated")
         return pair, ""
-    if not isinstance(adjudication, dict) or not adjudication.get("reader") or adjudication.get("verdict") != verdict:
+    if not isinstance(adjudication, dict) or adjudication.get("verdict") != verdict \
+            or not isinstance(adjudication.get("reader"), str) or not adjudication["reader"]:
         raise HandReadingsError(f"{where}: the readers disagree ({pair[0][1]} / {pair[1][1]}): the verdict must be "
-                                f"an adjudicator's (adjudication: {{reader, verdict}}), stored {verdict}")
-    return pair, str(adjudication["reader"])
+                                f"an adjudicator's (adjudication: {{reader, verdict}}), stored {verdict!r}")
+    if adjudication["reader"] in (pair[0][0], pair[1][0]):
+        raise HandReadingsError(f"{where}: the adjudicator {adjudication['reader']} is one of the pair's readers: "
+                                "the decision must be a third reader's")
+    return pair, adjudication["reader"]
 
 
 def between_readers(readings: Iterable[Any]) -> dict[str, dict[str, Any]]:
