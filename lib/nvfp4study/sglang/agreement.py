@@ -30,13 +30,13 @@ from typing import Any
 
 import yaml
 
-from ..codeeval.served_analysis import wilson_interval
 from ..core.errors import HandReadingsError
 from ..core.files import write_json
 from ..core.ledger import Verdict
 from . import path_keys
 from .double_reading import (
     _named,
+    _rate,
     _two,
     _verdict_of,
     between_readers,
@@ -140,12 +140,6 @@ def _row(r: Any) -> dict[str, Any]:
 def pct(x: float) -> str:
     """A fraction as the project writes percentages: ``0.4 -> "40.0 %"``."""
     return f"{x * 100:.1f} %"
-
-
-def _rate(k: int, n: int) -> dict[str, Any]:
-    lo, hi = wilson_interval(k, n)
-    return {"agree": k, "n": n, "rate": k / n if n else None,
-            "wilson95": [lo, hi] if n else None}
 
 
 @dataclass

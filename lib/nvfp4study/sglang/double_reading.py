@@ -20,6 +20,8 @@ from ..core.errors import HandReadingsError
 
 
 def _rate(k: int, n: int) -> dict[str, Any]:
+    """``{agree, n, rate, wilson95}`` of k agreements in n (rate None and no interval when n is 0); the one
+    form every agreement figure of :mod:`nvfp4study.sglang.agreement` takes."""
     lo, hi = wilson_interval(k, n)
     return {"agree": k, "n": n, "rate": k / n if n else None, "wilson95": [lo, hi] if n else None}
 

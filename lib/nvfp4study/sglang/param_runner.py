@@ -174,9 +174,6 @@ def _module_of(path: Path, text: str) -> ast.Module:
     return ast.parse(text)
 
 
-__all__ = ["custom_op_rejects", "e8m0_scales", "routing_kernel_rejects", "run_post_permute", "runnable_callers"]
-
-
 #: the dtype ``fused_marlin_moe`` tests for its MXFP4 branch (``is_mxfp4_marlin``: ``w1_scale.dtype ==
 #: torch.float8_e8m0fnu``, fused_moe_triton/fused_marlin_moe.py 204-210 in 0.5.20)
 E8M0 = "float8_e8m0fnu"
@@ -212,3 +209,6 @@ def e8m0_scales(interp: Any) -> str | None:
         if fn is not None and _casts_to_e8m0(target, fn):
             return f"{_short(mod.rel)}:{name.lineno} {name.id}()"
     return None
+
+
+__all__ = ["custom_op_rejects", "e8m0_scales", "routing_kernel_rejects", "run_post_permute", "runnable_callers"]
