@@ -44,12 +44,10 @@ def test_mxfp4_triton_kernel_always_has_its_bias_on_0_5_21():
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "audit gap: 0.5.21 fused_experts_none_to_flashinfer_trtllm_fp8's per-tensor branch (the DROPPED "
-    "trtllm_fp8_per_tensor_scale_moe_wrapper) first asserts TopKOutputChecker.format_is_bypassed(topk_output) "
-    "(moe_runner/flashinfer_trtllm.py 935-936), and TopK.forward_cuda gives BYPASSED only to "
-    "is_flashinfer_trtllm() (topk.py 682-687), which excludes flashinfer_trtllm_routed (moe/utils.py 129-135): "
-    "STANDARD, so the branch raises for Ling; the block-quant routed branch hands gemm1_clamp_limit to "
-    "trtllm_fp8_block_scale_routed_moe (flashinfer_trtllm.py 832-851), pre form for flashinfer 0.6.18 "
-    "(docs/blind-readings/K.md), which the audit reads UNDECIDED on 0.5.20-0.5.21"))
-def test_fp8_trtllm_routed_per_tensor_branch_cannot_run_on_0_5_21():
+    "audit gap: the per-tensor branch is cut since r11a (TopK's standard format makes its assert "
+    "format_is_bypassed false, moe_runner/flashinfer_trtllm.py 935-936), but the audit reads the block-quant "
+    "routed call, which hands gemm1_clamp_limit to trtllm_fp8_block_scale_routed_moe (flashinfer_trtllm.py "
+    "832-851; pre form for flashinfer 0.6.18, docs/blind-readings/K.md), as 'limit reaches it on some "
+    "branches only': UNDECIDED on 0.5.20-0.5.22, where the readers say APPROX"))
+def test_fp8_trtllm_routed_block_scale_branch_on_0_5_21():
     assert verdict("0.5.21", "Fp8MoEMethod/flashinfer_trtllm_routed") == "APPROX"

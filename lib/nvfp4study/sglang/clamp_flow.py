@@ -452,7 +452,7 @@ class Interp(ExprEval):
                 # execution goes on; for a scalar or routing parameter, one a stated fact of the path makes
                 # false (a predicate of ``assume``: TopK's output format) raises for Ling whatever the parameter
                 # is: that branch ends (no branch Ling reaches)
-                frame.stopped = about or (self.param.kind in ("scalar", "routing") and any(isinstance(n, ast.Call) and (
+                frame.stopped = about or (self.param.kind in ("clamp", "scalar", "routing") and any(isinstance(n, ast.Call) and (
                     getattr(n.func, "attr", None) or getattr(n.func, "id", "")) + "()" in self.assume
                     for n in ast.walk(st.test)))
                 frame.raised |= frame.stopped and not about
