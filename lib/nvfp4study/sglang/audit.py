@@ -57,6 +57,7 @@ from .dispatch import backend_values, derive_paths
 from .loader_checks import loader_refused
 from .model_guards import other_model_refused
 from .model_side import MODEL_FILE, ModelSide, model_side, no_model_line
+from .param_routing import topk_format_facts
 from .platforms import PLATFORMS, describe
 from .source import SGLangTree
 from .startup_checks import startup_refused
@@ -186,7 +187,8 @@ def audit_path(tree: SGLangTree, spec: dict) -> PathResult:
     base = {"path": spec["id"], "label": spec["label"], "sglang_version": tree.version,
             "platform": describe(spec.get("platforms", PLATFORMS)),
             "catalogued": spec.get("catalogued", True), "found_by": list(spec.get("found_by", []))}
-    run = run_path(tree, spec)
+    # the runner's branches take TopK's output format on this path (a false assert on it ends the branch)
+    run = run_path(tree, {**spec, "assume": {**(spec.get("assume") or {}), **topk_format_facts(tree, spec)}})
     if run.stop == "raising":
         return _raising_verdict(base, run.interp)
     if run.stop is not None:
