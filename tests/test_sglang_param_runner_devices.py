@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 
 from nvfp4study.sglang import moe_params
-from nvfp4study.sglang.param_audit import audit_param, runner_device_spec
+from nvfp4study.sglang.param_audit import audit_param
+from nvfp4study.sglang.param_runner import runner_device_spec
 from nvfp4study.sglang.platforms import PLATFORMS
 from sglang_fixtures import released
 

@@ -42,6 +42,7 @@ from .param_routing import for_release, method_column, routing_verdict, topk_for
 from .param_routing import topk_folding as _topk_folding
 from .param_runner import custom_op_rejects, e8m0_scales, routing_kernel_rejects, run_post_permute
 from .param_runner import runnable_callers as _runnable_callers
+from .param_runner import runner_device_spec as _runner_device_spec
 from .platforms import PLATFORMS, describe
 from .source import SGLangTree
 
@@ -200,30 +201,11 @@ def _inherited(spec: dict, tree: SGLangTree, param: moe_params.ParamSpec, row: P
     return None
 
 
-def runner_device_spec(spec: dict, param: moe_params.ParamSpec) -> dict:
-    """The path's spec restricted to the device classes its runner backend can run on
-    (``applications.runner_devices``: {backend: [device class]}, data), so a branch of another device
-    class (an XPU-only kernel call) does not decide the path; the spec unchanged where its backend is
-    not listed or no listed class is one of the path's own (:data:`~nvfp4study.sglang.platforms.PLATFORMS`).
-
-    Args:
-        spec: one path spec of ``audit_run.path_specs`` (its ``via`` or ``id`` is a path key).
-        param: the followed parameter.
-    Returns:
-        ``spec`` itself, or a copy whose ``platforms`` is the listed classes among the path's own.
-    """
-    table = param.applications.get("runner_devices") or {}
-    listed = table.get(path_keys.runner(spec.get("via", spec["id"])) or "")
-    own = tuple(spec.get("platforms", PLATFORMS))
-    keep = tuple(p for p in own if p in (listed or ()))
-    return {**spec, "platforms": keep} if keep and keep != own else spec
-
-
 def judge_scalar(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, specs: list[dict]) -> ParamResult:
     """One path's verdict for a scalar factor: where it is applied (top-k, runner, model), counted."""
     # the runner's branches on TopK's output format take the format TopK gives on this path
     facts = topk_format_facts(tree, spec)
-    spec = runner_device_spec(spec, param)
+    spec = _runner_device_spec(spec, param)
     run = run_path(tree, {**spec, "assume": {**(spec.get("assume") or {}), **facts}} if facts else spec, param)
     stopped = _run_stop(tree, spec, param, run)
     if stopped is not None:
