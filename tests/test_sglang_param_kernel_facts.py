@@ -90,7 +90,9 @@ def test_a_logit_routing_kernel_where_top_k_folds_is_not_decided(rsf):
 
 @pytest.mark.parametrize("callee", ["trtllm_bf16_routed_moe", "trtllm_fp4_block_scale_routed_moe",
                                     "trtllm_fp8_block_scale_routed_moe",
-                                    "trtllm_fp8_block_scale_routed_moe_out_wrapper"])
+                                    "trtllm_fp8_block_scale_routed_moe_out_wrapper",
+                                    "trtllm_fp8_per_tensor_scale_routed_moe",
+                                    "trtllm_fp8_per_tensor_scale_routed_moe_out_wrapper"])
 def test_routed_variants_take_the_weights_as_given(rsf, callee):
     hit = _hit(callee, routed_scaling_factor=rsf.tracked(), routing_method_type="DeepSeekV3")
     for folds in (False, True):

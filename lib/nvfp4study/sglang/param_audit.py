@@ -42,6 +42,7 @@ from .param_routing import for_release, method_column, routing_verdict, topk_for
 from .param_routing import topk_folding as _topk_folding
 from .param_runner import custom_op_rejects, e8m0_scales, routing_kernel_rejects, run_post_permute
 from .param_runner import runnable_callers as _runnable_callers
+from .param_runner import runner_device_spec as _runner_device_spec
 from .platforms import PLATFORMS, describe
 from .source import SGLangTree
 
@@ -204,6 +205,7 @@ def judge_scalar(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, spec
     """One path's verdict for a scalar factor: where it is applied (top-k, runner, model), counted."""
     # the runner's branches on TopK's output format take the format TopK gives on this path
     facts = topk_format_facts(tree, spec)
+    spec = _runner_device_spec(spec, param)
     run = run_path(tree, {**spec, "assume": {**(spec.get("assume") or {}), **facts}} if facts else spec, param)
     stopped = _run_stop(tree, spec, param, run)
     if stopped is not None:

@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from . import clamp_values as cv
+from . import moe_params, path_keys
 from .audit_run import _short, registered_permutes, runner_and_format
 from .clamp_values import _parse, unparse
 from .param_routing import routing_methods_of
+from .platforms import PLATFORMS
 from .routing_shape import kernel_shape_fails
 from .source import SGLangTree
 
@@ -174,6 +176,25 @@ def _module_of(path: Path, text: str) -> ast.Module:
     return ast.parse(text)
 
 
+def runner_device_spec(spec: dict, param: moe_params.ParamSpec) -> dict:
+    """The path's spec restricted to the device classes its runner backend can run on
+    (``applications.runner_devices``: {backend: [device class]}, data), so a branch of another device
+    class (an XPU-only kernel call) does not decide the path; the spec unchanged where its backend is
+    not listed or no listed class is one of the path's own (:data:`~nvfp4study.sglang.platforms.PLATFORMS`).
+
+    Args:
+        spec: one path spec of ``audit_run.path_specs`` (its ``via`` or ``id`` is a path key).
+        param: the followed parameter.
+    Returns:
+        ``spec`` itself, or a copy whose ``platforms`` is the listed classes among the path's own.
+    """
+    table = param.applications.get("runner_devices") or {}
+    listed = table.get(path_keys.runner(spec.get("via", spec["id"])) or "")
+    own = tuple(spec.get("platforms", PLATFORMS))
+    keep = tuple(p for p in own if p in (listed or ()))
+    return {**spec, "platforms": keep} if keep and keep != own else spec
+
+
 #: the dtype ``fused_marlin_moe`` tests for its MXFP4 branch (``is_mxfp4_marlin``: ``w1_scale.dtype ==
 #: torch.float8_e8m0fnu``, fused_moe_triton/fused_marlin_moe.py 204-210 in 0.5.20)
 E8M0 = "float8_e8m0fnu"
@@ -211,4 +232,5 @@ def e8m0_scales(interp: Any) -> str | None:
     return None
 
 
-__all__ = ["custom_op_rejects", "e8m0_scales", "routing_kernel_rejects", "run_post_permute", "runnable_callers"]
+__all__ = ["custom_op_rejects", "e8m0_scales", "routing_kernel_rejects", "run_post_permute", "runnable_callers",
+           "runner_device_spec"]
