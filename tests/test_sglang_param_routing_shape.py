@@ -105,8 +105,22 @@ def test_released_fp8_trtllm_is_unusable_for_every_routing_parameter(name):
     assert "64 experts per group > 32" in row.rule and "flashinfer-python 0.6.18" in row.rule
 
 
-def test_undecided_method_says_the_deepseek_branch_would_raise():
-    # SGLang 0.5.22: the routed scaling factor's run reads routing_method_type as unknown or DeepSeekV3
+def test_undecided_method_says_the_deepseek_branch_would_raise(rsf):
+    """A call whose routing method is one of DeepSeekV3 or a value not read (a branch not decided) names the
+    branch that would raise. (SGLang 0.5.22's fp8-trtllm was such a row until round 11 judged the TRT-LLM runner
+    on CUDA only: its XPU-only branch had left the method open; now it is UNUSABLE, below.)"""
+    from nvfp4study.sglang.param_routing import raise_note
+
+    sink = rsf.sinks["trtllm_fp8_block_scale_moe"]
+    hit = _hit("trtllm_fp8_block_scale_moe", n_group=8)
+    hit.kwargs["routing_method_type"] = cv.Multi(("DeepSeekV3", cv.UNK))
+    assert raise_note(hit, sink, rsf).startswith("; its DeepSeekV3 branch would raise: it routes from the router logits")
+    hit.kwargs["n_group"] = 1  # no groups: routingDeepSeek's checks sit under mNumExpertGroups > 1
+    assert raise_note(hit, sink, rsf) == ""
+
+
+def test_fp8_trtllm_on_0_5_22_is_unusable_once_the_xpu_branch_is_gone():
+    # round 11 (runner_devices: FlashInfer's TRT-LLM runners run on CUDA only): the method is DeepSeekV3
     (row,) = audit_param(released("0.5.22"), "routed_scaling_factor", ["fp8-trtllm"])
-    assert row.verdict == ParamVerdict.UNDECIDED
-    assert "its DeepSeekV3 branch would raise" in row.rule
+    assert row.verdict == ParamVerdict.UNUSABLE, row.rule
+    assert "64 experts per group > 32" in row.rule

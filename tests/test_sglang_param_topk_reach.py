@@ -69,10 +69,13 @@ def test_a_branch_raising_on_every_path_fact_raises_always(tmp_path):
     assert frame.raises_always()
 
 
-def test_the_clamp_keeps_going_past_such_an_assert(tmp_path):
-    """The clamp audit records it as a blocker and goes on (its rows are unchanged by this rule)."""
-    _, frame = _run(tmp_path, "def f(topk_output, rsf):\n    assert TopKOutputChecker.format_is_bypassed("
-                    "topk_output)\n    return g(rsf)\n", "gemm1_clamp_limit", {"format_is_bypassed()": False})
+def test_the_clamp_ends_such_a_branch_too(tmp_path):
+    """Since round 11 the clamp audit takes TopK's output format too (r11a): the same assert ends the clamp's
+    branch, while one the path's facts leave open (no predicate stated) is recorded and the run goes on."""
+    code = "def f(topk_output, rsf):\n    assert TopKOutputChecker.format_is_bypassed(topk_output)\n    return g(rsf)\n"
+    _, frame = _run(tmp_path, code, "gemm1_clamp_limit", {"format_is_bypassed()": False})
+    assert frame.raises_always()
+    _, frame = _run(tmp_path, code, "gemm1_clamp_limit", {})
     assert not frame.raises_always() and frame.returns
 
 

@@ -449,12 +449,12 @@ class Interp(ExprEval):
                                              about, "assert " + txt[:150],
                                              certain=all(d for _, d in frame.guards)))
                 # An assert about something else (e.g. routing_method_type) is recorded as a blocker and
-                # execution goes on; for a clamp, scalar or routing parameter, one a stated fact of the path makes
-                # false (a predicate of ``assume``: TopK's output format) raises for Ling whatever the parameter
-                # is: that branch ends (no branch Ling reaches)
-                frame.stopped = about or (self.param.kind in ("clamp", "scalar", "routing") and any(isinstance(n, ast.Call) and (
+                # execution goes on; one a stated fact of the path makes false (a predicate of ``assume``:
+                # TopK's output format) raises for Ling whatever the parameter is, for every kind of
+                # parameter: that branch ends (no branch Ling reaches)
+                frame.stopped = about or any(isinstance(n, ast.Call) and (
                     getattr(n.func, "attr", None) or getattr(n.func, "id", "")) + "()" in self.assume
-                    for n in ast.walk(st.test)))
+                    for n in ast.walk(st.test))
                 frame.raised |= frame.stopped and not about
         elif isinstance(st, ast.ImportFrom):
             pkg = frame.module.rel[:-3].replace("/", ".")
