@@ -59,6 +59,7 @@ from .model_guards import other_model_refused
 from .model_side import MODEL_FILE, ModelSide, model_side, no_model_line
 from .param_routing import topk_format_facts
 from .platforms import PLATFORMS, describe
+from .shared_fusion import fusion_noted, with_fusion
 from .source import SGLangTree
 from .startup_checks import startup_refused
 
@@ -96,8 +97,7 @@ class PathResult:
 @cache
 def catalog() -> dict[str, Any]:
     """The sink table and path catalog (``data/sglang_clamp_paths.yaml``)."""
-    text = resources.files(__package__).joinpath("data/sglang_clamp_paths.yaml").read_text()
-    return yaml.safe_load(text)
+    return yaml.safe_load(resources.files(__package__).joinpath("data/sglang_clamp_paths.yaml").read_text())
 
 def path_specs(tree: SGLangTree) -> list[dict]:
     """The paths to audit in ``tree``: each catalogued id with the steps and facts of the derived
@@ -132,7 +132,7 @@ def path_specs(tree: SGLangTree) -> list[dict]:
                         "gated": p.gated, "no_runner": p.no_runner, "runner_alts": p.runner_alts})
             if p.absent:  # the code is there but never runs: no path
                 out[-1]["missing"] = (ClampVerdict.ABSENT, p.absent)
-    return out
+    return with_fusion(tree, out, catalog()["shared_fusion"])  # Ling's shared expert fused on each path?
 
 
 def _aliased(tree: SGLangTree, key: str) -> str | None:
@@ -308,12 +308,13 @@ def _returns_clamp(spec: dict, run: PathRun, base: dict, extra: dict) -> PathRes
 
 
 def _raising_verdict(base: dict, interp: Interp, extra: dict | None = None) -> PathResult:
-    """The verdict of a path one of whose steps raises on every branch Ling can take: REFUSED
-    when one of those raises is about the clamp limit (its test or message names it), else
-    UNUSABLE (the path cannot run for Ling whatever the limit), at the first raise reached."""
+    """The verdict of a path one of whose steps raises on every branch Ling can take: REFUSED when one of those
+    raises is about the clamp limit (its test or message names it), else UNUSABLE (the path cannot run for Ling
+    whatever the limit), at the first raise reached naming a stated fact (``.num_fused_shared_experts``), else the first."""
     rel, qual, raises = interp.raising_steps[0]
     about = [x for x in raises if x.about_param or any(w in x.text for w in interp.param.refusal_words)]
-    x = (about or raises or [None])[0]
+    stated = [x for x in raises if any(k.isidentifier() and f".{k}" in x.text for k in interp.assume)]
+    x = (about or stated or raises or [None])[0]
     if x is None:  # a helper raised where no raise statement was recorded: keep the step's place
         return PathResult(**base, verdict=ClampVerdict.UNUSABLE, rule=f"{_short(rel)}::{qual} raises on every branch",
                           file=_short(rel), function=qual, line=None, **(extra or {}))
@@ -412,10 +413,9 @@ def _audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[Pat
                                   platform=describe(spec.get("platforms", PLATFORMS))))
     kept = [sp for sp in specs if not path_ids or sp["id"] in path_ids]
     out = entries_decided_by_callers(out, kept, _unpinned_callers(tree, kept))
-    out = [startup_refused(tree.root, sp.get("via", sp["id"]), r) for sp, r in zip(kept, out, strict=True)]
-    out = [constructor_raised(tree.root, sp.get("via", sp["id"]), r) for sp, r in zip(kept, out, strict=True)]
-    out = [loader_refused(tree.root, sp.get("via", sp["id"]), r) for sp, r in zip(kept, out, strict=True)]
-    out = [other_model_refused(tree.root, sp.get("via", sp["id"]), r) for sp, r in zip(kept, out, strict=True)]
+    for check in (startup_refused, constructor_raised, loader_refused, other_model_refused):
+        out = [check(tree.root, sp.get("via", sp["id"]), r) for sp, r in zip(kept, out, strict=True)]
+    out = [fusion_noted(tree.root, sp, r) for sp, r in zip(kept, out, strict=True)]
     if not side.ok:
         out = [_model_dropped(r, side) for r in out]
     return out

@@ -54,6 +54,7 @@ from .code_index import (
 )
 from .construction_sites import construction_args
 from .platforms import PLATFORMS, true_on
+from .shared_fusion import FACT as FUSION_FACT
 
 
 def _dicts(v: Any) -> list[AbstractDict]:
@@ -448,12 +449,12 @@ class Interp(ExprEval):
                 self.refusals.append(Refusal(frame.module.rel, frame.qualname, st.lineno,
                                              about, "assert " + txt[:150],
                                              certain=all(d for _, d in frame.guards)))
-                # An assert about something else (e.g. routing_method_type) is recorded as a blocker and
-                # execution goes on; one a stated fact of the path makes false (a predicate of ``assume``:
-                # TopK's output format) raises for Ling whatever the parameter is, for every kind of
-                # parameter: that branch ends (no branch Ling reaches)
-                frame.stopped = about or any(isinstance(n, ast.Call) and (
-                    getattr(n.func, "attr", None) or getattr(n.func, "id", "")) + "()" in self.assume
+                # An assert about something else (routing_method_type) is a blocker and execution goes on; one a
+                # stated path fact makes false (an ``assume`` predicate: TopK's format; the fused shared-expert
+                # count, shared_fusion.FACT) raises whatever the parameter, of any kind: no branch Ling reaches
+                frame.stopped = about or any((isinstance(n, ast.Call) and (
+                    getattr(n.func, "attr", None) or getattr(n.func, "id", "")) + "()" in self.assume) or (
+                    isinstance(n, ast.Attribute) and n.attr == FUSION_FACT and n.attr in self.assume)
                     for n in ast.walk(st.test))
                 frame.raised |= frame.stopped and not about
         elif isinstance(st, ast.ImportFrom):
