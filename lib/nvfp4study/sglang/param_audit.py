@@ -9,9 +9,9 @@ and counts where it is applied:
   the path's method object and backend (its file and function are data: ``applications.topk``);
 - **runner**: a kernel call or product the runner reaches with the tracked value (the sink table
   ``data/moe_param_sinks.yaml``: ``applies`` / ``none`` / ``unread``, or ``by-method``: the TRT-LLM
-  routing method's column ``needs`` of ``applications.routing_methods``), its registered post-permute run too
-  (:mod:`nvfp4study.sglang.param_runner`, which also finds a registered custom op the path hands None
-  where its schema takes an int: UNUSABLE);
+  routing method's column ``needs`` of ``applications.routing_methods``; a fused tail: the sums of its epilogue,
+  :mod:`~nvfp4study.sglang.param_epilogue`), its registered post-permute run too (:mod:`nvfp4study.sglang.
+  param_runner`, which also finds a registered custom op the path hands None where its schema takes an int: UNUSABLE);
 - **model**: BailingMoeV3's own product (``applications.model``: on the all-to-all paths only).
 
 Verdicts: ``APPLIED`` (once), ``DROPPED`` (nowhere), ``DOUBLE`` (twice or more), ``UNDECIDED`` (a
@@ -37,6 +37,7 @@ from .audit import PathResult, audit_tree, path_specs
 from .audit_run import _short, run_path
 from .audit_sinks import ClampVerdict, _arg, flashinfer_pin
 from .clamp_flow import Interp
+from .param_epilogue import epilogue_sink
 from .param_routing import backend_instance as _backend_instance
 from .param_routing import for_release, method_column, routing_verdict, topk_format_facts
 from .param_routing import topk_folding as _topk_folding
@@ -293,18 +294,17 @@ def _deciding(verdict: ParamVerdict, evidence: list[str]) -> tuple[str | None, i
 
 def runner_applications(run: Any, param: moe_params.ParamSpec,
                         topk_folds: bool = False) -> tuple[int | None, list[str], str]:
-    """``(1 applied / 0 not / None undecided, evidence, rule)`` for the runner: the sink calls the
-    run reached with the tracked value, the payload switches and the dead mentions. ``topk_folds``:
-    top-k folds the factor into the routed weights on this path, so a sink whose table entry has
-    ``if_topk_folds`` does that form instead (fused_marlin_moe's plain sum for the top-k-scaled
-    MXFP4 weights; ``unread``, with ``why_topk_folds``: not decided there); so does one whose entry has
-    ``if_scales_e8m0`` where the path ran a cast of the expert scales to E8M0
-    (:func:`~nvfp4study.sglang.param_runner.e8m0_scales`: fused_marlin_moe's MXFP4 branch sums plainly
-    whether or not top-k folded the factor)."""
+    """``(1 applied / 0 not / None undecided, evidence, rule)`` for the runner: the sink calls the run reached with
+    the tracked value (a fused tail's form: the worst sum of its epilogue on the path's device classes,
+    :func:`~nvfp4study.sglang.param_epilogue.epilogue_sink`), the payload switches and the dead mentions.
+    ``topk_folds``: top-k folds the factor into the routed weights on this path, so a sink whose table entry has
+    ``if_topk_folds`` does that form instead (fused_marlin_moe's plain sum for the top-k-scaled MXFP4 weights;
+    ``unread``, with ``why_topk_folds``: not decided there); so does one whose entry has ``if_scales_e8m0`` where the
+    path ran a cast of the expert scales to E8M0 (:func:`~nvfp4study.sglang.param_runner.e8m0_scales`)."""
     interp: Interp = run.interp
     applying, evidence, undecided = [], [], []
     for h in interp.hits:
-        sink = param.sinks.get(h.callee)
+        sink = epilogue_sink(interp, param.sinks.get(h.callee), param)
         if sink is None:
             continue
         value = next((v for present, v, _ in (_arg(h, s, param.facts) for s in sink.get("arg", [])) if present), None)
@@ -329,7 +329,7 @@ def runner_applications(run: Any, param: moe_params.ParamSpec,
         elif sink["form"] == "applies":
             applying.append(f"{where} {h.callee}() applies it")
         elif sink["form"] == "unread":
-            undecided.append(f"{where} {h.callee}() takes it, its use not read ({sink.get('source', '')[:80]})")
+            undecided.append(f"{where} {h.callee}() takes it, its use not read ({sink.get('why') or sink.get('source', '')[:80]})")
         elif sink["form"] == "by-method":  # a TRT-LLM routing kernel: its routing method decides
             does, how = method_column(h, sink, param)
             if does is None:
