@@ -38,6 +38,7 @@ from .audit_run import _short, run_path
 from .audit_sinks import ClampVerdict, _arg, flashinfer_pin
 from .clamp_flow import Interp
 from .param_epilogue import epilogue_sink
+from .param_reroute import with_reroutes
 from .param_routing import backend_instance as _backend_instance
 from .param_routing import for_release, method_column, routing_verdict, topk_format_facts
 from .param_routing import topk_folding as _topk_folding
@@ -159,14 +160,14 @@ _CALLER_ORDER = (ParamVerdict.DROPPED, ParamVerdict.DOUBLE, ParamVerdict.APPLIED
 
 
 def _callers_decide(row: ParamResult, callers: list[ParamResult]) -> ParamResult:
-    """A runner-level row of a scalar factor whose count differs from its callers': the worst count
-    among them (DROPPED, DOUBLE, then APPLIED when every caller that counts applies it once), naming
-    that caller. The runner's product hinges on payload switches the methods set (flashinfer_cutlass's
+    """A runner-level row of a scalar factor whose count differs from its callers': the worst count among them
+    (DROPPED, DOUBLE, then APPLIED when every caller that counts applies it once), naming that caller. The
+    runner's product hinges on payload switches the methods set (flashinfer_cutlass's
     ``_maybe_apply_routed_scaling_factor`` reads ``quant_info.apply_routed_scaling_factor``, which
-    CompressedTensorsW4A4Nvfp4MoE sets False, compressed_tensors_w4a4_nvfp4_moe.py 355-371 in 0.5.22),
-    and its runner input comes from them, as for the clamp (:func:`~nvfp4study.sglang.audit.
-    entries_decided_by_callers`). A row that cannot run (UNUSABLE, REFUSED, ABSENT) or without
-    counting callers is kept; so is it while some caller is UNDECIDED and none is wrong."""
+    CompressedTensorsW4A4Nvfp4MoE sets False, compressed_tensors_w4a4_nvfp4_moe.py 355-371 in 0.5.22), and its
+    runner input comes from them, as for the clamp (:func:`~nvfp4study.sglang.audit.entries_decided_by_callers`).
+    A row that cannot run (UNUSABLE, REFUSED, ABSENT) or without counting callers is kept; so is it while some
+    caller is UNDECIDED and none is wrong."""
     counted = [c for c in callers if c.verdict in _CALLER_ORDER]
     if row.verdict not in (*_CALLER_ORDER, ParamVerdict.UNDECIDED) or not counted:
         return row
@@ -229,12 +230,11 @@ def judge_scalar(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, spec
 
 
 def _run_stop(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, run: Any) -> ParamResult | None:
-    """The row a path's run settles before any part is counted: a step raising on every branch
-    (REFUSED when about the parameter, else UNUSABLE), a stop of the run (missing, lost, too long),
-    a registered custom op or a TRT-LLM routing kernel that raises for Ling whatever the parameter
-    (UNUSABLE: :func:`~nvfp4study.sglang.param_runner.routing_kernel_rejects`, the grouped DeepSeekV3
-    routing kernel's experts-per-group check), a certain raise about the parameter (REFUSED); None when
-    the run goes through."""
+    """The row a path's run settles before any part is counted: a step raising on every branch (REFUSED when
+    about the parameter, else UNUSABLE), a stop of the run (missing, lost, too long), a registered custom op or a
+    TRT-LLM routing kernel that raises for Ling whatever the parameter (UNUSABLE: :func:`~nvfp4study.sglang.
+    param_runner.routing_kernel_rejects`, the grouped DeepSeekV3 routing kernel's experts-per-group check), a
+    certain raise about the parameter (REFUSED); None when the run goes through."""
     if run.stop == "raising" or (run.interp is not None and run.interp.raising_steps):
         rel, qual, raises = run.interp.raising_steps[0]
         x = next((r for r in raises if r.about_param), raises[0] if raises else None)
@@ -259,9 +259,11 @@ def _run_stop(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, run: An
 
 
 def judge_routing(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec) -> ParamResult:
-    """One path's verdict for a routing parameter (:mod:`nvfp4study.sglang.param_routing`): where
-    TopK routes it, or, where TopK hands the logits on, the runner (whose run may stop first)."""
+    """One path's verdict for a routing parameter (:mod:`nvfp4study.sglang.param_routing`): where TopK routes it,
+    or, where TopK hands the logits on, the runner (whose run may stop first); the worst of that and a branch
+    where the method routes again from the logits (:func:`~nvfp4study.sglang.param_reroute.with_reroutes`)."""
     word, rule, evidence, run = routing_verdict(tree, spec, param)
+    word, rule, evidence = with_reroutes(tree, spec, param, word, rule, evidence)
     if run is not None:
         stopped = _run_stop(tree, spec, param, run)
         if stopped is not None:
@@ -281,8 +283,8 @@ def _word(v: int | None) -> str:
 
 
 def _deciding(verdict: ParamVerdict, evidence: list[str]) -> tuple[str | None, int | None]:
-    """The row's file:line: the first application (APPLIED/DOUBLE), else the first line that
-    turns it off (a switch set False or a dead mention), else the first evidence."""
+    """The row's file:line: the first application (APPLIED/DOUBLE), else the first line that turns it off (a switch
+    set False or a dead mention), else the first evidence."""
     pick = [e for e in evidence if (" applies" in e) == (verdict in (ParamVerdict.APPLIED, ParamVerdict.DOUBLE))]
     for e in pick or evidence:
         where = e.split(" ", 1)[0]
@@ -292,8 +294,7 @@ def _deciding(verdict: ParamVerdict, evidence: list[str]) -> tuple[str | None, i
     return None, None
 
 
-def runner_applications(run: Any, param: moe_params.ParamSpec,
-                        topk_folds: bool = False) -> tuple[int | None, list[str], str]:
+def runner_applications(run: Any, param: moe_params.ParamSpec, topk_folds: bool = False) -> tuple[int | None, list[str], str]:
     """``(1 applied / 0 not / None undecided, evidence, rule)`` for the runner: the sink calls the run reached with
     the tracked value (a fused tail's form: the worst sum of its epilogue on the path's device classes,
     :func:`~nvfp4study.sglang.param_epilogue.epilogue_sink`), the payload switches and the dead mentions.
@@ -425,9 +426,8 @@ def _attribute_sites(tree: ast.Module, attribute: str) -> tuple[ast.Assign | Non
 
 def topk_fused(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec,
                specs: list[dict]) -> tuple[bool | None, list[str]]:
-    """Whether top-k folds the factor in on this path (``applications.topk``), with evidence; a
-    runner-level path takes its callers' value (the method paths run with its backend) when
-    they agree."""
+    """Whether top-k folds the factor in on this path (``applications.topk``), with evidence; a runner-level
+    path takes its callers' value (the method paths run with its backend) when they agree."""
     rule = param.applications.get("topk")
     if not rule:
         return False, []
@@ -474,8 +474,8 @@ def _topk_one(tree: SGLangTree, spec: dict, rule: dict, param: moe_params.ParamS
 
 def model_applies(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec,
                   topk: bool | None) -> tuple[bool | None, list[str]]:
-    """Whether the model applies the factor itself on this path (``applications.model``): its
-    switch evaluated with the path's dispatcher (all-to-all or not) and the top-k value."""
+    """Whether the model applies the factor itself on this path (``applications.model``): its switch evaluated
+    with the path's dispatcher (all-to-all or not) and the top-k value."""
     rule = param.applications.get("model")
     if not rule:
         return False, []

@@ -40,13 +40,14 @@ def _carries(call: ast.Call, specs: list[str], mentions: tuple[str, ...]) -> boo
     return False
 
 
-def _functions(mod: Any, name: str) -> list[ast.FunctionDef]:
-    """``name`` of parsed module ``mod`` and the module functions it calls by plain name (one level)."""
+def _functions(mod: Any, name: str, sinks: dict) -> list[ast.FunctionDef]:
+    """``name`` of parsed module ``mod`` and the module functions it calls by plain name (one level), not those
+    that are sinks themselves (``moe_sum_reduce_torch_compile``: judged at its call)."""
     fn = mod.functions.get(name)
     if fn is None:
         return []
     called = {_callee(n) for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-    return [fn] + [mod.functions[c] for c in sorted(called) if c in mod.functions and c != name]
+    return [fn] + [mod.functions[c] for c in sorted(called) if c in mod.functions and c != name and c not in sinks]
 
 
 def epilogue_sums(interp: Any, sink: dict, param: Any) -> list[tuple[str, str, set[str]]]:
@@ -59,7 +60,7 @@ def epilogue_sums(interp: Any, sink: dict, param: Any) -> list[tuple[str, str, s
     if mod is None:
         return []
     out = []
-    for fn in _functions(mod, rule["function"]):
+    for fn in _functions(mod, rule["function"], param.sinks):
         for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
             name, entry = _callee(call), param.sinks.get(_callee(call))
             if entry is None or "epilogue" in entry or entry["form"] not in _ORDER \

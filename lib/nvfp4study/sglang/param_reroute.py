@@ -20,6 +20,7 @@ from typing import Any
 
 from .audit_run import run_path
 from .audit_sinks import _arg
+from .param_routing import _WORST, _combine, judge_hit
 from .source import SGLangTree
 
 
@@ -41,8 +42,6 @@ def reroute_hits(tree: SGLangTree, spec: dict, param: Any) -> list[tuple[str, st
     by its own sink form (:func:`~nvfp4study.sglang.param_routing.judge_hit`); only a call that is handed the
     logits (its ``reroutes`` argument present and not None). [] where no step's file names such a function,
     or the run stops before."""
-    from .param_routing import judge_hit
-
     names = _rerouters(param)
     files = {s.split("::")[0] for s in spec.get("steps", [])}
     if not names or not any(_mentions(tree.root, f, names) for f in sorted(files)):
@@ -71,8 +70,6 @@ def with_reroutes(tree: SGLangTree, spec: dict, param: Any, word: str, rule: str
     branches that route again from the logits (:func:`reroute_hits`): the worst of them all in the order
     DROPPED, WRONG, DOUBLE, UNDECIDED, REFUSED, APPLIED; unchanged where there are none or ``word`` is not
     a verdict of that order (a run that stops is judged as it was)."""
-    from .param_routing import _WORST, _combine
-
     judged = reroute_hits(tree, spec, param) if word in _WORST else []
     if not judged:
         return word, rule, evidence

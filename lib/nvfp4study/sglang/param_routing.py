@@ -471,14 +471,13 @@ def routing_verdict(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec) -
             w2, r2, ev2 = _combine(judged, "the runner")
             word, rule, ev = w2, f"{rule}; {r2}", ev + ev2
         per[platform] = (word, rule, ev + ran)
-    from .param_reroute import with_reroutes  # a method routing again from the logits
-
     words = {w for w, _, _ in per.values()}
     if len(words) == 1:
-        return (*with_reroutes(tree, spec, param, *next(iter(per.values()))), run)
+        word, rule, ev = next(iter(per.values()))
+        return word, rule, ev, run
     ev = [e for _, _, es in per.values() for e in es]
     rule = "; ".join(f"{p}: {w}" for p, (w, _, _) in per.items())
-    return (*with_reroutes(tree, spec, param, "UNDECIDED", f"the device classes differ ({rule})", ev), run)
+    return "UNDECIDED", f"the device classes differ ({rule})", ev, run
 
 
 __all__ = ["backend_instance", "for_release", "judge_hit", "raise_note", "routing_methods_of", "routing_backend", "routing_verdict", "topk_format_facts",
