@@ -10,16 +10,20 @@ Hand readings (SGLang 0.5.23; the other releases' lines in the tables):
   ModelOpt NVFP4, not a TRT-LLM backend, not Fp8+cutlass); bailing_moe_v3.py 609-614 scales only when
   the A2A backend is on (default none). 0.5.19-0.5.22: the same, apply_routed_scaling_factor=False at
   361 / 360 / 375 / 371, _fuses_... at layer.py 103 / 102 / 104 / 104 (no backend argument).
-- triton: APPLIED. triton.py 239-261 fused_experts(moe_runner_config=runner_config) ->
+- triton: UNDECIDED. triton.py 239-261 fused_experts(moe_runner_config=runner_config) ->
   fused_moe.py 357 / 392 hand moe_runner_config.routed_scaling_factor to in/outplace_fused_experts ->
-  _moe_sum_reduce 976-1067 (moe_sum_reduce(..., routed_scaling_factor)); top-k folds it for none of
-  the methods that run Triton.
+  moe_combine_topk 973-1068: on CUDA at most 32 tokens SGLang's own moe_sum_reduce_triton /
+  moe_sum_reduce_torch_compile (times the factor), above that the compiled sgl_kernel moe_sum_reduce
+  (1020, imported at 59), whose form for the pinned sglang-kernel is not known (docs/blind-readings/KP.md):
+  the worst branch is not decided; top-k folds it for none of the methods that run Triton.
 - marlin (the runner-level row: its worst caller decides): DROPPED. marlin.py:204
   routed_scaling_factor=runner_config.routed_scaling_factor (199 in 0.5.19-0.5.22) -> fused_marlin_moe.py
-  436-443 moe_sum_reduce(..., routed_scaling_factor) for an NVFP4 / INT layer (APPLIED alone); but the
+  436-443 moe_sum_reduce(..., routed_scaling_factor) for an NVFP4 / INT layer (UNDECIDED alone: the compiled
+  sgl_kernel sum, as Triton's); but the
   kernel's MXFP4 branch (E8M0 scales, fused_marlin_moe.py 204-210) sums plainly (401-417 in 0.5.20), and
   Mxfp4MoEMethod/marlin hands an E8M0 layer without top-k folding the factor (issue 36; APPLIED before).
-- nvfp4-w4a16-marlin: APPLIED where the class exists (0.5.22, 0.5.23), by the same Marlin call.
+- nvfp4-w4a16-marlin: UNDECIDED where the class exists (0.5.22, 0.5.23): the same Marlin call, whose sum is
+  the compiled sgl_kernel moe_sum_reduce (fused_marlin_moe.py 438 / 440, imported on CUDA only at 16 / 17).
 - nvfp4-w4a4-cutlass with the study's ``exact`` patch set: APPLIED, once, by the runner. The patched
   scheme sets apply_routed_scaling_factor=(not layer.should_fuse_routed_scaling_factor_in_topk and
   get_moe_a2a_backend().is_none()) (unknown to the audit, so the product is reached) and the patched
@@ -46,17 +50,17 @@ from nvfp4study.sglang.param_audit import ParamVerdict, audit_param
 from nvfp4study.sglang.source import copy_tree
 from sglang_fixtures import VERSIONS, copy23_fixture, edit_once, release_gaps, released  # noqa: F401 (the copy23 fixture)
 
-A, D, X = ParamVerdict.APPLIED, ParamVerdict.DROPPED, ParamVerdict.ABSENT
+A, D, X, U = ParamVerdict.APPLIED, ParamVerdict.DROPPED, ParamVerdict.ABSENT, ParamVerdict.UNDECIDED
 CT = "layers/quantization/compressed_tensors/schemes/compressed_tensors_w4a4_nvfp4_moe.py"
 #: path -> release -> (verdict, file, line) read by hand (the module docstring); line None: not asserted
 EXPECTED = {
     "nvfp4-w4a4-cutlass": {"0.5.19": (D, CT, 361), "0.5.20": (D, CT, 360), "0.5.21": (D, CT, 375),
                            "0.5.22": (D, CT, 371), "0.5.23": (D, CT, 375)},
-    "triton": {v: (A, "layers/moe/moe_runner/triton.py", None) for v in VERSIONS},
+    "triton": {v: (U, "layers/moe/moe_runner/triton.py", None) for v in VERSIONS},
     "marlin": {v: (D, None, None) for v in VERSIONS},
     "nvfp4-w4a16-marlin": {"0.5.19": (X, None, None), "0.5.20": (X, None, None), "0.5.21": (X, None, None),
-                           "0.5.22": (A, "layers/moe/moe_runner/marlin.py", None),
-                           "0.5.23": (A, "layers/moe/moe_runner/marlin.py", None)},
+                           "0.5.22": (U, "layers/moe/moe_runner/marlin.py", None),
+                           "0.5.23": (U, "layers/moe/moe_runner/marlin.py", None)},
     "fused-moe-native": {v: (D, "layers/moe/fused_moe_native.py", 158) for v in VERSIONS},
 }
 #: layer.py's _fuses_routed_scaling_factor_in_topk, read by hand
@@ -98,10 +102,11 @@ def test_card_path_evidence_names_each_part(rows, version):
     assert "1/2.5" in r.rule  # Ling's factor, from the data
 
 
-def test_triton_applies_once_in_its_epilogue(rows):
+def test_triton_epilogue_reaches_the_compiled_sum_on_cuda(rows):
     r = rows["0.5.23"]["triton"]
-    assert r.parts == {"top-k": 0, "runner": 1, "model": 0}
-    assert r.line == 239 and "fused_experts() applies it" in r.evidence[0]
+    assert r.parts == {"top-k": 0, "runner": None, "model": 0}
+    assert r.line == 239 and "fused_experts() takes it, its use not read" in r.evidence[0]
+    assert "fused_moe.py:1020 moe_sum_reduce() on CUDA" in r.evidence[0]
 
 
 def test_cli_param_json_gives_the_card_path_dropped(capsys):
@@ -110,7 +115,7 @@ def test_cli_param_json_gives_the_card_path_dropped(capsys):
     card = next(r for r in rows if r["path"] == "nvfp4-w4a4-cutlass")
     assert (card["verdict"], card["file"], card["line"]) == ("DROPPED", CT, 375)
     assert {r["path"]: r["verdict"] for r in rows if r["path"] in ("triton", "marlin")} == \
-        {"triton": "APPLIED", "marlin": "DROPPED"}  # marlin: its worst caller, Mxfp4MoEMethod/marlin (E8M0)
+        {"triton": "UNDECIDED", "marlin": "DROPPED"}  # marlin: its worst caller, Mxfp4MoEMethod/marlin (E8M0)
     assert all(r["param"] == "routed_scaling_factor" for r in rows)
 
 

@@ -41,6 +41,8 @@ __all__ = [
     "patch_native",
     "patch_journal",
     "param_audit",
+    "param_epilogue",
+    "param_reroute",
     "param_routing",
     "param_runner",
     "path_keys",

@@ -9,9 +9,9 @@ and counts where it is applied:
   the path's method object and backend (its file and function are data: ``applications.topk``);
 - **runner**: a kernel call or product the runner reaches with the tracked value (the sink table
   ``data/moe_param_sinks.yaml``: ``applies`` / ``none`` / ``unread``, or ``by-method``: the TRT-LLM
-  routing method's column ``needs`` of ``applications.routing_methods``), its registered post-permute run too
-  (:mod:`nvfp4study.sglang.param_runner`, which also finds a registered custom op the path hands None
-  where its schema takes an int: UNUSABLE);
+  routing method's column ``needs`` of ``applications.routing_methods``; a fused tail: the sums of its epilogue,
+  :mod:`~nvfp4study.sglang.param_epilogue`), its registered post-permute run too (:mod:`nvfp4study.sglang.
+  param_runner`, which also finds a registered custom op the path hands None where its schema takes an int: UNUSABLE);
 - **model**: BailingMoeV3's own product (``applications.model``: on the all-to-all paths only).
 
 Verdicts: ``APPLIED`` (once), ``DROPPED`` (nowhere), ``DOUBLE`` (twice or more), ``UNDECIDED`` (a
@@ -37,6 +37,8 @@ from .audit import PathResult, audit_tree, path_specs
 from .audit_run import _short, run_path
 from .audit_sinks import ClampVerdict, _arg, flashinfer_pin
 from .clamp_flow import Interp
+from .param_epilogue import epilogue_sink
+from .param_reroute import with_reroutes
 from .param_routing import backend_instance as _backend_instance
 from .param_routing import for_release, method_column, routing_verdict, topk_format_facts
 from .param_routing import topk_folding as _topk_folding
@@ -158,14 +160,14 @@ _CALLER_ORDER = (ParamVerdict.DROPPED, ParamVerdict.DOUBLE, ParamVerdict.APPLIED
 
 
 def _callers_decide(row: ParamResult, callers: list[ParamResult]) -> ParamResult:
-    """A runner-level row of a scalar factor whose count differs from its callers': the worst count
-    among them (DROPPED, DOUBLE, then APPLIED when every caller that counts applies it once), naming
-    that caller. The runner's product hinges on payload switches the methods set (flashinfer_cutlass's
+    """A runner-level row of a scalar factor whose count differs from its callers': the worst count among them
+    (DROPPED, DOUBLE, then APPLIED when every caller that counts applies it once), naming that caller. The
+    runner's product hinges on payload switches the methods set (flashinfer_cutlass's
     ``_maybe_apply_routed_scaling_factor`` reads ``quant_info.apply_routed_scaling_factor``, which
-    CompressedTensorsW4A4Nvfp4MoE sets False, compressed_tensors_w4a4_nvfp4_moe.py 355-371 in 0.5.22),
-    and its runner input comes from them, as for the clamp (:func:`~nvfp4study.sglang.audit.
-    entries_decided_by_callers`). A row that cannot run (UNUSABLE, REFUSED, ABSENT) or without
-    counting callers is kept; so is it while some caller is UNDECIDED and none is wrong."""
+    CompressedTensorsW4A4Nvfp4MoE sets False, compressed_tensors_w4a4_nvfp4_moe.py 355-371 in 0.5.22), and its
+    runner input comes from them, as for the clamp (:func:`~nvfp4study.sglang.audit.entries_decided_by_callers`).
+    A row that cannot run (UNUSABLE, REFUSED, ABSENT) or without counting callers is kept; so is it while some
+    caller is UNDECIDED and none is wrong."""
     counted = [c for c in callers if c.verdict in _CALLER_ORDER]
     if row.verdict not in (*_CALLER_ORDER, ParamVerdict.UNDECIDED) or not counted:
         return row
@@ -228,12 +230,11 @@ def judge_scalar(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, spec
 
 
 def _run_stop(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, run: Any) -> ParamResult | None:
-    """The row a path's run settles before any part is counted: a step raising on every branch
-    (REFUSED when about the parameter, else UNUSABLE), a stop of the run (missing, lost, too long),
-    a registered custom op or a TRT-LLM routing kernel that raises for Ling whatever the parameter
-    (UNUSABLE: :func:`~nvfp4study.sglang.param_runner.routing_kernel_rejects`, the grouped DeepSeekV3
-    routing kernel's experts-per-group check), a certain raise about the parameter (REFUSED); None when
-    the run goes through."""
+    """The row a path's run settles before any part is counted: a step raising on every branch (REFUSED when
+    about the parameter, else UNUSABLE), a stop of the run (missing, lost, too long), a registered custom op or a
+    TRT-LLM routing kernel that raises for Ling whatever the parameter (UNUSABLE: :func:`~nvfp4study.sglang.
+    param_runner.routing_kernel_rejects`, the grouped DeepSeekV3 routing kernel's experts-per-group check), a
+    certain raise about the parameter (REFUSED); None when the run goes through."""
     if run.stop == "raising" or (run.interp is not None and run.interp.raising_steps):
         rel, qual, raises = run.interp.raising_steps[0]
         x = next((r for r in raises if r.about_param), raises[0] if raises else None)
@@ -258,9 +259,11 @@ def _run_stop(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec, run: An
 
 
 def judge_routing(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec) -> ParamResult:
-    """One path's verdict for a routing parameter (:mod:`nvfp4study.sglang.param_routing`): where
-    TopK routes it, or, where TopK hands the logits on, the runner (whose run may stop first)."""
+    """One path's verdict for a routing parameter (:mod:`nvfp4study.sglang.param_routing`): where TopK routes it,
+    or, where TopK hands the logits on, the runner (whose run may stop first); the worst of that and a branch
+    where the method routes again from the logits (:func:`~nvfp4study.sglang.param_reroute.with_reroutes`)."""
     word, rule, evidence, run = routing_verdict(tree, spec, param)
+    word, rule, evidence = with_reroutes(tree, spec, param, word, rule, evidence)
     if run is not None:
         stopped = _run_stop(tree, spec, param, run)
         if stopped is not None:
@@ -280,8 +283,8 @@ def _word(v: int | None) -> str:
 
 
 def _deciding(verdict: ParamVerdict, evidence: list[str]) -> tuple[str | None, int | None]:
-    """The row's file:line: the first application (APPLIED/DOUBLE), else the first line that
-    turns it off (a switch set False or a dead mention), else the first evidence."""
+    """The row's file:line: the first application (APPLIED/DOUBLE), else the first line that turns it off (a switch
+    set False or a dead mention), else the first evidence."""
     pick = [e for e in evidence if (" applies" in e) == (verdict in (ParamVerdict.APPLIED, ParamVerdict.DOUBLE))]
     for e in pick or evidence:
         where = e.split(" ", 1)[0]
@@ -291,20 +294,18 @@ def _deciding(verdict: ParamVerdict, evidence: list[str]) -> tuple[str | None, i
     return None, None
 
 
-def runner_applications(run: Any, param: moe_params.ParamSpec,
-                        topk_folds: bool = False) -> tuple[int | None, list[str], str]:
-    """``(1 applied / 0 not / None undecided, evidence, rule)`` for the runner: the sink calls the
-    run reached with the tracked value, the payload switches and the dead mentions. ``topk_folds``:
-    top-k folds the factor into the routed weights on this path, so a sink whose table entry has
-    ``if_topk_folds`` does that form instead (fused_marlin_moe's plain sum for the top-k-scaled
-    MXFP4 weights; ``unread``, with ``why_topk_folds``: not decided there); so does one whose entry has
-    ``if_scales_e8m0`` where the path ran a cast of the expert scales to E8M0
-    (:func:`~nvfp4study.sglang.param_runner.e8m0_scales`: fused_marlin_moe's MXFP4 branch sums plainly
-    whether or not top-k folded the factor)."""
+def runner_applications(run: Any, param: moe_params.ParamSpec, topk_folds: bool = False) -> tuple[int | None, list[str], str]:
+    """``(1 applied / 0 not / None undecided, evidence, rule)`` for the runner: the sink calls the run reached with
+    the tracked value (a fused tail's form: the worst sum of its epilogue on the path's device classes,
+    :func:`~nvfp4study.sglang.param_epilogue.epilogue_sink`), the payload switches and the dead mentions.
+    ``topk_folds``: top-k folds the factor into the routed weights on this path, so a sink whose table entry has
+    ``if_topk_folds`` does that form instead (fused_marlin_moe's plain sum for the top-k-scaled MXFP4 weights;
+    ``unread``, with ``why_topk_folds``: not decided there); so does one whose entry has ``if_scales_e8m0`` where the
+    path ran a cast of the expert scales to E8M0 (:func:`~nvfp4study.sglang.param_runner.e8m0_scales`)."""
     interp: Interp = run.interp
     applying, evidence, undecided = [], [], []
     for h in interp.hits:
-        sink = param.sinks.get(h.callee)
+        sink = epilogue_sink(interp, param.sinks.get(h.callee), param)
         if sink is None:
             continue
         value = next((v for present, v, _ in (_arg(h, s, param.facts) for s in sink.get("arg", [])) if present), None)
@@ -329,7 +330,7 @@ def runner_applications(run: Any, param: moe_params.ParamSpec,
         elif sink["form"] == "applies":
             applying.append(f"{where} {h.callee}() applies it")
         elif sink["form"] == "unread":
-            undecided.append(f"{where} {h.callee}() takes it, its use not read ({sink.get('source', '')[:80]})")
+            undecided.append(f"{where} {h.callee}() takes it, its use not read ({sink.get('why') or sink.get('source', '')[:80]})")
         elif sink["form"] == "by-method":  # a TRT-LLM routing kernel: its routing method decides
             does, how = method_column(h, sink, param)
             if does is None:
@@ -425,9 +426,8 @@ def _attribute_sites(tree: ast.Module, attribute: str) -> tuple[ast.Assign | Non
 
 def topk_fused(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec,
                specs: list[dict]) -> tuple[bool | None, list[str]]:
-    """Whether top-k folds the factor in on this path (``applications.topk``), with evidence; a
-    runner-level path takes its callers' value (the method paths run with its backend) when
-    they agree."""
+    """Whether top-k folds the factor in on this path (``applications.topk``), with evidence; a runner-level
+    path takes its callers' value (the method paths run with its backend) when they agree."""
     rule = param.applications.get("topk")
     if not rule:
         return False, []
@@ -474,8 +474,8 @@ def _topk_one(tree: SGLangTree, spec: dict, rule: dict, param: moe_params.ParamS
 
 def model_applies(tree: SGLangTree, spec: dict, param: moe_params.ParamSpec,
                   topk: bool | None) -> tuple[bool | None, list[str]]:
-    """Whether the model applies the factor itself on this path (``applications.model``): its
-    switch evaluated with the path's dispatcher (all-to-all or not) and the top-k value."""
+    """Whether the model applies the factor itself on this path (``applications.model``): its switch evaluated
+    with the path's dispatcher (all-to-all or not) and the top-k value."""
     rule = param.applications.get("model")
     if not rule:
         return False, []

@@ -34,7 +34,10 @@ from .code_index import walk
 PLATFORMS = ("CUDA", "ROCm", "XPU", "NPU", "CPU")
 #: predicates whose value is the platform itself (utils/common.py, see the module docstring)
 EXACT = {"is_cuda": {"CUDA"}, "is_hip": {"ROCm"}, "is_cuda_alike": {"CUDA", "ROCm"},
-         "is_xpu": {"XPU"}, "is_npu": {"NPU"}, "is_cpu": {"CPU"}}
+         "is_xpu": {"XPU"}, "is_npu": {"NPU"}, "is_cpu": {"CPU"},
+         # Moore Threads' MUSA (0.5.23 utils/common.py 228-234: torch.version.musa set and torchada importable)
+         # is none of the device classes: false on each
+         "is_musa": set()}
 #: capability checks: unknown on their platform, False on every other
 _ONLY_ON = [(re.compile(r"^_?(is_sm\d+|is_blackwell|is_hopper)"), "CUDA"),
             (re.compile(r"gfx9"), "ROCm"), (re.compile(r"amx"), "CPU")]
