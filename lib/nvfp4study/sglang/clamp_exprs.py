@@ -22,6 +22,7 @@ from .clamp_values import (
     _TENSOR_VIEWS,
     CONFIG,
     CONFIG_NAMES,
+    PARAMETER,
     UNK,
     AbstractDict,
     Act,
@@ -427,6 +428,11 @@ class ExprEval(Lookup):
             if target is None and (text.startswith("torch.ops.") or any(k in name.lower() for k in _KERNEL_NAME_PARTS)):
                 self.opaque.append((name, frame.module.rel, node.lineno))
             return derived(f"{name}(...)", *vals)
+        if name == "Parameter" and target is None:
+            # torch.nn.Parameter(w, requires_grad=False) builds an object, never None: Mxfp4MoEMethod's
+            # triton-kernels branch sets layer.w13_weight_bias so before apply reads it with getattr(..., None)
+            # (layers/quantization/mxfp4.py 1027-1034, 1717 in 0.5.21)
+            return PARAMETER
         if target is None and isinstance(f, ast.Name) and (cdef := self.class_def(f.id, frame.module, frame.imports)):
             return self.built(*cdef)  # an object of an in-tree class: its class decides isinstance tests
         return UNK
