@@ -269,11 +269,12 @@ class Interp(ExprEval):
                 return
             self.exec_stmt(st, frame)
 
-    def _branch(self, frame: Frame, bodies: list[list[ast.stmt]]) -> None:
+    def _branch(self, frame: Frame, bodies: list[list[ast.stmt]], narrowed: tuple | None = None) -> None:
         saved_attrs = self.attrs
         results = []
-        for body in bodies:
+        for i, body in enumerate(bodies):
             f2 = frame.fork()
+            f2.locals.update(narrowed[i] if narrowed else {})  # what an isinstance test leaves each side
             self.attrs = dict(saved_attrs)
             self.exec_body(body, f2)
             results.append((f2, self.attrs))
@@ -391,7 +392,7 @@ class Interp(ExprEval):
                 frame.guards.pop()
             else:
                 frame.guards.append((text, False))
-                self._branch(frame, [st.body, st.orelse])
+                self._branch(frame, [st.body, st.orelse], self.narrowed(st.test, frame))
                 frame.guards.pop()
         elif isinstance(st, (ast.For, ast.AsyncFor, ast.While)):
             it = self.eval(st.iter, frame) if isinstance(st, (ast.For, ast.AsyncFor)) else UNK

@@ -13,7 +13,7 @@ import ast
 from typing import Any
 
 from . import moe_params
-from .clamp_values import Built, Frame, Instance, Refusal, truth, unparse
+from .clamp_values import Built, Frame, Instance, Multi, Refusal, truth, unparse
 from .import_gates import ENVIRON, conditional_imports, env_default_in, env_read
 
 
@@ -26,6 +26,32 @@ class Lookup:
     assume: dict[str, Any]
     refusals: list[Refusal]
     _flags: dict[tuple[str, str], Any]
+
+    def narrowed(self, test: ast.expr, frame: Frame) -> tuple[dict, dict] | None:
+        """``({name: value on the true branch}, {name: value on the false branch})`` of an
+        undecided ``if isinstance(name, C):`` whose local ``name`` is one of several objects of
+        known classes (a :class:`Multi`): each branch keeps the options that can take it. The
+        runner's fused func gets the quant info every ``runner.run`` of the method hands (the
+        NPU branch's ``AscendQuantInfo`` beside the ``FlashInferTrtllmFp8MoeQuantInfo``, fp8.py
+        2886 and 3095-3138 in 0.5.21), and its ``isinstance(quant_info, FlashInferTrtllmFp8MoeQuantInfo)``
+        body reads only the latter's fields (moe_runner/flashinfer_trtllm.py 1664-1670). None otherwise."""
+        if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance"
+                and len(test.args) == 2 and isinstance(test.args[0], ast.Name)):
+            return None
+        name = test.args[0].id
+        v = frame.locals.get(name)
+        if not isinstance(v, Multi):
+            return None
+        sides: tuple[list, list] = ([], [])
+        for o in v.options:
+            t = self.isinstance_value(o, test.args[1], frame)
+            if t is not False:
+                sides[0].append(o)
+            if t is not True:
+                sides[1].append(o)
+        if not sides[0] or not sides[1] or len(sides[0]) == len(sides[1]) == len(v.options):
+            return None
+        return tuple({name: opts[0] if len(opts) == 1 else Multi(tuple(opts))} for opts in sides)
 
     def env_value(self, node: ast.Call) -> bool | None:
         """An environment read's value in the default environment (:func:`~nvfp4study.sglang.
