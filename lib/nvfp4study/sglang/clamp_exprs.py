@@ -27,7 +27,6 @@ from .clamp_values import (
     AbstractDict,
     Act,
     Backend,
-    Built,
     ConfigWith,
     Filled,
     Frame,
@@ -428,39 +427,15 @@ class ExprEval(Lookup):
             if target is None and (text.startswith("torch.ops.") or any(k in name.lower() for k in _KERNEL_NAME_PARTS)):
                 self.opaque.append((name, frame.module.rel, node.lineno))
             return derived(f"{name}(...)", *vals)
-        if name == "Parameter" and target is None:
-            # torch.nn.Parameter(w, requires_grad=False) builds an object, never None: Mxfp4MoEMethod's
-            # triton-kernels branch sets layer.w13_weight_bias so before apply reads it with getattr(..., None)
-            # (layers/quantization/mxfp4.py 1027-1034, 1717 in 0.5.21)
-            return PARAMETER
         if target is None and isinstance(f, ast.Name) and (cdef := self.class_def(f.id, frame.module, frame.imports)):
             return self.built(*cdef)  # an object of an in-tree class: its class decides isinstance tests
         return UNK
 
-    def isinstance_value(self, obj: Any, cls_node: ast.expr, frame: Frame) -> Any:
-        """``isinstance(obj, cls_node)``: decided where every option of ``obj`` is an object of a
-        known class (a payload, a handed :class:`Instance`, a :class:`Built` object; a tuple of
-        class names for the last); else UNK."""
-        objs = obj.options if isinstance(obj, Multi) else (obj,)
-        elts = cls_node.elts if isinstance(cls_node, ast.Tuple) else [cls_node]
-        if not objs or not all(isinstance(e, ast.Name) for e in elts):
-            return UNK
-        names = tuple(e.id for e in elts)
-        hits = set()
-        for o in objs:
-            if isinstance(o, Built):
-                in_tree = all(self.class_def(n, frame.module, frame.imports) is not None for n in names)
-                hits.add(o.isa(names, in_tree))
-            elif isinstance(o, (Payload, Instance)) and len(names) == 1:
-                hits.add(o.isa(names[0]) if isinstance(o, Instance) else o.cls == names[0])
-            else:
-                return UNK
-        return hits.pop() if len(hits) == 1 and None not in hits else UNK
-
     @staticmethod
-    def filled(f: ast.expr, node: ast.Call, args: list) -> Filled | None:
-        """``torch.full(shape, <number>)`` / ``torch.ones`` / ``torch.zeros`` (``Filled``), and
-        ``Parameter(<Filled>)`` (the same constant); None for any other call."""
+    def filled(f: ast.expr, node: ast.Call, args: list) -> Any:
+        """``torch.full(shape, <number>)`` / ``torch.ones`` / ``torch.zeros`` (``Filled``),
+        ``Parameter(<Filled>)`` (the same constant), ``Parameter(<other untracked>)`` (:data:`PARAMETER`);
+        None for any other call."""
         text = unparse(f)
         if text in ("torch.ones", "torch.zeros"):
             return Filled(1.0 if text == "torch.ones" else 0.0)
@@ -469,8 +444,10 @@ class ExprEval(Lookup):
                                                                   if k.arg == "fill_value"), None)
             if isinstance(fill, ast.Constant) and isinstance(fill.value, int | float) and not isinstance(fill.value, bool):
                 return Filled(float(fill.value))
-        if text.split(".")[-1] == "Parameter" and args and isinstance(args[0], Filled):
-            return args[0]
+        if text.split(".")[-1] == "Parameter" and args:
+            # of anything else an object, never None (Mxfp4MoEMethod's triton-kernels branch sets
+            # layer.w13_weight_bias so, and apply reads it with getattr(..., None): mxfp4.py 1027-1034, 1717 in 0.5.21)
+            return args[0] if isinstance(args[0], Filled) else None if has_tracked(args[0]) else PARAMETER
         return None
 
     def invoke(self, mod, fn: ast.FunctionDef, cls: str | None, args: list, kwargs: dict, frame: Frame,

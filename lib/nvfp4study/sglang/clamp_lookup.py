@@ -4,7 +4,8 @@
 function a call resolves to in the tree (same module, imported, or a method of ``self``'s
 class), the base-class method ``super().name`` calls, an attribute a class declares ``None`` at
 class level (``runner: MoeRunner | None = None``, FusedMoEMethodBase) whose use raises, and a
-``@property``'s value. Mixed into :class:`~nvfp4study.sglang.clamp_exprs.ExprEval`.
+``@property``'s value, and the class an object is an instance of (``isinstance``, and what an
+undecided ``if isinstance(x, C)`` leaves ``x`` on each side). Mixed into :class:`~nvfp4study.sglang.clamp_exprs.ExprEval`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import ast
 from typing import Any
 
 from . import moe_params
-from .clamp_values import Built, Frame, Instance, Multi, Refusal, truth, unparse
+from .clamp_values import UNK, Built, Frame, Instance, Multi, Payload, Refusal, truth, unparse
 from .import_gates import ENVIRON, conditional_imports, env_default_in, env_read
 
 
@@ -26,6 +27,26 @@ class Lookup:
     assume: dict[str, Any]
     refusals: list[Refusal]
     _flags: dict[tuple[str, str], Any]
+
+    def isinstance_value(self, obj: Any, cls_node: ast.expr, frame: Frame) -> Any:
+        """``isinstance(obj, cls_node)``: decided where every option of ``obj`` is an object of a
+        known class (a payload, a handed :class:`Instance`, a :class:`Built` object; a tuple of
+        class names for the last); else UNK."""
+        objs = obj.options if isinstance(obj, Multi) else (obj,)
+        elts = cls_node.elts if isinstance(cls_node, ast.Tuple) else [cls_node]
+        if not objs or not all(isinstance(e, ast.Name) for e in elts):
+            return UNK
+        names = tuple(e.id for e in elts)
+        hits = set()
+        for o in objs:
+            if isinstance(o, Built):
+                in_tree = all(self.class_def(n, frame.module, frame.imports) is not None for n in names)
+                hits.add(o.isa(names, in_tree))
+            elif isinstance(o, (Payload, Instance)) and len(names) == 1:
+                hits.add(o.isa(names[0]) if isinstance(o, Instance) else o.cls == names[0])
+            else:
+                return UNK
+        return hits.pop() if len(hits) == 1 and None not in hits else UNK
 
     def narrowed(self, test: ast.expr, frame: Frame) -> tuple[dict, dict] | None:
         """``({name: value on the true branch}, {name: value on the false branch})`` of an
