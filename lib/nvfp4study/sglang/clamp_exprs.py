@@ -337,6 +337,8 @@ class ExprEval(Lookup):
             return FuncRef(fname, tuple(args[1:]), tuple(kwargs.items()), tuple(kw_nodes.items()))
         if name == "isinstance" and len(args) == 2:
             return self.isinstance_value(args[0], node.args[1], frame)
+        if name == "getattr" and len(args) >= 3 and isinstance(args[1], str) and self.layer_lacks(node.args[0], args[1]):
+            return args[2]  # getattr(layer, "x", None) of a weight the layer was never given
         if name == "getattr" and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
             attr = node.args[1].value
             if attr in self.param.mentions:
@@ -351,7 +353,10 @@ class ExprEval(Lookup):
             return v if v is not UNK or len(args) < 3 else UNK
         if name in _TENSOR_VIEWS and isinstance(f, ast.Attribute) and has_tracked(base := self.eval(f.value, frame)):
             return derived(f"{unparse(f.value)[:40]}.{name}()", base)
-        if (name == "setattr" or "param" in name) and len(args) >= 3 and isinstance(args[1], str):
+        if name in ("register_parameter", "register_buffer") and isinstance(f, ast.Attribute) and len(args) == 2:
+            args = [UNK, *args]  # layer.register_parameter("x", v) (create_weights) sets layer.x as setattr does
+        if (name == "setattr" or "param" in name or name == "register_buffer") and len(args) >= 3 \
+                and isinstance(args[1], str):
             # setattr(layer, "x", v), copy_or_rebind_param(layer, "x", v), replace_parameter(...)
             self.attrs[args[1]] = args[2]
             self.origin[args[1]] = (frame.module.rel, node.lineno, unparse(node)[:60])

@@ -15,7 +15,9 @@ from typing import Any
 
 from . import moe_params
 from .clamp_values import UNK, Built, Frame, Instance, Multi, Payload, Refusal, truth, unparse
+from .code_index import always_evaluated
 from .import_gates import ENVIRON, conditional_imports, env_default_in, env_read
+from .layer_attrs import create_weights_only
 
 
 class Lookup:
@@ -26,6 +28,9 @@ class Lookup:
     attrs: dict[str, Any]
     assume: dict[str, Any]
     refusals: list[Refusal]
+    root: Any
+    in_runner: bool
+    layer_closed: bool
     _flags: dict[tuple[str, str], Any]
 
     def isinstance_value(self, obj: Any, cls_node: ast.expr, frame: Frame) -> Any:
@@ -73,6 +78,35 @@ class Lookup:
         if not sides[0] or not sides[1] or len(sides[0]) == len(sides[1]) == len(v.options):
             return None
         return tuple({name: opts[0] if len(opts) == 1 else Multi(tuple(opts))} for opts in sides)
+
+    def layer_lacks(self, base: ast.expr, attr: str) -> bool:
+        """Whether ``<base>.<attr>`` names a weight the FusedMoE layer was never given: ``base`` is
+        the method's ``layer`` (outside the runner's steps), the path's ``create_weights`` ran and
+        is closed (:attr:`layer_closed`, :func:`~nvfp4study.sglang.layer_attrs.closed_create_weights`),
+        nothing the path ran set ``attr``, and the tree gives it only in a ``create_weights``
+        (:func:`~nvfp4study.sglang.layer_attrs.create_weights_only`)."""
+        return (self.layer_closed and not self.in_runner and isinstance(base, ast.Name) and base.id == "layer"
+                and attr not in self.attrs and attr not in self.assume and create_weights_only(self.root, attr))
+
+    def unregistered_read(self, st: ast.stmt, frame: Frame) -> str | None:
+        """``layer.X`` read by an ``assert`` or ``if`` test, a ``return``, an assignment's value or
+        an expression statement (not as a called method) where the layer lacks ``X``
+        (:meth:`layer_lacks`): the read raises AttributeError. None when there is none."""
+        if isinstance(st, (ast.Assert, ast.If)):
+            top = st.test
+        elif isinstance(st, (ast.Return, ast.Assign, ast.Expr)) and st.value is not None:
+            top = st.value
+        else:
+            return None
+        if not self.layer_closed or "layer" not in unparse(top):
+            return None
+        nodes = always_evaluated(top)
+        called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
+        for n in sorted((n for n in nodes if isinstance(n, ast.Attribute)), key=lambda n: (n.lineno, n.col_offset)):
+            if isinstance(n.ctx, ast.Load) and id(n) not in called and self.layer_lacks(n.value, n.attr):
+                return (f"layer.{n.attr} (line {n.lineno}; the path's create_weights never registers it, "
+                        "nor does any step it runs)")
+        return None
 
     def env_value(self, node: ast.Call) -> bool | None:
         """An environment read's value in the default environment (:func:`~nvfp4study.sglang.
