@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 
 from .clamp_values import _parse
-from .code_index import source_files, walk
+from .code_index import _NEVER_SET, source_files, walk
 
 #: the layer's methods that give it an attribute by name (torch.nn.Module)
 _REGISTER = ("register_parameter", "register_buffer")
@@ -61,18 +61,17 @@ def closed_create_weights(fn: ast.FunctionDef) -> bool:
     return True
 
 
-_ONLY: dict[tuple[str, str], bool] = {}
-
-
 def create_weights_only(root: Path, name: str) -> bool:
     """Whether the tree at ``root`` gives an object the attribute ``name`` only inside functions
     named ``create_weights`` (``layer.register_parameter("name", ...)``, ``layer.name = ...``,
     ``setattr(layer, "name", ...)``), at least once, never on ``self`` and never as a method
-    (``def name(``). Read once per tree and name."""
-    key = (str(root), name)
-    if key not in _ONLY:
-        _ONLY[key] = _only_in_create_weights(root, name)
-    return _ONLY[key]
+    (``def name(``). Read once per tree and name, kept beside :func:`~nvfp4study.sglang.code_index.
+    attribute_never_set`'s readings so that :func:`~nvfp4study.sglang.code_index.forget_settable` drops
+    both (a tree edited in place is read again)."""
+    key = (str(root), f"<create_weights_only>{name}")  # a key no attribute name can take
+    if key not in _NEVER_SET:
+        _NEVER_SET[key] = _only_in_create_weights(root, name)
+    return _NEVER_SET[key]
 
 
 def _only_in_create_weights(root: Path, name: str) -> bool:
