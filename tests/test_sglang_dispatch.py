@@ -22,12 +22,13 @@ def _keys(tree) -> dict[str, dp.DerivedPath]:
 
 def test_the_cards_path_is_derived_step_by_step():
     p = _keys(released("0.5.23"))["CompressedTensorsW4A4Nvfp4MoE/flashinfer_cutlass"]
-    # read by hand in 0.5.23: __init__ 38, create_moe_runner 294 (MoeRunner(MoeRunnerBackend.
-    # FLASHINFER_CUTLASS) at 307; FusedMoE.__init__ calls it at layer.py 576), then the loader's
+    # read by hand in 0.5.23: __init__ 38, create_weights 58 and create_moe_runner 294 (MoeRunner(MoeRunnerBackend.
+    # FLASHINFER_CUTLASS) at 307; FusedMoE.__init__ calls them at layer.py 561 and 576), then the loader's
     # process_weights_after_loading 169, apply_weights 311, and the fused func registered for
     # ("none", "flashinfer_cutlass") at moe_runner/flashinfer_cutlass.py:399
     assert p.steps == [f"{W4A4}::CompressedTensorsW4A4Nvfp4MoE.{m}" for m in
-                       ("__init__", "create_moe_runner", "process_weights_after_loading", "apply_weights")] + [
+                       ("__init__", "create_weights", "create_moe_runner", "process_weights_after_loading",
+                        "apply_weights")] + [
         "layers/moe/moe_runner/flashinfer_cutlass.py::fused_experts_none_to_flashinfer_cutlass"]
     assert p.trail[0].startswith("layers/quantization/__init__.py:") and "'compressed-tensors' -> CompressedTensorsConfig" in p.trail[0]
     assert "get_moe_scheme" in p.trail[0]

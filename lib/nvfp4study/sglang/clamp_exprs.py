@@ -22,11 +22,11 @@ from .clamp_values import (
     _TENSOR_VIEWS,
     CONFIG,
     CONFIG_NAMES,
+    PARAMETER,
     UNK,
     AbstractDict,
     Act,
     Backend,
-    Built,
     ConfigWith,
     Filled,
     Frame,
@@ -337,6 +337,8 @@ class ExprEval(Lookup):
             return FuncRef(fname, tuple(args[1:]), tuple(kwargs.items()), tuple(kw_nodes.items()))
         if name == "isinstance" and len(args) == 2:
             return self.isinstance_value(args[0], node.args[1], frame)
+        if name == "getattr" and len(args) >= 3 and isinstance(args[1], str) and self.layer_lacks(node.args[0], args[1]):
+            return args[2]  # getattr(layer, "x", None) of a weight the layer was never given
         if name == "getattr" and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
             attr = node.args[1].value
             if attr in self.param.mentions:
@@ -351,7 +353,10 @@ class ExprEval(Lookup):
             return v if v is not UNK or len(args) < 3 else UNK
         if name in _TENSOR_VIEWS and isinstance(f, ast.Attribute) and has_tracked(base := self.eval(f.value, frame)):
             return derived(f"{unparse(f.value)[:40]}.{name}()", base)
-        if (name == "setattr" or "param" in name) and len(args) >= 3 and isinstance(args[1], str):
+        if name in ("register_parameter", "register_buffer") and isinstance(f, ast.Attribute) and len(args) == 2:
+            args = [UNK, *args]  # layer.register_parameter("x", v) (create_weights) sets layer.x as setattr does
+        if (name == "setattr" or "param" in name or name == "register_buffer") and len(args) >= 3 \
+                and isinstance(args[1], str):
             # setattr(layer, "x", v), copy_or_rebind_param(layer, "x", v), replace_parameter(...)
             self.attrs[args[1]] = args[2]
             self.origin[args[1]] = (frame.module.rel, node.lineno, unparse(node)[:60])
@@ -431,30 +436,11 @@ class ExprEval(Lookup):
             return self.built(*cdef)  # an object of an in-tree class: its class decides isinstance tests
         return UNK
 
-    def isinstance_value(self, obj: Any, cls_node: ast.expr, frame: Frame) -> Any:
-        """``isinstance(obj, cls_node)``: decided where every option of ``obj`` is an object of a
-        known class (a payload, a handed :class:`Instance`, a :class:`Built` object; a tuple of
-        class names for the last); else UNK."""
-        objs = obj.options if isinstance(obj, Multi) else (obj,)
-        elts = cls_node.elts if isinstance(cls_node, ast.Tuple) else [cls_node]
-        if not objs or not all(isinstance(e, ast.Name) for e in elts):
-            return UNK
-        names = tuple(e.id for e in elts)
-        hits = set()
-        for o in objs:
-            if isinstance(o, Built):
-                in_tree = all(self.class_def(n, frame.module, frame.imports) is not None for n in names)
-                hits.add(o.isa(names, in_tree))
-            elif isinstance(o, (Payload, Instance)) and len(names) == 1:
-                hits.add(o.isa(names[0]) if isinstance(o, Instance) else o.cls == names[0])
-            else:
-                return UNK
-        return hits.pop() if len(hits) == 1 and None not in hits else UNK
-
     @staticmethod
-    def filled(f: ast.expr, node: ast.Call, args: list) -> Filled | None:
-        """``torch.full(shape, <number>)`` / ``torch.ones`` / ``torch.zeros`` (``Filled``), and
-        ``Parameter(<Filled>)`` (the same constant); None for any other call."""
+    def filled(f: ast.expr, node: ast.Call, args: list) -> Any:
+        """``torch.full(shape, <number>)`` / ``torch.ones`` / ``torch.zeros`` (``Filled``),
+        ``Parameter(<Filled>)`` (the same constant), ``Parameter(<other untracked>)`` (:data:`PARAMETER`);
+        None for any other call."""
         text = unparse(f)
         if text in ("torch.ones", "torch.zeros"):
             return Filled(1.0 if text == "torch.ones" else 0.0)
@@ -463,8 +449,10 @@ class ExprEval(Lookup):
                                                                   if k.arg == "fill_value"), None)
             if isinstance(fill, ast.Constant) and isinstance(fill.value, int | float) and not isinstance(fill.value, bool):
                 return Filled(float(fill.value))
-        if text.split(".")[-1] == "Parameter" and args and isinstance(args[0], Filled):
-            return args[0]
+        if text.split(".")[-1] == "Parameter" and args:
+            # of anything else an object, never None (Mxfp4MoEMethod's triton-kernels branch sets
+            # layer.w13_weight_bias so, and apply reads it with getattr(..., None): mxfp4.py 1027-1034, 1717 in 0.5.21)
+            return args[0] if isinstance(args[0], Filled) else None if has_tracked(args[0]) else PARAMETER
         return None
 
     def invoke(self, mod, fn: ast.FunctionDef, cls: str | None, args: list, kwargs: dict, frame: Frame,

@@ -53,6 +53,7 @@ from .code_index import (
     walk,
 )
 from .construction_sites import construction_args
+from .layer_attrs import closed_create_weights
 from .platforms import PLATFORMS, true_on
 from .shared_fusion import FACT as FUSION_FACT
 
@@ -143,6 +144,9 @@ class Interp(ExprEval):
         #: (file, qualname, raises reached) of each step that raises on every branch
         self.raising_steps: list[tuple[str, str, list[Refusal]]] = []
         self.class_defaults: dict[str, dict[str, Any]] = {}  # class -> {attr: None}, see none_default
+        #: the path's create_weights ran and hands its layer to nothing unseen (layer_attrs): a weight
+        #: it never registered is one the layer lacks (Lookup.layer_lacks)
+        self.layer_closed = False
         self._mods: dict[str, ParsedModule | None] = {}
 
     # --- modules ------------------------------------------------------------------------------
@@ -187,6 +191,8 @@ class Interp(ExprEval):
             frame.locals.update(construction_args(self, qualname.split(".")[0], fn))
         before = len(self.refusals)
         self.exec_body(fn.body, frame)
+        if qualname.endswith(".create_weights"):
+            self.layer_closed = closed_create_weights(fn) and not frame.raised
         if frame.raises_always() and not self.exhausted:
             self.raising_steps.append((rel, qualname, self.refusals[before:]))
         return True
@@ -270,11 +276,12 @@ class Interp(ExprEval):
                 return
             self.exec_stmt(st, frame)
 
-    def _branch(self, frame: Frame, bodies: list[list[ast.stmt]]) -> None:
+    def _branch(self, frame: Frame, bodies: list[list[ast.stmt]], narrowed: tuple | None = None) -> None:
         saved_attrs = self.attrs
         results = []
-        for body in bodies:
+        for i, body in enumerate(bodies):
             f2 = frame.fork()
+            f2.locals.update(narrowed[i] if narrowed else {})  # what an isinstance test leaves each side
             self.attrs = dict(saved_attrs)
             self.exec_body(body, f2)
             results.append((f2, self.attrs))
@@ -354,7 +361,7 @@ class Interp(ExprEval):
             frame.stopped = True
             return
         unset = self.unset_attribute(st, frame)
-        lacking = None if unset is not None else self.payload_lacks(st, frame)
+        lacking = None if unset is not None else self.payload_lacks(st, frame) or self.unregistered_read(st, frame)
         if unset is not None or lacking is not None:
             self.refusals.append(Refusal(frame.module.rel, frame.qualname, st.lineno, False,
                                          f"AttributeError: {unset} is never set anywhere in the tree"
@@ -392,7 +399,7 @@ class Interp(ExprEval):
                 frame.guards.pop()
             else:
                 frame.guards.append((text, False))
-                self._branch(frame, [st.body, st.orelse])
+                self._branch(frame, [st.body, st.orelse], self.narrowed(st.test, frame))
                 frame.guards.pop()
         elif isinstance(st, (ast.For, ast.AsyncFor, ast.While)):
             it = self.eval(st.iter, frame) if isinstance(st, (ast.For, ast.AsyncFor)) else UNK

@@ -4,7 +4,8 @@
 function a call resolves to in the tree (same module, imported, or a method of ``self``'s
 class), the base-class method ``super().name`` calls, an attribute a class declares ``None`` at
 class level (``runner: MoeRunner | None = None``, FusedMoEMethodBase) whose use raises, and a
-``@property``'s value. Mixed into :class:`~nvfp4study.sglang.clamp_exprs.ExprEval`.
+``@property``'s value, and the class an object is an instance of (``isinstance``, and what an
+undecided ``if isinstance(x, C)`` leaves ``x`` on each side). Mixed into :class:`~nvfp4study.sglang.clamp_exprs.ExprEval`.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import ast
 from typing import Any
 
 from . import moe_params
-from .clamp_values import Built, Frame, Instance, Refusal, truth, unparse
+from .clamp_values import UNK, Built, Frame, Instance, Multi, Payload, Refusal, truth, unparse
+from .code_index import always_evaluated
 from .import_gates import ENVIRON, conditional_imports, env_default_in, env_read
+from .layer_attrs import create_weights_only
 
 
 class Lookup:
@@ -25,7 +28,85 @@ class Lookup:
     attrs: dict[str, Any]
     assume: dict[str, Any]
     refusals: list[Refusal]
+    root: Any
+    in_runner: bool
+    layer_closed: bool
     _flags: dict[tuple[str, str], Any]
+
+    def isinstance_value(self, obj: Any, cls_node: ast.expr, frame: Frame) -> Any:
+        """``isinstance(obj, cls_node)``: decided where every option of ``obj`` is an object of a
+        known class (a payload, a handed :class:`Instance`, a :class:`Built` object; a tuple of
+        class names for the last); else UNK."""
+        objs = obj.options if isinstance(obj, Multi) else (obj,)
+        elts = cls_node.elts if isinstance(cls_node, ast.Tuple) else [cls_node]
+        if not objs or not all(isinstance(e, ast.Name) for e in elts):
+            return UNK
+        names = tuple(e.id for e in elts)
+        hits = set()
+        for o in objs:
+            if isinstance(o, Built):
+                in_tree = all(self.class_def(n, frame.module, frame.imports) is not None for n in names)
+                hits.add(o.isa(names, in_tree))
+            elif isinstance(o, (Payload, Instance)) and len(names) == 1:
+                hits.add(o.isa(names[0]) if isinstance(o, Instance) else o.cls == names[0])
+            else:
+                return UNK
+        return hits.pop() if len(hits) == 1 and None not in hits else UNK
+
+    def narrowed(self, test: ast.expr, frame: Frame) -> tuple[dict, dict] | None:
+        """``({name: value on the true branch}, {name: value on the false branch})`` of an
+        undecided ``if isinstance(name, C):`` whose local ``name`` is one of several objects of
+        known classes (a :class:`Multi`): each branch keeps the options that can take it. The
+        runner's fused func gets the quant info every ``runner.run`` of the method hands (the
+        NPU branch's ``AscendQuantInfo`` beside the ``FlashInferTrtllmFp8MoeQuantInfo``, fp8.py
+        2886 and 3095-3138 in 0.5.21), and its ``isinstance(quant_info, FlashInferTrtllmFp8MoeQuantInfo)``
+        body reads only the latter's fields (moe_runner/flashinfer_trtllm.py 1664-1670). None otherwise."""
+        if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance"
+                and len(test.args) == 2 and isinstance(test.args[0], ast.Name)):
+            return None
+        name = test.args[0].id
+        v = frame.locals.get(name)
+        if not isinstance(v, Multi):
+            return None
+        sides: tuple[list, list] = ([], [])
+        for o in v.options:
+            t = self.isinstance_value(o, test.args[1], frame)
+            if t is not False:
+                sides[0].append(o)
+            if t is not True:
+                sides[1].append(o)
+        if not sides[0] or not sides[1] or len(sides[0]) == len(sides[1]) == len(v.options):
+            return None
+        return tuple({name: opts[0] if len(opts) == 1 else Multi(tuple(opts))} for opts in sides)
+
+    def layer_lacks(self, base: ast.expr, attr: str) -> bool:
+        """Whether ``<base>.<attr>`` names a weight the FusedMoE layer was never given: ``base`` is
+        the method's ``layer`` (outside the runner's steps), the path's ``create_weights`` ran and
+        is closed (:attr:`layer_closed`, :func:`~nvfp4study.sglang.layer_attrs.closed_create_weights`),
+        nothing the path ran set ``attr``, and the tree gives it only in a ``create_weights``
+        (:func:`~nvfp4study.sglang.layer_attrs.create_weights_only`)."""
+        return (self.layer_closed and not self.in_runner and isinstance(base, ast.Name) and base.id == "layer"
+                and attr not in self.attrs and attr not in self.assume and create_weights_only(self.root, attr))
+
+    def unregistered_read(self, st: ast.stmt, frame: Frame) -> str | None:
+        """``layer.X`` read by an ``assert`` or ``if`` test, a ``return``, an assignment's value or
+        an expression statement (not as a called method) where the layer lacks ``X``
+        (:meth:`layer_lacks`): the read raises AttributeError. None when there is none."""
+        if isinstance(st, (ast.Assert, ast.If)):
+            top = st.test
+        elif isinstance(st, (ast.Return, ast.Assign, ast.Expr)) and st.value is not None:
+            top = st.value
+        else:
+            return None
+        if not self.layer_closed or "layer" not in unparse(top):
+            return None
+        nodes = always_evaluated(top)
+        called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
+        for n in sorted((n for n in nodes if isinstance(n, ast.Attribute)), key=lambda n: (n.lineno, n.col_offset)):
+            if isinstance(n.ctx, ast.Load) and id(n) not in called and self.layer_lacks(n.value, n.attr):
+                return (f"layer.{n.attr} (line {n.lineno}; the path's create_weights never registers it, "
+                        "nor does any step it runs)")
+        return None
 
     def env_value(self, node: ast.Call) -> bool | None:
         """An environment read's value in the default environment (:func:`~nvfp4study.sglang.

@@ -29,6 +29,9 @@ class _NamedSentinel:
 
 UNK = _NamedSentinel("?")
 CONFIG = _NamedSentinel("runner_config")
+#: a ``torch.nn.Parameter(...)`` the code builds (of anything but a :class:`Filled` constant or the
+#: followed parameter): an object, so ``is None`` is decided False, while its truth is not decided
+PARAMETER = _NamedSentinel("Parameter(...)")
 
 
 @dataclass(frozen=True)
@@ -192,7 +195,7 @@ CONFIG_NAMES = {"runner_config", "moe_runner_config", "config", "_moe_runner_con
 
 def truth(v: Any) -> bool | None:
     """Truthiness of an abstract value; None when unknown."""
-    if v is UNK:
+    if v is UNK or v is PARAMETER:  # a tensor's truth is its values' (or raises)
         return None
     if isinstance(v, Multi):
         ts = {truth(o) for o in v.options}

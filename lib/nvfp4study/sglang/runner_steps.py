@@ -20,7 +20,9 @@ RUNNER = SRT + "layers/moe/moe_runner/runner.py"
 #: calls ``create_weights`` then ``create_moe_runner`` (fused_moe_triton/layer.py 484/499 in
 #: 0.5.19, 561/576 in 0.5.23), and the model loader calls ``process_weights_after_loading``
 #: once the weights are in (model_loader/loader.py); forward then runs ``apply`` / ``apply_weights``.
-SETUP_STEPS = ("__init__", "create_moe_runner", "process_weights_after_loading")
+#: ``create_weights`` runs so the layer's weights are known: what it registers
+#: (``layer.register_parameter``) is all a closed one gives the layer (:mod:`~nvfp4study.sglang.layer_attrs`).
+SETUP_STEPS = ("__init__", "create_weights", "create_moe_runner", "process_weights_after_loading")
 #: What ``MoeRunner.run`` calls on a runner core: ``run`` after the pre-permute, or
 #: ``run_from_dispatch`` for a ``DispatchMoeRunnerCore`` (runner.py, ``MoeRunner.run``).
 CORE_STEPS = ("__init__", "run", "run_from_dispatch")
