@@ -53,6 +53,7 @@ from .code_index import (
     walk,
 )
 from .construction_sites import construction_args
+from .model_attrs import other_model_read
 from .platforms import PLATFORMS, true_on
 
 
@@ -352,12 +353,11 @@ class Interp(ExprEval):
             self.exhausted = True  # the audit says UNDECIDED, not what the cut-off run saw
             frame.stopped = True
             return
-        unset = self.unset_attribute(st, frame)
-        lacking = None if unset is not None else self.payload_lacks(st, frame)
-        if unset is not None or lacking is not None:
-            self.refusals.append(Refusal(frame.module.rel, frame.qualname, st.lineno, False,
-                                         f"AttributeError: {unset} is never set anywhere in the tree"
-                                         if unset is not None else f"AttributeError: {lacking}",
+        why = self.unset_attribute(st, frame)  # then a payload's missing field, then another model's attribute
+        why = f"{why} is never set anywhere in the tree" if why else self.payload_lacks(st, frame) \
+            or other_model_read(self, st, frame)
+        if why is not None:
+            self.refusals.append(Refusal(frame.module.rel, frame.qualname, st.lineno, False, f"AttributeError: {why}",
                                          certain=all(d for _, d in frame.guards)))
             frame.stopped = frame.raised = True
             return
