@@ -54,6 +54,7 @@ from .code_index import (
 )
 from .construction_sites import construction_args
 from .layer_attrs import closed_create_weights
+from .model_attrs import other_model_read
 from .platforms import PLATFORMS, true_on
 from .shared_fusion import FACT as FUSION_FACT
 
@@ -360,12 +361,12 @@ class Interp(ExprEval):
             self.exhausted = True  # the audit says UNDECIDED, not what the cut-off run saw
             frame.stopped = True
             return
-        unset = self.unset_attribute(st, frame)
-        lacking = None if unset is not None else self.payload_lacks(st, frame) or self.unregistered_read(st, frame)
-        if unset is not None or lacking is not None:
-            self.refusals.append(Refusal(frame.module.rel, frame.qualname, st.lineno, False,
-                                         f"AttributeError: {unset} is never set anywhere in the tree"
-                                         if unset is not None else f"AttributeError: {lacking}",
+        why = self.unset_attribute(st, frame)  # then a payload's missing field, a weight the layer was never
+        # given, another model's attribute
+        why = f"{why} is never set anywhere in the tree" if why else self.payload_lacks(st, frame) \
+            or self.unregistered_read(st, frame) or other_model_read(self, st, frame)
+        if why is not None:
+            self.refusals.append(Refusal(frame.module.rel, frame.qualname, st.lineno, False, f"AttributeError: {why}",
                                          certain=all(d for _, d in frame.guards)))
             frame.stopped = frame.raised = True
             return
