@@ -71,3 +71,18 @@ def test_ling_setting_it_is_no_failure(copy23):
     copy23.file(model).write_text(text + "\n\ndef _mark(experts):\n    experts._minimax_activation = 'silu'\n")
     (row,) = sa.audit_tree(copy23, [KEY])
     assert row.verdict != ClampVerdict.UNUSABLE, row.rule
+
+
+def test_the_layers_torch_module_methods_are_no_other_models_attribute():
+    """``layer.register_parameter`` (called by every ``create_weights``, a setup step since round 12) is
+    torch.nn.Module's own method: 0.5.23 models/transformers.py monkeypatches it on modules, which made
+    every path read UNUSABLE when the two round-12 rules met. The list is torch's own."""
+    import torch
+
+    from nvfp4study.sglang.model_attrs import TORCH_MODULE_ATTRS
+
+    assert TORCH_MODULE_ATTRS == {n for n in dir(torch.nn.Module) if not n.startswith("_")} | {"training"}
+    rows = {r.path: r for r in sa.audit_tree(released("0.5.23"), ["nvfp4-w4a4-cutlass", "UnquantizedFusedMoEMethod/triton"])}
+    # the card's path on 0.5.23 hands the limit to FlashInfer CUTLASS as swiglu_limit: SwigluBias, pre-SiLU (K.md)
+    assert rows["nvfp4-w4a4-cutlass"].verdict.value == "APPROX", rows["nvfp4-w4a4-cutlass"].rule
+    assert rows["UnquantizedFusedMoEMethod/triton"].verdict.value == "EXACT", rows["UnquantizedFusedMoEMethod/triton"].rule

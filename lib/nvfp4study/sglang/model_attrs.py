@@ -31,6 +31,22 @@ from .model_side import MODEL_FILE
 #: the objects whose attributes are the layer's (``process_weights_after_loading(self, layer)``,
 #: ``apply(self, layer, ...)``) or the method's own
 _OWNERS = ("self", "layer")
+#: what every ``torch.nn.Module`` has (the FusedMoE layer is one): its public methods and ``training``
+#: (``dir(torch.nn.Module)`` of torch 2.13, torch/nn/modules/module.py class Module; tests/test_sglang_model_attrs.py
+#: checks it against the installed torch). A monkeypatch of one in another model's file (0.5.23 models/transformers.py
+#: 183-186 assigns ``module.register_parameter``) is no setter of the layer's own method.
+TORCH_MODULE_ATTRS = frozenset({
+    "T_destination", "add_module", "apply", "bfloat16", "buffers", "call_super_init", "children", "compile",
+    "cpu", "cuda", "double", "dump_patches", "eval", "extra_repr", "float", "forward", "get_buffer",
+    "get_extra_state", "get_parameter", "get_submodule", "half", "ipu", "load_state_dict", "modules", "mtia",
+    "named_buffers", "named_children", "named_modules", "named_parameters", "parameters",
+    "register_backward_hook", "register_buffer", "register_forward_hook", "register_forward_pre_hook",
+    "register_full_backward_hook", "register_full_backward_pre_hook", "register_load_state_dict_post_hook",
+    "register_load_state_dict_pre_hook", "register_module", "register_parameter",
+    "register_state_dict_post_hook", "register_state_dict_pre_hook", "requires_grad_", "set_extra_state",
+    "set_submodule", "share_memory", "state_dict", "to", "to_empty", "train", "type", "xpu", "zero_grad",
+    "training",
+})
 _IMPORT = re.compile(r"^\s*(?:from\s+(sglang\.srt\.models[\w.]*)\s+import\s+\(?([^)\n]*(?:\n[^)]*)?)\)?"
                      r"|import\s+(sglang\.srt\.models[\w.]*))", re.M)
 
@@ -145,7 +161,7 @@ def other_model_read(interp: Any, st: ast.stmt, frame: Any) -> str | None:
     :class:`~nvfp4study.sglang.clamp_values.Frame`."""
     stamp = getattr(interp, "_model_attrs_stamp", None)
     for owner, attr in _reads(st):
-        if attr in interp.attrs or attr in interp.assume or attr.startswith("__"):
+        if attr in interp.attrs or attr in interp.assume or attr.startswith("__") or attr in TORCH_MODULE_ATTRS:
             continue
         if stamp is None:  # the tree's state, read once per interpreter (one path's run): the tree holds still
             stamp = interp._model_attrs_stamp = hash(tree_stamp(interp.root))
@@ -163,4 +179,4 @@ def other_model_read(interp: Any, st: ast.stmt, frame: Any) -> str | None:
     return None
 
 
-__all__ = ["ling_model_files", "other_model_read", "other_model_setters"]
+__all__ = ["TORCH_MODULE_ATTRS", "ling_model_files", "other_model_read", "other_model_setters"]
