@@ -48,7 +48,8 @@ class Override:
 
 
 def _writes_true(node: ast.AST) -> bool:
-    """``node`` writes ``disable_shared_experts_fusion = True`` (dict entry, keyword or attribute)."""
+    """``node`` writes ``disable_shared_experts_fusion = True`` (dict entry, keyword or attribute).
+    Its line (:func:`_line`) is the keyword's for a call, else the node's."""
     true = lambda v: isinstance(v, ast.Constant) and v.value is True  # noqa: E731
     if isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
         return any(isinstance(k, ast.Constant) and k.value == FIELD and true(v)
@@ -58,6 +59,11 @@ def _writes_true(node: ast.AST) -> bool:
     if isinstance(node, ast.Assign):
         return true(node.value) and any(isinstance(t, ast.Attribute) and t.attr == FIELD for t in node.targets)
     return False
+
+
+def _line(node: ast.AST) -> int:
+    kw = [k for k in getattr(node, "keywords", []) if k.arg == FIELD]
+    return kw[0].lineno if kw else node.lineno
 
 
 def _arg_files(root: Path) -> list[tuple[str, ast.Module]]:
@@ -185,7 +191,7 @@ def forced_off(root: Path, runner: str | None, a2a: str, unknown: tuple[str, ...
     for rel, fn, node in _all_writes(Path(root)):
         tests: list[str] = []
         if _reached(fn.body, node, _Eval(fields, _aliases(fn)), tests) is True:
-            out.append(Override(f"{rel}:{node.lineno}", fn.name, " and ".join(tests)))
+            out.append(Override(f"{rel}:{_line(node)}", fn.name, " and ".join(tests)))
     return out
 
 
