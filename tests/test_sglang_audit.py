@@ -79,9 +79,11 @@ EXPECTED = {
     # process_weights_after_loading 2187-2191 -> setattr(layer, f"_flashinfer_trtllm_{name}") 2218,
     # apply 2634; flashinfer_trtllm.py 763 (block_quant) -> 816 / 854; per-tensor 929.
     "fp8-trtllm": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},
-    # Ling's shared expert is fused on BF16 (CUDA, no veto: bailing_moe_v3.py 1354-1440 in 0.5.19) and the BF16 body
-    # asserts num_fused_shared_experts == 0 (flashinfer_trtllm.py 1292 in 0.5.19, 1723 in 0.5.23; shared_fusion)
-    "trtllm-bf16": {"0.5.19": N, "0.5.20": N, "0.5.21": N, "0.5.22": N, "0.5.23": N},
+    # the BF16 body asserts num_fused_shared_experts == 0 (flashinfer_trtllm.py 1292 in 0.5.19, 1723 in 0.5.23),
+    # and it holds: the server arguments force --disable-shared-experts-fusion for --moe-runner-backend
+    # flashinfer_trtllm (arg_groups/overrides.py 1539 in 0.5.19, 1590 in 0.5.20, 1547 in 0.5.23;
+    # fusion_overrides), so the kernel decides: trtllm_bf16_moe takes no clamp argument
+    "trtllm-bf16": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},
     "flashinfer-cutedsl": {"0.5.19": D, "0.5.20": D, "0.5.21": D, "0.5.22": D, "0.5.23": D},  # 0.5.19: no clamp argument on any entry (flashinfer_cutedsl.py 353-369, 656-668)
     # The server does not start for Ling: handle_a2a_moe (run at startup by arg_groups/pipeline.py
     # 312 / 277 / 283 / 295 in 0.5.20 / 0.5.21 / 0.5.22 / 0.5.23) runs validate_flashinfer_megamoe_model

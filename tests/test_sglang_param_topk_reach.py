@@ -96,8 +96,9 @@ def test_a_caller_that_cannot_run_ling_is_no_caller():
     specs = path_specs(tree)
     ids = {s["id"] for s in runnable_callers(tree, _spec(tree, "fused:none/flashinfer_trtllm_routed"), specs, {})}
     assert "CompressedTensorsW8A8Fp8MoE/flashinfer_trtllm_routed" not in ids
-    # BF16 asserts no fused shared expert, and Ling's is fused there (test_sglang_shared_fusion)
-    assert "UnquantizedFusedMoEMethod/flashinfer_trtllm_routed" not in ids
+    # BF16 asserts no fused shared expert, and it holds: the server arguments force fusion off for the
+    # routed TRT-LLM runner (overrides.py _moe_runner_fusion_disable; test_sglang_shared_fusion)
+    assert "UnquantizedFusedMoEMethod/flashinfer_trtllm_routed" in ids
     assert "Fp8MoEMethod/flashinfer_trtllm_routed" in ids
     # a method path's specs are left as they are
     own = _spec(tree, "Fp8MoEMethod/flashinfer_trtllm_routed")

@@ -19,6 +19,7 @@ from sglang_fixtures import released
 RELEASES = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
 HPC = "layers/moe/moe_runner/hpc_ops.py"
 TRTLLM = "layers/moe/moe_runner/flashinfer_trtllm.py"
+OVERRIDES = "arg_groups/overrides.py"
 
 
 def _lines(tree, rel: str, needle: str) -> list[int]:
@@ -29,6 +30,13 @@ def _lines(tree, rel: str, needle: str) -> list[int]:
 def _asserts_on_fusion(tree, rel: str) -> list[int]:
     mod = ast.parse(tree.file("sglang/srt/" + rel).read_text())
     return [n.lineno for n in ast.walk(mod) if isinstance(n, ast.Assert) and "num_fused_shared_experts" in ast.unparse(n.test)]
+
+
+def _write_after(tree, test: str) -> int:
+    """The line of the first ``return {"disable_shared_experts_fusion": True}`` after the line ``test``
+    of arg_groups/overrides.py (read as text)."""
+    start = _lines(tree, OVERRIDES, test)[0]
+    return next(i for i in _lines(tree, OVERRIDES, 'return {"disable_shared_experts_fusion": True}') if i > start)
 
 
 def _spec(tree, key: str) -> dict:
@@ -57,14 +65,21 @@ def test_hpc_ops_without_fusion_is_refused_on_the_limit(v, monkeypatch):
 
 
 @pytest.mark.parametrize("v", RELEASES)
-def test_bf16_trtllm_asserts_no_fused_shared_expert(v):
-    # BF16 on FlashInfer TRT-LLM (CUDA only): fusion on, and the BF16 body asserts num_fused_shared_experts == 0
+def test_bf16_trtllm_is_not_fused_so_its_assert_passes(v):
+    # BF16 on FlashInfer TRT-LLM asserts num_fused_shared_experts == 0, but the server arguments force
+    # --disable-shared-experts-fusion for the TRT-LLM runners (arg_groups/overrides.py
+    # _moe_runner_fusion_disable): the assert holds, and the path is judged on its kernel call
     t = released(v)
     at = _asserts_on_fusion(t, TRTLLM)
     assert len(at) == 1
-    for key in ("trtllm-bf16", "UnquantizedFusedMoEMethod/flashinfer_trtllm_routed"):
+    for key, test in (("trtllm-bf16", 'if runner in ("flashinfer_trtllm", "experimental_sgl_trtllm"):'),
+                      ("UnquantizedFusedMoEMethod/flashinfer_trtllm_routed", 'if runner == "flashinfer_trtllm_routed":')):
+        write = _write_after(t, test)
+        f = _spec(t, key)["fusion"]
+        assert (f.fused, f.forced) == (0, f"{OVERRIDES}:{write}"), f.why
         row = sa.audit_tree(t, [key])[0]
-        assert (row.verdict.value, row.file, row.line) == ("UNUSABLE", TRTLLM, at[0]), (key, row.rule)
+        assert row.verdict.value != "UNUSABLE" and (row.file, row.line) != (TRTLLM, at[0]), (key, row.rule)
+        assert "not fused here: --disable-shared-experts-fusion forced" in row.rule and f"{OVERRIDES}:{write}" in row.rule
 
 
 def test_hpc_ops_routing_parameters_are_unusable_for_the_fusion():
@@ -96,11 +111,20 @@ def test_an_ignore_list_treating_both_alike_leaves_the_device_to_decide():
     assert sf.path_fusion(t.root, cuda, data, (True, False)).fused == 0
 
 
-@pytest.mark.parametrize("key,why", [("fused:flashinfer/flashinfer_cutlass", "all-to-all"),
+@pytest.mark.parametrize("key,why", [("fused:flashinfer/flashinfer_cutlass", "_a2a_fusion_adjustments"),
                                      ("ascend", "off on NPU"), ("AWQIntelAMXMoEKernel/direct", "off on CPU")])
 def test_all_to_all_and_devices_off_the_gate_are_not_fused(key, why):
     f = _spec(released("0.5.23"), key)["fusion"]
     assert f.fused == 0 and why in f.why, f.why
+
+
+def test_the_gates_all_to_all_veto_where_the_server_arguments_leave_it():
+    # DeepEP with the Triton runner: no server-argument write (Waterfill, off by default, would force fusion
+    # ON), so the gate decides, and it vetoes every all-to-all backend
+    t = released("0.5.23")
+    spec = {"id": "fused:deepep/triton", "via": "fused:deepep/triton", "platforms": ["CUDA"]}
+    f = sf.path_fusion(t.root, spec, sa.catalog()["shared_fusion"], None)
+    assert (f.fused, f.forced) == (0, None) and "all-to-all backend 'deepep'" in f.why, f.why
 
 
 def test_fp8_blocks_that_do_not_divide_the_partition_leave_it_undecided():

@@ -3,7 +3,7 @@
 Source trees from released wheels, the AST clamp-flow audit, the clamp patches (apply, verify,
 revert byte for byte), ``sglang serve`` flag facts, the clamp numerics (pre- vs post-SiLU) and
 the audit's agreement with a blind hand reading; the startup validations that refuse Ling's
-architecture, the method constructors that raise for any model, the methods selected only for another model and the layer attributes only another model sets; the derived path keys' parts (one reader); the device class each path runs on; whether BailingMoeV3 fuses Ling's shared expert on each path; the format x device matrix of MoE runner
+architecture, the method constructors that raise for any model, the methods selected only for another model and the layer attributes only another model sets; the derived path keys' parts (one reader); the device class each path runs on; whether BailingMoeV3 fuses Ling's shared expert on each path (and the server arguments that force fusion off); the format x device matrix of MoE runner
 backends and what ``auto`` picks.
 """
 
@@ -35,6 +35,7 @@ __all__ = [
     "dispatch",
     "double_reading",
     "flags",
+    "fusion_overrides",
     "import_gates",
     "model_side",
     "moe_params",

@@ -6,13 +6,17 @@ BailingMoeV3 runs its one shared expert as an extra routed slot of the FusedMoE
 its gate ``shared_experts_fusion_disable_reason`` (1429-1515 in 0.5.23, 1354-1440 in 0.5.19)
 returns a reason, consulted before the model is built (``layers/moe/utils.py``
 ``resolve_shared_experts_config`` 601-623 in 0.5.23, ``install_shared_experts_fusion_decision``
-515-545 in 0.5.19) unless ``--disable-shared-experts-fusion`` is given. The gate vetoes fusion for
+515-545 in 0.5.19) unless ``--disable-shared-experts-fusion`` is given or the server arguments force it
+(:mod:`.fusion_overrides`: 0.5.20 ``arg_groups/overrides.py`` 1575-1620 for the FlashInfer CuteDSL and
+TRT-LLM runners and some all-to-all backends). The gate vetoes fusion for
 an all-to-all backend, another architecture, a device that is not CUDA >= (8, 0) or ROCm >= (9, 4),
 a ``w4afp8`` or ``is_fp4_experts`` quant config, a compressed-tensors ignore list that treats the
 shared and routed experts differently, different intermediate sizes, or FP8 blocks that do not
 divide the per-partition intermediate size.
 
-:func:`path_fusion` replays the gate for one path: the all-to-all backend of its key, the device
+:func:`path_fusion` first replays the server arguments' forced writes
+(:func:`~nvfp4study.sglang.fusion_overrides.forced_off`, with the path's runner and all-to-all
+backend), then the gate for one path: the all-to-all backend of its key, the device
 classes it runs on, the quant config its dispatch trail names (the config's ``get_name``), and
 Ling's values the source does not hold (``data/sglang_clamp_paths.yaml`` ``shared_fusion``: the
 model's config.json values, the server's default TP size, the card's ignore list). The answer is
@@ -33,6 +37,7 @@ from typing import Any
 from . import path_keys
 from .clamp_values import _parse as parse_file
 from .code_index import SRT, source_files, walk
+from .fusion_overrides import forced_off
 from .platforms import PLATFORMS
 from .source import SGLangTree
 
@@ -51,6 +56,8 @@ class Fusion:
 
     fused: int | None
     why: str
+    #: ``file:line`` of the server-argument write that forced fusion off (:mod:`.fusion_overrides`)
+    forced: str | None = None
 
 
 def _gate(root: Path) -> ast.FunctionDef | None:
@@ -109,12 +116,17 @@ def path_fusion(root: Path, spec: dict, data: dict, card_ignored: tuple[bool, bo
     capability test passes on, runner device limits). ``card_ignored``: (shared, routed) ignored
     under the card's ignore list by the tree's ``should_ignore_layer`` (None: not evaluated).
     """
+    key = spec.get("via", spec["id"])
+    # the server arguments come first: a forced --disable-shared-experts-fusion skips the gate
+    if forced := forced_off(root, path_keys.runner(key), path_keys.a2a(key), tuple(data.get("server_unknown", ()))):
+        o = forced[0]
+        return Fusion(0, f"--disable-shared-experts-fusion forced by the server arguments' {o.function} "
+                         f"({o.where}, {o.test})", forced=o.where)
     fn = _gate(root)
     if fn is None:
         return Fusion(0, f"{MODEL}: no {GATE}: fusion is not decided by a Bailing gate")
     at = _vetoes(fn)
     line = lambda k: f"{MODEL}:{at.get(k, fn.lineno)}"  # noqa: E731
-    key = spec.get("via", spec["id"])
     model = data["model"]
     if path_keys.a2a(key) != "none":
         return Fusion(0, f"all-to-all backend {path_keys.a2a(key)!r}: vetoed ({line('a2a')})")
@@ -170,11 +182,18 @@ def with_fusion(tree: SGLangTree, specs: list[dict], data: dict) -> list[dict]:
 
 def fusion_noted(root: Path, spec: dict, row: Any) -> Any:
     """``row`` (an ``audit.PathResult`` of ``spec``) with its path's fusion decision added to the
-    rule where it stops at a check on ``num_fused_shared_experts`` (:func:`fusion_refusals`)."""
+    rule where it stops at a check on ``num_fused_shared_experts`` (:func:`fusion_refusals`), or
+    where the server arguments forced fusion off on a path whose steps run a file holding such a
+    check (the check then passes: the row cites the write that made it pass)."""
     fusion = spec.get("fusion")
-    if fusion is None or fusion.fused is None or (row.file, row.line) not in fusion_refusals(root):
+    if fusion is None or fusion.fused is None:
         return row
-    return replace(row, rule=f"{row.rule} (Ling's shared expert is fused here: {fusion.why})")
+    if (row.file, row.line) in fusion_refusals(root):
+        return replace(row, rule=f"{row.rule} (Ling's shared expert is fused here: {fusion.why})")
+    files = {s.split("::", 1)[0] for s in spec.get("steps", [])}
+    if fusion.forced and files & {f for f, _ in fusion_refusals(root)}:
+        return replace(row, rule=f"{row.rule} (Ling's shared expert is not fused here: {fusion.why})")
+    return row
 
 
 @cache
