@@ -137,7 +137,9 @@ def test_malformed_readings_are_named_errors(tmp_path, old, new, message):
     "(90.0 %), held out (its readers agreed with each other on 25 / 27 / 27 / 27; misses: the BF16 TRT-LLM and TRT-LLM "
     "routed paths round 12 calls UNUSABLE for a fused shared expert that SGLang's server arguments turn off for those "
     "backends, read UNDECIDED / APPLIED; 0.5.19 fused:flashinfer/flashinfer_cutlass, whose prefill reaches the fused "
-    "function as a standard dispatch output without moe_output, decided UNUSABLE, audited DOUBLE / APPLIED); the eighth "
+    "function as a standard dispatch output without moe_output, decided UNUSABLE, audited DOUBLE / APPLIED; a clamp "
+    "reader's citation of the server-argument overrides then guided a fix, r13a: 29 of 30 each after it, not held-out "
+    "evidence: no sample is held out for the audit as it is, which tests/held_out.py checks from git); the eighth "
     "(drawn at 1eb349a, read twice the same way by Z1 .. Z6 under R7.md, decided by Y3a) agreed on 2026-12-07 for "
     "routed_scaling_factor on 25 of 30, "
     "norm_topk_prob 28, correction_bias 28, grouped_topk 28, held out (its readers agreed with each other on 27 / 28 / "
@@ -170,9 +172,13 @@ def test_malformed_readings_are_named_errors(tmp_path, old, new, message):
 def test_the_audit_agrees_with_the_stored_readings():
     """>= 95 % per parameter over the held-out sample of blind readings (:data:`agreement.PARAM_HELD_OUT`,
     drawn after the parameter audit's last change; not run while there are none)."""
+    from held_out import audit_commits_since, drawn_at
+
     method, readings = ag.param_hand_readings()
     if not readings:
         pytest.skip(f"not run: no blind hand readings in sglang/{ag.PARAM_READINGS} yet")
+    since = audit_commits_since(drawn_at(method[f"{ag.PARAM_HELD_OUT}_sample"]))
+    assert not since, f"the {ag.PARAM_HELD_OUT} sample no longer held out: the audit changed after its draw ({since})"
     clamp = {v: audit_tree(released(v)) for v in sorted({rd.release for rds in readings.values() for rd in rds})}
     rows = {name: [r.as_json() for v in sorted({rd.release for rd in rds})
                    for r in audit_param(released(v), name, clamp_rows=clamp[v])]  # one clamp audit per release

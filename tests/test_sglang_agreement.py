@@ -199,6 +199,25 @@ def _env_dependent(doc: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> set[
             if default.get((r["release"], r["path"])) != open_.get((r["release"], r["path"]))}
 
 
+def _fusion_dependent(doc: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> set[tuple[str, str]]:
+    """``(release, path)`` of the readings made before Ling's intermediate sizes were in the readers' rules
+    (every sample before the fourteenth, C13.md) whose verdict is the audit's with shared-expert fusion left
+    out (no ``num_fused_shared_experts`` fact) and not the audit's as it is."""
+    from nvfp4study.sglang import audit as sa
+
+    cands = [r for r in doc["readings"] if r.get("sample", "first") != "fourteenth"]
+    by_release: dict[str, set[str]] = {}
+    for r in cands:
+        by_release.setdefault(r["release"], set()).add(r["path"])
+    default = {(v, x.path): x.verdict.value for v, ps in by_release.items() for x in audit_tree(released(v), sorted(ps))}
+    with monkeypatch.context() as m:
+        m.setattr(sa, "with_fusion", lambda tree, specs, data: specs)
+        unfused = {(v, x.path): x.verdict.value for v, ps in by_release.items()
+                   for x in audit_tree(released(v), sorted(ps))}
+    return {(r["release"], r["path"]) for r in cands if default.get((r["release"], r["path"])) != r["verdict"]
+            == unfused.get((r["release"], r["path"]))}
+
+
 def test_agreement_counted_by_hand(doc, rows, monkeypatch):
     audit = _verdict_of(rows)
     apart = [r for r in doc["readings"] if r.get("not_compared")]
@@ -235,8 +254,12 @@ def test_agreement_counted_by_hand(doc, rows, monkeypatch):
     reach = [r for r in doc["readings"] if (r["release"], r["path"].split("/")[0]) in guarded
              and "if it is reached" in r["reason"] and r["verdict"] != "UNUSABLE"]
     assert [r for r in apart if "judged as if reached" in r["not_compared"]] == reach and len(reach) == 1
-    assert {(r["release"], r["path"]) for r in apart if r not in a2a and r not in env and r not in reach} == {
-        (r["release"], r["path"]) for r in gated + auto if r["verdict"] != "UNUSABLE"} and len(apart) == 22
+    # ... and every reading made before C13.md gave Ling's intermediate sizes that judged the branch with Ling's
+    # shared expert not fused, where the audit (round 12, sglang/shared_fusion.py) finds it fused
+    fused = [r for r in apart if "intermediate sizes" in r["not_compared"]]
+    assert {(r["release"], r["path"]) for r in fused} == _fusion_dependent(doc, monkeypatch) and len(fused) == 4
+    assert {(r["release"], r["path"]) for r in apart if r not in a2a + env + reach + fused} == {
+        (r["release"], r["path"]) for r in gated + auto if r["verdict"] != "UNUSABLE"} and len(apart) == 26
     assert moe_params.shared()["env_gated_fused_func"] == "unusable"
     assert moe_params.shared()["env_flags"] == "default"
     # issue 23's bar: at least 95 % over the readings of its three samples, the held-out third too
@@ -376,7 +399,9 @@ def test_headline_on_the_released_trees(rows):
     "fusion off for TRT-LLM backends, read DROPPED; a per-tensor FP8 branch both readers left out after C13's "
     "FP8 block-size line, read APPROX, audited DROPPED; an FP8 method on the Ascend runner that builds no runner "
     "for FP8 experts and a MiniMax-M3-only quantization, read UNUSABLE, audited DROPPED; an NPU W4A8 int8 scheme "
-    "whose constructor the audit finds raising, audited UNUSABLE, read DROPPED); the thirteenth (drawn at "
+    "whose constructor the audit finds raising, audited UNUSABLE, read DROPPED; one reader's citation of those "
+    "server-argument overrides then guided a fix, r13a: 26 of 30 after it, so no sample is held out for the audit "
+    "as it is, which tests/held_out.py checks from git); the thirteenth (drawn at "
     "1eb349a, read twice the same way by O1 .. O6 under C12.md, decided by X3) agreed on 28 of 30 (93.3 %) on "
     "2026-12-07, held out (its readers agreed with "
     "each other on 29 of 30; misses: 0.5.20 Fp8MoEMethod/hpc_ops, whose runner refuses fused shared experts before "
@@ -406,6 +431,10 @@ def test_headline_on_the_released_trees(rows):
 def test_the_held_out_sample_agrees_at_95_percent(doc, rows):
     """Issue 36: at least 95 % over a fresh blind sample of at least 30 derived paths drawn after the
     last change of the audit and seen by no one who changed it (:data:`agreement.HELD_OUT`)."""
+    from held_out import audit_commits_since, drawn_at
+
+    since = audit_commits_since(drawn_at(doc["method"][f"{ag.HELD_OUT}_sample"]))
+    assert not since, f"the {ag.HELD_OUT} sample no longer held out: the audit changed after its draw ({since})"
     audit = _verdict_of(rows)
     held = [r for r in doc["readings"] if r.get("sample") == ag.HELD_OUT]
     k = sum(r["verdict"] == audit.get((r["release"], r["path"]), "NOT LISTED") for r in held)
