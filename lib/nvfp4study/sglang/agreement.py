@@ -308,7 +308,8 @@ def finding(res: dict[str, Any], main_rows: list[Any], version: str) -> dict[str
     a, o = res["agreement"], res["agreement"].overall
     method = hand_readings()[0]
     samples = [method[k] for k in SAMPLE_KEYS if method.get(k)]
-    drawn = " and ".join(f"{x['per_release']} per release, seed {x['seed']}" for x in samples)
+    drawn = " and ".join((f"{x['pooled']} pooled over the releases" if "pooled" in x else
+                          f"{x['per_release']} per release") + f", seed {x['seed']}" for x in samples)
     readers = len(readers_of(hand_readings()[1]))
     return dict(
         measured=ledger_measured(a, res["counted"], stage_counts(main_rows, a, version)),
