@@ -166,13 +166,22 @@ def _reached(body: list[ast.stmt], target: ast.AST, ev: _Eval, tests: list[str])
     return False
 
 
-def _all_writes(root: Path) -> list[tuple[str, ast.FunctionDef, ast.AST]]:
+def _all_writes(root: Path) -> tuple[tuple[str, ast.FunctionDef, ast.AST], ...]:
+    """Every write of ``disable_shared_experts_fusion = True`` in the server-argument files, with its
+    file and function: read once per state of the tree (:func:`forced_off` asks once per path)."""
+    from .code_index import tree_stamp
+
+    return _writes(Path(root), tree_stamp(root))
+
+
+@cache
+def _writes(root: Path, _stamp: tuple) -> tuple[tuple[str, ast.FunctionDef, ast.AST], ...]:
     out = []
     for rel, mod in _arg_files(root):
         for fn in walk(mod):
             if isinstance(fn, ast.FunctionDef):
                 out += [(rel, fn, n) for n in walk(fn) if _writes_true(n)]
-    return out
+    return tuple(out)
 
 
 def forced_off(root: Path, runner: str | None, a2a: str, unknown: tuple[str, ...] = ()) -> list[Override]:
@@ -183,12 +192,13 @@ def forced_off(root: Path, runner: str | None, a2a: str, unknown: tuple[str, ...
     unknown and its write is not counted. Empty: fusion is left to the model's gate."""
     from .code_index import tree_stamp
 
-    fields = {k: v for k, v in _defaults(Path(root), tree_stamp(root)).items() if k not in unknown}
+    stamp = tree_stamp(root)
+    fields = {k: v for k, v in _defaults(Path(root), stamp).items() if k not in unknown}
     fields[A2A] = a2a
     if runner is not None:
         fields[RUNNER] = runner
     out = []
-    for rel, fn, node in _all_writes(Path(root)):
+    for rel, fn, node in _writes(Path(root), stamp):
         tests: list[str] = []
         if _reached(fn.body, node, _Eval(fields, _aliases(fn)), tests) is True:
             out.append(Override(f"{rel}:{_line(node)}", fn.name, " and ".join(tests)))

@@ -29,11 +29,19 @@ def _rerouters(param: Any) -> tuple[str, ...]:
     return tuple(sorted(n for n, e in param.sinks.items() if e.get("reroutes")))
 
 
-@lru_cache(maxsize=512)
 def _mentions(root: Any, rel: str, names: tuple[str, ...]) -> bool:
-    """Whether file ``rel`` of the tree at ``root`` names one of ``names`` (a cheap test before a run)."""
+    """Whether file ``rel`` of the tree at ``root`` names one of ``names`` (a cheap test before a run); read
+    once per state of the file (an overlay patched in place is read again)."""
     path = Path(root) / "sglang/srt" / rel
-    return path.is_file() and any(n in path.read_text(encoding="utf-8", errors="replace") for n in names)
+    if not path.is_file():
+        return False
+    st = path.stat()
+    return _mentions_at(path, st.st_mtime_ns, st.st_size, names)
+
+
+@lru_cache(maxsize=512)
+def _mentions_at(path: Path, _mtime_ns: int, _size: int, names: tuple[str, ...]) -> bool:
+    return any(n in path.read_text(encoding="utf-8", errors="replace") for n in names)
 
 
 def reroute_hits(tree: SGLangTree, spec: dict, param: Any) -> list[tuple[str, str]]:

@@ -96,16 +96,24 @@ def config_names(root: Path, cls: str) -> set[str]:
     """The names ``cls.get_name`` returns (its string ``return`` constants; ``Fp8Config``: ``mxfp8``
     or ``fp8``, fp8.py 322-323 in 0.5.23), from the class's own definition (not a fallback alias
     such as 0.5.19's ``CompressedTensorsConfig = DummyConfig``, quantization/__init__.py 19);
-    empty when the class or method is not found."""
+    empty when the class or method is not found. Read once per class and state of the tree (the
+    audit asks once per path)."""
+    from .code_index import tree_stamp
+
+    return set(_config_names(Path(root), cls, tree_stamp(root)))
+
+
+@cache
+def _config_names(root: Path, cls: str, _stamp: tuple) -> frozenset[str]:
     for path, text in source_files(root):
         if f"class {cls}" not in text:
             continue
         node = next((n for n in walk(parse_file(path)) if isinstance(n, ast.ClassDef) and n.name == cls), None)
         fn = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "get_name"), None) if node else None
         if fn is not None:
-            return {c.value for r in walk(fn) if isinstance(r, ast.Return) for c in walk(r)
-                    if isinstance(c, ast.Constant) and isinstance(c.value, str)}
-    return set()
+            return frozenset(c.value for r in walk(fn) if isinstance(r, ast.Return) for c in walk(r)
+                             if isinstance(c, ast.Constant) and isinstance(c.value, str))
+    return frozenset()
 
 
 def path_fusion(root: Path, spec: dict, data: dict, card_ignored: tuple[bool, bool] | None) -> Fusion:  # noqa: C901
