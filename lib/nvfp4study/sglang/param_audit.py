@@ -1,9 +1,8 @@
 """Every parameter of Ling's MoE on every path: the audit of a parameter other than the clamp.
 
-The clamp's audit is :mod:`nvfp4study.sglang.audit`; this module follows a *scalar* parameter (the
-routed scaling factor, 2.5 for Ling) through the same paths with the same interpreter
-(:func:`~nvfp4study.sglang.audit.run_path` with the parameter's spec from ``data/moe_params.yaml``)
-and counts where it is applied:
+The clamp's audit is :mod:`nvfp4study.sglang.audit`; this module follows a *scalar* parameter (the routed
+scaling factor, 2.5 for Ling) through the same paths with the same interpreter (:func:`~nvfp4study.sglang.
+audit.run_path` with the parameter's spec from ``data/moe_params.yaml``) and counts where it is applied:
 
 - **top-k**: the FusedMoE helper that makes TopK fold the factor into the routed weights, run with
   the path's method object and backend (its file and function are data: ``applications.topk``);
@@ -14,13 +13,12 @@ and counts where it is applied:
   param_runner`, which also finds a registered custom op the path hands None where its schema takes an int: UNUSABLE);
 - **model**: BailingMoeV3's own product (``applications.model``: on the all-to-all paths only).
 
-Verdicts: ``APPLIED`` (once), ``DROPPED`` (nowhere), ``DOUBLE`` (twice or more), ``UNDECIDED`` (a
-part the audit cannot decide, with where), and, as for the clamp, ``REFUSED`` (the path raises
-about this parameter), ``UNUSABLE`` (it cannot run Ling: the clamp audit's UNUSABLE, or its
-REFUSED: Ling's clamp is set), ``ABSENT``. Routing parameters (``kind: routing``: Ling's
-renormalisation, correction bias and grouped top-k) are judged where routing is decided, TopK or the
-runner it hands the logits to (:mod:`nvfp4study.sglang.param_routing`, :func:`judge_routing`):
-``APPLIED`` / ``DROPPED`` / ``WRONG``.
+Verdicts: ``APPLIED`` (once), ``DROPPED`` (nowhere), ``DOUBLE`` (twice or more), ``UNDECIDED`` (a part the
+audit cannot decide, with where), and, as for the clamp, ``REFUSED`` (the path raises about this parameter),
+``UNUSABLE`` (it cannot run Ling: the clamp audit's UNUSABLE, or its REFUSED: Ling's clamp is set), ``ABSENT``.
+Routing parameters (``kind: routing``: Ling's renormalisation, correction bias and grouped top-k) are judged
+where routing is decided, TopK or the runner it hands the logits to (:mod:`nvfp4study.sglang.param_routing`,
+:func:`judge_routing`): ``APPLIED`` / ``DROPPED`` / ``WRONG``.
 """
 
 from __future__ import annotations
@@ -37,6 +35,7 @@ from .audit import PathResult, audit_tree, path_specs
 from .audit_run import _short, run_path
 from .audit_sinks import ClampVerdict, _arg, flashinfer_pin
 from .clamp_flow import Interp
+from .code_index import listing_once
 from .param_epilogue import epilogue_sink
 from .param_reroute import with_reroutes
 from .param_routing import backend_instance as _backend_instance
@@ -93,6 +92,7 @@ def _result(spec: dict, tree: SGLangTree, param: moe_params.ParamSpec, verdict: 
                        platform=describe(spec.get("platforms", PLATFORMS)), **kw)
 
 
+@listing_once  # the tree's files listed once for the whole judgement (it changes none)
 def audit_param(tree: SGLangTree, name: str, path_ids: list[str] | None = None,
                 clamp_rows: list[PathResult] | None = None) -> list[ParamResult]:
     """Every path of ``tree`` (or only ``path_ids``) judged for parameter ``name``.
