@@ -81,30 +81,47 @@ def _only_in_create_weights(root: Path, name: str) -> bool:
         if name not in text or not pat.search(text):
             continue
         try:
-            tree = _parse(path)
+            defined, outside, inside = _file_stores(_parse(path))
         except SyntaxError:
             return False  # a file that cannot be read may set it
-        for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
-            if fn.name == name:
-                return False
-            for node in walk(fn) if fn.name != "create_weights" else ():
-                if _stores(node, name):
-                    return False
-            seen = seen or (fn.name == "create_weights" and any(_stores(n, name, own=False) for n in walk(fn)))
+        if name in defined or name in outside:
+            return False
+        seen = seen or name in inside
     return seen
 
 
-def _stores(node: ast.AST, name: str, own: bool = True) -> bool:
-    """Whether ``node`` gives an object the attribute ``name`` (``own``: also a store on ``self``
-    only where that is all it is, for the create_weights functions; any store otherwise)."""
-    if isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.ctx, ast.Store):
-        return own or not (isinstance(node.value, ast.Name) and node.value.id == "self")
-    if isinstance(node, ast.Call):
-        f = node.func
-        at = 1 if isinstance(f, ast.Name) and f.id == "setattr" else 0 if (
-            isinstance(f, ast.Attribute) and f.attr in _REGISTER) else None
-        return at is not None and _const_name(node, at) and node.args[at].value == name
-    return False
+def _file_stores(tree: ast.Module) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """``(defined, outside, inside)`` for a parsed file: the names of its functions, the attribute
+    names its functions other than ``create_weights`` give any object (:func:`_stored_names`), and those
+    its ``create_weights`` functions give an object other than ``self``. Kept on the tree (the parsed
+    trees are shared and never changed): one walk per file, not one per file and attribute name."""
+    got = getattr(tree, "_attr_stores", None)
+    if got is None:
+        defined, outside, inside = set(), set(), set()
+        for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            defined.add(fn.name)
+            own = fn.name != "create_weights"
+            (outside if own else inside).update(_stored_names(walk(fn), own))
+        got = tree._attr_stores = (frozenset(defined), frozenset(outside), frozenset(inside))
+    return got
+
+
+def _stored_names(nodes: tuple[ast.AST, ...], own: bool) -> set[str]:
+    """The attribute names ``nodes`` give an object: ``x.name = ...``, ``setattr(x, "name", ...)``,
+    ``x.register_parameter("name", ...)`` / ``register_buffer`` (``own``: a store on ``self`` counts
+    too; False for the create_weights functions, where ``self.name`` is the method's own)."""
+    out = set()
+    for node in nodes:
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            if own or not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+                out.add(node.attr)
+        elif isinstance(node, ast.Call):
+            f = node.func
+            at = 1 if isinstance(f, ast.Name) and f.id == "setattr" else 0 if (
+                isinstance(f, ast.Attribute) and f.attr in _REGISTER) else None
+            if at is not None and _const_name(node, at):
+                out.add(node.args[at].value)
+    return out
 
 
 __all__ = ["closed_create_weights", "create_weights_only"]
