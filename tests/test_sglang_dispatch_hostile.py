@@ -308,6 +308,7 @@ def test_the_text_of_at_most_two_trees_is_kept(tmp_path):
     """``attribute_never_set`` reads every file of a tree; each audited tree (a test's edited copy)
     once kept its text for good (50 MB a release): the suite's process grew by that per copy."""
     from nvfp4study.sglang import code_index as ci
+    from nvfp4study.sglang import tree_files
 
     roots = []
     for i in range(4):
@@ -321,7 +322,7 @@ def test_the_text_of_at_most_two_trees_is_kept(tmp_path):
     first = ci.source_files(roots[0])[0][1]  # the first tree's text, as the reader holds it
     got += [ci.attribute_never_set(r, "y") for r in roots[1:]]
     assert got == [True, False, True, False]  # ``def y(`` in the odd trees only
-    ci._read_sources.cache_clear()
+    tree_files._read_sources.cache_clear()
     gc.collect()
     # nothing else keeps the first tree's text: only this test's own name for it
     assert not [r for r in gc.get_referrers(first) if isinstance(r, (list, tuple, dict))]

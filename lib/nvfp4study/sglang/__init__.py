@@ -1,6 +1,6 @@
 """SGLang's released source as evidence: where the SwiGLU clamp limit goes on every MoE path.
 
-Source trees from released wheels, the AST clamp-flow audit, the clamp patches (apply, verify,
+Source trees from released wheels (their files and the states the audit's caches key on), the AST clamp-flow audit, the clamp patches (apply, verify,
 revert byte for byte), ``sglang serve`` flag facts, the clamp numerics (pre- vs post-SiLU) and
 the audit's agreement with a blind hand reading; the startup validations that refuse Ling's
 architecture, the method constructors that raise for any model, the methods selected only for another model and the layer attributes only another model sets; the derived path keys' parts (one reader); the device class each path runs on; whether BailingMoeV3 fuses Ling's shared expert on each path (and the server arguments that force fusion off); the format x device matrix of MoE runner
@@ -58,4 +58,5 @@ __all__ = [
     "shared_fusion",
     "source",
     "startup_checks",
+    "tree_files",
 ]

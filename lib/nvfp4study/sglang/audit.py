@@ -44,15 +44,7 @@ from . import path_keys
 from .audit_run import PathRun, _short, entry_steps, run_path
 from .audit_sinks import ClampVerdict, flashinfer_check, judge_hit
 from .clamp_flow import Interp
-from .code_index import (
-    CodeIndex,
-    alias_target,
-    class_defined,
-    forget_settable,
-    listing_once,
-    one_stamp_per_tree,
-    source_files,
-)
+from .code_index import CodeIndex, alias_target, class_defined, forget_settable, source_files
 from .ctor_checks import constructor_raised
 from .dispatch import backend_values, derive_paths
 from .loader_checks import loader_refused
@@ -63,6 +55,7 @@ from .platforms import PLATFORMS, describe
 from .shared_fusion import fusion_noted, with_fusion
 from .source import SGLangTree
 from .startup_checks import startup_refused
+from .tree_files import listing_once
 
 #: Order used when several kernel calls of one path disagree: the path is as bad as its worst.
 _SEVERITY = [ClampVerdict.DROPPED, ClampVerdict.APPROX, ClampVerdict.UNDECIDED,
@@ -361,6 +354,7 @@ def _no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
+@listing_once
 def audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[PathResult]:
     """Audit every path of one tree (or only ``path_ids``), the model side first.
 
@@ -374,14 +368,13 @@ def audit_tree(tree: SGLangTree, path_ids: list[str] | None = None) -> list[Path
     (:func:`nvfp4study.sglang.model_side.model_side`), every path is DROPPED with that reason
     and the model file's line, whatever the path alone would give (kept in the rule).
 
-    Run with the cycle collector off (:func:`_no_cyclic_gc`) and the tree's files listed once
-    (:func:`~nvfp4study.sglang.code_index.one_stamp_per_tree`).
+    Run with the cycle collector off (:func:`_no_cyclic_gc`) and the tree's files listed once.
 
     Raises:
         NoBailingMoeV3: the tree has no ``models/bailing_moe_v3.py``.
         AuditError: a file the catalogue names does not parse.
     """
-    with _no_cyclic_gc(), one_stamp_per_tree():
+    with _no_cyclic_gc():
         return _audit_tree(tree, path_ids)
 
 

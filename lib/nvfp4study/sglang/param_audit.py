@@ -35,7 +35,6 @@ from .audit import PathResult, audit_tree, path_specs
 from .audit_run import _short, run_path
 from .audit_sinks import ClampVerdict, _arg, flashinfer_pin
 from .clamp_flow import Interp
-from .code_index import listing_once
 from .param_epilogue import epilogue_sink
 from .param_reroute import with_reroutes
 from .param_routing import backend_instance as _backend_instance
@@ -46,6 +45,7 @@ from .param_runner import runnable_callers as _runnable_callers
 from .param_runner import runner_device_spec as _runner_device_spec
 from .platforms import PLATFORMS, describe
 from .source import SGLangTree
+from .tree_files import listing_once
 
 
 class ParamVerdict(StrEnum):
