@@ -93,6 +93,7 @@ def catalog() -> dict[str, Any]:
     """The sink table and path catalog (``data/sglang_clamp_paths.yaml``)."""
     return yaml.safe_load(resources.files(__package__).joinpath("data/sglang_clamp_paths.yaml").read_text())
 
+
 @listing_once  # the fusion facts ask for the tree's state once per path
 def path_specs(tree: SGLangTree) -> list[dict]:
     """The paths to audit in ``tree``: each catalogued id with the steps and facts of the derived
