@@ -1,7 +1,8 @@
 """The audit's in-process memos (issue 33, ``make test`` within 10 minutes) give what the plain
 computation gives: the tree stamp lists files in pathlib's order, a node's kept unparsed text is
 dropped by a renamed copy, the interpreter's per-module parts follow a file edited in place, and
-the import guards read once come back as fresh lists."""
+the import guards read once come back as fresh lists, and what is kept once per tree state (path
+specs) is computed again after an edit or a swapped table, and handed out as copies."""
 
 from __future__ import annotations
 
@@ -65,3 +66,29 @@ def test_import_guards_read_once_are_fresh_lists():
     assert first == ig._read_imports_of(mod, "a.b.c") == [(3, None), (5, None)]
     first.append((99, "mutated"))
     assert ig._imports_of(mod, "a.b.c") == [(3, None), (5, None)]
+
+
+def test_once_per_state_recomputes_on_an_edit_or_a_swapped_table_and_hands_out_copies(tmp_path):
+    from nvfp4study.sglang.source import SGLangTree
+    from nvfp4study.sglang.tree_files import once_per_state
+
+    root = _tree(tmp_path, {"a.py": "x = 1\n"})
+    tree = SGLangTree(root=root, version="0.0.0")
+    calls, table = [], {"rows": 1}
+
+    @once_per_state(depends=lambda: (table,))
+    def rows(t):
+        calls.append(t)
+        text = (t.root / "sglang/srt/a.py").read_text()
+        return [{"text": text, "n": table["rows"]}]
+
+    first = rows(tree)
+    first[0]["text"] = "changed by a caller"
+    assert rows(tree) == [{"text": "x = 1\n", "n": 1}] and len(calls) == 1  # a copy each time, computed once
+    (root / "sglang/srt/a.py").write_text("x = 22\n")  # another size: another state
+    assert rows(tree) == [{"text": "x = 22\n", "n": 1}] and len(calls) == 2
+    table = {"rows": 2}  # another table object (what a caller swapping the catalogue does): computed again
+    assert rows(tree) == [{"text": "x = 22\n", "n": 2}] and len(calls) == 3
+    rows.cache_clear()
+    assert rows(tree) == [{"text": "x = 22\n", "n": 2}] and len(calls) == 4
+

@@ -55,7 +55,7 @@ from .platforms import PLATFORMS, describe
 from .shared_fusion import fusion_noted, with_fusion
 from .source import SGLangTree
 from .startup_checks import startup_refused
-from .tree_files import listing_once
+from .tree_files import listing_once, once_per_state
 
 #: Order used when several kernel calls of one path disagree: the path is as bad as its worst.
 _SEVERITY = [ClampVerdict.DROPPED, ClampVerdict.APPROX, ClampVerdict.UNDECIDED,
@@ -94,7 +94,8 @@ def catalog() -> dict[str, Any]:
     return yaml.safe_load(resources.files(__package__).joinpath("data/sglang_clamp_paths.yaml").read_text())
 
 
-@listing_once  # the fusion facts ask for the tree's state once per path
+# once per tree state, catalogue and fusion step (the clamp audit and each parameter's ask for them)
+@once_per_state(depends=lambda: (catalog(), with_fusion))
 def path_specs(tree: SGLangTree) -> list[dict]:
     """The paths to audit in ``tree``: each catalogued id with the steps and facts of the derived
     path it names (:func:`nvfp4study.sglang.dispatch.derive_paths`), then every derived path the

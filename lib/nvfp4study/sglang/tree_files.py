@@ -83,6 +83,46 @@ def listing_once(fn: Callable[P, R]) -> Callable[P, R]:
     return listed
 
 
+class _Same:
+    """A cache-key part equal only to the very object it holds (hashed by identity, kept alive so that
+    its id is not reused while the entry lives): for inputs that are unhashable dicts."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: object):
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+
+def once_per_state(depends: Callable[[], tuple] = tuple, maxsize: int = 8):
+    """Decorator for ``fn(tree) -> list[dict]`` (a tree read, none of its files changed): computed once
+    per tree state (:func:`tree_stamp`) and per object ``depends()`` returns (by identity: a table the
+    result is built from, which a caller may swap), inside :func:`one_stamp_per_tree`. Each call gets
+    a new list of shallow copies of the rows. ``cache_clear`` empties it (the suite's cache bound)."""
+
+    def wrap(fn: Callable[[object], list[dict]]) -> Callable[[object], list[dict]]:
+        @lru_cache(maxsize=maxsize)
+        def per_state(tree: object, _stamp: tuple, _deps: tuple) -> list[dict]:
+            return fn(tree)
+
+        @functools.wraps(fn)
+        def cached(tree) -> list[dict]:
+            with one_stamp_per_tree():
+                rows = per_state(tree, tree_stamp(tree.root), tuple(_Same(d) for d in depends()))
+                return [dict(r) for r in rows]
+
+        cached.cache_clear = per_state.cache_clear
+        cached.cache_info = per_state.cache_info
+        return cached
+
+    return wrap
+
+
 def tree_stamp(root: Path) -> tuple[tuple[str, int, int], ...]:
     """``((path, size, mtime_ns), ...)`` for every ``*.py`` of :func:`py_files`: the state of the
     tree's sources, for caches that must see a tree patched in place (-1 for a bad link); read
