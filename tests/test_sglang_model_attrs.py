@@ -86,3 +86,16 @@ def test_the_layers_torch_module_methods_are_no_other_models_attribute():
     # the card's path on 0.5.23 hands the limit to FlashInfer CUTLASS as swiglu_limit: SwigluBias, pre-SiLU (K.md)
     assert rows["nvfp4-w4a4-cutlass"].verdict.value == "APPROX", rows["nvfp4-w4a4-cutlass"].rule
     assert rows["UnquantizedFusedMoEMethod/triton"].verdict.value == "EXACT", rows["UnquantizedFusedMoEMethod/triton"].rule
+
+
+def test_each_store_of_a_file_is_numbered_on_its_own_line():
+    # the per-file scan counts lines on from the previous store; each must land on the line that holds it
+    from nvfp4study.sglang.model_attrs import _file_stores
+
+    text = ('"""doc\n\nstring"""\nself.a = 1\nx = 2\n\n\nlayer.b: int = 3\nself.a += 4\n'
+            'setattr(layer, "c", 5)\nif self.d == 6:\n    self.e = (7,\n        8)\n')
+    want = [(name, f"models/m.py:{i}") for i, ln in enumerate(text.splitlines(), 1)
+            for name in ("a", "b", "c", "d", "e") if (f".{name}" in ln and "==" not in ln) or f'"{name}"' in ln]
+    assert list(_file_stores("models/m.py", text)) == want
+    assert [w for _, w in want] == ["models/m.py:4", "models/m.py:8", "models/m.py:9", "models/m.py:10",
+                                    "models/m.py:12"]

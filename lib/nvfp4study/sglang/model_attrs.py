@@ -91,10 +91,21 @@ def _other_model_stores(root: Path, _stamp: int) -> dict[str, tuple[str, ...]]:
     for path, text in source_files(root):
         rel = path.relative_to(root).as_posix()
         if rel.startswith(SRT + "models/") and rel not in ling:
-            for m in _ANY_STORE.finditer(text):
-                out.setdefault(m.group(1) or m.group(2), []).append(
-                    f"{rel[len(SRT):]}:{text.count(chr(10), 0, m.start()) + 1}")
+            for name, where in _file_stores(rel[len(SRT):], text):
+                out.setdefault(name, []).append(where)
     return {k: tuple(v) for k, v in out.items()}
+
+
+@lru_cache(maxsize=4096)
+def _file_stores(rel: str, text: str) -> tuple[tuple[str, str], ...]:
+    """``((name, "rel:LINE"), ...)`` of one file's attribute stores and ``setattr`` calls, in order:
+    kept by the file's text, so a copy of a tree (or a tree edited elsewhere) reads it once."""
+    out, line, at = [], 1, 0
+    for m in _ANY_STORE.finditer(text):
+        line += text.count("\n", at, m.start())  # counted on from the last match, not from the top
+        at = m.start()
+        out.append((m.group(1) or m.group(2), f"{rel}:{line}"))
+    return tuple(out)
 
 
 @lru_cache(maxsize=4096)
