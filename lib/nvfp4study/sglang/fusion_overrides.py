@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from functools import cache
+from functools import lru_cache
 from pathlib import Path
 
 from .clamp_values import _parse as parse_file
 from .code_index import SRT, source_files, walk
+from .tree_files import tree_stamp
 
 FIELD = "disable_shared_experts_fusion"
 #: the server-argument fields a path decides (``path_keys.runner`` / ``path_keys.a2a``)
@@ -75,7 +76,7 @@ def _arg_files(root: Path) -> list[tuple[str, ast.Module]]:
     return out
 
 
-@cache
+@lru_cache(maxsize=8)
 def _defaults(root: Path, _stamp: tuple) -> dict[str, object]:
     """``{field: default}`` of the server arguments declared with a constant default
     (``load_format: A[str, ...] = "auto"``): ``server_args.py`` (0.5.19) or ``arg_groups/fields/``."""
@@ -166,16 +167,10 @@ def _reached(body: list[ast.stmt], target: ast.AST, ev: _Eval, tests: list[str])
     return False
 
 
-def _all_writes(root: Path) -> tuple[tuple[str, ast.FunctionDef, ast.AST], ...]:
+@lru_cache(maxsize=8)  # a few tree states at a time (a run patches a copy a handful of times)
+def _writes(root: Path, _stamp: tuple) -> tuple[tuple[str, ast.FunctionDef, ast.AST], ...]:
     """Every write of ``disable_shared_experts_fusion = True`` in the server-argument files, with its
     file and function: read once per state of the tree (:func:`forced_off` asks once per path)."""
-    from .code_index import tree_stamp
-
-    return _writes(Path(root), tree_stamp(root))
-
-
-@cache
-def _writes(root: Path, _stamp: tuple) -> tuple[tuple[str, ast.FunctionDef, ast.AST], ...]:
     out = []
     for rel, mod in _arg_files(root):
         for fn in walk(mod):
@@ -190,8 +185,6 @@ def forced_off(root: Path, runner: str | None, a2a: str, unknown: tuple[str, ...
     reaches, in source order. Every other field is at its declared default except those in
     ``unknown`` (set by the checkpoint, ``quantization``); a test over a field without a value is
     unknown and its write is not counted. Empty: fusion is left to the model's gate."""
-    from .code_index import tree_stamp
-
     stamp = tree_stamp(root)
     fields = {k: v for k, v in _defaults(Path(root), stamp).items() if k not in unknown}
     fields[A2A] = a2a

@@ -30,7 +30,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, replace
-from functools import cache
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from .code_index import SRT, source_files, walk
 from .fusion_overrides import forced_off
 from .platforms import PLATFORMS
 from .source import SGLangTree
+from .tree_files import tree_stamp
 
 MODEL = "models/bailing_moe_v3.py"
 GATE = "shared_experts_fusion_disable_reason"
@@ -98,12 +99,10 @@ def config_names(root: Path, cls: str) -> set[str]:
     such as 0.5.19's ``CompressedTensorsConfig = DummyConfig``, quantization/__init__.py 19);
     empty when the class or method is not found. Read once per class and state of the tree (the
     audit asks once per path)."""
-    from .code_index import tree_stamp
-
     return set(_config_names(Path(root), cls, tree_stamp(root)))
 
 
-@cache
+@lru_cache(maxsize=256)  # per class and tree state: a few dozen classes, a few states
 def _config_names(root: Path, cls: str, _stamp: tuple) -> frozenset[str]:
     for path, text in source_files(root):
         if f"class {cls}" not in text:
@@ -204,7 +203,7 @@ def fusion_noted(root: Path, spec: dict, row: Any) -> Any:
     return row
 
 
-@cache
+@lru_cache(maxsize=8)
 def _refusals(root: Path, _stamp: tuple) -> frozenset[tuple[str, int]]:
     out = set()
     for path, text in source_files(root):
@@ -225,8 +224,6 @@ def fusion_refusals(root: Path) -> frozenset[tuple[str, int]]:
     """``{(file, line)}`` (relative to ``sglang/srt``) of every ``raise`` directly under an ``if``
     testing ``num_fused_shared_experts`` and every ``assert`` testing it, under ``layers/moe/`` and
     ``layers/quantization/`` (0.5.20: hpc_ops.py 103, flashinfer_trtllm.py 1559, expert_pack.py 99)."""
-    from .code_index import tree_stamp
-
     return _refusals(Path(root), tree_stamp(root))
 
 
