@@ -76,7 +76,7 @@ def _arg_files(root: Path) -> list[tuple[str, ast.Module]]:
     return out
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=16)
 def _defaults(root: Path, _stamp: tuple) -> dict[str, object]:
     """``{field: default}`` of the server arguments declared with a constant default
     (``load_format: A[str, ...] = "auto"``): ``server_args.py`` (0.5.19) or ``arg_groups/fields/``."""
@@ -167,7 +167,7 @@ def _reached(body: list[ast.stmt], target: ast.AST, ev: _Eval, tests: list[str])
     return False
 
 
-@lru_cache(maxsize=8)  # a few tree states at a time (a run patches a copy a handful of times)
+@lru_cache(maxsize=16)  # a few tree states (a run: five releases and a copy patched a handful of times)
 def _writes(root: Path, _stamp: tuple) -> tuple[tuple[str, ast.FunctionDef, ast.AST], ...]:
     """Every write of ``disable_shared_experts_fusion = True`` in the server-argument files, with its
     file and function: read once per state of the tree (:func:`forced_off` asks once per path)."""

@@ -102,7 +102,7 @@ def config_names(root: Path, cls: str) -> set[str]:
     return set(_config_names(Path(root), cls, tree_stamp(root)))
 
 
-@lru_cache(maxsize=256)  # per class and tree state: a few dozen classes, a few states
+@lru_cache(maxsize=512)  # per class and tree state: a few dozen classes, a few states
 def _config_names(root: Path, cls: str, _stamp: tuple) -> frozenset[str]:
     for path, text in source_files(root):
         if f"class {cls}" not in text:
@@ -203,7 +203,7 @@ def fusion_noted(root: Path, spec: dict, row: Any) -> Any:
     return row
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=16)
 def _refusals(root: Path, _stamp: tuple) -> frozenset[tuple[str, int]]:
     out = set()
     for path, text in source_files(root):
