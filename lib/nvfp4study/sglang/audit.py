@@ -95,7 +95,7 @@ def catalog() -> dict[str, Any]:
 
 
 # once per tree state, catalogue and fusion step (the clamp audit and each parameter's ask for them)
-@once_per_state(depends=lambda: (catalog(), with_fusion))
+@once_per_state(depends=lambda: (catalog(), with_fusion), maxsize=32)
 def path_specs(tree: SGLangTree) -> list[dict]:
     """The paths to audit in ``tree``: each catalogued id with the steps and facts of the derived
     path it names (:func:`nvfp4study.sglang.dispatch.derive_paths`), then every derived path the
