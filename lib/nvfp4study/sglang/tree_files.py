@@ -175,4 +175,4 @@ def _read_sources(root: Path, stamp: tuple) -> tuple[tuple, dict[str, str]]:
     return tuple(out), bad
 
 
-__all__ = ["SRT", "files_stamp", "listing_once", "one_stamp_per_tree", "py_files", "source_files", "tree_stamp"]
+__all__ = ["SRT", "files_stamp", "listing_once", "once_per_state", "one_stamp_per_tree", "py_files", "source_files", "tree_stamp"]
