@@ -92,3 +92,18 @@ def test_once_per_state_recomputes_on_an_edit_or_a_swapped_table_and_hands_out_c
     rows.cache_clear()
     assert rows(tree) == [{"text": "x = 22\n", "n": 2}] and len(calls) == 4
 
+
+
+def test_custom_op_signatures_follow_a_file_edited_in_place(tmp_path):
+    # the registered custom ops are read once per state of the tree, not once per root: a tree patched
+    # in place (stage 03 switches an install's modes) is read again
+    from nvfp4study.sglang.param_runner import _custom_ops
+    from nvfp4study.sglang.tree_files import tree_stamp
+
+    op = "@register_custom_op\ndef {n}(x: int, k: Optional[int] = None) -> int:\n    return x\n"
+    root = _tree(tmp_path, {"ops.py": "from typing import Optional\n" + op.format(n="first")})
+    assert set(_custom_ops(root, tree_stamp(root))) == {"first"}
+    (root / "sglang/srt/ops.py").write_text("from typing import Optional\n" + op.format(n="first") + "\n\n"
+                                            + op.format(n="second"))
+    ops = _custom_ops(root, tree_stamp(root))  # line 8: the second op's `def` (after two blank lines)
+    assert ops["second"] == ("sglang/srt/ops.py", 8, (("x", "int"), ("k", "Optional[int]")))

@@ -33,6 +33,7 @@ from .param_routing import routing_methods_of
 from .platforms import PLATFORMS
 from .routing_shape import kernel_shape_fails
 from .source import SGLangTree
+from .tree_files import tree_stamp
 
 
 def run_post_permute(tree: SGLangTree, spec: dict, run: Any) -> str | None:
@@ -67,7 +68,7 @@ def custom_op_rejects(tree: SGLangTree, run: Any) -> tuple[str, int, str] | None
     only when every one of them that is such an op rejects (a method path; a runner-level path spans
     methods whose quant info differ); an argument counts when each value it may take is None or not
     known (never a value the op accepts)."""
-    ops, found = _custom_ops(tree.root), []
+    ops, found = _custom_ops(tree.root, tree_stamp(tree.root)), []
     for h in run.interp.hits if run.interp is not None else ():
         sig = ops.get(h.callee)
         if sig is None:
@@ -141,10 +142,11 @@ def runnable_callers(tree: SGLangTree, spec: dict, specs: list[dict], clamp_by_i
     return [s for s in specs if s["id"] not in bad]
 
 
-@lru_cache(maxsize=8)
-def _custom_ops(root: Any) -> dict[str, tuple[str, int, tuple[tuple[str, str], ...]]]:
+@lru_cache(maxsize=16)
+def _custom_ops(root: Any, _stamp: tuple) -> dict[str, tuple[str, int, tuple[tuple[str, str], ...]]]:
     """``name -> (file, line, ((parameter, annotation), ...))`` of every function of ``sglang/srt``
-    decorated ``@register_custom_op`` (with or without arguments)."""
+    decorated ``@register_custom_op`` (with or without arguments), read once per state of the tree
+    (``_stamp``: :func:`~nvfp4study.sglang.tree_files.tree_stamp`; a tree patched in place is read again)."""
     out = {}
     base = Path(root) / "sglang/srt"
     for f in sorted(base.rglob("*.py")):
