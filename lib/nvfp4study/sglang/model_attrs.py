@@ -96,7 +96,7 @@ def _other_model_stores(root: Path, _stamp: int) -> dict[str, tuple[str, ...]]:
     return {k: tuple(v) for k, v in out.items()}
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)  # keyed by whole texts: about three trees' models/ files (300 in 0.5.23), not thirteen
 def _file_stores(rel: str, text: str) -> tuple[tuple[str, str], ...]:
     """``((name, "rel:LINE"), ...)`` of one file's attribute stores and ``setattr`` calls, in order:
     kept by the file's text, so a copy of a tree (or a tree edited elsewhere) reads it once."""
