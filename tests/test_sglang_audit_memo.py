@@ -2,7 +2,8 @@
 computation gives: the tree stamp lists files in pathlib's order, a node's kept unparsed text is
 dropped by a renamed copy, the interpreter's per-module parts follow a file edited in place, and
 the import guards read once come back as fresh lists, and what is kept once per tree state (path
-specs) is computed again after an edit or a swapped table, and handed out as copies."""
+specs, the server arguments' fusion overrides, the class index behind ``config_names``) is computed
+again after an edit or a swapped table, and handed out as copies."""
 
 from __future__ import annotations
 
@@ -107,3 +108,62 @@ def test_custom_op_signatures_follow_a_file_edited_in_place(tmp_path):
                                             + op.format(n="second"))
     ops = _custom_ops(root, tree_stamp(root))  # line 8: the second op's `def` (after two blank lines)
     assert ops["second"] == ("sglang/srt/ops.py", 8, (("x", "int"), ("k", "Optional[int]")))
+
+
+def _config_names_by_scan(root: Path, cls: str) -> frozenset[str]:
+    # the plain reading, independent of the index: every file in order, the first with the class
+    # and its get_name
+    for path in sorted((root / "sglang" / "srt").rglob("*.py")):
+        text = path.read_text()
+        if f"class {cls}" not in text:
+            continue
+        node = next((n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.ClassDef) and n.name == cls), None)
+        fn = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "get_name"), None) if node else None
+        if fn is not None:
+            return frozenset(c.value for r in ast.walk(fn) if isinstance(r, ast.Return) for c in ast.walk(r)
+                             if isinstance(c, ast.Constant) and isinstance(c.value, str))
+    return frozenset()
+
+
+def test_config_names_from_the_class_index_are_the_plain_scans(tmp_path):
+    from nvfp4study.sglang.shared_fusion import config_names
+
+    root = _tree(tmp_path, {
+        "a.py": "# a subclass of FooConfig, and class class FooConfig in a comment\nclass FooConfigX:\n"
+                "    def get_name(self):\n        return 'x'\n",
+        "b.py": "class FooConfig:\n    pass\n",  # no get_name: the next file's is taken
+        "c/d.py": "def f():\n    class FooConfig:\n        def get_name(self):\n            return 'nested'\n"
+                  "class Bar:\n    def get_name(self):\n        return 'bar' if x else 'baz'\n",
+        "e.py": "class FooConfig:\n    def get_name(self):\n        return 'late'\n"})
+    for cls in ("FooConfig", "FooConfigX", "Bar", "Foo", "Absent", "class"):
+        assert config_names(root, cls) == set(_config_names_by_scan(root, cls)), cls
+    assert config_names(root, "FooConfig") == {"nested"} and config_names(root, "Bar") == {"bar", "baz"}
+    (root / "sglang/srt/c/d.py").write_text("x = 1\n")  # edited in place: read again
+    assert config_names(root, "FooConfig") == {"late"} == set(_config_names_by_scan(root, "FooConfig"))
+
+
+def test_config_names_on_a_release_are_the_plain_scans():
+    from nvfp4study.sglang.shared_fusion import config_names
+    from sglang_fixtures import released
+
+    root = released("0.5.23").root
+    for cls in ("Fp8Config", "CompressedTensorsConfig", "ModelOptFp4Config", "W4AFp8Config", "Mxfp4Config"):
+        assert config_names(root, cls) == set(_config_names_by_scan(root, cls)), cls
+    assert config_names(root, "Fp8Config") == {"fp8", "mxfp8"}
+
+
+def test_forced_off_is_decided_again_after_an_edit_and_handed_out_as_a_new_list(tmp_path):
+    from nvfp4study.sglang.fusion_overrides import forced_off
+
+    fields = "moe_runner_backend: str = 'auto'\nmoe_a2a_backend: str = 'none'\n"
+    root = _tree(tmp_path, {"arg_groups/fields/moe.py": fields, "arg_groups/overrides.py":
+                            "def _off(view):\n    if view.moe_runner_backend == 'x':\n"
+                            "        view.disable_shared_experts_fusion = True\n"})
+    one = forced_off(root, "x", "none")
+    assert [(o.where, o.test) for o in one] == [("arg_groups/overrides.py:3", "view.moe_runner_backend == 'x'")]
+    assert forced_off(root, "y", "none") == [] and forced_off(root, None, "none") == []
+    one.clear()  # a caller's list is its own
+    assert len(forced_off(root, "x", "none")) == 1
+    (root / "sglang/srt/arg_groups/overrides.py").write_text(
+        "def _off(view):\n    if view.moe_runner_backend == 'yy':\n        view.disable_shared_experts_fusion = True\n")
+    assert forced_off(root, "x", "none") == [] and len(forced_off(root, "yy", "none")) == 1

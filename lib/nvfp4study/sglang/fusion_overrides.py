@@ -184,18 +184,35 @@ def forced_off(root: Path, runner: str | None, a2a: str, unknown: tuple[str, ...
     ``--moe-runner-backend runner`` (None: the default) and ``--moe-a2a-backend a2a`` certainly
     reaches, in source order. Every other field is at its declared default except those in
     ``unknown`` (set by the checkpoint, ``quantization``); a test over a field without a value is
-    unknown and its write is not counted. Empty: fusion is left to the model's gate."""
+    unknown and its write is not counted. Empty: fusion is left to the model's gate.
+
+    Decided once per tree state and (runner, a2a, unknown): the audit asks once per path, and a
+    tree's paths share a few dozen backend pairs (about 2.6 ms each time otherwise)."""
     stamp = tree_stamp(root)
-    fields = {k: v for k, v in _defaults(Path(root), stamp).items() if k not in unknown}
+    memo = _decided(Path(root), stamp)
+    key = (runner, a2a, tuple(unknown))
+    if key not in memo:
+        memo[key] = _overrides(Path(root), stamp, *key)
+    return list(memo[key])
+
+
+@lru_cache(maxsize=16)  # one table per tree state, as _writes
+def _decided(root: Path, _stamp: tuple) -> dict[tuple, tuple[Override, ...]]:
+    return {}
+
+
+def _overrides(root: Path, stamp: tuple, runner: str | None, a2a: str,
+               unknown: tuple[str, ...]) -> tuple[Override, ...]:
+    fields = {k: v for k, v in _defaults(root, stamp).items() if k not in unknown}
     fields[A2A] = a2a
     if runner is not None:
         fields[RUNNER] = runner
     out = []
-    for rel, fn, node in _writes(Path(root), stamp):
+    for rel, fn, node in _writes(root, stamp):
         tests: list[str] = []
         if _reached(fn.body, node, _Eval(fields, _aliases(fn)), tests) is True:
             out.append(Override(f"{rel}:{_line(node)}", fn.name, " and ".join(tests)))
-    return out
+    return tuple(out)
 
 
 __all__ = ["FIELD", "Override", "forced_off"]

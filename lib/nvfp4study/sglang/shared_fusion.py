@@ -103,8 +103,10 @@ def config_names(root: Path, cls: str) -> set[str]:
 
 
 @lru_cache(maxsize=512)  # per class and tree state: a few dozen classes, a few states
-def _config_names(root: Path, cls: str, _stamp: tuple) -> frozenset[str]:
-    for path, text in source_files(root):
+def _config_names(root: Path, cls: str, stamp: tuple) -> frozenset[str]:
+    files = source_files(root)
+    for i in _spelled_after_class(root, stamp).candidates(cls):
+        path, text = files[i]
         if f"class {cls}" not in text:
             continue
         node = next((n for n in walk(parse_file(path)) if isinstance(n, ast.ClassDef) and n.name == cls), None)
@@ -113,6 +115,33 @@ def _config_names(root: Path, cls: str, _stamp: tuple) -> frozenset[str]:
             return frozenset(c.value for r in walk(fn) if isinstance(r, ast.Return) for c in walk(r)
                              if isinstance(c, ast.Constant) and isinstance(c.value, str))
     return frozenset()
+
+
+class _ClassWords:
+    """Per file of a tree, the words spelled right after ``class `` (every occurrence, overlapping
+    ones included): a file whose text contains ``class X`` spells a word starting with ``X`` there,
+    so :meth:`candidates` lists, in source order, every file the text test can pass."""
+
+    def __init__(self, files: list[tuple[Path, str]]):
+        self.by_word: dict[str, list[int]] = {}
+        for i, (_path, text) in enumerate(files):
+            at = text.find("class ")
+            while at != -1:
+                m = _WORD.match(text, at + 6)
+                if m:
+                    self.by_word.setdefault(m.group(), []).append(i)
+                at = text.find("class ", at + 1)
+
+    def candidates(self, cls: str) -> list[int]:
+        return sorted({i for w, ids in self.by_word.items() if w.startswith(cls) for i in ids})
+
+
+_WORD = re.compile(r"\w+")
+
+
+@lru_cache(maxsize=16)  # one index per tree state: each class asked for scanned every text before
+def _spelled_after_class(root: Path, _stamp: tuple) -> _ClassWords:
+    return _ClassWords(source_files(root))
 
 
 def path_fusion(root: Path, spec: dict, data: dict, card_ignored: tuple[bool, bool] | None) -> Fusion:  # noqa: C901
