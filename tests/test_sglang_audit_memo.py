@@ -167,3 +167,15 @@ def test_forced_off_is_decided_again_after_an_edit_and_handed_out_as_a_new_list(
     (root / "sglang/srt/arg_groups/overrides.py").write_text(
         "def _off(view):\n    if view.moe_runner_backend == 'yy':\n        view.disable_shared_experts_fusion = True\n")
     assert forced_off(root, "x", "none") == [] and len(forced_off(root, "yy", "none")) == 1
+
+
+def test_fused_registrations_kept_per_parsed_module_are_named_by_each_file(tmp_path):
+    from nvfp4study.sglang import dispatch as dp
+
+    reg = "from x import register_fused_func\n\n@register_fused_func('none', 'r1')\ndef f():\n    pass\n"
+    root = _tree(tmp_path, {"a/m.py": reg, "b/m.py": reg})  # one parsed module for both texts
+    assert dp.fused_registry(ci.CodeIndex(root)) == {
+        ("none", "r1"): [("sglang/srt/a/m.py", "f", 3), ("sglang/srt/b/m.py", "f", 3)]}
+    (root / "sglang/srt/b/m.py").write_text(reg.replace("'r1'", "'r22'").replace("def f", "def g"))
+    assert dp.fused_registry(ci.CodeIndex(root)) == {("none", "r1"): [("sglang/srt/a/m.py", "f", 3)],
+                                                     ("none", "r22"): [("sglang/srt/b/m.py", "g", 3)]}

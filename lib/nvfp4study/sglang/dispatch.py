@@ -172,30 +172,44 @@ def fused_registry(code: CodeIndex) -> dict[tuple[str, str], list[tuple[str, str
         mod = code.mod(rel)
         if mod is None:
             continue
-        body = module_level(mod.body)
-        consts = {t.id: st.value.value for st in body if isinstance(st, ast.Assign)
-                  and isinstance(st.value, ast.Constant) and isinstance(st.value.value, str)
-                  for t in st.targets if isinstance(t, ast.Name)}
-        # other names for the registrar (_reg = register_fused_func) and decorators built ahead
-        # (_triton = register_fused_func("none", "triton"))
-        names = {"register_fused_func"} | {t.id for st in body if isinstance(st, ast.Assign)
-                                           and unparse(st.value).split(".")[-1] == "register_fused_func"
-                                           for t in st.targets if isinstance(t, ast.Name)}
-        built = {t.id: st.value for st in body if isinstance(st, ast.Assign) and isinstance(st.value, ast.Call)
-                 and unparse(st.value.func).split(".")[-1] in names for t in st.targets if isinstance(t, ast.Name)}
-        for n in body:
-            regs = []
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                regs = [(built.get(d.id, d) if isinstance(d, ast.Name) else d, n.name) for d in n.decorator_list]
-            elif isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and len(n.value.args) == 1 \
-                    and isinstance(n.value.args[0], ast.Name):
-                f = n.value.func
-                regs = [(built.get(f.id, f) if isinstance(f, ast.Name) else f, n.value.args[0].id)]
-            for d, fname in regs:
-                key = _registration_key(d, consts, names)
-                if key is not None:
-                    out.setdefault(key, []).append((rel, fname, d.lineno))
+        for key, fname, line in _module_registrations(mod):
+            out.setdefault(key, []).append((rel, fname, line))
     return out
+
+
+def _module_registrations(mod: ast.Module) -> tuple[tuple[tuple[str, str], str, int], ...]:
+    """``((key, function, line), ...)`` of one parsed module's registrations, in order. Kept on the
+    parsed module (parsed once per content and never changed): a copied tree's files are not read
+    again."""
+    got = getattr(mod, "_fused_registrations", None)
+    if got is not None:
+        return got
+    body = module_level(mod.body)
+    consts = {t.id: st.value.value for st in body if isinstance(st, ast.Assign)
+              and isinstance(st.value, ast.Constant) and isinstance(st.value.value, str)
+              for t in st.targets if isinstance(t, ast.Name)}
+    # other names for the registrar (_reg = register_fused_func) and decorators built ahead
+    # (_triton = register_fused_func("none", "triton"))
+    names = {"register_fused_func"} | {t.id for st in body if isinstance(st, ast.Assign)
+                                       and unparse(st.value).split(".")[-1] == "register_fused_func"
+                                       for t in st.targets if isinstance(t, ast.Name)}
+    built = {t.id: st.value for st in body if isinstance(st, ast.Assign) and isinstance(st.value, ast.Call)
+             and unparse(st.value.func).split(".")[-1] in names for t in st.targets if isinstance(t, ast.Name)}
+    found = []
+    for n in body:
+        regs = []
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            regs = [(built.get(d.id, d) if isinstance(d, ast.Name) else d, n.name) for d in n.decorator_list]
+        elif isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and len(n.value.args) == 1 \
+                and isinstance(n.value.args[0], ast.Name):
+            f = n.value.func
+            regs = [(built.get(f.id, f) if isinstance(f, ast.Name) else f, n.value.args[0].id)]
+        for d, fname in regs:
+            key = _registration_key(d, consts, names)
+            if key is not None:
+                found.append((key, fname, d.lineno))
+    mod._fused_registrations = got = tuple(found)  # type: ignore[attr-defined]
+    return got
 
 
 def _registration_key(d: ast.AST, consts: dict[str, str], names: set[str]) -> tuple[str, str] | None:
