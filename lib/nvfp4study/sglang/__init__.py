@@ -24,6 +24,7 @@ __all__ = [
     "clamp_flow",
     "clamp_numerics",
     "kernel_evidence",
+    "kleene",
     "layer_attrs",
     "loader_checks",
     "model_guards",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from . import kleene
 from .clamp_values import Instance
 
 #: Where SGLang defines the enum and ``get_moe_a2a_backend`` (0.5.19-0.5.23).
@@ -73,14 +74,10 @@ def _is_self(node: ast.expr) -> bool:
 
 
 def _test(node: ast.expr, methods: dict, members: dict[str, str], value: str, seen: set[str]) -> bool | None:
-    if isinstance(node, ast.BoolOp):
-        vals = [_test(v, methods, members, value, seen) for v in node.values]
-        if isinstance(node.op, ast.And):
-            return False if False in vals else None if None in vals else True
-        return True if True in vals else None if None in vals else False
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        v = _test(node.operand, methods, members, value, seen)
-        return None if v is None else not v
+    return kleene.truth(node, lambda n: _leaf(n, methods, members, value, seen))
+
+
+def _leaf(node: ast.AST, methods: dict, members: dict[str, str], value: str, seen: set[str]) -> bool | None:
     if isinstance(node, ast.Call) and not node.args and isinstance(node.func, ast.Attribute) \
             and _is_self(node.func.value) and node.func.attr in methods:
         return _predicate(node.func.attr, methods, members, value, seen)

@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from . import kleene
 from .code_index import SRT, CodeIndex, walk
 from .dispatch import _runner_nodes, predicates
 from .platforms import EXACT, guards, predicate_value
@@ -171,15 +173,14 @@ def truth(node: ast.AST, facts: Facts, rel: str, cls: ast.ClassDef | None = None
     if depth > 6:
         return None
     rec = lambda n, r=rel, c=cls: truth(n, facts, r, c, depth + 1)  # noqa: E731
+    return kleene.truth(node, lambda n: _leaf(n, facts, rel, cls, depth, rec), operand=rec)
+
+
+def _leaf(node: ast.AST, facts: Facts, rel: str, cls: ast.ClassDef | None, depth: int,
+          rec: Callable[[ast.AST], bool | None]) -> bool | None:
+    """:func:`truth` of a node other than ``not`` / ``and`` / ``or``."""
     if isinstance(node, ast.Constant):
         return bool(node.value) if isinstance(node.value, (bool, int, str, type(None))) else None
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        v = rec(node.operand)
-        return None if v is None else not v
-    if isinstance(node, ast.BoolOp):
-        vals = [rec(v) for v in node.values]
-        stop = isinstance(node.op, ast.Or)
-        return stop if stop in vals else (None if None in vals else not stop)
     if isinstance(node, ast.Compare):
         return _compare(node, facts)
     text = ast.unparse(node)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from . import kleene
 from .clamp_values import _parse as parse_file
 from .code_index import SRT, source_files, walk
 from .tree_files import tree_stamp
@@ -111,14 +112,13 @@ class _Eval:
             return _UNKNOWN if _UNKNOWN in vals else vals
         return _UNKNOWN
 
-    def truth(self, e: ast.expr) -> bool | None:  # noqa: C901
-        if isinstance(e, ast.BoolOp):
-            parts = [self.truth(v) for v in e.values]
-            stop = isinstance(e.op, ast.Or)  # or: any True; and: any False
-            return stop if stop in parts else (None if None in parts else not stop)
-        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
-            t = self.truth(e.operand)
-            return None if t is None else not t
+    def truth(self, e: ast.expr) -> bool | None:
+        """``not`` / ``and`` / ``or`` as :func:`~nvfp4study.sglang.kleene.truth`; a comparison or a
+        field's value by :meth:`leaf`."""
+        return kleene.truth(e, self.leaf)
+
+    def leaf(self, e: ast.AST) -> bool | None:
+        """A one-operator comparison of fields and constants, else the truth of a field's value."""
         if isinstance(e, ast.Compare) and len(e.ops) == 1:
             a, b = self.value(e.left), self.value(e.comparators[0])
             if a is _UNKNOWN or b is _UNKNOWN:

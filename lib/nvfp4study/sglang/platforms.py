@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable, Iterable
 from functools import cache
 
+from . import kleene
 from .code_index import walk
 
 #: the device classes, in the order paths name them
@@ -110,25 +111,20 @@ def test_value(node: ast.expr, name_of: Callable[[str], bool | None],
                env_of: Callable[[ast.Call], bool | None] | None = None) -> bool | None:
     """Three-valued truth of a test made of platform predicates: calls (``is_npu()``,
     ``x.is_hip()``; any other call is ``env_of(call)`` where given, else unknown), names
-    (``name_of``), ``not``/``and``/``or``, bool constants."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, bool):
-        return node.value
-    if isinstance(node, ast.Call):
-        f = node.func
-        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
-        return value_of(name) if is_predicate(name) else env_of(node) if env_of is not None else None
-    if isinstance(node, ast.Name):
-        return value_of(node.id) if node.id in EXACT else name_of(node.id)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        v = test_value(node.operand, name_of, value_of, env_of)
-        return None if v is None else not v
-    if isinstance(node, ast.BoolOp):
-        vals = [test_value(v, name_of, value_of, env_of) for v in node.values]
-        stop = isinstance(node.op, ast.Or)
-        if stop in vals:
-            return stop
-        return None if None in vals else not stop
-    return None
+    (``name_of``), ``not``/``and``/``or`` (:func:`~nvfp4study.sglang.kleene.truth`), bool constants."""
+
+    def leaf(n: ast.AST) -> bool | None:
+        if isinstance(n, ast.Constant) and isinstance(n.value, bool):
+            return n.value
+        if isinstance(n, ast.Call):
+            f = n.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            return value_of(name) if is_predicate(name) else env_of(n) if env_of is not None else None
+        if isinstance(n, ast.Name):
+            return value_of(n.id) if n.id in EXACT else name_of(n.id)
+        return None
+
+    return kleene.truth(node, leaf)
 
 
 @cache
