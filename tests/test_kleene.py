@@ -49,3 +49,15 @@ def test_leaves_are_the_callers_and_operands_may_be_counted():
     depth = []
     assert kleene.truth(node, leaf, operand=lambda n: depth.append(n) or None) is None
     assert [ast.unparse(n) for n in depth] == ["x == 1", "not f()"]
+
+
+@pytest.mark.parametrize("src,want", [("r.is_a() or envs.FLAG", True), ("r.is_b() or envs.FLAG", None),
+                                      ("r.is_a() and envs.FLAG", None), ("r.is_b() and envs.FLAG", False),
+                                      ("not r.is_a()", False), ("r.is_a() and not r.is_b()", True),
+                                      ("q.is_a()", None)])
+def test_a_runner_branch_taken_on_a_backend_is_decided_by_kleenes_rules(src, want):
+    # runner_builds' backend tests: a predicate of the runner's backend decides an `or` even next to
+    # something it cannot read (before: unknown whenever any part was), as SGLang runs it
+    from nvfp4study.sglang.runner_builds import _backend_test
+
+    assert _backend_test(ast.parse(src, mode="eval").body, "r", {"is_a": True, "is_b": False}) is want

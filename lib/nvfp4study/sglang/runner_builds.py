@@ -29,23 +29,19 @@ from __future__ import annotations
 
 import ast
 
-from . import moe_params
+from . import kleene, moe_params
 from .code_index import SRT, CodeIndex, funcs, local_imports, source_files, walk
 from .platforms import PLATFORMS, bound_on, unconditional_calls
 
 
 def _backend_test(test: ast.expr, name: str | None, facts: dict[str, bool]) -> bool | None:
     """The value of an ``if`` test made of ``name.is_x()`` calls (any name when ``name`` is None)
-    joined by ``or``/``and``/``not`` under one backend's predicate ``facts``; None when any part
-    is something else."""
-    if isinstance(test, ast.BoolOp):
-        vals = [_backend_test(v, name, facts) for v in test.values]
-        if None in vals:
-            return None
-        return any(vals) if isinstance(test.op, ast.Or) else all(vals)
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        v = _backend_test(test.operand, name, facts)
-        return None if v is None else not v
+    joined by ``or``/``and``/``not`` (:func:`~nvfp4study.sglang.kleene.truth`) under one backend's
+    predicate ``facts``; any other part is unknown (None)."""
+    return kleene.truth(test, lambda n: _backend_call(n, name, facts))
+
+
+def _backend_call(test: ast.AST, name: str | None, facts: dict[str, bool]) -> bool | None:
     if isinstance(test, ast.Call) and not test.args and isinstance(test.func, ast.Attribute) \
             and isinstance(test.func.value, ast.Name) and name in (None, test.func.value.id) \
             and test.func.attr in facts:
