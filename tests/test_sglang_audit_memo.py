@@ -134,10 +134,20 @@ def test_config_names_from_the_class_index_are_the_plain_scans(tmp_path):
         "b.py": "class FooConfig:\n    pass\n",  # no get_name: the next file's is taken
         "c/d.py": "def f():\n    class FooConfig:\n        def get_name(self):\n            return 'nested'\n"
                   "class Bar:\n    def get_name(self):\n        return 'bar' if x else 'baz'\n",
-        "e.py": "class FooConfig:\n    def get_name(self):\n        return 'late'\n"})
-    for cls in ("FooConfig", "FooConfigX", "Bar", "Foo", "Absent", "class"):
+        "e.py": "class FooConfig:\n    def get_name(self):\n        return 'late'\n",
+        # a name the old text test finds only through another word's spelling: "class FooBar" in a
+        # comment, the class itself after a tab
+        "f.py": "# class FooBar\nclass\tFoo:\n    def get_name(self):\n        return 'tab'\n",
+        # identifiers with characters \\w does not match (a combining accent, a middle dot)
+        "g.py": "class Q\u0301Cfg:\n    def get_name(self):\n        return 'accent'\n"
+                "class R\u00b7Cfg:\n    def get_name(self):\n        return 'dot'\n"
+                "# class "})  # "class " at the very end of a text
+    for cls in ("FooConfig", "FooConfigX", "Bar", "Foo", "Absent", "class", "", "Q\u0301Cfg", "R\u00b7Cfg",
+                "Q\u0301", "FooConfigXYZ1234"):
         assert config_names(root, cls) == set(_config_names_by_scan(root, cls)), cls
     assert config_names(root, "FooConfig") == {"nested"} and config_names(root, "Bar") == {"bar", "baz"}
+    assert config_names(root, "Foo") == {"tab"} and config_names(root, "R\u00b7Cfg") == {"dot"}
+    assert config_names(root, "Q\u0301Cfg") == {"accent"}
     (root / "sglang/srt/c/d.py").write_text("x = 1\n")  # edited in place: read again
     assert config_names(root, "FooConfig") == {"late"} == set(_config_names_by_scan(root, "FooConfig"))
 
@@ -155,19 +165,21 @@ def test_config_names_on_a_release_are_the_plain_scans():
 def test_forced_off_is_decided_again_after_an_edit_and_handed_out_as_a_new_list(tmp_path):
     from nvfp4study.sglang.fusion_overrides import forced_off
 
-    fields = "moe_runner_backend: str = 'auto'\nmoe_a2a_backend: str = 'none'\n"
+    fields = "moe_runner_backend: str = 'auto'\nmoe_a2a_backend: str = 'none'\nload_format: str = 'auto'\n"
     root = _tree(tmp_path, {"arg_groups/fields/moe.py": fields, "arg_groups/overrides.py":
-                            "def _off(view):\n    if view.moe_runner_backend == 'x':\n"
+                            "def _off(view):\n    if view.moe_runner_backend == 'x' and view.load_format == 'auto':\n"
                             "        view.disable_shared_experts_fusion = True\n"})
     one = forced_off(root, "x", "none")
-    assert [(o.where, o.test) for o in one] == [("arg_groups/overrides.py:3", "view.moe_runner_backend == 'x'")]
+    assert [(o.where, o.test) for o in one] == [
+        ("arg_groups/overrides.py:3", "view.moe_runner_backend == 'x' and view.load_format == 'auto'")]
     assert forced_off(root, "y", "none") == [] and forced_off(root, None, "none") == []
+    # a field the checkpoint sets is unknown: the test over it decides nothing, so no write is counted
+    assert forced_off(root, "x", "none", ("load_format",)) == [] and len(forced_off(root, "x", "none")) == 1
     one.clear()  # a caller's list is its own
     assert len(forced_off(root, "x", "none")) == 1
     (root / "sglang/srt/arg_groups/overrides.py").write_text(
         "def _off(view):\n    if view.moe_runner_backend == 'yy':\n        view.disable_shared_experts_fusion = True\n")
     assert forced_off(root, "x", "none") == [] and len(forced_off(root, "yy", "none")) == 1
-
 
 def test_fused_registrations_kept_per_parsed_module_are_named_by_each_file(tmp_path):
     from nvfp4study.sglang import dispatch as dp

@@ -104,10 +104,9 @@ def config_names(root: Path, cls: str) -> set[str]:
 
 @lru_cache(maxsize=512)  # per class and tree state: a few dozen classes, a few states
 def _config_names(root: Path, cls: str, stamp: tuple) -> frozenset[str]:
-    files = source_files(root)
-    for i in _spelled_after_class(root, stamp).candidates(cls):
-        path, text = files[i]
-        if f"class {cls}" not in text:
+    maybe = _spelled_after_class(root, stamp).files_with(cls)
+    for path, text in source_files(root):
+        if path.as_posix() not in maybe or f"class {cls}" not in text:
             continue
         node = next((n for n in walk(parse_file(path)) if isinstance(n, ast.ClassDef) and n.name == cls), None)
         fn = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "get_name"), None) if node else None
@@ -118,25 +117,27 @@ def _config_names(root: Path, cls: str, stamp: tuple) -> frozenset[str]:
 
 
 class _ClassWords:
-    """Per file of a tree, the words spelled right after ``class `` (every occurrence, overlapping
-    ones included): a file whose text contains ``class X`` spells a word starting with ``X`` there,
-    so :meth:`candidates` lists, in source order, every file the text test can pass."""
+    """The first :data:`_KEPT` characters after each ``class `` of a tree's texts (every occurrence,
+    overlapping ones included), with the files they are in: a text containing ``class X`` has one
+    that starts ``X`` (or is ``X``'s first characters), so :meth:`files_with` holds every file the
+    text test can pass (it is still made: the index only skips the others)."""
 
     def __init__(self, files: list[tuple[Path, str]]):
-        self.by_word: dict[str, list[int]] = {}
-        for i, (_path, text) in enumerate(files):
+        self.by_start: dict[str, set[str]] = {}
+        for path, text in files:
             at = text.find("class ")
             while at != -1:
-                m = _WORD.match(text, at + 6)
-                if m:
-                    self.by_word.setdefault(m.group(), []).append(i)
+                self.by_start.setdefault(text[at + 6:at + 6 + _KEPT], set()).add(path.as_posix())
                 at = text.find("class ", at + 1)
 
-    def candidates(self, cls: str) -> list[int]:
-        return sorted({i for w, ids in self.by_word.items() if w.startswith(cls) for i in ids})
+    def files_with(self, cls: str) -> set[str]:
+        """The files (``as_posix``) where ``class `` is followed by ``cls``'s first characters."""
+        if len(cls) >= _KEPT:
+            return self.by_start.get(cls[:_KEPT], set())
+        return set().union(*(f for start, f in self.by_start.items() if start.startswith(cls)))
 
 
-_WORD = re.compile(r"\w+")
+_KEPT = 8  # characters kept after each "class ": a class name's first eight pick a few files
 
 
 @lru_cache(maxsize=16)  # one index per tree state: each class asked for scanned every text before
