@@ -94,7 +94,6 @@ def test_once_per_state_recomputes_on_an_edit_or_a_swapped_table_and_hands_out_c
     assert rows(tree) == [{"text": "x = 22\n", "n": 2}] and len(calls) == 4
 
 
-
 def test_custom_op_signatures_follow_a_file_edited_in_place(tmp_path):
     # the registered custom ops are read once per state of the tree, not once per root: a tree patched
     # in place (stage 03 switches an install's modes) is read again
