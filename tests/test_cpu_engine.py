@@ -12,6 +12,7 @@ the CPU), on a checkpoint whose draft agrees with the target by construction. Mi
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from nvfp4study.checkpoint.served import TARGET_TOKEN
 from nvfp4study.serving import cpu_engine
 from nvfp4study.serving.launchers import SGLANG_STOP_SIGNAL
 from nvfp4study.serving.process import ServerProcess
+from nvfp4study.sglang.source import cache_dir
 from serving_fixtures import free_port
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
@@ -41,6 +43,14 @@ ACCEPT = re.compile(r"accept len: ([0-9.]+), accept rate: ([0-9.]+)")
 SPEC_FIELDS = ("spec_accept_length", "spec_accept_rate", "spec_num_correct_drafts",
                "spec_num_proposed_drafts", "spec_verify_ct", "spec_correct_drafts_histogram")
 STARTUP_S = 300
+PRELOAD_CACHE = cache_dir() / "forkserver"  # where the study's launches keep the fork server's list
+TRACES = Path()  # the session's trace folder (_trace_folder)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _trace_folder(tmp_path_factory):
+    global TRACES
+    TRACES = tmp_path_factory.mktemp("ops")
 
 
 def spec_flags(k: int, topk: int = 1) -> list[str]:
@@ -49,26 +59,29 @@ def spec_flags(k: int, topk: int = 1) -> list[str]:
             "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens", str(draft)]
 
 
-def launch(ckpt: Path, folder: Path, spec_depth: int | None, topk: int = 1) -> tuple[ServerProcess, Path]:
+def launch(ckpt: Path, folder: Path, spec_depth: int | None, topk: int = 1, *,
+           exec_: bool = False) -> tuple[ServerProcess, Path]:
     """Start ``sglang serve`` on the CPU engine and wait until /health_generate is 200.
     Returns the server and the file the stand-in ops record their first call in."""
     py = require_sglang_env()
     port = free_port()
-    trace = folder / f"ops-{port}.txt"
     cmd = [str(py), "-c", SERVE_CODE, "serve", "--model-path", str(ckpt), "--host", "127.0.0.1",
            "--port", str(port), *(spec_flags(spec_depth, topk) if spec_depth else []),
            *cpu_engine.engine_flags(spec_depth)]
-    env = cpu_engine.engine_env({"NVFP4STUDY_CPU_ENGINE_TRACE": str(trace)})
+    # one trace folder for the session: the environment is the same for every launch, so the
+    # fork server started by the first serves them all (each writes ops-<its group>.txt)
+    env = cpu_engine.engine_env({"NVFP4STUDY_CPU_ENGINE_TRACE": str(TRACES)})
     sp = ServerProcess(command=cmd, log_path=folder / f"server-{port}.log", host="127.0.0.1",
                        port=port, env=env, grace_s=15, stop_signal=SGLANG_STOP_SIGNAL,
-                       stop_leader_only=True)  # as the study stops SGLang (launchers.py says why)
+                       stop_leader_only=True,  # as the study stops SGLang (launchers.py says why)
+                       preloaded=None if exec_ else PRELOAD_CACHE)  # as the study starts it
     sp.start()
     try:
         sp.wait_healthy(STARTUP_S, poll_s=1.0)
     except BaseException:
         sp.stop()
         raise
-    return sp, trace
+    return sp, TRACES / f"ops-{sp.proc.pid}.txt"
 
 
 def stop_and_check(sp: ServerProcess) -> None:
@@ -290,6 +303,31 @@ def test_speculation_keeps_the_greedy_output(plain, nextn):
     ops (NEXTN) give the same tokens as SGLang's own torch-native attention."""
     for prompt in ("The quick brown fox", "def add(a, b):"):
         assert generate(plain[0], prompt, 16)["output_ids"] == generate(nextn[0], prompt, 16)["output_ids"]
+
+
+def test_a_forked_server_answers_as_an_execd_one(ckpt, plain, tmp_path):
+    """The study's launches are forked by the fork server (``serving/forkserver.py``); the same
+    server started by exec gives the same greedy tokens and logprobs, and each carries its own
+    launch marker where the leftover checks read it (``/proc/<pid>/environ``)."""
+    import psutil
+
+    forked = plain[0]
+    assert forked.started.startswith("forked by the fork server"), forked.started
+    execd, _ = launch(ckpt, tmp_path, None, exec_=True)
+    try:
+        assert execd.started == "exec"
+        for sp in (forked, execd):
+            assert psutil.Process(sp.proc.pid).environ()["NVFP4STUDY_SERVER"] == sp.marker
+            assert os.getpgid(sp.proc.pid) == sp.proc.pid and psutil.Process(sp.proc.pid).ppid() == os.getpid()
+        for prompt in ("The quick brown fox", "def add(a, b):"):
+            a, b = (httpx.post(sp.base_url + "/generate", timeout=120, json={
+                "text": prompt, "return_logprob": True,
+                "sampling_params": {"max_new_tokens": 12, "temperature": 0, "ignore_eos": True}}).json()
+                for sp in (forked, execd))
+            assert a["output_ids"] == b["output_ids"]
+            assert a["meta_info"]["output_token_logprobs"] == b["meta_info"]["output_token_logprobs"]
+    finally:
+        stop_and_check(execd)
 
 
 def test_the_engine_called_the_stand_in_ops(plain, nextn):

@@ -32,6 +32,7 @@ CHANGED = {
     "server.shutdown_grace_s": "server.shutdown_grace_s=60",
     "server.health_poll_s": "server.health_poll_s=5",
     "server.parallel_loads": "server.parallel_loads=2",
+    "server.cpu.fork_server": "server.cpu.fork_server=false",
     "corruption.max_workers": "corruption.max_workers=8",
     "corruption.concurrency": "corruption.concurrency=4",
 }
@@ -121,6 +122,6 @@ def test_refusal_message_in_full(tmp_path):
         "operational keys (description, execution_timeout_s, quantize.python, quantize.max_workers, "
         "quantize.assumed_mb_per_s, server.python, server.host, server.port, server.launcher, server.docker.gpus, "
         "server.docker.container_name_prefix, server.env, server.startup_timeout_s, server.request_timeout_s, "
-        "server.shutdown_grace_s, server.health_poll_s, server.parallel_loads, corruption.max_workers, "
+        "server.shutdown_grace_s, server.health_poll_s, server.parallel_loads, server.cpu.fork_server, corruption.max_workers, "
         "corruption.concurrency) may change when a run is continued: continue it with the same result params, or "
         "use a new run folder")

@@ -238,6 +238,9 @@ class CpuEngineParams(_Strict):
     # released = as shipped (the native path applies routed_scaling_factor nowhere); applied = the
     # routed output multiplied by it once (patch native-routed-scaling)
     routed_scaling: Literal["released", "applied"] = "released"
+    # fork each server from one preloaded interpreter per launching process (serving/forkserver.py:
+    # the third-party imports, about 7 of a launch's 9 CPU-s, are paid once); false: exec each
+    fork_server: bool = _bool(True)
     trained: TrainedStandinParams = Field(default_factory=TrainedStandinParams)
 
 

@@ -37,6 +37,7 @@ OPERATIONAL_KEYS: tuple[str, ...] = (
     "server.shutdown_grace_s",
     "server.health_poll_s",
     "server.parallel_loads",
+    "server.cpu.fork_server",
     "corruption.max_workers",
     "corruption.concurrency",
 )

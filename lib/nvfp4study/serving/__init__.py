@@ -5,7 +5,8 @@ HTTP client that keeps raw records, what each launch is asked and where its answ
 (``records``), and request sessions with per-request metrics; ``strategies``: what each
 (engine, launcher) pair does differently; ``plans``: the stages' own serving plans, read in one place; ``sglang_log``: the one reader of
 SGLang's server log;
-``cpu_engine``: SGLang's real engine on a CPU (stand-in kernels, in-memory patches, flags).
+``cpu_engine``: SGLang's real engine on a CPU (stand-in kernels, in-memory patches, flags);
+``forkserver``: its servers forked from one preloaded interpreter per launching process.
 """
 
 __all__ = [
@@ -14,6 +15,7 @@ __all__ = [
     "cpu_engine",
     "decode_log",
     "docker",
+    "forkserver",
     "gpu_probe",
     "known_acceptance",
     "launch_env",

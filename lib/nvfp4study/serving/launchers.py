@@ -181,6 +181,10 @@ class CpuEngineLauncher(LocalLauncher):
         and, when the overlay carries a native clamp patch, the audit's reading of the patched
         overlay's native MoE path (``native_moe_audit``: ``fused-moe-native``'s row)."""
         sp, entries = super().process(stage, params, config, cmd, model, log_path, install)
+        if params.server.cpu.fork_server:  # forked from a preloaded interpreter (forkserver.py)
+            from ..sglang.source import cache_dir
+
+            sp.preloaded = cache_dir() / "forkserver"
         if params.sglang.apply_to_install:
             entries["native_modes"] = self.native_modes(stage, config)
         if params.sglang.apply_to_install and self.native_modes(stage, config)["moe_clamp"] != "released":

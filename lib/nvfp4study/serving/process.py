@@ -47,6 +47,7 @@ from ..core.errors import (
     ServerExitedDuringLoad,
     WrongInterpreter,
 )
+from . import forkserver
 from .sglang_log import ERROR_LINE, log_tail  # noqa: F401  (the one log parser; re-exported: server names them)
 
 
@@ -101,7 +102,7 @@ class ServerProcess:
     env: dict[str, str] = field(default_factory=dict)
     grace_s: float = 30.0
     tail_lines: int = 40
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen | forkserver.ForkedProcess | None = None
     t_launch: float | None = None
     t_healthy: float | None = None
     returncode: int | None = None
@@ -110,6 +111,10 @@ class ServerProcess:
     subreaper: bool = True  # become a child subreaper while live (orphans come back to us)
     stop_signal: int = signal.SIGTERM  # the first signal :meth:`stop` sends
     stop_leader_only: bool = False  # send it to the launched process alone, not its whole group
+    #: fork the server from a preloaded interpreter (:mod:`~nvfp4study.serving.forkserver`), which
+    #: keeps its probe's module list in this folder; None: exec it
+    preloaded: Path | None = None
+    started: str = ""  # how it was started: "exec", or the fork server that forked it
 
     @property
     def base_url(self) -> str:
@@ -128,12 +133,30 @@ class ServerProcess:
         with open(self.log_path, "ab") as log:
             log.write(f"# nvfp4study launch: {json.dumps(self.command)}\n".encode())
             log.flush()
-            self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                         preexec_fn=_set_pdeathsig if sys.platform == "linux" else None)
+            self.proc = self._forked(env, log) if self.preloaded is not None and self.subreaper else None
+            if self.proc is None:
+                self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=log,
+                                             stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                             preexec_fn=_set_pdeathsig if sys.platform == "linux" else None)
+                self.started = self.started or "exec"
         self.t_launch = time.monotonic()
         _LIVE[self.proc.pid] = self
         _BY_URL[self.base_url] = self
+
+    def _forked(self, env: dict[str, str], log) -> forkserver.ForkedProcess | None:
+        """The server forked by the fork server, or None (said in the log) when it cannot be."""
+        assert self.preloaded is not None
+        try:
+            proc, fs = forkserver.start_forked(self.command, env, (SERVER_MARKER_ENV, self.marker), log,
+                                               self.preloaded, _set_pdeathsig)
+        except forkserver.ForkServerUnavailable as exc:
+            self.started = f"exec ({exc})"
+            log.write(f"# nvfp4study: started by exec: {exc}\n".encode())
+            log.flush()
+            return None
+        self.started = (f"forked by the fork server (pid {fs.proc.pid if fs.proc else '?'}, "
+                        f"{fs.info.get('preloaded', 0)} modules preloaded)")
+        return proc
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -270,7 +293,7 @@ def _adopted(since: float) -> list[psutil.Process]:
     started since ``since`` that no live launch's ``Popen`` started, whose environment carries a
     launch marker or is empty (a daemon that cleared it; everything this interpreter starts
     itself inherits ``os.environ``, so no child of ours has an empty one)."""
-    mine = {sp.proc.pid for sp in _LIVE.values() if sp.proc is not None}
+    mine = {sp.proc.pid for sp in _LIVE.values() if sp.proc is not None} | forkserver.pids()
     out = []
     with contextlib.suppress(psutil.Error):
         for c in psutil.Process().children():

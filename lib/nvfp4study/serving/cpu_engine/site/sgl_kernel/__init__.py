@@ -110,7 +110,13 @@ class _SubmoduleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 #: ``NVFP4STUDY_CPU_ENGINE_TRACE=<file>``: each process appends ``<op name>`` to the file the
 #: first time it calls a stand-in op (tests read it to see which ops the engine really called).
+#: A folder instead: the file ``ops-<process group>.txt`` in it, one per server (whose group id is
+#: its first process's pid), so servers forked by one fork server share one environment.
 TRACE_ENV = "NVFP4STUDY_CPU_ENGINE_TRACE"
+
+
+def _trace_file(path: str) -> str:
+    return os.path.join(path, f"ops-{os.getpgid(0)}.txt") if os.path.isdir(path) else path
 
 
 def _traced(name: str, fn):
@@ -123,7 +129,7 @@ def _traced(name: str, fn):
     def op(*args, **kwargs):
         if name not in seen:
             seen.add(name)
-            with open(path, "a") as f:
+            with open(_trace_file(path), "a") as f:
                 f.write(name + "\n")
         return fn(*args, **kwargs)
 

@@ -1,0 +1,173 @@
+"""The fork server (``serving/forkserver.py``, ``cpu_engine/site/nvfp4study_forkserver.py``) with
+this venv's interpreter and a small probe module: a forked server is the launcher's child in its
+own session, carries its own marker, draws its own random numbers, exits and is stopped as an
+exec'd one; it dies with its launcher; what cannot be forked is exec'd, saying why. The CPU engine
+itself, forked and exec'd, is compared in ``test_cpu_engine.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from nvfp4study.codeeval.watchdog import marked_processes
+from nvfp4study.serving import forkserver
+from nvfp4study.serving.cpu_engine import SITE_DIR
+from nvfp4study.serving.process import SERVER_MARKER_ENV, ServerProcess
+
+SHOW = ("import json, os, random, sys; print(json.dumps({'pid': os.getpid(), 'argv': sys.argv, "
+        "'stdin': sys.stdin.read(), 'random': random.random(), 'name': __name__}), flush=True); "
+        "import time; time.sleep(float(sys.argv[1]))")
+
+
+@pytest.fixture(autouse=True)
+def small_probe(monkeypatch):
+    monkeypatch.setattr(forkserver, "PROBE_MODULE", "json")  # the CPU engine's takes seconds
+    yield
+    forkserver.close_all()
+
+
+def server(tmp_path: Path, code: str, *args: str, env: dict | None = None, name: str = "s") -> ServerProcess:
+    sp = ServerProcess([sys.executable, "-c", code, *args], tmp_path / f"{name}.log", "127.0.0.1", 1,
+                       env={"PYTHONPATH": str(SITE_DIR)} if env is None else env, grace_s=5,
+                       preloaded=tmp_path / "cache")
+    sp.start()
+    return sp
+
+
+def shown(sp: ServerProcess, timeout_s: float = 30) -> dict:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        lines = [ln for ln in sp.log_path.read_text().splitlines() if ln.startswith("{")]
+        if lines:
+            return json.loads(lines[-1])
+        time.sleep(0.05)
+    raise AssertionError(sp.log_path.read_text())
+
+
+def test_a_forked_server_is_our_child_in_its_own_session_with_its_marker(tmp_path):
+    sp = server(tmp_path, SHOW, "30", "x")
+    try:
+        assert sp.started.startswith("forked by the fork server"), sp.started
+        got = shown(sp)
+        proc = psutil.Process(sp.proc.pid)
+        assert got["pid"] == sp.proc.pid and proc.ppid() == os.getpid()
+        assert os.getpgid(sp.proc.pid) == sp.proc.pid == os.getsid(sp.proc.pid)
+        assert got["argv"] == ["-c", "30", "x"] and got["stdin"] == "" and got["name"] == "__main__"
+        # the environment an exec'd server gets, marker included, where psutil reads it
+        want = {**os.environ, "PYTHONPATH": str(SITE_DIR), SERVER_MARKER_ENV: sp.marker}
+        assert proc.environ() == want
+        assert [p.pid for p in marked_processes(sp.marker, sp.t_launch_epoch, SERVER_MARKER_ENV)] == [sp.proc.pid]
+        assert sp.alive() and sp.proc.poll() is None
+    finally:
+        sp.stop()
+    assert sp.returncode == -signal.SIGTERM and not sp.alive()
+    assert marked_processes(sp.marker, 0, SERVER_MARKER_ENV) == []
+
+
+def test_launches_share_one_fork_server_and_draw_their_own_random_numbers(tmp_path):
+    a = server(tmp_path, SHOW, "30", name="a")
+    b = server(tmp_path, SHOW, "30", name="b")
+    try:
+        ra, rb = shown(a), shown(b)
+        assert ra["pid"] != rb["pid"] and ra["random"] != rb["random"]
+        (fs,) = forkserver.pids()
+        assert f"(pid {fs}," in a.started and f"(pid {fs}," in b.started
+        assert fs not in {p.pid for p in a.group_members() + b.group_members()}
+        (listed,) = (tmp_path / "cache").glob("preload-*.json")
+        assert "json" in json.loads(listed.read_text())
+    finally:
+        a.stop()
+        b.stop()
+    assert forkserver.pids() == {fs}  # kept for the next launch
+
+
+def test_exit_status_and_a_group_that_ignores_sigterm(tmp_path):
+    done = server(tmp_path, "import sys; sys.exit(3)", name="three")
+    assert done.proc.wait(timeout=20) == 3
+    done.stop()
+    assert done.returncode == 3
+    stubborn = ("import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); os.fork(); "
+                "print('{}', flush=True); time.sleep(60)")
+    sp = server(tmp_path, stubborn, name="stubborn")
+    shown(sp)
+    assert len(sp.group_members()) == 2
+    sp.grace_s = 1
+    sp.stop()
+    assert sp.returncode == -signal.SIGKILL and sp.group_members() == []
+    assert marked_processes(sp.marker, 0, SERVER_MARKER_ENV) == []
+
+
+def test_the_server_and_the_fork_server_die_with_their_launcher(tmp_path):
+    helper = (f"import json, sys, time; sys.path[:0] = {sys.path!r}\n"
+              "from pathlib import Path\n"
+              "from nvfp4study.serving import forkserver\n"
+              "from nvfp4study.serving.process import ServerProcess\n"
+              "forkserver.PROBE_MODULE = 'json'\n"
+              f"sp = ServerProcess([sys.executable, '-c', 'import time; time.sleep(60)'], Path({str(tmp_path / 'h.log')!r}),"
+              f" '127.0.0.1', 1, env={{'PYTHONPATH': {str(SITE_DIR)!r}}}, preloaded=Path({str(tmp_path / 'cache')!r}))\n"
+              "sp.start()\n"
+              "print(json.dumps([sp.proc.pid, *forkserver.pids(), sp.started]), flush=True)\n"
+              "time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", helper], stdout=subprocess.PIPE, text=True)
+    try:
+        *pids, started = json.loads(proc.stdout.readline())
+        assert started.startswith("forked") and len(pids) == 2
+        assert all(psutil.pid_exists(p) for p in pids)
+    finally:
+        proc.kill()
+        proc.wait()
+    end = time.monotonic() + 15
+    alive = pids
+    while alive and time.monotonic() < end:
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        time.sleep(0.1)
+    assert alive == []
+
+
+@pytest.mark.parametrize("case", ["script", "site-folder", "probe-fails"])
+def test_what_cannot_be_forked_is_execd_saying_why(tmp_path, monkeypatch, case):
+    if case == "script":
+        (tmp_path / "s.py").write_text("print('{}', flush=True)\nimport time\ntime.sleep(30)\n")
+        sp = ServerProcess([sys.executable, str(tmp_path / "s.py")], tmp_path / "s.log", "127.0.0.1", 1,
+                           env={"PYTHONPATH": str(SITE_DIR)}, preloaded=tmp_path / "cache")
+        sp.start()
+        why = "only `python -c` commands"
+    elif case == "site-folder":
+        sp = server(tmp_path, SHOW, "30", env={"PYTHONPATH": ""})
+        why = "site folder is not on PYTHONPATH"
+    else:
+        monkeypatch.setattr(forkserver, "PROBE_MODULE", "no_such_module_here")
+        sp = server(tmp_path, SHOW, "30")
+        why = "the fork server did not start"
+    try:
+        assert sp.started.startswith("exec (") and why in sp.started, sp.started
+        shown(sp)
+        assert "# nvfp4study: started by exec: " in sp.log_path.read_text()
+        assert psutil.Process(sp.proc.pid).environ()[SERVER_MARKER_ENV] == sp.marker
+    finally:
+        sp.stop()
+    assert forkserver.pids() == set()
+
+
+def test_the_preload_skips_sglang_and_the_site_folder():
+    sys.path.insert(0, str(SITE_DIR))
+    try:
+        import nvfp4study_forkserver as z
+    finally:
+        sys.path.remove(str(SITE_DIR))
+    roots = ("/venv/lib/python3.11/site-packages/", "/usr/lib/python3.11/")
+    assert z._third_party("torch.nn", "/venv/lib/python3.11/site-packages/torch/nn/__init__.py", roots)
+    assert z._third_party("posix", "built-in", roots) and z._third_party("ns_pkg", None, roots)
+    for name, origin in (("sglang.srt.server_args", "/venv/lib/python3.11/site-packages/sglang/srt/server_args.py"),
+                         ("sgl_kernel", "/venv/lib/python3.11/site-packages/sgl_kernel/__init__.py"),
+                         ("sitecustomize", "/site/sitecustomize.py"),
+                         ("overlay_mod", "/run/work/overlay/overlay_mod.py")):
+        assert not z._third_party(name, origin, roots), name
