@@ -132,7 +132,7 @@ def test_the_server_and_the_fork_server_die_with_their_launcher(tmp_path):
     assert alive == []
 
 
-@pytest.mark.parametrize("case", ["script", "site-folder", "probe-fails"])
+@pytest.mark.parametrize("case", ["script", "wrapper", "site-folder", "probe-fails"])
 def test_what_cannot_be_forked_is_execd_saying_why(tmp_path, monkeypatch, case):
     if case == "script":
         (tmp_path / "s.py").write_text("print('{}', flush=True)\nimport time\ntime.sleep(30)\n")
@@ -140,6 +140,14 @@ def test_what_cannot_be_forked_is_execd_saying_why(tmp_path, monkeypatch, case):
                            env={"PYTHONPATH": str(SITE_DIR)}, preloaded=tmp_path / "cache")
         sp.start()
         why = "only `python -c` commands"
+    elif case == "wrapper":  # as the tests' fake SGLang environments: it may not run `-c` as Python
+        wrapper = tmp_path / "python"
+        wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+        wrapper.chmod(0o755)
+        sp = ServerProcess([str(wrapper), "-c", SHOW, "30"], tmp_path / "w.log", "127.0.0.1", 1,
+                           env={"PYTHONPATH": str(SITE_DIR)}, preloaded=tmp_path / "cache")
+        sp.start()
+        why = "is a script, not Python itself"
     elif case == "site-folder":
         sp = server(tmp_path, SHOW, "30", env={"PYTHONPATH": ""})
         why = "site folder is not on PYTHONPATH"
@@ -171,3 +179,118 @@ def test_the_preload_skips_sglang_and_the_site_folder():
                          ("sitecustomize", "/site/sitecustomize.py"),
                          ("overlay_mod", "/run/work/overlay/overlay_mod.py")):
         assert not z._third_party(name, origin, roots), name
+
+
+def test_numpy_is_reseeded_and_the_server_holds_only_its_stdio(tmp_path, monkeypatch):
+    """numpy's global generator is not re-seeded at fork by numpy itself (Python's ``random`` is,
+    by CPython): each forked server draws its own. Nothing of the fork server (its socket, other
+    launches' log files) stays open in a server: fds 0, 1, 2 only, as an exec'd one."""
+    monkeypatch.setattr(forkserver, "PROBE_MODULE", "numpy")
+    code = ("import json, os, sys, numpy; print(json.dumps({'np': numpy.random.random(), "
+            "'fds': sorted(int(f) for f in os.listdir('/proc/self/fd'))}), flush=True); "
+            "import time; time.sleep(30)")
+    env = {"PYTHONPATH": str(SITE_DIR), "OMP_NUM_THREADS": "1"}  # as engine_env: OpenBLAS starts no thread
+    a, b = server(tmp_path, code, env=env, name="a"), server(tmp_path, code, env=env, name="b")
+    try:
+        assert a.started.startswith("forked") and b.started.startswith("forked"), a.started
+        ra, rb = shown(a), shown(b)
+        assert ra["np"] != rb["np"]
+        assert ra["fds"] == rb["fds"] == [0, 1, 2, 3]  # 3: the listing's own descriptor
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_poll_of_a_status_reaped_elsewhere_reads_zero_and_stays():
+    child = subprocess.Popen([sys.executable, "-c", "raise SystemExit(5)"])
+    os.waitpid(child.pid, 0)  # reaped by someone else
+    fp = forkserver.ForkedProcess(["x"], child.pid)
+    assert fp.poll() == 0 and fp.poll() == 0 and fp.wait(1) == 0
+    child.returncode = 5  # keep Popen's destructor quiet
+
+
+def _fork_server(tmp_path: Path) -> forkserver.ForkServer:
+    env = {**os.environ, "PYTHONPATH": str(SITE_DIR)}
+    fs = forkserver.ForkServer(sys.executable, env, SERVER_MARKER_ENV, tmp_path / "cache", "json")
+    with open(tmp_path / "fs.log", "ab") as log:
+        fs.start(log)
+    return fs
+
+
+def _zombies() -> list[int]:
+    return [c.pid for c in psutil.Process().children() if c.status() == psutil.STATUS_ZOMBIE]
+
+
+def test_a_server_that_fails_after_the_handover_is_reaped(tmp_path):
+    """A wrong-length marker fails in the server after it became our child (the placeholder it
+    overwrites has 24 characters): the answer names its pid and the launcher reaps it."""
+    from nvfp4study.serving.process import _set_subreaper
+
+    fs = _fork_server(tmp_path)
+    _set_subreaper(True)
+    try:
+        with open(tmp_path / "s.log", "ab") as log, pytest.raises(forkserver.ForkServerUnavailable,
+                                                                   match="placeholder has 24 characters"):
+            fs.fork([sys.executable, "-c", "pass"], "short", log.fileno())
+        assert _zombies() == [] and fs.alive()
+    finally:
+        _set_subreaper(False)
+        fs.close()
+
+
+def test_an_unanswered_request_closes_the_fork_server_and_kills_its_server(tmp_path, monkeypatch):
+    """The first fork's answer is given up (a zero wait): that fork server is closed, the server
+    it forked anyway is killed, and the next launch, from a new fork server, tracks its own pid."""
+    real = forkserver.ForkServer._answer
+    calls = []
+
+    def impatient(self, timeout_s):
+        calls.append(timeout_s)
+        return {"error": "no answer after 0 s"} if len(calls) == 2 else real(self, timeout_s)
+
+    monkeypatch.setattr(forkserver.ForkServer, "_answer", impatient)  # 1: the start, 2: the first fork
+    a = server(tmp_path, SHOW, "30", name="a")
+    try:
+        assert a.started.startswith("exec (the fork server did not answer"), a.started
+        time.sleep(0.5)
+        assert [p.pid for p in marked_processes(a.marker, 0, SERVER_MARKER_ENV)] == [a.proc.pid]
+        b = server(tmp_path, SHOW, "30", name="b")
+        try:
+            assert b.started.startswith("forked") and shown(b)["pid"] == b.proc.pid
+        finally:
+            b.stop()
+    finally:
+        a.stop()
+    assert _zombies() == []
+
+
+def test_a_command_too_long_to_send_is_execd_and_the_fork_server_stays(tmp_path):
+    a = server(tmp_path, SHOW, "30", name="a")
+    big = server(tmp_path, SHOW, "30", "x" * 70_000, name="big")
+    try:
+        assert a.started.startswith("forked") and big.started.startswith("exec (the command is too long")
+        assert shown(big)["argv"][2] == "x" * 70_000
+        assert len(forkserver.pids()) == 1
+    finally:
+        a.stop()
+        big.stop()
+
+
+def test_a_failed_start_is_not_tried_again_and_no_subreaper_means_exec(tmp_path, monkeypatch):
+    monkeypatch.setattr(forkserver, "PROBE_MODULE", "no_such_module_here")
+    first = server(tmp_path, SHOW, "30", name="first")
+    second = server(tmp_path, SHOW, "30", name="second")
+    try:
+        assert "the fork server did not start" in first.started
+        assert "this environment's fork server failed earlier" in second.started
+    finally:
+        first.stop()
+        second.stop()
+    monkeypatch.setattr(forkserver, "PROBE_MODULE", "json")
+    sp = ServerProcess([sys.executable, "-c", SHOW, "30"], tmp_path / "n.log", "127.0.0.1", 1,
+                       env={"PYTHONPATH": str(SITE_DIR)}, preloaded=tmp_path / "cache", subreaper=False)
+    sp.start()
+    try:
+        assert sp.started.startswith("exec (this process is not a child subreaper"), sp.started
+    finally:
+        sp.stop()

@@ -197,15 +197,18 @@ def test_no_sglang_process_outlives_the_study(study_run):
     run, _ = study_run
     rows = [json.loads(x) for x in (run / "data" / "serve-lifecycle.jsonl").read_text().splitlines() if x.strip()]
     assert rows and all(r["left_after_stop"] == [] for r in rows)
-    pids = [p["pid"] for f in (run / "data").glob("serve-launch-*.jsonl") for ln in f.read_text().splitlines()
-            if ln.strip() for p in json.loads(ln).get("process_tree") or []]
-    assert pids
+    recs = [json.loads(ln) for f in (run / "data").glob("serve-launch-*.jsonl") for ln in f.read_text().splitlines()
+            if ln.strip()]
+    pids = [p["pid"] for r in recs for p in r.get("process_tree") or []]
+    markers = {r["marker"] for r in recs if r.get("marker")}
+    assert pids and markers
     live = []
-    for pid in pids:  # a reused pid is not ours: SGLang's titles, or a command naming this run
-        try:
+    for pid in pids:  # a reused pid is not ours: SGLang's titles, a command naming this run, or
+        try:          # a launch's marker (a forked server's command line is its fork server's)
             proc = psutil.Process(pid)
             if proc.status() != psutil.STATUS_ZOMBIE and (
-                    proc.name().startswith("sglang::") or str(run) in " ".join(proc.cmdline())):
+                    proc.name().startswith("sglang::") or str(run) in " ".join(proc.cmdline())
+                    or proc.environ().get("NVFP4STUDY_SERVER") in markers):
                 live.append(pid)
         except psutil.Error:
             continue

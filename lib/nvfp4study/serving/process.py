@@ -127,28 +127,30 @@ class ServerProcess:
         """Launch in a new session (own process group), output appended to the log file."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.env, SERVER_MARKER_ENV: self.marker}
-        if self.subreaper:
-            _set_subreaper(True)  # orphaned descendants come back to us, not to init
         self.t_launch_epoch = time.time()
-        with open(self.log_path, "ab") as log:
+        self.t_launch = time.monotonic()  # a fork server's start counts as this launch's loading
+        with open(self.log_path, "ab") as log, forkserver.LOCK:
             log.write(f"# nvfp4study launch: {json.dumps(self.command)}\n".encode())
             log.flush()
-            self.proc = self._forked(env, log) if self.preloaded is not None and self.subreaper else None
+            reaper = _set_subreaper(True) if self.subreaper else False  # orphans come back to us
+            self.proc = self._forked(env, log, reaper) if self.preloaded is not None else None
             if self.proc is None:
                 self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=log,
                                              stderr=subprocess.STDOUT, env=env, start_new_session=True,
                                              preexec_fn=_set_pdeathsig if sys.platform == "linux" else None)
                 self.started = self.started or "exec"
-        self.t_launch = time.monotonic()
-        _LIVE[self.proc.pid] = self
+            _LIVE[self.proc.pid] = self
         _BY_URL[self.base_url] = self
 
-    def _forked(self, env: dict[str, str], log) -> forkserver.ForkedProcess | None:
+    def _forked(self, env: dict[str, str], log, reaper: bool) -> forkserver.ForkedProcess | None:
         """The server forked by the fork server, or None (said in the log) when it cannot be."""
         assert self.preloaded is not None
         try:
+            if not reaper:
+                raise forkserver.ForkServerUnavailable("this process is not a child subreaper (subreaper off or "
+                                                       "unsupported): a forked server could not be handed to it")
             proc, fs = forkserver.start_forked(self.command, env, (SERVER_MARKER_ENV, self.marker), log,
-                                               self.preloaded, _set_pdeathsig)
+                                               self.preloaded)
         except forkserver.ForkServerUnavailable as exc:
             self.started = f"exec ({exc})"
             log.write(f"# nvfp4study: started by exec: {exc}\n".encode())
@@ -273,8 +275,9 @@ class ServerProcess:
         if _BY_URL.get(self.base_url) is self:
             _BY_URL.pop(self.base_url, None)
         _reap((seen | self._group_pids()) - {self.proc.pid})
-        if not _LIVE:
-            _set_subreaper(False)
+        with forkserver.LOCK:  # not while another thread's launch is being handed its server
+            if not _LIVE:
+                _set_subreaper(False)
 
     def check_alive(self, wait_s: float = 0.0) -> None:
         """Raise :class:`ServerDied` (with the log tail) if the server has exited, waiting up to

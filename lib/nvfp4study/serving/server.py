@@ -460,6 +460,7 @@ def launched(stage: Stage, config: ServerConfig, *, startup_timeout_s: float | N
                 sp.start()
                 rec["started_at"] = round(time.time(), 3)  # epoch s: overlapping loads show here
                 rec["started"] = sp.started  # exec, or forked by the fork server
+                rec["marker"] = sp.marker  # in each of its processes' environment (NVFP4STUDY_SERVER)
                 yield StartedLaunch(sp, rec, startup_timeout_s or s.startup_timeout_s, s.health_poll_s)
                 sp.check_alive()
             finally:

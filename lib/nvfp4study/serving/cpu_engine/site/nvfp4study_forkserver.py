@@ -17,7 +17,8 @@ Protocol, over the Unix ``SOCK_SEQPACKET`` socket whose fd is ``argv[1]`` (one J
 2. per request ``{"args": [...], "launcher": pid, "marker": hex}`` with the log file's fd
    (``SCM_RIGHTS``): a child forks the server and exits, so the server is re-parented to the
    launcher (a child subreaper, ``PR_SET_CHILD_SUBREAPER``), which waits for it as for a
-   ``Popen``; the answer is ``{"pid": n}`` or ``{"error": "..."}``;
+   ``Popen``; the answer is ``{"marker", "pid": n}`` or ``{"marker", "error": "...", "pid": n or
+   null}`` (a pid with an error: a server that failed after it became the launcher's child);
 3. end of file on the socket: exit.
 
 The server, before it runs ``python -c CODE ARGS`` as the interpreter would: waits to be the
@@ -26,7 +27,10 @@ signals), asks for SIGTERM at the launcher's death (``PR_SET_PDEATHSIG``), write
 marker over the placeholder in its initial environment block (what ``/proc/<pid>/environ`` shows,
 so the launcher's leftover checks find it as they find an exec'd server) and in ``os.environ``,
 re-seeds ``random`` (and numpy's global generator) as a fresh interpreter would be, and points
-stdin at ``/dev/null``, stdout and stderr at the log.
+stdin at ``/dev/null``, stdout and stderr at the log. One thing cannot be drawn again: the string
+hash seed (``PYTHONHASHSEED``) is fixed when an interpreter starts, so the servers of one fork
+server share it (exec'd servers each draw their own); iteration over a set of strings is then
+ordered alike in them.
 """
 
 from __future__ import annotations
@@ -143,15 +147,25 @@ def _fit_to_fork() -> str | None:
     return None
 
 
+MAX_REQUEST = 1 << 16  # bytes of one request (the launcher refuses larger ones first)
+
+
 def serve(sock: socket.socket):
-    """Answer fork requests until end of file; in a forked server, returns its request."""
+    """Answer fork requests until end of file; in a forked server, returns its request. Each
+    answer names the request's marker; a malformed request is answered with an error."""
     while True:
-        msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 1)
+        msg, fds, flags, _ = socket.recv_fds(sock, MAX_REQUEST, 1)
         if not msg:
             os._exit(0)
-        req = json.loads(msg)
-        if len(fds) != 1:
-            _send(sock, {"error": f"expected the log file's fd, got {len(fds)} fds"})
+        try:
+            req = json.loads(msg)
+            marker = str(req["marker"])
+        except (ValueError, KeyError, TypeError):
+            req, marker = None, None
+        if req is None or flags & socket.MSG_TRUNC or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            _send(sock, {"marker": marker, "error": f"malformed request ({len(msg)} bytes, {len(fds)} fds)"})
             continue
         sys.stdout.flush()
         sys.stderr.flush()
@@ -166,8 +180,12 @@ def serve(sock: socket.socket):
         os.close(fds[0])
         os.waitpid(first, 0)
         with os.fdopen(r, "rb") as f:
-            answer = f.read().decode() or "error: the server exited before it was handed over"
-        _send(sock, {"pid": int(answer.split()[1])} if answer.startswith("ok ") else {"error": answer})
+            answer = f.read().decode()
+        try:
+            answer_msg = json.loads(answer)
+        except ValueError:
+            answer_msg = {"error": "the server exited before it was handed over"}
+        _send(sock, {"marker": marker, **answer_msg})
 
 
 def _handed_over(launcher: int, timeout_s: float = 10.0) -> bool:
@@ -201,20 +219,23 @@ def _write_marker(marker: str) -> None:
 
 def become_server(req: dict, log_fd: int, status_fd: int, sock: socket.socket) -> tuple[str, list[str]]:
     """Turn this forked child into the launch's server process (module docstring); returns the
-    ``-c`` code and ``sys.argv`` to run. Exits (status 70) when it cannot."""
+    ``-c`` code and ``sys.argv`` to run. When it cannot, it says why on ``status_fd`` (with its pid
+    once it is the launcher's child, which then collects its exit status) and exits (status 70)."""
     sock.close()
+    handed = False
     try:
         if not _handed_over(int(req["launcher"])):
             raise RuntimeError(f"not re-parented to the launcher (parent {os.getppid()}); is it a subreaper?")
+        handed = True
         os.setsid()
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, 15)  # SIGTERM
         if os.getppid() != int(req["launcher"]):
             raise RuntimeError("the launcher exited")
         _write_marker(str(req["marker"]))
         import random
-        random.seed()
+        random.seed()  # CPython re-seeds random in a forked child itself; said here for the reader
         if "numpy" in sys.modules:
-            sys.modules["numpy"].random.seed()
+            sys.modules["numpy"].random.seed()  # numpy's global generator is not re-seeded at fork
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(log_fd, 1)
@@ -225,9 +246,9 @@ def become_server(req: dict, log_fd: int, status_fd: int, sock: socket.socket) -
         if len(args) < 2 or args[0] != "-c":
             raise RuntimeError(f"only `python -c CODE ...` is forked, got {args[:1]}")
     except Exception as exc:  # noqa: BLE001 - reported to the launcher, which falls back to exec
-        os.write(status_fd, f"error: {exc}".encode())
+        os.write(status_fd, json.dumps({"error": str(exc), "pid": os.getpid() if handed else None}).encode())
         os._exit(70)
-    os.write(status_fd, f"ok {os.getpid()}".encode())
+    os.write(status_fd, json.dumps({"pid": os.getpid()}).encode())
     os.close(status_fd)
     return args[1], ["-c", *args[2:]]
 
