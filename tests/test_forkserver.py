@@ -185,8 +185,8 @@ def test_numpy_is_reseeded_and_the_server_holds_only_its_stdio(tmp_path, monkeyp
     """numpy's global generator is not re-seeded at fork by numpy itself (Python's ``random`` is,
     by CPython): each forked server draws its own. Nothing of the fork server (its socket, other
     launches' log files) stays open in a server: fds 0, 1, 2 only, as an exec'd one."""
-    monkeypatch.setattr(forkserver, "PROBE_MODULE", "numpy")
-    code = ("import json, os, sys, numpy; print(json.dumps({'np': numpy.random.random(), "
+    monkeypatch.setattr(forkserver, "PROBE_MODULE", "numpy.random")  # `import numpy` alone loads no generator
+    code = ("import json, os, sys, numpy.random; print(json.dumps({'np': numpy.random.random(), "
             "'fds': sorted(int(f) for f in os.listdir('/proc/self/fd'))}), flush=True); "
             "import time; time.sleep(30)")
     env = {"PYTHONPATH": str(SITE_DIR), "OMP_NUM_THREADS": "1"}  # as engine_env: OpenBLAS starts no thread
@@ -240,7 +240,8 @@ def test_a_server_that_fails_after_the_handover_is_reaped(tmp_path):
 
 def test_an_unanswered_request_closes_the_fork_server_and_kills_its_server(tmp_path, monkeypatch):
     """The first fork's answer is given up (a zero wait): that fork server is closed, the server
-    it forked anyway is killed, and the next launch, from a new fork server, tracks its own pid."""
+    it forked anyway is killed, and the next launch, exec'd (that environment's fork server is not
+    tried again), tracks its own pid."""
     real = forkserver.ForkServer._answer
     calls = []
 
@@ -256,7 +257,9 @@ def test_an_unanswered_request_closes_the_fork_server_and_kills_its_server(tmp_p
         assert [p.pid for p in marked_processes(a.marker, 0, SERVER_MARKER_ENV)] == [a.proc.pid]
         b = server(tmp_path, SHOW, "30", name="b")
         try:
-            assert b.started.startswith("forked") and shown(b)["pid"] == b.proc.pid
+            assert b.started.startswith("exec (this environment's fork server failed earlier: the fork server "
+                                        "did not answer"), b.started
+            assert shown(b)["pid"] == b.proc.pid and forkserver.pids() == set()
         finally:
             b.stop()
     finally:
@@ -292,5 +295,85 @@ def test_a_failed_start_is_not_tried_again_and_no_subreaper_means_exec(tmp_path,
     sp.start()
     try:
         assert sp.started.startswith("exec (this process is not a child subreaper"), sp.started
+    finally:
+        sp.stop()
+
+
+def test_concurrent_polls_all_read_the_exit_status():
+    """As Popen: one thread reaps, the others read None meanwhile, never a made-up 0."""
+    import threading
+
+    for _ in range(30):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(3)
+        fp = forkserver.ForkedProcess(["x"], pid)
+        seen: list = []
+        threads = [threading.Thread(target=lambda fp=fp, seen=seen: seen.append(fp.wait(5))) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert seen == [3, 3, 3, 3] and fp.returncode == 3
+
+
+def test_the_fork_server_outlives_the_thread_that_started_it(tmp_path):
+    """``PR_SET_PDEATHSIG`` follows the starting thread: the fork server has none, and a launch
+    from a short-lived thread leaves it serving the next launch."""
+    import threading
+
+    box: list = []
+    t = threading.Thread(target=lambda: box.append(server(tmp_path, SHOW, "30", name="a")))
+    t.start()
+    t.join()
+    a = box[0]
+    time.sleep(0.5)
+    b = server(tmp_path, SHOW, "30", name="b")
+    try:
+        (fs,) = forkserver.pids()
+        assert f"(pid {fs}," in a.started and f"(pid {fs}," in b.started
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_a_server_being_handed_over_is_not_an_orphan_of_another_launch(tmp_path):
+    """Between its hand-over and its registration a server is our child carrying its marker;
+    another launch's orphan search (``process._adopted``) must not take it (nor a fork server,
+    whose marker is the placeholder)."""
+    from nvfp4study.serving import process
+
+    t0 = time.time()
+    mark = "ab" * 12
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                             env={**os.environ, SERVER_MARKER_ENV: mark})
+    fs = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                          env={**os.environ, SERVER_MARKER_ENV: forkserver.PLACEHOLDER})
+    try:
+        time.sleep(0.3)
+        assert child.pid in {p.pid for p in process._adopted(t0)}  # an orphan as far as it knows
+        assert fs.pid not in {p.pid for p in process._adopted(t0)}
+        process._IN_FLIGHT.add(mark)
+        assert child.pid not in {p.pid for p in process._adopted(t0)}
+    finally:
+        process._IN_FLIGHT.discard(mark)
+        for p in (child, fs):
+            p.kill()
+            p.wait()
+
+
+def test_an_execd_fallback_gets_its_whole_startup_budget(tmp_path, monkeypatch):
+    """A fork server that takes 1 s and fails: the exec'd server's loading is timed from its own
+    start, not from the fork server's."""
+    def slow_failure(self, log, timeout_s=300.0):
+        time.sleep(1.0)
+        raise forkserver.ForkServerUnavailable("the fork server did not start: slow and broken")
+
+    monkeypatch.setattr(forkserver.ForkServer, "start", slow_failure)
+    t0 = time.monotonic()
+    sp = server(tmp_path, SHOW, "30")
+    try:
+        assert sp.started.startswith("exec (the fork server did not start: slow and broken")
+        assert sp.t_launch - t0 >= 1.0
     finally:
         sp.stop()

@@ -3,8 +3,8 @@
 runs and why it is equivalent to an exec'd one).
 
 One fork server per (interpreter, environment, working folder) of a launching process, started at
-its first launch and kept until the process exits (``atexit``; it also dies with the process,
-``PR_SET_PDEATHSIG``, or when its socket closes). Each launch asks it for a server; the server is
+its first launch and kept until the process exits (``atexit``; it exits at end of file on its
+socket, which the process's death also causes). Each launch asks it for a server; the server is
 re-parented to the launching process (a child subreaper while a server is live: the caller,
 :class:`~nvfp4study.serving.process.ServerProcess`, sets it first), so it is waited for, signalled
 and torn down exactly as a ``Popen`` child in its own session: :class:`ForkedProcess` stands for
@@ -210,7 +210,6 @@ def _kill_marked(marker_env: str, marker: str) -> None:
     request was given up)."""
     import psutil
 
-    time.sleep(0.2)  # a hand-over in flight completes (or fails) first
     for child in psutil.Process().children():
         with contextlib.suppress(psutil.Error):
             if child.environ().get(marker_env) == marker:
@@ -223,7 +222,7 @@ def start_forked(command: list[str], env: Mapping[str, str], marker: tuple[str, 
     """Start ``command`` (``[python, "-c", code, *args]``) as a server forked from this process's
     fork server for (python, ``env`` without the marker, working folder), starting one if needed
     (its preload output goes to ``log``, an open binary file, like the server's). A key whose fork
-    server failed to start is not tried again in this process.
+    server failed to start, or left a request unanswered, is not tried again in this process.
 
     Args:
         marker: (variable, value) of the launch marker (a 24-character value), which the server
@@ -260,7 +259,13 @@ def start_forked(command: list[str], env: Mapping[str, str], marker: tuple[str, 
                 _FAILED[key] = str(exc)
                 raise
             _SERVERS[key] = fs
-        return fs.fork(command, value, log.fileno()), fs
+        try:
+            return fs.fork(command, value, log.fileno()), fs
+        except ForkServerUnavailable as exc:
+            if not fs.alive():  # it did not answer and was closed: not tried again either
+                _SERVERS.pop(key, None)
+                _FAILED[key] = str(exc)
+            raise
 
 
 def _is_script(path: str) -> bool:

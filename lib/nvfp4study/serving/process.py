@@ -88,6 +88,7 @@ def _set_subreaper(on: bool) -> bool:
 
 
 _LIVE: dict[int, ServerProcess] = {}
+_IN_FLIGHT: set[str] = set()  # markers of launches whose server is being handed over
 _BY_URL: dict[str, ServerProcess] = {}
 
 
@@ -133,13 +134,18 @@ class ServerProcess:
             log.write(f"# nvfp4study launch: {json.dumps(self.command)}\n".encode())
             log.flush()
             reaper = _set_subreaper(True) if self.subreaper else False  # orphans come back to us
-            self.proc = self._forked(env, log, reaper) if self.preloaded is not None else None
-            if self.proc is None:
-                self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=log,
-                                             stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                             preexec_fn=_set_pdeathsig if sys.platform == "linux" else None)
-                self.started = self.started or "exec"
-            _LIVE[self.proc.pid] = self
+            _IN_FLIGHT.add(self.marker)  # a server handed over before _LIVE knows it: not an orphan
+            try:
+                self.proc = self._forked(env, log, reaper) if self.preloaded is not None else None
+                if self.proc is None:
+                    self.t_launch = time.monotonic()  # the exec'd server's loading starts now
+                    self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=log,
+                                                 stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                                 preexec_fn=_set_pdeathsig if sys.platform == "linux" else None)
+                    self.started = self.started or "exec"
+                _LIVE[self.proc.pid] = self
+            finally:
+                _IN_FLIGHT.discard(self.marker)
         _BY_URL[self.base_url] = self
 
     def _forked(self, env: dict[str, str], log, reaper: bool) -> forkserver.ForkedProcess | None:
@@ -304,6 +310,9 @@ def _adopted(since: float) -> list[psutil.Process]:
                 if c.pid in mine or c.create_time() < since - 1 or c.status() == psutil.STATUS_ZOMBIE:
                     continue
                 env = c.environ()
+                mark = env.get(SERVER_MARKER_ENV)
+                if mark in _IN_FLIGHT or mark == forkserver.PLACEHOLDER:
+                    continue  # another launch's server being handed over, or a fork server
                 if SERVER_MARKER_ENV in env or not env:
                     out.append(c)
     return out

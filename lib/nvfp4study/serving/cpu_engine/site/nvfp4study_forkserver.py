@@ -133,7 +133,10 @@ def preload(names: list[str]) -> tuple[int, int]:
 
 
 def _send(sock: socket.socket, msg: dict) -> None:
-    sock.send(json.dumps(msg).encode())
+    try:
+        sock.send(json.dumps(msg).encode())
+    except OSError:  # the launcher closed its end (it gave up on us, or exited): nothing to serve
+        os._exit(0)
 
 
 def _fit_to_fork() -> str | None:
