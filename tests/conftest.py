@@ -77,6 +77,17 @@ def _bounded_tree_caches():
         clear_tree_caches()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _fork_servers_closed_after_each_file():
+    """A launching process keeps its fork servers (``serving/forkserver.py``) for its next launch;
+    a test file's are closed after it, so the next file starts with no child processes of its
+    own (``test_sandbox`` checks that the harness has none)."""
+    yield
+    fs = sys.modules.get("nvfp4study.serving.forkserver")
+    if fs is not None:
+        fs.close_all()
+
+
 # --- order: the longest files first -----------------------------------------------------------------
 # `make test` runs two workers, a whole file each at a time (pytest-xdist --dist loadfile, with
 # --no-loadscope-reorder: xdist keeps this order instead of sorting files by their number of tests): the
