@@ -114,12 +114,8 @@ class ForkServer:
                 pass_fds=(theirs.fileno(),), start_new_session=True)
         finally:
             theirs.close()
-        _STARTING.add(self.proc.pid)  # ours, not a launch's orphan (process._adopted skips it)
-        self.sock = ours
-        try:
-            self.info = self._answer(timeout_s)
-        finally:
-            _STARTING.discard(self.proc.pid)
+        self.sock = ours  # its placeholder marker tells process._adopted it is no launch's orphan
+        self.info = self._answer(timeout_s)
         if "error" in self.info:
             self.close()
             raise ForkServerUnavailable(f"the fork server did not start: {self.info['error']}")
@@ -157,7 +153,8 @@ class ForkServer:
         if not self.alive():
             raise ForkServerUnavailable("the fork server is not running")
         assert self.sock is not None
-        msg = json.dumps({"args": command[1:], "launcher": os.getpid(), "marker": marker}).encode()
+        msg = json.dumps({"args": command[1:], "launcher": os.getpid(), "marker_env": self.marker_env,
+                          "marker": marker}).encode()
         if len(msg) > MAX_REQUEST:
             raise ForkServerUnavailable(f"the command is too long to send ({len(msg)} bytes > {MAX_REQUEST})")
         try:
@@ -191,7 +188,6 @@ class ForkServer:
 MAX_REQUEST = 1 << 16  # bytes of one request (nvfp4study_forkserver.MAX_REQUEST)
 _SERVERS: dict[tuple, ForkServer] = {}
 _FAILED: dict[tuple, str] = {}  # why a key's fork server failed to start: not tried again
-_STARTING: set[int] = set()
 #: held while a launch turns the subreaper on and is handed its server, and while a stop decides
 #: to turn it off (process.py), so one thread's stop cannot leave another's server to init
 LOCK = threading.RLock()
@@ -279,9 +275,8 @@ def _is_script(path: str) -> bool:
 
 
 def pids() -> set[int]:
-    """The pids of this process's fork servers, live or starting (not launches: the leftover
-    checks skip them)."""
-    return {fs.proc.pid for fs in list(_SERVERS.values()) if fs.proc is not None and fs.alive()} | set(_STARTING)
+    """The pids of this process's live fork servers."""
+    return {fs.proc.pid for fs in list(_SERVERS.values()) if fs.proc is not None and fs.alive()}
 
 
 @atexit.register

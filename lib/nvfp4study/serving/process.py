@@ -302,7 +302,7 @@ def _adopted(since: float) -> list[psutil.Process]:
     started since ``since`` that no live launch's ``Popen`` started, whose environment carries a
     launch marker or is empty (a daemon that cleared it; everything this interpreter starts
     itself inherits ``os.environ``, so no child of ours has an empty one)."""
-    mine = {sp.proc.pid for sp in _LIVE.values() if sp.proc is not None} | forkserver.pids()
+    mine = {sp.proc.pid for sp in _LIVE.values() if sp.proc is not None}
     out = []
     with contextlib.suppress(psutil.Error):
         for c in psutil.Process().children():

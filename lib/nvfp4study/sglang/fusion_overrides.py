@@ -188,19 +188,10 @@ def forced_off(root: Path, runner: str | None, a2a: str, unknown: tuple[str, ...
 
     Decided once per tree state and (runner, a2a, unknown): the audit asks once per path, and a
     tree's paths share a few dozen backend pairs (about 2.6 ms each time otherwise)."""
-    stamp = tree_stamp(root)
-    memo = _decided(Path(root), stamp)
-    key = (runner, a2a, tuple(unknown))
-    if key not in memo:
-        memo[key] = _overrides(Path(root), stamp, *key)
-    return list(memo[key])
+    return list(_overrides(Path(root), tree_stamp(root), runner, a2a, tuple(unknown)))
 
 
-@lru_cache(maxsize=16)  # one table per tree state, as _writes
-def _decided(root: Path, _stamp: tuple) -> dict[tuple, tuple[Override, ...]]:
-    return {}
-
-
+@lru_cache(maxsize=4096)  # per tree state and backend pair: a tree's paths share a few dozen pairs
 def _overrides(root: Path, stamp: tuple, runner: str | None, a2a: str,
                unknown: tuple[str, ...]) -> tuple[Override, ...]:
     fields = {k: v for k, v in _defaults(root, stamp).items() if k not in unknown}

@@ -14,7 +14,7 @@ overlay switches them per launch (clamp modes), so each server imports them itse
 Protocol, over the Unix ``SOCK_SEQPACKET`` socket whose fd is ``argv[1]`` (one JSON message each way):
 
 1. at start: ``{"ready": true, "pid", "preloaded", "failed"}`` or ``{"error": "..."}`` (then exit);
-2. per request ``{"args": [...], "launcher": pid, "marker": hex}`` with the log file's fd
+2. per request ``{"args": [...], "launcher": pid, "marker_env": name, "marker": hex}`` with the log file's fd
    (``SCM_RIGHTS``): a child forks the server and exits, so the server is re-parented to the
    launcher (a child subreaper, ``PR_SET_CHILD_SUBREAPER``), which waits for it as for a
    ``Popen``; the answer is ``{"marker", "pid": n}`` or ``{"marker", "error": "...", "pid": n or
@@ -26,7 +26,8 @@ launcher's child, starts its own session (``setsid``: its pid is the process gro
 signals), asks for SIGTERM at the launcher's death (``PR_SET_PDEATHSIG``), writes the launch
 marker over the placeholder in its initial environment block (what ``/proc/<pid>/environ`` shows,
 so the launcher's leftover checks find it as they find an exec'd server) and in ``os.environ``,
-re-seeds ``random`` (and numpy's global generator) as a fresh interpreter would be, and points
+re-seeds numpy's global generator as a fresh interpreter would have it (CPython re-seeds ``random``
+in a forked child itself), and points
 stdin at ``/dev/null``, stdout and stderr at the log. One thing cannot be drawn again: the string
 hash seed (``PYTHONHASHSEED``) is fixed when an interpreter starts, so the servers of one fork
 server share it (exec'd servers each draw their own); iteration over a set of strings is then
@@ -46,7 +47,6 @@ import sysconfig
 import threading
 import time
 
-MARKER_ENV = "NVFP4STUDY_SERVER"  # nvfp4study.serving.process.SERVER_MARKER_ENV
 #: modules never preloaded: SGLang's (the overlay switches them per launch) and the kernel ops
 #: (the CPU engine's stand-in lives beside this file; a real build would be SGLang's too)
 OWN = ("sglang", "sgl_kernel", "__main__", "nvfp4study_forkserver")
@@ -142,7 +142,7 @@ def _send(sock: socket.socket, msg: dict) -> None:
 def _fit_to_fork() -> str | None:
     """Why this interpreter must not fork servers, or None: SGLang's own modules loaded (the
     overlay's would be shadowed) or a second thread (a fork copies only the calling thread)."""
-    own = sorted(n for n in sys.modules if n.split(".")[0] in ("sglang", "sgl_kernel"))
+    own = sorted(n for n in sys.modules if n.split(".")[0] in OWN[:2])
     if own:
         return f"SGLang's modules were imported by the preload ({', '.join(own[:3])})"
     if threading.active_count() != 1 or len(os.listdir("/proc/self/task")) != 1:
@@ -201,23 +201,23 @@ def _handed_over(launcher: int, timeout_s: float = 10.0) -> bool:
     return True
 
 
-def _write_marker(marker: str) -> None:
-    """Overwrite the placeholder value of ``MARKER_ENV`` in the initial environment block (the
+def _write_marker(name: str, marker: str) -> None:
+    """Overwrite the placeholder value of variable ``name`` in the initial environment block (the
     bytes ``/proc/self/environ`` shows, fields 50-51 of ``/proc/self/stat``) with ``marker``, the
     same length; every other byte stays, so C code holding pointers into the block is unaffected."""
     with open("/proc/self/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     start, end = int(fields[47]), int(fields[48])  # env_start, env_end (fields 50, 51)
     block = ctypes.string_at(start, end - start)
-    key = f"\0{MARKER_ENV}=".encode()
+    key = f"\0{name}=".encode()
     at = block.rfind(key)
     if at < 0:
-        raise RuntimeError(f"{MARKER_ENV} is not in the initial environment")
+        raise RuntimeError(f"{name} is not in the initial environment")
     old = block[at + len(key):].split(b"\0", 1)[0]
     if len(old) != len(marker):
         raise RuntimeError(f"the marker placeholder has {len(old)} characters, the marker {len(marker)}")
     ctypes.memmove(start + at + len(key), marker.encode(), len(marker))
-    os.environ[MARKER_ENV] = marker
+    os.environ[name] = marker
 
 
 def become_server(req: dict, log_fd: int, status_fd: int, sock: socket.socket) -> tuple[str, list[str]]:
@@ -234,9 +234,7 @@ def become_server(req: dict, log_fd: int, status_fd: int, sock: socket.socket) -
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, 15)  # SIGTERM
         if os.getppid() != int(req["launcher"]):
             raise RuntimeError("the launcher exited")
-        _write_marker(str(req["marker"]))
-        import random
-        random.seed()  # CPython re-seeds random in a forked child itself; said here for the reader
+        _write_marker(str(req["marker_env"]), str(req["marker"]))
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()  # numpy's global generator is not re-seeded at fork
         null = os.open(os.devnull, os.O_RDONLY)
