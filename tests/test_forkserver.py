@@ -377,3 +377,21 @@ def test_an_execd_fallback_gets_its_whole_startup_budget(tmp_path, monkeypatch):
         assert sp.t_launch - t0 >= 1.0
     finally:
         sp.stop()
+
+
+@pytest.mark.parametrize("preloaded", [True, False])
+def test_a_stop_after_the_exit_signals_no_reused_pid(tmp_path, monkeypatch, preloaded):
+    """Once the server has exited and been reaped its pid (and group id) may belong to another
+    process: stop() must not signal it (the first stop, or a second one)."""
+    sp = ServerProcess([sys.executable, "-c", "import sys; sys.exit(3)"], tmp_path / "x.log", "127.0.0.1", 1,
+                       env={"PYTHONPATH": str(SITE_DIR)}, preloaded=tmp_path / "cache" if preloaded else None,
+                       stop_signal=signal.SIGINT, stop_leader_only=True)
+    sp.start()
+    assert sp.proc.wait(timeout=20) == 3
+    sent: list = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: sent.append(("kill", pid, sig)))
+    monkeypatch.setattr(os, "killpg", lambda pid, sig: sent.append(("killpg", pid, sig)))
+    sp.stop()
+    sp.stop_leader_only = False
+    sp.stop()
+    assert sent == [] and sp.returncode == 3

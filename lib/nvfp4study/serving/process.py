@@ -241,6 +241,15 @@ class ServerProcess:
                             out[c.pid] = c
         return list(out.values())
 
+    def _pgid_ours(self, leader_only: bool = False) -> bool:
+        """Whether the launched pid (``leader_only``) or its process group still names our
+        processes: the leader not yet reaped, or a member of the group left. A reaped leader's
+        number can be reused (``pid_max`` is 32768 here and the suite starts thousands of
+        processes), and a signal to it would reach whatever has it now, as ``Popen.send_signal``
+        avoids by polling first."""
+        assert self.proc is not None
+        return self.proc.poll() is None or (not leader_only and bool(self._group_pids()))
+
     def stop(self) -> None:
         """Terminate the whole process group: :attr:`stop_signal` (SIGTERM unless set) to the group
         (or to the launched process alone, :attr:`stop_leader_only`, for a server that stops its
@@ -250,8 +259,9 @@ class ServerProcess:
         pgid = self.proc.pid
         members = self.group_members()
         seen = {p.pid for p in members}
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            (os.kill if self.stop_leader_only else os.killpg)(pgid, self.stop_signal)
+        if self._pgid_ours(leader_only=self.stop_leader_only):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                (os.kill if self.stop_leader_only else os.killpg)(pgid, self.stop_signal)
         for p in [] if self.stop_leader_only else members:  # descendants that left the group (one each)
             with contextlib.suppress(psutil.Error, OSError):
                 if os.getpgid(p.pid) != pgid:
@@ -260,8 +270,9 @@ class ServerProcess:
         while time.monotonic() < deadline and (self.proc.poll() is None or self.group_members()):
             time.sleep(0.05)
         if self.proc.poll() is None or self.group_members():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
+            if self._pgid_ours():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGKILL)
             late = self.group_members()
             seen |= {p.pid for p in late}
             for p in late + members:
