@@ -59,12 +59,12 @@ ORDER = ["EXACT", "APPROX", "DROPPED", "REFUSED", "UNUSABLE", "UNDECIDED", "ABSE
 NOT_LISTED = "NOT LISTED"
 #: the sample no one who changed the audit has seen (data/hand_readings.yaml header): its
 #: agreement is the held-out measurement of the latest change; the earlier samples guided it
-HELD_OUT = "fourteenth"
+HELD_OUT = "fifteenth"
 #: the ``method`` keys of the samples, in the order they were drawn
 SAMPLE_KEYS = ("sample", "second_sample", "third_sample", "fourth_sample", "fifth_sample", "sixth_sample",
                "seventh_sample", "eighth_sample", "ninth_sample",
                "tenth_sample", "eleventh_sample", "twelfth_sample", "thirteenth_sample",
-               "fourteenth_sample")
+               "fourteenth_sample", "fifteenth_sample")
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class Reading:
     deciding: tuple[str, ...]
     reason: str
     reader: str
-    sample: str = "first"  # "second" ... "fourteenth" (:data:`HELD_OUT`; data/hand_readings.yaml header)
+    sample: str = "first"  # "second" ... "fifteenth" (:data:`HELD_OUT`; data/hand_readings.yaml header)
     #: why the reading is left out of the comparison (added by the study, never by the reader: it
     #: answers another question than the audit's row); "" when it is compared
     not_compared: str = ""
@@ -156,7 +156,7 @@ class Agreement:
     not_audited: list[str] = field(default_factory=list)  # "release path" of readings left out
     not_compared: list[str] = field(default_factory=list)  # "release path: why" (Reading.not_compared)
     trusted_kinds: list[str] = field(default_factory=list)
-    by_sample: dict[str, dict[str, Any]] = field(default_factory=dict)  # "first" ... "fourteenth"
+    by_sample: dict[str, dict[str, Any]] = field(default_factory=dict)  # "first" ... "fifteenth"
     #: per sample read twice, the two blind readers' agreement with each other (:func:`between_readers`)
     between_readers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
