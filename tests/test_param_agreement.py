@@ -257,33 +257,14 @@ def test_the_stored_readings_are_the_documented_sample():
         rng.shuffle(out)
         return out
 
-    want = redraw(method["second_sample"], pairs)
-    third = redraw(method["third_sample"], pairs + want)
-    fourth = redraw(method["fourth_sample"], pairs + want + third)
-    fifth = redraw(method["fifth_sample"], pairs + want + third + fourth)
-    assert method["second_sample"]["pairs"] == want and method["third_sample"]["pairs"] == third
-    sixth = redraw(method["sixth_sample"], pairs + want + third + fourth + fifth)
-    seventh = redraw(method["seventh_sample"], pairs + want + third + fourth + fifth + sixth)
-    eighth = redraw(method["eighth_sample"], pairs + want + third + fourth + fifth + sixth + seventh)
-    ninth = redraw(method["ninth_sample"], pairs + want + third + fourth + fifth + sixth + seventh + eighth)
-    tenth = redraw(method["tenth_sample"], pairs + want + third + fourth + fifth + sixth + seventh + eighth + ninth)
-    assert method["fourth_sample"]["pairs"] == fourth and method["fifth_sample"]["pairs"] == fifth
-    assert method["sixth_sample"]["pairs"] == sixth and method["seventh_sample"]["pairs"] == seventh
-    assert method["eighth_sample"]["pairs"] == eighth and method["ninth_sample"]["pairs"] == ninth
-    assert method["tenth_sample"]["pairs"] == tenth
-    assert len(want) == len(third) == len(fourth) == len(fifth) == len(sixth) == len(seventh) == len(eighth) == len(
-        ninth) == len(tenth) == 30
-    assert not {tuple(p) for p in pairs + want + third + fourth} & {tuple(p) for p in fifth}
-    assert not {tuple(p) for p in pairs + want + third + fourth + fifth} & {tuple(p) for p in sixth}
-    assert not {tuple(p) for p in pairs + want + third + fourth + fifth + sixth} & {tuple(p) for p in seventh}
-    assert not {tuple(p) for p in pairs + want + third + fourth + fifth + sixth + seventh} & {tuple(p) for p in eighth}
-    assert not {tuple(p) for p in pairs + want + third + fourth + fifth + sixth + seventh + eighth} & {
-        tuple(p) for p in ninth}
-    assert not {tuple(p) for p in pairs + want + third + fourth + fifth + sixth + seventh + eighth + ninth} & {
-        tuple(p) for p in tenth}
-    assert not {tuple(p) for p in pairs + want} & {tuple(p) for p in third}
-    assert not {tuple(p) for p in pairs + want + third} & {tuple(p) for p in fourth}
-    assert not {tuple(p) for p in pairs} & {tuple(p) for p in want}
+    # each later sample re-drawn from the keys less every earlier sample's pairs, in the order drawn
+    drawn, before = {}, list(pairs)
+    for s in ("second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth"):
+        drawn[s] = redraw(method[f"{s}_sample"], before)
+        assert method[f"{s}_sample"]["pairs"] == drawn[s] and len(drawn[s]) == 30, s
+        assert not {tuple(p) for p in before} & {tuple(p) for p in drawn[s]}, s
+        before += drawn[s]
+    want, third, fourth, fifth = drawn["second"], drawn["third"], drawn["fourth"], drawn["fifth"]
     for name in ("routed_scaling_factor", "norm_topk_prob", "correction_bias", "grouped_topk"):
         got = readings[name]
         by = {s: [r for r in got if r.sample == s]
@@ -292,17 +273,16 @@ def test_the_stored_readings_are_the_documented_sample():
         # the sixth to tenth: each pair read by two readers, pairs[t::3] by W(2t+1) and W(2t+2) (U for the
         # seventh, Z for the eighth, B for the ninth, D for the tenth), in draw order; where they disagree on this parameter a Y
         # reader decided (A.md)
-        for s, drawn, prefix in (("sixth", sixth, "W"), ("seventh", seventh, "U"), ("eighth", eighth, "Z"),
-                                 ("ninth", ninth, "B"), ("tenth", tenth, "D")):
-            assert [[r.release, r.path] for r in by[s]] == drawn, (name, s)
+        for s, prefix in (("sixth", "W"), ("seventh", "U"), ("eighth", "Z"), ("ninth", "B"), ("tenth", "D")):
+            assert [[r.release, r.path] for r in by[s]] == drawn[s], (name, s)
             for i, r in enumerate(by.pop(s)):
                 t = i % 3
                 assert [x for x, _ in r.readers] == [f"{prefix}{2 * t + 1}", f"{prefix}{2 * t + 2}"], (name, r.path)
                 assert (r.adjudicator.startswith("Y")) == (r.readers[0][1] != r.readers[1][1]), (name, r.path)
-        for s, drawn, prefix, k in (("first", pairs, "R", 5), ("second", want, "Q", 4), ("third", third, "P", 4),
-                                    ("fourth", fourth, "T", 4), ("fifth", fifth, "V", 4)):
-            assert sorted([r.release, r.path] for r in by[s]) == sorted(drawn), (name, s)
+        for s, single, prefix, k in (("first", pairs, "R", 5), ("second", want, "Q", 4), ("third", third, "P", 4),
+                                     ("fourth", fourth, "T", 4), ("fifth", fifth, "V", 4)):
+            assert sorted([r.release, r.path] for r in by[s]) == sorted(single), (name, s)
             for i in range(1, k + 1):
                 assert sorted([r.release, r.path] for r in by[s] if r.reader == f"{prefix}{i}") == sorted(
-                    drawn[i - 1::k]), (name, s, i)
+                    single[i - 1::k]), (name, s, i)
         assert all(r.deciding and r.reason for r in got)
